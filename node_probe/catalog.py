@@ -1,0 +1,80 @@
+"""The finding catalog: every finding id the tool can emit, in one list (DESIGN.md section 6).
+
+Why: bots key on these ids, so they are stable (add, never rename) and each has a doc page at
+docs/findings/<id>.md (cause, evidence, fix, refs). `Finding`s are built through `make()` so an
+id that is not in the catalog fails loudly in tests instead of silently reaching users.
+"""
+from __future__ import annotations
+
+from typing import Any, Mapping
+
+from .protocol import Finding, Severity
+
+# id -> one-line meaning (the doc page has the rest)
+CATALOG: dict[str, str] = {
+    # NVML / driver / GPU health (node)
+    "nvml.unavailable": "No NVIDIA driver library on this host, so NVML cannot be queried",
+    "nvml.init_hang": "nvmlInit did not return within its deadline",
+    "nvml.init_error": "nvmlInit returned an error",
+    "nvml.inventory": "Driver, CUDA and GPU inventory as NVML reports it",
+    "driver.known_bad": "The driver version has a known node-level failure under this node's conditions",
+    "driver.version_mismatch": "Kernel module and user-space driver library versions differ",
+    "gpu.xid": "The kernel log has NVIDIA Xid errors",
+    "gpu.health": "A GPU reports ECC errors, pending row remapping or failed remapping",
+    "mig.layout": "MIG mode and instances; mixed MIG and full GPUs on one node",
+    "kernel.hung_task": "The kernel reported tasks blocked for a long time",
+    # device plugin (node)
+    "deviceplugin.missing": "No device plugin serves nvidia.com resources on a node with GPUs",
+    "deviceplugin.rpc_timeout": "A device plugin RPC did not answer within its deadline",
+    "deviceplugin.unhealthy": "The device plugin reports devices as Unhealthy",
+    "deviceplugin.blocked_in_nvml": "The device plugin is blocked inside NVML",
+    "deviceplugin.stale_dev_view": "The device plugin's /dev lacks device nodes the host has",
+    "deviceplugin.no_device_specs": "The NVIDIA device plugin does not pass device specs",
+    "deviceplugin.inventory": "Device plugins found on the node and what they serve",
+    # cgroups / containers (node)
+    "cgroup.device_denied": "A GPU container's device cgroup denies a device it needs",
+    "cgroup.device_rules_rewritten": "A GPU container's device rules were rewritten without its NVIDIA devices",
+    "cgroup.dev_char_symlinks_missing": "/dev/char symlinks for NVIDIA devices are missing on a systemd-driver node",
+    "container.nvidia_eperm": "Opens of /dev/nvidia* failed with EPERM",
+    "ioctl.stall": "An ioctl on /dev/nvidia* has not returned for a long time",
+    # kubelet (API side and node side)
+    "kubelet.admission_stalled": "Pods bound to the node get no kubelet action while the node looks Ready",
+    "kubelet.blocked_in_device_plugin": "kubelet goroutines are parked in device plugin calls",
+    "kubelet.goroutines_unavailable": "The kubelet goroutine dump could not be read",
+    "kubelet.cpu_manager_static": "kubelet runs cpuManagerPolicy static, which rewrites device cgroups",
+    "kubelet.config": "kubelet configuration relevant to GPUs",
+    "node.gpu_capacity_mismatch": "GPU capacity and allocatable differ",
+    "node.not_found": "The node does not exist",
+    # pods (API side)
+    "pod.pending_explained": "Why the pod is not running, from its events and conditions",
+    "pod.admission_error": "The kubelet rejected the pod at admission",
+    "probe.pod_not_started": "The debug pod did not start on the node (a consequence, not the cause)",
+    # memory
+    "memory.pressure": "Memory or IO pressure on the node; binary page-cache thrash",
+    "memory.overcommit": "Pod memory limits leave too little for system daemons",
+    # HAMi
+    "hami.handshake_stale": "HAMi node handshake is stale",
+    "hami.lock_stale": "HAMi node lock is held too long or by a pod that is gone",
+    "hami.register_invalid": "HAMi node device registration is invalid",
+    "hami.isolation_missing": "HAMi vGPU isolation (libvgpu.so preload) is missing in a container",
+    "hami.allocation_mismatch": "HAMi pod device annotations disagree",
+    "hami.plugin_log_error": "The HAMi device plugin log has known error patterns",
+    # the probe itself
+    "probe.ebpf_unavailable": "eBPF tracing could not run; other checks still ran",
+}
+
+SEVERITIES = tuple(s.value for s in Severity)
+
+
+class UnknownFindingId(KeyError):
+    pass
+
+
+def make(id: str, severity: Severity | str, subject: str, title: str,
+         evidence: Mapping[str, Any] | None = None, remediation: str = "",
+         refs: tuple[str, ...] | list[str] = ()) -> Finding:
+    """Build a Finding whose id must be in the catalog."""
+    if id not in CATALOG:
+        raise UnknownFindingId(f"finding id {id!r} is not in node_probe/catalog.py")
+    return Finding(id=id, severity=Severity(severity), subject=subject, title=title,
+                   evidence=dict(evidence or {}), remediation=remediation, refs=tuple(refs))

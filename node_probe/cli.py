@@ -1,0 +1,140 @@
+"""`gpu-doctor-probe` / `python -m node_probe`: run the node checks on this host.
+
+Why argparse and not click: the probe runs in a minimal image with only the stdlib, grpcio,
+pynvml and bcc (DESIGN.md section 2), so its CLI must not need anything else.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import sys
+from pathlib import Path
+
+from . import __version__, protocol, registry, render, subproc
+from .context import ProbeOptions
+from .protocol import ExitStatus, Report
+from .runner import Runner
+
+
+class _UsageError(Exception):
+    pass
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str):  # one line on stderr, exit 2 (never a traceback)
+        raise _UsageError(message)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = _Parser(prog="gpu-doctor-probe",
+                description="Diagnose GPU problems on this node (checks + eBPF probes).")
+    p.add_argument("--version", action="version", version=f"gpu-doctor-probe {__version__}")
+    p.add_argument("-o", "--output", choices=("table", "json", "jsonl"), default="table")
+    p.add_argument("--fail-on", choices=protocol.FAIL_ON, default="warning")
+    p.add_argument("--timeout", type=float, default=30.0, metavar="SECONDS",
+                   help="deadline for the whole run (default 30)")
+    p.add_argument("--trace-seconds", type=float, default=5.0, metavar="SECONDS",
+                   help="eBPF trace window; 0 disables tracing (default 5)")
+    p.add_argument("--host-root", type=Path, default=Path("/"),
+                   help="where the host's / is mounted (default /; /host in the debug pod)")
+    p.add_argument("--cgroup-root", type=Path, default=None,
+                   help="cgroup mount (default <host-root>/sys/fs/cgroup)")
+    p.add_argument("--kubelet-dir", type=Path, default=None,
+                   help="kubelet state dir (default <host-root>/var/lib/kubelet)")
+    p.add_argument("--kmsg-file", type=Path, default=None,
+                   help="read the kernel log from this file instead of /dev/kmsg")
+    p.add_argument("--plugin-log", type=Path, default=None,
+                   help="a device plugin log file to scan for known errors")
+    p.add_argument("--nvml-timeout", type=float, default=8.0, metavar="SECONDS")
+    p.add_argument("--dev-prefix", default="/dev/nvidia",
+                   help="device path prefix traced by eBPF (tests use a temp dir)")
+    p.add_argument("--focus-pod", action="append", default=[], metavar="POD_UID",
+                   help="limit container checks to these pod UIDs (repeatable)")
+    p.add_argument("--only", action="append", default=[], metavar="CHECK",
+                   help="run only these checks (repeatable)")
+    p.add_argument("--skip", action="append", default=[], metavar="CHECK",
+                   help="skip these checks (repeatable)")
+    p.add_argument("--target-name", default=None, help=argparse.SUPPRESS)
+    p.add_argument("--list-checks", action="store_true", help="list checks and exit")
+    return p
+
+
+def options_from_args(a: argparse.Namespace) -> ProbeOptions:
+    if a.timeout <= 0:
+        raise _UsageError("--timeout must be > 0")
+    if a.trace_seconds < 0:
+        raise _UsageError("--trace-seconds must be >= 0")
+    if not a.host_root.is_dir():
+        raise _UsageError(f"--host-root {a.host_root}: not a directory")
+    if a.kmsg_file is not None and not a.kmsg_file.is_file():
+        raise _UsageError(f"--kmsg-file {a.kmsg_file}: no such file")
+    return ProbeOptions(host_root=a.host_root, cgroup_root=a.cgroup_root,
+                        kubelet_dir=a.kubelet_dir, timeout_s=a.timeout,
+                        trace_s=a.trace_seconds, kmsg_file=a.kmsg_file,
+                        nvml_timeout_s=a.nvml_timeout, dev_prefix=a.dev_prefix,
+                        focus_pods=tuple(a.focus_pod), only=tuple(a.only),
+                        skip=tuple(a.skip), plugin_log=a.plugin_log)
+
+
+def _raise_interrupt(signum, frame):
+    raise KeyboardInterrupt
+
+
+def main(argv: list[str] | None = None) -> int:
+    try:
+        args = build_parser().parse_args(argv)
+        if args.list_checks:
+            for c in registry.all_checks():
+                print(f"{c.id:24} {c.title}")
+            return ExitStatus.OK
+        opts = options_from_args(args)
+        try:
+            checks = registry.select(opts.only, opts.skip)
+        except KeyError as exc:
+            raise _UsageError(f"unknown check {exc.args[0]!r} (see --list-checks)")
+    except _UsageError as exc:
+        print(f"gpu-doctor-probe: error: {exc}", file=sys.stderr)
+        return ExitStatus.USAGE
+
+    # SIGTERM (kubectl delete of the debug pod, timeout of a wrapper) ends the run like Ctrl-C:
+    # children killed, a summary with complete=false, exit 130.
+    signal.signal(signal.SIGTERM, _raise_interrupt)
+
+    node = args.target_name or os.uname().nodename
+    report = Report({"kind": "local", "name": node, "node": node}, __version__)
+    live = render.LiveProgress(sys.stderr)
+    if args.output == "jsonl":
+        writer = render.JsonlWriter(sys.stdout)
+
+        def emit(rec: dict) -> None:
+            writer(rec)
+    else:
+        def emit(rec: dict) -> None:
+            report.add_record(rec)
+            live(rec)
+
+    runner = Runner(checks, opts, emit, fail_on=args.fail_on)
+    try:
+        result = runner.run()
+    except KeyboardInterrupt:  # a second Ctrl-C while the summary is written
+        subproc.kill_all()
+        return ExitStatus.INTERRUPTED
+    code = int(result.exit_status)
+    if args.output == "json":
+        render.render_json(report, sys.stdout, args.fail_on, code)
+    elif args.output == "table":
+        render.render_table(report, sys.stdout, args.fail_on, code)
+    return code
+
+
+def entrypoint() -> None:
+    try:
+        code = main()
+        sys.stdout.flush()
+    except BrokenPipeError:  # `| head`: not an error worth a traceback
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        code = ExitStatus.OK
+    # Abandoned check threads may be stuck in C calls; do not wait for them at exit.
+    os._exit(int(code))

@@ -1,0 +1,146 @@
+"""Renderers: present records and reports; they never collect anything.
+
+Why here (stdlib only): `gpu-doctor-probe` renders its own output on a node with no client
+installed, and `kubectl gpu-doctor` renders the very same stream, so both use these functions.
+Output is TTY-aware: colour only on a terminal and never with NO_COLOR; live progress only
+goes to stderr when stderr is a terminal, so pipes and bots see clean stdout.
+"""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import sys
+import textwrap
+from typing import IO, Any, Mapping
+
+from .protocol import Finding, Report, encode
+
+_COLORS = {"critical": "\033[1;31m", "warning": "\033[33m", "info": "\033[36m",
+           "ok": "\033[32m"}
+_RESET = "\033[0m"
+
+
+def use_color(stream: IO) -> bool:
+    if os.environ.get("NO_COLOR"):
+        return False
+    if os.environ.get("FORCE_COLOR"):
+        return True
+    return hasattr(stream, "isatty") and stream.isatty()
+
+
+def _sev(sev: str, color: bool, width: int = 8) -> str:
+    label = sev.upper().ljust(width)
+    return f"{_COLORS.get(sev, '')}{label}{_RESET}" if color else label
+
+
+class JsonlWriter:
+    """Writes each record as one NDJSON line, flushed at once (the pod log is our transport)."""
+
+    def __init__(self, stream: IO) -> None:
+        self.stream = stream
+
+    def __call__(self, rec: Mapping[str, Any]) -> None:
+        self.stream.write(encode(rec) + "\n")
+        self.stream.flush()
+
+
+class LiveProgress:
+    """One short line per notable record on a terminal; silent otherwise."""
+
+    def __init__(self, stream: IO = sys.stderr, enabled: bool | None = None) -> None:
+        self.stream = stream
+        self.enabled = stream.isatty() if enabled is None else enabled
+        self.color = use_color(stream)
+
+    def __call__(self, rec: Mapping[str, Any]) -> None:
+        if not self.enabled:
+            return
+        kind = rec.get("kind")
+        line = None
+        if kind == "finding" and rec.get("severity") in ("critical", "warning"):
+            line = f"{_sev(rec['severity'], self.color)} {rec.get('id')}: {rec.get('title')}"
+        elif kind == "event":
+            line = f"  event   {rec.get('name')}: {rec.get('message')}"
+        elif kind == "progress" and rec.get("phase") == "check" and rec.get("status") != "ok":
+            line = f"  check   {rec.get('check')} {rec.get('status')} {rec.get('message', '')}"
+        elif kind == "progress" and rec.get("message"):
+            line = f"  ...     {rec.get('message')}"
+        elif kind == "log" and rec.get("level") in ("error", "warning"):
+            line = f"  {rec.get('level'):7} {rec.get('message')}"
+        if line:
+            self.stream.write(line + "\n")
+            self.stream.flush()
+
+
+def _fmt_value(v: Any) -> str:
+    if isinstance(v, (dict, list)):
+        return json.dumps(v, separators=(",", ":"), default=str)
+    return str(v)
+
+
+def render_table(report: Report, stream: IO, fail_on: str, exit_code: int,
+                 color: bool | None = None) -> None:
+    """Human report: a table of findings, then details (evidence, fix, refs), then a verdict."""
+    color = use_color(stream) if color is None else color
+    width = max(60, min(140, shutil.get_terminal_size((120, 24)).columns))
+    findings = report.sorted_findings()
+    t = report.target
+    head = f"gpu-doctor {report.version}  target: {t.get('kind', '?')} {t.get('name', '')}"
+    if t.get("node") and t.get("node") != t.get("name"):
+        head += f" (node {t['node']})"
+    stream.write(head + "\n\n")
+    if findings:
+        idw = max(len("ID"), *(len(f.id) for f in findings))
+        subw = min(40, max(len("SUBJECT"), *(len(f.subject) for f in findings)))
+        stream.write(f"{'SEVERITY':8}  {'ID':{idw}}  {'SUBJECT':{subw}}  TITLE\n")
+        for f in findings:
+            subj = f.subject if len(f.subject) <= subw else f.subject[: subw - 1] + "~"
+            stream.write(f"{_sev(f.severity.value, color)}  {f.id:{idw}}  {subj:{subw}}  "
+                         f"{f.title}\n")
+        details = [f for f in findings if f.severity.value in ("critical", "warning")]
+        if details:
+            stream.write("\n")
+        for f in details:
+            _write_details(f, stream, color, width)
+    else:
+        stream.write("No findings.\n")
+    bad = [c for c in report.checks if c.status not in ("ok", "skipped")]
+    if bad:
+        stream.write("\nChecks that did not finish:\n")
+        for c in bad:
+            stream.write(f"  {c.id}: {c.status} after {c.duration_s:.1f}s"
+                         f"{' - ' + c.message if c.message else ''}\n")
+    doc = report.document(fail_on, exit_code)
+    s = doc["summary"]
+    verdict = (f"\n{s['critical']} critical, {s['warning']} warning, {s['info']} info"
+               f"{'' if s['complete'] else ' (INCOMPLETE: ' + (s.get('incomplete_reason') or 'some checks did not finish') + ')'}"
+               f"; {doc['duration_s']:.1f}s; exit {exit_code}\n")
+    stream.write(verdict)
+    stream.flush()
+
+
+def _write_details(f: Finding, stream: IO, color: bool, width: int) -> None:
+    ind = "    "
+    stream.write(f"{_sev(f.severity.value, color, 0)} {f.id}  [{f.subject}]\n")
+    stream.write(textwrap.fill(f.title, width, initial_indent=ind, subsequent_indent=ind) + "\n")
+    if f.evidence:
+        stream.write(f"{ind}evidence:\n")
+        for k, v in f.evidence.items():
+            stream.write(textwrap.fill(f"{k}: {_fmt_value(v)}", width,
+                                       initial_indent=ind + "  ",
+                                       subsequent_indent=ind + "    ") + "\n")
+    if f.remediation:
+        for i, para in enumerate(f.remediation.splitlines() or [""]):
+            prefix = f"{ind}fix: " if i == 0 else ind + "     "
+            stream.write(textwrap.fill(para, width, initial_indent=prefix,
+                                       subsequent_indent=ind + "     ") + "\n")
+    for r in f.refs:
+        stream.write(f"{ind}ref: {r}\n")
+    stream.write("\n")
+
+
+def render_json(report: Report, stream: IO, fail_on: str, exit_code: int) -> None:
+    json.dump(report.document(fail_on, exit_code), stream, indent=2, default=str)
+    stream.write("\n")
+    stream.flush()

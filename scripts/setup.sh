@@ -1,0 +1,67 @@
+#!/usr/bin/env bash
+# Idempotent setup for running the probe locally and for the test suite on Debian 12.
+#   - Debian packages: BCC's Python module (python3-bpfcc), venv, gcc, kernel headers
+#   - /lib/modules/$(uname -r)/{build,source} -> Debian headers when the kernel ships none
+#   - tracefs/debugfs mounted (BCC attaches tracepoints through tracefs)
+#   - .venv built from /usr/bin/python3 with --system-site-packages so `import bcc` works
+# Safe to run again: every step checks first. Needs root for apt, mounts and symlinks.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+ROOT=$PWD
+VENV=${GPU_DOCTOR_VENV:-$ROOT/.venv}
+log() { printf '[setup] %s\n' "$*" >&2; }
+
+need_pkgs=()
+for p in python3-bpfcc python3-venv python3-pip gcc libc6-dev; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || need_pkgs+=("$p")
+done
+KREL=$(uname -r)
+have_headers() { [ -e "/lib/modules/$KREL/build/include/linux/kconfig.h" ] || [ -e "/lib/modules/$KREL/source/include/linux/kconfig.h" ] || [ -n "${BCC_KERNEL_SOURCE:-}" ]; }
+if ! have_headers && ! ls -d /usr/src/linux-headers-*-amd64 >/dev/null 2>&1; then
+  need_pkgs+=(linux-headers-amd64)
+fi
+if [ ${#need_pkgs[@]} -gt 0 ]; then
+  log "installing Debian packages: ${need_pkgs[*]}"
+  if [ ! -f /var/lib/apt/periodic/gpu-doctor-updated ] || [ -z "$(ls -A /var/lib/apt/lists 2>/dev/null | grep -v lock)" ]; then
+    apt-get update -qq && mkdir -p /var/lib/apt/periodic && touch /var/lib/apt/periodic/gpu-doctor-updated
+  fi
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${need_pkgs[@]}" >/dev/null
+fi
+
+# Kernel headers for BCC: this kernel ships none; Debian splits them in -amd64 (build) and
+# -common (source). Point the standard paths at the newest pair when nothing is there yet.
+if ! have_headers; then
+  arch_dir=$(ls -d /usr/src/linux-headers-*-amd64 2>/dev/null | sort -V | tail -n1)
+  common_dir=${arch_dir%-amd64}-common
+  if [ -n "$arch_dir" ] && [ -d "$common_dir" ]; then
+    log "linking /lib/modules/$KREL/{build,source} -> $arch_dir, $common_dir"
+    mkdir -p "/lib/modules/$KREL"
+    ln -sfn "$arch_dir" "/lib/modules/$KREL/build"
+    ln -sfn "$common_dir" "/lib/modules/$KREL/source"
+  else
+    log "warning: no kernel headers found; eBPF probes will report probe.ebpf_unavailable"
+  fi
+fi
+
+# tracefs / debugfs
+if [ ! -e /sys/kernel/tracing/events ]; then
+  mount -t tracefs nodev /sys/kernel/tracing 2>/dev/null || log "warning: cannot mount tracefs"
+fi
+if ! mountpoint -q /sys/kernel/debug 2>/dev/null; then
+  mount -t debugfs nodev /sys/kernel/debug 2>/dev/null || true
+fi
+
+# Python environment
+if [ ! -x "$VENV/bin/python" ]; then
+  log "creating $VENV (system site packages, for bcc)"
+  /usr/bin/python3 -m venv --system-site-packages "$VENV"
+fi
+stamp="$VENV/.gpu-doctor-installed"
+want=$(cat pyproject.toml | sha256sum | cut -c1-16)
+if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
+  log "installing the project and its test dependencies into $VENV"
+  "$VENV/bin/pip" install -q --disable-pip-version-check -e ".[test]" 2>&1 | grep -v "^WARNING: Location" >&2 || true
+  "$VENV/bin/python" -c "import kubernetes, click, grpc, pynvml, tabulate, pytest" 
+  echo "$want" > "$stamp"
+fi
+log "ready: $VENV"
