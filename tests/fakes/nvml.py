@@ -1,0 +1,81 @@
+"""Build the test libnvidia-ml.so.1 (tests/fakes/fake_nvml.c) with gcc, configured per test.
+
+Why: tests need a real shared object that pynvml loads by absolute path and that uprobes can
+attach to, with chosen behaviour (init blocks on a futex, fails, or reports a driver version and
+a MIG layout). The compiled object is cached per source hash; each call copies it into
+`dest_dir` with its own `fake_nvml.conf` beside it.
+"""
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import shutil
+import subprocess
+import tempfile
+from pathlib import Path
+
+SRC = Path(__file__).with_name("fake_nvml.c")
+_CACHE = Path(tempfile.gettempdir()) / "gpu-doctor-fake-nvml"
+
+
+@dataclasses.dataclass(frozen=True)
+class FakeGpu:
+    uuid: str
+    name: str = "NVIDIA H20"
+    minor: int = 0
+    mig: bool = False
+    ecc_uncorrected: int = 0
+    remap_pending: bool = False
+    remap_failed: bool = False
+    # (uuid, profile name, gpu instance id, compute instance id)
+    mig_devices: tuple[tuple[str, str, int, int], ...] = ()
+
+
+def compiled_library() -> Path:
+    """The compiled .so for the current source (built once per source hash)."""
+    digest = hashlib.sha256(SRC.read_bytes()).hexdigest()[:16]
+    out = _CACHE / digest / "libnvidia-ml.so.1"
+    if not out.exists():
+        out.parent.mkdir(parents=True, exist_ok=True)
+        tmp = out.with_suffix(".tmp")
+        subprocess.run(["gcc", "-shared", "-fPIC", "-O1", "-g", "-fno-omit-frame-pointer",
+                        "-Wall", "-Wno-unused-result", "-o", str(tmp), str(SRC), "-ldl"],
+                       check=True, capture_output=True, timeout=60)
+        tmp.rename(out)
+    return out
+
+
+def config_text(init: str = "ok", driver_version: str = "550.54.15",
+                cuda_version: int = 12040, gpus: tuple[FakeGpu, ...] | list[FakeGpu] = ()) -> str:
+    lines = [f"init={init}", f"driver_version={driver_version}",
+             f"nvml_version=12.{driver_version}", f"cuda_version={cuda_version}"]
+    for i, g in enumerate(gpus):
+        lines.append(f"gpu={g.uuid}|{g.name}|{g.minor}|{int(g.mig)}|{g.ecc_uncorrected}|"
+                     f"{int(g.remap_pending)}|{int(g.remap_failed)}")
+        for uuid, profile, gi, ci in g.mig_devices:
+            lines.append(f"mig={i}|{uuid}|{g.name} MIG {profile}|{gi}|{ci}")
+    return "\n".join(lines) + "\n"
+
+
+def build_fake_nvml(dest_dir: Path | str, init: str = "ok", driver_version: str = "550.54.15",
+                    cuda_version: int = 12040, gpus=()) -> Path:
+    """Install libnvidia-ml.so.1 + fake_nvml.conf into dest_dir; returns the library path.
+
+    init: "ok" | "block" (futex wait forever) | "error:<code>" (e.g. "error:18", version
+    mismatch) | "slow:<seconds>".
+    """
+    dest = Path(dest_dir)
+    dest.mkdir(parents=True, exist_ok=True)
+    lib = dest / "libnvidia-ml.so.1"
+    shutil.copyfile(compiled_library(), lib)
+    (dest / "fake_nvml.conf").write_text(config_text(init, driver_version, cuda_version, gpus))
+    return lib
+
+
+H20_MIXED = (
+    FakeGpu("GPU-2f815c32-768d-d782-1073-db01d7b90215", "NVIDIA H20", 0, mig=True,
+            mig_devices=(("MIG-e76cc178-e1f3-5596-a9e1-84fa6bffa030", "3g.48gb", 2, 0),
+                         ("MIG-160ae368-7334-5d1e-91ad-d6eb55ec6f67", "1g.24gb", 5, 0))),
+    FakeGpu("GPU-bafcf1f7-1006-01e5-85e2-684fee364617", "NVIDIA H20", 1, mig=False),
+)
+"""Seed 000's layout in miniature: a MIG-partitioned H20 beside a full H20."""
