@@ -1,0 +1,56 @@
+"""Driver versions: known-bad builds under this node's conditions, and kernel/library mismatch.
+
+Why separate from the NVML check: these verdicts must also work when NVML itself hangs or
+fails. The version then comes from the library's file name and from
+proc/driver/nvidia/version, and a hang on a known-bad build is the strongest evidence of all.
+"""
+from __future__ import annotations
+
+from .. import catalog, known_drivers
+from ..context import FactUnavailable
+from ..registry import check
+
+
+@check("driver", title="Driver version: known-bad builds, kernel module vs library",
+       timeout_s=14.0)
+def driver_check(ctx):
+    try:
+        nv = ctx.wait_for("nvml", timeout=ctx.budget(13.0))
+    except FactUnavailable:
+        return
+    lib_v = nv.get("library_version")
+    kmod_v = nv.get("kernel_module_version")
+    nvml_v = nv.get("driver_version") if nv.get("status") == "ok" else None
+    user_v = nvml_v or lib_v
+    if kmod_v and user_v and kmod_v != user_v:
+        yield catalog.make(
+            "driver.version_mismatch", "critical", "node",
+            f"Kernel module {kmod_v} but user-space driver library {user_v}",
+            {"kernel_module_version": kmod_v, "library_version": user_v,
+             "library": nv.get("library")},
+            "A driver upgrade replaced the libraries but the old kernel module is still "
+            "loaded. Drain the node and reboot it (or unload and reload the nvidia modules) so "
+            "both are the same version.",
+            ("https://docs.nvidia.com/deploy/nvml-api/group__nvmlDeviceEnumvs.html",))
+
+    version = user_v or kmod_v
+    for m in known_drivers.match(version, nv.get("gpus") or []):
+        issue = m.issue
+        hung = nv.get("status") == "hang"
+        if m.condition_met or hung:
+            severity = "critical"
+            why = ("and NVML init hangs on this node right now" if hung and not m.condition_met
+                   else f"and this node has {issue.condition_text}")
+        elif m.condition_met is None:
+            severity = "warning"
+            why = f"(trigger: {issue.condition_text}; could not tell whether it applies)"
+        else:
+            severity = "info"
+            why = f"(trigger {issue.condition_text!r} not present now)"
+        yield catalog.make(
+            "driver.known_bad", severity, "node",
+            f"Driver {m.driver_version} has a known failure {why}",
+            {"driver_version": m.driver_version, "trigger": issue.condition_text,
+             "trigger_present": m.condition_met, "nvml_status": nv.get("status"),
+             "symptom": issue.symptom, "fixed_in": list(issue.fixed_in)},
+            issue.workaround, issue.refs)

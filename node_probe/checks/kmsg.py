@@ -1,0 +1,168 @@
+"""Kernel log: NVIDIA Xid errors and hung-task reports.
+
+Why: when a GPU falls off the bus or a task sits in D state inside the driver, the kernel log
+is the only witness. Reads /dev/kmsg without blocking (the whole ring buffer, then stops), or a
+saved log given with --kmsg-file (raw kmsg, `dmesg` or journal format) for offline use.
+"""
+from __future__ import annotations
+
+import errno
+import os
+import re
+from collections import OrderedDict
+from pathlib import Path
+
+from .. import catalog, hostfs, xid
+from ..registry import check
+
+XID_RE = re.compile(r"NVRM: Xid \((?:PCI:)?([^)]*)\):\s*(\d+),\s*(.*)")
+HUNG_RE = re.compile(r"INFO: task (.+):(\d+) blocked for more than (\d+) seconds")
+STATE_RE = re.compile(r"task:(\S+)\s+state:(\w)\b.*?pid:\s*(\d+)")
+PID_RE = re.compile(r"pid='?(\d+)'?(?:, name='?([^',]*)'?)?")
+HUNG_CRITICAL_COMMS = ("kubelet", "containerd", "dockerd", "crio", "nvidia", "runc")
+MAX_RECORDS = 200_000
+
+
+def read_kmsg(path: Path) -> list[tuple[float | None, str]]:
+    """All records in the kernel ring buffer as (seconds since boot, message); non-blocking."""
+    out: list[tuple[float | None, str]] = []
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+    try:
+        while len(out) < MAX_RECORDS:
+            try:
+                chunk = os.read(fd, 8192)
+            except OSError as exc:
+                if exc.errno == errno.EAGAIN:
+                    break
+                if exc.errno == errno.EPIPE:  # overwritten while reading: continue
+                    continue
+                raise
+            if not chunk:
+                break
+            out.append(parse_kmsg_record(chunk.decode("utf-8", "replace")))
+    finally:
+        os.close(fd)
+    return out
+
+
+def parse_kmsg_record(text: str) -> tuple[float | None, str]:
+    head, sep, msg = text.partition(";")
+    if not sep:
+        return None, text.strip()
+    fields = head.split(",")
+    ts = None
+    if len(fields) >= 3 and fields[2].isdigit():
+        ts = int(fields[2]) / 1e6
+    return ts, msg.split("\n", 1)[0].strip()
+
+
+_DMESG_TS = re.compile(r"^\[\s*(\d+\.\d+)\]\s?(.*)$")
+
+
+def parse_log_file(text: str) -> list[tuple[float | None, str]]:
+    out = []
+    for line in text.splitlines():
+        line = line.rstrip()
+        if not line:
+            continue
+        m = _DMESG_TS.match(line)
+        if m:
+            out.append((float(m.group(1)), m.group(2)))
+        elif re.match(r"^\d+,\d+,\d+,[^;]*;", line):
+            out.append(parse_kmsg_record(line))
+        else:
+            out.append((None, line))
+    return out
+
+
+def uptime_s() -> float | None:
+    try:
+        return float(Path("/proc/uptime").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def analyze(records: list[tuple[float | None, str]], now_s: float | None = None):
+    """Findings from kernel log records. `now_s` (seconds since boot) adds ages."""
+    xids: "OrderedDict[tuple[int, str], dict]" = OrderedDict()
+    hung: "OrderedDict[tuple[str, int], dict]" = OrderedDict()
+    last_hung = None
+    for ts, msg in records:
+        m = XID_RE.search(msg)
+        if m:
+            code, pci = int(m.group(2)), m.group(1).strip()
+            d = xids.setdefault((code, pci), {"count": 0, "first_s": ts, "last_s": ts,
+                                              "message": m.group(3), "pids": []})
+            d["count"] += 1
+            d["last_s"] = ts
+            d["message"] = m.group(3)
+            pm = PID_RE.search(m.group(3))
+            if pm and len(d["pids"]) < 10:
+                entry = pm.group(1) + (f" ({pm.group(2)})" if pm.group(2) else "")
+                if entry not in d["pids"]:
+                    d["pids"].append(entry)
+            continue
+        m = HUNG_RE.search(msg)
+        if m:
+            key = (m.group(1), int(m.group(2)))
+            d = hung.setdefault(key, {"comm": m.group(1), "pid": int(m.group(2)),
+                                      "blocked_s": 0, "count": 0, "state": None,
+                                      "last_s": ts})
+            d["count"] += 1
+            d["blocked_s"] = max(d["blocked_s"], int(m.group(3)))
+            d["last_s"] = ts
+            last_hung = key
+            continue
+        m = STATE_RE.search(msg)
+        if m and last_hung is not None and int(m.group(3)) == last_hung[1]:
+            hung[last_hung]["state"] = m.group(2)
+            last_hung = None
+
+    def age(ts):
+        return round(now_s - ts, 1) if now_s is not None and ts is not None else None
+
+    for (code, pci), d in xids.items():
+        info = xid.describe(code)
+        yield catalog.make(
+            "gpu.xid", info.severity, f"pci {pci}" if pci else "gpu",
+            f"Xid {code} ({info.meaning}) x{d['count']}; usually {info.blame}",
+            {"xid": code, "pci": pci, "meaning": info.meaning, "usual_cause": info.blame,
+             "count": d["count"], "last_message": d["message"][:300], "pids": d["pids"],
+             "first_s_since_boot": d["first_s"], "last_s_since_boot": d["last_s"],
+             "last_age_s": age(d["last_s"])},
+            info.action, ("https://docs.nvidia.com/deploy/xid-errors/",))
+    for (comm, pid), d in hung.items():
+        critical = any(c in comm.lower() for c in HUNG_CRITICAL_COMMS)
+        yield catalog.make(
+            "kernel.hung_task", "critical" if critical else "warning", f"{comm}:{pid}",
+            f"Task {comm} (pid {pid}) blocked for more than {d['blocked_s']} s"
+            + (f" in state {d['state']}" if d["state"] else ""),
+            {"comm": comm, "pid": pid, "blocked_s": d["blocked_s"], "state": d["state"],
+             "reports": d["count"], "last_age_s": age(d["last_s"])},
+            "A task stuck in uninterruptible sleep (D) is waiting in the kernel, often on a "
+            "driver (nvidia ioctl), storage or memory reclaim. Its kernel stack is in "
+            "/proc/<pid>/stack; a node whose kubelet/containerd/driver tasks hang usually needs "
+            "draining and a reboot.",
+            ("https://www.kernel.org/doc/html/latest/admin-guide/sysctl/kernel.html#hung-task-timeout-secs",))
+
+
+@check("kmsg", title="Kernel log: NVIDIA Xid errors, hung tasks", timeout_s=5.0)
+def kmsg_check(ctx):
+    opts = ctx.options
+    if opts.kmsg_file is not None:
+        records = parse_log_file(opts.kmsg_file.read_text(errors="replace"))
+        now = None
+        source = str(opts.kmsg_file)
+    else:
+        dev = hostfs.resolve(opts.host_root, "dev/kmsg") or Path("/dev/kmsg")
+        source = str(dev)
+        try:
+            records = read_kmsg(dev)
+        except OSError as exc:
+            ctx.log("warning", f"cannot read the kernel log {dev}: {exc.strerror}; "
+                    "Xid and hung-task checks skipped (needs root / CAP_SYSLOG)",
+                    check="kmsg")
+            return
+        now = uptime_s()
+    ctx.progress(message=f"kernel log: {len(records)} records from {source}")
+    yield from analyze(records, now)

@@ -1,0 +1,220 @@
+"""NVML: is the driver library there, does it initialise, and what GPUs does it report.
+
+Why: "NVML does not answer" is the first branch of every GPU incident. The host's own
+libnvidia-ml.so.1 is found under --host-root (standard lib dirs and the GPU Operator's
+run/nvidia/driver) and loaded by absolute path in a killable child with a deadline, because
+init can hang forever (seed 000). Publishes the "nvml" fact for the driver, device-plugin and
+cgroup checks.
+"""
+from __future__ import annotations
+
+import json
+import re
+import sys
+from pathlib import Path
+
+from .. import catalog, hostfs, subproc
+from ..registry import check
+
+LIB = "libnvidia-ml.so.1"
+LIB_DIRS = (
+    "usr/lib/x86_64-linux-gnu", "usr/lib/aarch64-linux-gnu", "usr/lib64", "usr/lib",
+    "lib/x86_64-linux-gnu", "lib/aarch64-linux-gnu", "lib64",
+    "usr/local/nvidia/lib64", "home/kubernetes/bin/nvidia/lib64",
+    # GPU Operator: the driver lives in a container whose root is exposed here
+    "run/nvidia/driver/usr/lib/x86_64-linux-gnu", "run/nvidia/driver/usr/lib/aarch64-linux-gnu",
+    "run/nvidia/driver/usr/lib64", "run/nvidia/driver/lib64",
+)
+SEED_REFS = ("https://github.com/NVIDIA/go-nvml/issues/152",
+             "https://github.com/kubernetes/kubernetes/issues/117435")
+_VERSION_RE = re.compile(r"libnvidia-ml\.so\.(\d+\.\d+(?:\.\d+)?)$")
+
+
+def find_library(root: Path) -> tuple[Path | None, list[str]]:
+    """First libnvidia-ml.so.1 under root (symlinks resolved inside root), and where we looked."""
+    searched = []
+    for d in LIB_DIRS:
+        searched.append("/" + d)
+        p = hostfs.resolve(root, f"{d}/{LIB}")
+        if p is not None and p.is_file():
+            return p, searched
+    return None, searched
+
+
+def library_version(path: Path | None) -> str | None:
+    """The driver version encoded in the real file name (libnvidia-ml.so.570.158.01)."""
+    if path is None:
+        return None
+    m = _VERSION_RE.search(path.name)
+    return m.group(1) if m else None
+
+
+def kernel_module_version(root: Path) -> str | None:
+    text = hostfs.read_text(root, "proc/driver/nvidia/version")
+    if not text:
+        return None
+    m = re.search(r"Kernel Module(?: for [\w-]+)?\s+(\d+\.\d+(?:\.\d+)?)", text)
+    return m.group(1) if m else None
+
+
+def run_child(lib: Path, timeout_s: float) -> tuple[dict | None, str, subproc.ChildResult]:
+    """Run nvml_child; returns (result or None, last stage reached, raw child result)."""
+    res = subproc.run([sys.executable, "-m", "node_probe.nvml_child", str(lib)], timeout_s)
+    result, stage = None, "start"
+    for line in res.stdout.decode("utf-8", "replace").splitlines():
+        try:
+            obj = json.loads(line)
+        except json.JSONDecodeError:
+            continue
+        if "stage" in obj:
+            stage = obj["stage"]
+        if "result" in obj:
+            result = obj["result"]
+    return result, stage, res
+
+
+@check("nvml", title="NVML: driver library, init, GPU inventory and health",
+       timeout_s=12.0, provides=("nvml",))
+def nvml_check(ctx):
+    root = ctx.options.host_root
+    lib, searched = find_library(root)
+    kmod = kernel_module_version(root)
+    fact = {"status": "unavailable", "library": str(lib) if lib else None,
+            "library_version": library_version(lib), "kernel_module_version": kmod,
+            "driver_version": None, "cuda_version": None, "gpus": []}
+    if lib is None:
+        ctx.publish("nvml", fact)
+        loaded = kmod is not None
+        yield catalog.make(
+            "nvml.unavailable", "warning" if loaded else "info", "node",
+            ("NVIDIA kernel module is loaded but libnvidia-ml.so.1 was not found on the host"
+             if loaded else "No NVIDIA driver on this host (libnvidia-ml.so.1 not found)"),
+            {"searched": searched, "host_root": str(root), "kernel_module_version": kmod},
+            ("The driver's user-space libraries are missing or not where the host keeps them. "
+             "With the GPU Operator, check the driver daemonset (run/nvidia/driver)."
+             if loaded else "Nothing to do on a node without GPUs. On a GPU node, install the "
+             "NVIDIA driver or check that the GPU Operator driver pod is running."))
+        return
+
+    timeout = ctx.budget(ctx.options.nvml_timeout_s, reserve=1.0)
+    ctx.progress(message=f"NVML init via {lib} (deadline {timeout:.1f}s)")
+    result, stage, raw = run_child(lib, timeout)
+    subject = "node"
+    if raw.timed_out:
+        fact["status"] = "hang"
+        fact["driver_version"] = fact["library_version"] or kmod
+        ctx.publish("nvml", fact)
+        hung_in = "nvmlInit" if stage == "init" else ("loading the library" if stage == "load"
+                                                      else "an NVML query")
+        yield catalog.make(
+            "nvml.init_hang", "critical", subject,
+            f"NVML did not answer within {timeout:.1f}s (stuck in {hung_in})",
+            {"wait_s": round(raw.duration_s, 2), "stage": stage, "library": str(lib),
+             "driver_version": fact["driver_version"], "kernel_module_version": kmod},
+            ("Any process calling nvmlInit on this node (the device plugin, DCGM, nvidia-smi) "
+             "will hang the same way; the device plugin's GetPreferredAllocation then blocks "
+             "kubelet admission for the whole node. Check driver.known_bad below; upgrade the "
+             "driver; as a stopgap remove the trigger (e.g. mixed MIG layout) and restart the "
+             "device plugin."),
+            SEED_REFS)
+        return
+    if result is None:
+        fact["status"] = "error"
+        ctx.publish("nvml", fact)
+        err = raw.stderr.decode("utf-8", "replace").strip().splitlines()[-1:] or ["no output"]
+        yield catalog.make("nvml.init_error", "warning", subject,
+                           "The NVML helper process failed", {"exit_code": raw.returncode,
+                           "stderr": err[0], "library": str(lib)},
+                           "Run with the probe image's python3 and nvidia-ml-py installed.")
+        return
+    status = result.get("status")
+    if status == "no_client":
+        ctx.publish("nvml", fact)
+        yield catalog.make("nvml.unavailable", "warning", subject,
+                           "NVML client (nvidia-ml-py) is missing from the probe environment",
+                           {"library": str(lib), "error": result.get("error")},
+                           "pip install nvidia-ml-py (the probe image includes it).")
+        return
+    if status in ("load_error", "error"):
+        fact["status"] = "error"
+        fact["driver_version"] = fact["library_version"] or kmod
+        ctx.publish("nvml", fact)
+        code = result.get("code")
+        msg = result.get("error") or "unknown"
+        fix = ("The user-space library and the loaded kernel module are different driver "
+               "versions: reboot the node (or reload the nvidia modules) so they match, or "
+               "reinstall the driver." if code == 18 else
+               "nvidia-smi on the node will show the same error; check the driver install "
+               "and the kernel log (gpu.xid).")
+        yield catalog.make("nvml.init_error", "critical", subject,
+                           f"NVML init failed: {msg}",
+                           {"nvml_return": code, "error": msg, "library": str(lib),
+                            "stage": stage, "library_version": fact["library_version"],
+                            "kernel_module_version": kmod},
+                           fix, ("https://docs.nvidia.com/deploy/nvml-api/group__nvmlDeviceEnumvs.html",))
+        return
+
+    fact.update(status="ok", driver_version=result.get("driver_version"),
+                cuda_version=result.get("cuda_version"), nvml_version=result.get("nvml_version"),
+                gpus=result.get("gpus") or [])
+    ctx.publish("nvml", fact)
+    gpus = fact["gpus"]
+    yield catalog.make(
+        "nvml.inventory", "info", subject,
+        f"Driver {fact['driver_version']}, CUDA {fact['cuda_version']}, {len(gpus)} GPU(s)",
+        {"driver_version": fact["driver_version"], "cuda_version": fact["cuda_version"],
+         "library": str(lib), "gpus": [{k: g.get(k) for k in ("index", "uuid", "name", "minor",
+                                                              "mig_mode")} for g in gpus]})
+    yield from _health(gpus)
+    yield from _mig(gpus)
+
+
+def _health(gpus: list[dict]):
+    for g in gpus:
+        rows = g.get("remapped_rows") or {}
+        ecc = g.get("ecc_uncorrected_volatile") or 0
+        subject = g.get("uuid", f"gpu{g.get('index')}")
+        ev = {"index": g.get("index"), "name": g.get("name"),
+              "ecc_uncorrected_volatile": ecc, "remapped_rows": rows}
+        if rows.get("failure"):
+            yield catalog.make("gpu.health", "critical", subject,
+                               "Row remapping failed: the GPU has uncorrectable memory it "
+                               "cannot retire", ev,
+                               "Drain the node and have the GPU replaced (RMA).",
+                               ("https://docs.nvidia.com/deploy/a100-gpu-mem-error-mgmt/",))
+        elif rows.get("pending"):
+            yield catalog.make("gpu.health", "warning", subject,
+                               "Row remapping pending: the GPU needs a reset to retire bad rows",
+                               ev, "Drain the node, then reset the GPU (nvidia-smi -r) or "
+                               "reboot when no workload runs.",
+                               ("https://docs.nvidia.com/deploy/a100-gpu-mem-error-mgmt/",))
+        elif ecc:
+            yield catalog.make("gpu.health", "warning", subject,
+                               f"{ecc} uncorrected ECC error(s) since the driver loaded", ev,
+                               "Check gpu.xid (Xid 48/63/64/94/95) and the workload; if the "
+                               "count grows, drain the node and reset or replace the GPU.",
+                               ("https://docs.nvidia.com/deploy/a100-gpu-mem-error-mgmt/",))
+
+
+def _mig(gpus: list[dict]):
+    mig = [g for g in gpus if g.get("mig_mode")]
+    if not mig:
+        return
+    full = [g for g in gpus if not g.get("mig_mode")]
+    layout = [{"uuid": g.get("uuid"), "index": g.get("index"),
+               "instances": [m.get("profile") for m in g.get("mig_devices") or []]}
+              for g in mig]
+    empty = [g for g in mig if not g.get("mig_devices")]
+    ev = {"mig_gpus": layout, "full_gpus": [g.get("uuid") for g in full],
+          "mixed": bool(full)}
+    if empty:
+        yield catalog.make("mig.layout", "warning", "node",
+                           f"{len(empty)} MIG-enabled GPU(s) have no MIG instances "
+                           "(nothing allocatable on them)", ev,
+                           "Create the instances (nvidia-mig-parted / GPU Operator MIG manager "
+                           "config) or disable MIG on those GPUs.",
+                           ("https://docs.nvidia.com/datacenter/tesla/mig-user-guide/",))
+    else:
+        yield catalog.make("mig.layout", "info", "node",
+                           f"MIG on {len(mig)} GPU(s)" +
+                           (f", beside {len(full)} full GPU(s)" if full else ""), ev)
