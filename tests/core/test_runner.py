@@ -1,0 +1,110 @@
+"""The runner's promises: concurrency, deadlines, crash isolation, facts, summary last."""
+import threading
+import time
+
+from node_probe import catalog
+from node_probe.context import FactUnavailable, ProbeOptions
+from node_probe.registry import Check
+from node_probe.runner import Runner
+
+
+def _run(checks, timeout_s=5.0, **kw):
+    out = []
+    r = Runner(checks, ProbeOptions(timeout_s=timeout_s, trace_s=0), out.append, **kw)
+    t0 = time.monotonic()
+    res = r.run()
+    return res, out, time.monotonic() - t0
+
+
+def test_hung_check_times_out_and_summary_is_last():
+    release = threading.Event()
+
+    def hangs(ctx):
+        release.wait(60)  # "hangs forever" as far as the run is concerned
+        yield catalog.make("nvml.inventory", "info", "late", "too late")
+
+    def fine(ctx):
+        yield catalog.make("nvml.unavailable", "info", "node", "ok")
+
+    res, out, wall = _run([Check("a.hang", hangs, "h", timeout_s=0.5),
+                           Check("b.fine", fine, "f")])
+    try:
+        assert wall < 2.0
+        assert out[-1]["kind"] == "summary"
+        st = {c.id: c.status for c in res.checks}
+        assert st == {"a.hang": "timeout", "b.fine": "ok"}
+        assert res.complete is False and out[-1]["complete"] is False
+        assert int(res.exit_status) == 4  # only info findings, incomplete
+    finally:
+        release.set()
+    time.sleep(0.1)
+    assert out[-1]["kind"] == "summary"  # the late finding was dropped, nothing after summary
+    assert not [r for r in out if r.get("subject") == "late"]
+
+
+def test_whole_run_deadline_bounds_every_check():
+    def slow(ctx):
+        time.sleep(30)
+        return []
+
+    res, out, wall = _run([Check("slow", slow, "s", timeout_s=100)], timeout_s=1.0)
+    assert wall < 1.5
+    assert res.checks[0].status == "timeout"
+
+
+def test_crash_becomes_error_status_and_log_record():
+    def boom(ctx):
+        yield catalog.make("nvml.unavailable", "warning", "node", "before crash")
+        raise ValueError("bad parse")
+
+    res, out, _ = _run([Check("boom", boom, "b")])
+    assert res.checks[0].status == "error" and "ValueError: bad parse" in res.checks[0].message
+    logs = [r for r in out if r["kind"] == "log" and r["level"] == "error"]
+    assert logs and logs[0]["check"] == "boom"
+    assert [f.id for f in res.findings] == ["nvml.unavailable"]  # yielded before the crash
+    assert int(res.exit_status) == 1
+
+
+def test_checks_run_concurrently():
+    def sleeper(ctx):
+        time.sleep(0.4)
+        return []
+
+    _, _, wall = _run([Check(f"s{i}", sleeper, "s") for i in range(5)])
+    assert wall < 1.5  # 5 x 0.4 s sequentially would be 2 s
+
+
+def test_facts_flow_and_failed_producer_releases_consumers():
+    seen = {}
+
+    def producer(ctx):
+        ctx.publish("x", 42)
+        return []
+
+    def broken_producer(ctx):
+        raise RuntimeError("no")
+
+    def consumer(ctx):
+        seen["x"] = ctx.wait_for("x", 2)
+        try:
+            ctx.wait_for("y", 10)
+        except FactUnavailable as exc:
+            seen["y"] = str(exc)
+        return []
+
+    t0 = time.monotonic()
+    _run([Check("p", producer, "p", provides=("x",)),
+          Check("q", broken_producer, "q", provides=("y",)),
+          Check("c", consumer, "c")])
+    assert seen["x"] == 42
+    assert "check q ended without publishing it" in seen["y"]
+    assert time.monotonic() - t0 < 2
+
+
+def test_duplicate_findings_are_emitted_once():
+    def dup(ctx):
+        for _ in range(3):
+            yield catalog.make("gpu.xid", "warning", "pci 1", "x")
+
+    res, out, _ = _run([Check("d", dup, "d")])
+    assert len([r for r in out if r["kind"] == "finding"]) == 1
