@@ -11,6 +11,7 @@ import dataclasses
 import os
 import signal
 import subprocess
+import sys
 import threading
 import time
 from typing import Mapping, Sequence
@@ -26,6 +27,14 @@ class ChildResult:
     stderr: bytes
     timed_out: bool
     duration_s: float
+
+
+def python_module_argv(module: str) -> list[str]:
+    """argv that runs `python -m module` in a child, also from a frozen (PyInstaller) build,
+    whose executable dispatches `__run_module MODULE` (see kubectl_gpudoctor.cli)."""
+    if getattr(sys, "frozen", False):
+        return [sys.executable, "__run_module", module]
+    return [sys.executable, "-m", module]
 
 
 def run(argv: Sequence[str], timeout_s: float, *, env: Mapping[str, str] | None = None,

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import re
-import sys
 from pathlib import Path
 
 from .. import catalog, hostfs, subproc
@@ -59,7 +58,7 @@ def kernel_module_version(root: Path) -> str | None:
 
 def run_child(lib: Path, timeout_s: float) -> tuple[dict | None, str, subproc.ChildResult]:
     """Run nvml_child; returns (result or None, last stage reached, raw child result)."""
-    res = subproc.run([sys.executable, "-m", "node_probe.nvml_child", str(lib)], timeout_s)
+    res = subproc.run([*subproc.python_module_argv("node_probe.nvml_child"), str(lib)], timeout_s)
     result, stage = None, "start"
     for line in res.stdout.decode("utf-8", "replace").splitlines():
         try:
