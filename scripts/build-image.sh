@@ -1,0 +1,160 @@
+#!/usr/bin/env bash
+# Build the node probe image without a registry or a Docker engine, and save it as an OCI archive.
+#
+#   1. base: debootstrap --variant=minbase bookworm from the Debian mirror apt already uses,
+#      with python3 + python3-bpfcc (packaging/base-packages.txt) and the probe's PyPI wheels
+#      (packaging/requirements-probe.txt) -> a rootfs tarball cached under
+#      /var/cache/gpu-doctor/base-<key>.tar, key = hash of every input (mirror, suite, arch,
+#      package lists, this recipe, debootstrap version). Cold ~1-2 min; warm: skipped.
+#   2. podman import of that tarball as localhost/gpu-doctor-base:<key>        (no network)
+#   3. buildah build of packaging/Containerfile on top, from a staged context holding only
+#      node_probe/ and bpf/  -> localhost/gpu-doctor-probe:<node_probe.__version__> (no network)
+#   4. podman save --format oci-archive -> dist/gpu-doctor-probe-<version>-<arch>.oci.tar
+#      (skipped when the image inputs are unchanged since the last save)
+#
+# Idempotent; needs root (debootstrap, container storage). Installs debootstrap, buildah,
+# podman, runc, skopeo and umoci with apt when missing. Prints the archive path on stdout.
+# Environment: GPU_DOCTOR_CACHE (default /var/cache/gpu-doctor), GPU_DOCTOR_MIRROR (override the
+# mirror), GPU_DOCTOR_IMAGE_NAME (extra tag, e.g. ghcr.io/acme/gpu-doctor-probe), FORCE=1.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+ROOT=$PWD
+CACHE=${GPU_DOCTOR_CACHE:-/var/cache/gpu-doctor}
+SUITE=bookworm
+RECIPE=3   # bump when the base recipe below changes in a way the key does not see
+log() { printf '[build-image] %s\n' "$*" >&2; }
+t0=$(date +%s)
+
+[ "$(id -u)" = 0 ] || { log "needs root (debootstrap, container storage)"; exit 1; }
+
+VERSION=$(sed -n 's/^__version__ = "\(.*\)"/\1/p' node_probe/__init__.py)
+[ -n "$VERSION" ] || { log "cannot read __version__ from node_probe/__init__.py"; exit 1; }
+ARCH=$(dpkg --print-architecture)
+case "$ARCH" in
+  amd64) WHEEL_PLATFORMS=(manylinux_2_28_x86_64 manylinux_2_17_x86_64 manylinux2014_x86_64) ;;
+  arm64) WHEEL_PLATFORMS=(manylinux_2_28_aarch64 manylinux_2_17_aarch64 manylinux2014_aarch64) ;;
+  *) log "unsupported architecture $ARCH"; exit 1 ;;
+esac
+
+# --- tools --------------------------------------------------------------------------------
+need=()
+for p in debootstrap buildah podman runc skopeo umoci python3-pip; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || need+=("$p")
+done
+if [ ${#need[@]} -gt 0 ]; then
+  log "installing ${need[*]}"
+  if [ -z "$(ls -A /var/lib/apt/lists 2>/dev/null | grep -v -e lock -e partial)" ]; then apt-get update -qq; fi
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
+fi
+
+# --- the Debian mirror apt uses -----------------------------------------------------------
+mirror_from_apt() {
+  # deb822 (*.sources): the URIs of a stanza whose Suites has $SUITE; one-line (*.list): deb URI SUITE
+  local f
+  for f in /etc/apt/sources.list.d/*.sources /etc/apt/sources.list /etc/apt/sources.list.d/*.list; do
+    [ -f "$f" ] || continue
+    case "$f" in
+      *.sources)
+        awk -v suite="$SUITE" '
+          BEGIN { RS=""; FS="\n" }
+          { uri=""; ok=0
+            for (i=1;i<=NF;i++) {
+              if ($i ~ /^URIs:/)   { split($i,a,/[ \t]+/); uri=a[2] }
+              if ($i ~ /^Suites:/) { n=split($i,s,/[ \t]+/); for (j=2;j<=n;j++) if (s[j]==suite) ok=1 }
+            }
+            if (ok && uri!="") { print uri; exit } }' "$f" ;;
+      *)
+        awk -v suite="$SUITE" '$1=="deb" { for (i=2;i<=NF;i++) if ($i !~ /^\[/ ) { if ($(i+1)==suite) { print $i; exit } else break } }' "$f" ;;
+    esac
+  done | head -n1
+}
+MIRROR=${GPU_DOCTOR_MIRROR:-$(mirror_from_apt)}
+MIRROR=${MIRROR:-http://deb.debian.org/debian}
+
+# --- 1. base rootfs (cached) --------------------------------------------------------------
+pkgs=$(grep -v -e '^#' -e '^[[:space:]]*$' packaging/base-packages.txt | paste -sd, -)
+reqs=$(grep -v -e '^#' -e '^[[:space:]]*$' packaging/requirements-probe.txt)
+KEY=$( { echo "recipe=$RECIPE suite=$SUITE arch=$ARCH mirror=$MIRROR"; echo "pkgs=$pkgs"; echo "$reqs";
+         dpkg-query -W -f='${Version}' debootstrap; } | sha256sum | cut -c1-16)
+BASE_TAR=$CACHE/base-$KEY.tar
+BASE_IMAGE=localhost/gpu-doctor-base:$KEY
+mkdir -p "$CACHE"
+
+if [ ! -s "$BASE_TAR" ] || [ -n "${FORCE:-}" ]; then
+  rootfs=$CACHE/rootfs-$KEY.tmp
+  rm -rf "$rootfs"; mkdir -p "$rootfs"
+  cleanup_rootfs() { for m in proc sys dev; do umount -l "$rootfs/$m" 2>/dev/null || true; done; rm -rf "$rootfs"; }
+  trap cleanup_rootfs EXIT
+  log "debootstrap --variant=minbase $SUITE ($ARCH) from $MIRROR with $pkgs"
+  tb=$(date +%s)
+  debootstrap --variant=minbase --arch="$ARCH" --include="$pkgs" "$SUITE" "$rootfs" "$MIRROR" >"$CACHE/debootstrap-$KEY.log" 2>&1 \
+    || { log "debootstrap failed, see $CACHE/debootstrap-$KEY.log"; tail -n 20 "$CACHE/debootstrap-$KEY.log" >&2; exit 1; }
+  log "debootstrap done in $(( $(date +%s) - tb )) s"
+
+  # The probe's wheels, for the image's own Python (bookworm: CPython 3.11) and platform,
+  # into the directory Debian's python3 searches for locally installed packages.
+  pyver=$(chroot "$rootfs" python3 -c 'import sys; print(f"{sys.version_info[0]}.{sys.version_info[1]}")')
+  site=$rootfs/usr/local/lib/python$pyver/dist-packages
+  plat_args=(); for p in "${WHEEL_PLATFORMS[@]}"; do plat_args+=(--platform "$p"); done
+  log "pip wheels for CPython $pyver into /usr/local/lib/python$pyver/dist-packages: $(echo $reqs)"
+  /usr/bin/python3 -m pip install -q --disable-pip-version-check --root-user-action=ignore --no-cache-dir --no-compile \
+    --only-binary=:all: --implementation cp --python-version "$pyver" "${plat_args[@]}" \
+    --target "$site" -r packaging/requirements-probe.txt 2>&1 | grep -v "^WARNING: Location" >&2 || true
+  [ -d "$site/grpc" ] || { log "pip did not install the wheels into $site"; exit 1; }
+  chroot "$rootfs" python3 -c 'import grpc, google.protobuf, pynvml, bcc' \
+    || { log "the base cannot import grpc/protobuf/pynvml/bcc"; exit 1; }
+
+  # slim: what bookworm-slim drops (docs, man pages, locales) and apt's downloaded state
+  rm -rf "$rootfs"/usr/share/doc/* "$rootfs"/usr/share/man/* "$rootfs"/usr/share/info/* \
+         "$rootfs"/usr/share/locale/* "$rootfs"/var/lib/apt/lists/* "$rootfs"/var/cache/apt/*.bin \
+         "$rootfs"/var/cache/apt/archives/*.deb "$rootfs"/var/log/* "$rootfs"/tmp/*
+  find "$rootfs/usr/local/lib" -name __pycache__ -prune -exec rm -rf {} +
+  tar -C "$rootfs" --numeric-owner --xattrs -cf "$BASE_TAR.tmp" .
+  mv "$BASE_TAR.tmp" "$BASE_TAR"
+  cleanup_rootfs; trap - EXIT
+  log "base cached: $BASE_TAR ($(du -m "$BASE_TAR" | cut -f1) MiB)"
+  podman image rm -f "$BASE_IMAGE" >/dev/null 2>&1 || true
+fi
+
+# --- 2. import --------------------------------------------------------------------------
+if ! podman image exists "$BASE_IMAGE"; then
+  log "podman import $BASE_TAR as $BASE_IMAGE"
+  podman import --quiet "$BASE_TAR" "$BASE_IMAGE" >/dev/null
+fi
+
+# --- 3. build ---------------------------------------------------------------------------
+IMAGE=localhost/gpu-doctor-probe:$VERSION
+mkdir -p dist
+OUT=dist/gpu-doctor-probe-$VERSION-$ARCH.oci.tar
+src_hash=$( { echo "$KEY"; cat packaging/Containerfile;
+              find node_probe bpf -type f ! -name '*.pyc' ! -path '*/__pycache__/*' -print0 | sort -z | xargs -0 sha256sum; } \
+            | sha256sum | cut -c1-16)
+stamp=$OUT.inputs
+if [ -s "$OUT" ] && [ "$(cat "$stamp" 2>/dev/null)" = "$src_hash" ] && podman image exists "$IMAGE" && [ -z "${FORCE:-}" ]; then
+  log "up to date: $OUT ($IMAGE, inputs $src_hash) in $(( $(date +%s) - t0 )) s"
+  echo "$OUT"; exit 0
+fi
+
+ctx=$(mktemp -d /tmp/gpu-doctor-ctx.XXXXXX)
+trap 'rm -rf "$ctx"' EXIT
+tar -C "$ROOT" --exclude='__pycache__' --exclude='*.pyc' -cf - node_probe bpf | tar -C "$ctx" -xf -
+old_id=$(podman image inspect --format '{{.Id}}' "$IMAGE" 2>/dev/null || true)
+log "buildah build $IMAGE (base $BASE_IMAGE)"
+tags=(-t "$IMAGE")
+[ -n "${GPU_DOCTOR_IMAGE_NAME:-}" ] && tags+=(-t "$GPU_DOCTOR_IMAGE_NAME:$VERSION")
+buildah build --quiet --pull=never --isolation=chroot --build-arg "BASE=$BASE_IMAGE" \
+  --label "org.opencontainers.image.version=$VERSION" \
+  --label "org.opencontainers.image.source=https://github.com/gpu-doctor/kubectl-gpu-doctor" \
+  --label "org.opencontainers.image.licenses=Apache-2.0" \
+  "${tags[@]}" -f "$ROOT/packaging/Containerfile" "$ctx" >/dev/null
+new_id=$(podman image inspect --format '{{.Id}}' "$IMAGE")
+# drop the image this tag pointed at before (now untagged), so reruns do not pile up layers
+if [ -n "$old_id" ] && [ "$old_id" != "$new_id" ]; then podman image rm "$old_id" >/dev/null 2>&1 || true; fi
+
+# --- 4. save ----------------------------------------------------------------------------
+rm -f "$OUT.tmp"
+podman save --quiet --format oci-archive -o "$OUT.tmp" "$IMAGE"
+mv "$OUT.tmp" "$OUT"
+echo "$src_hash" > "$stamp"
+log "saved $OUT ($(du -m "$OUT" | cut -f1) MiB; image $(podman image inspect --format '{{.Size}}' "$IMAGE" | awk '{printf "%d MB", $1/1e6}')) in $(( $(date +%s) - t0 )) s"
+echo "$OUT"
