@@ -1,0 +1,76 @@
+"""node.gpu_capacity_mismatch: GPUs the node has vs GPUs the scheduler may hand out.
+
+Why: when a device plugin marks devices Unhealthy, allocatable drops below capacity and pods
+stay Pending with `Insufficient nvidia.com/gpu` on a node that "has 8 GPUs"; when the plugin is
+not registered at all, the GPU feature-discovery labels say 8 GPUs while the node advertises
+none. Both are visible in the Node object alone, so `nodes` can flag them across a fleet.
+
+Pure function over a raw Node dict; no I/O.
+"""
+from __future__ import annotations
+
+from typing import Any, Mapping
+
+from node_probe import catalog
+from node_probe.protocol import Finding
+
+from .common import is_gpu_resource
+
+GFD_COUNT_LABEL = "nvidia.com/gpu.count"
+GFD_PRESENT_LABEL = "nvidia.com/gpu.present"
+
+
+def quantity(value: Any) -> int:
+    try:
+        return int(str(value).strip())
+    except (TypeError, ValueError):
+        return 0
+
+
+def gpu_resources(node: Mapping[str, Any]) -> dict[str, tuple[int, int]]:
+    """{resource: (capacity, allocatable)} for extended GPU resources (incl. MIG slices)."""
+    st = node.get("status") or {}
+    cap, alloc = st.get("capacity") or {}, st.get("allocatable") or {}
+    return {k: (quantity(cap.get(k)), quantity(alloc.get(k)))
+            for k in sorted(set(cap) | set(alloc)) if is_gpu_resource(k)}
+
+
+def is_gpu_node(node: Mapping[str, Any]) -> bool:
+    labels = (node.get("metadata") or {}).get("labels") or {}
+    if labels.get(GFD_PRESENT_LABEL) == "true" or quantity(labels.get(GFD_COUNT_LABEL)) > 0:
+        return True
+    return any(c > 0 or a > 0 for c, a in gpu_resources(node).values())
+
+
+def analyze_node(node: Mapping[str, Any]) -> list[Finding]:
+    name = (node.get("metadata") or {}).get("name", "")
+    labels = (node.get("metadata") or {}).get("labels") or {}
+    res = gpu_resources(node)
+    gfd_count = quantity(labels.get(GFD_COUNT_LABEL))
+    short = {k: {"capacity": c, "allocatable": a} for k, (c, a) in res.items() if a < c}
+    total_cap = sum(c for c, _ in res.values())
+    out: list[Finding] = []
+    if gfd_count > 0 and total_cap == 0:
+        out.append(catalog.make(
+            "node.gpu_capacity_mismatch", "critical", f"node/{name}",
+            f"the node has {gfd_count} GPU(s) by its labels but advertises no GPU resource",
+            {"label_gpu_count": gfd_count, "resources": {k: {"capacity": c, "allocatable": a}
+                                                         for k, (c, a) in res.items()}},
+            "The device plugin is not registered with this kubelet (not running, crashing, or "
+            "its socket is gone). Check `kubectl -n gpu-operator get pods -o wide "
+            f"--field-selector spec.nodeName={name}` and the plugin's log; run "
+            "`kubectl gpu-doctor node " + name + "` for deviceplugin.* findings.",
+            ("https://kubernetes.io/docs/concepts/extend-kubernetes/compute-storage-net/device-plugins/",)))
+    elif short:
+        lost = sum(v["capacity"] - v["allocatable"] for v in short.values())
+        zero = all(v["allocatable"] == 0 for v in short.values())
+        pairs = ", ".join(f"{k} {v['allocatable']}/{v['capacity']}" for k, v in short.items())
+        out.append(catalog.make(
+            "node.gpu_capacity_mismatch", "critical" if zero else "warning", f"node/{name}",
+            f"{lost} GPU device(s) are in capacity but not allocatable ({pairs})",
+            {"resources": short, "label_gpu_count": gfd_count or None},
+            "The device plugin reports these devices Unhealthy (Xid errors, lost GPU, NVML "
+            "failure). Run `kubectl gpu-doctor node " + name + "` to see gpu.xid / gpu.health / "
+            "deviceplugin.unhealthy on the node.",
+            ("https://github.com/NVIDIA/k8s-device-plugin#health-checks",)))
+    return out

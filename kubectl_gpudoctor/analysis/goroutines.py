@@ -1,0 +1,170 @@
+"""kubelet.blocked_in_device_plugin: read the kubelet's goroutine dump for device-manager waits.
+
+Why (seed 000): the proof that admission is wedged in a device plugin is in the kubelet's own
+stacks: goroutines parked for minutes under devicemanager.(*ManagerImpl).
+callGetPreferredAllocationIfAvailable -> (*endpointImpl).getPreferredAllocation -> the
+v1beta1 devicePluginClient's gRPC call. The API server proxies the kubelet's pprof endpoint
+(`/api/v1/nodes/X/proxy/debug/pprof/goroutine?debug=2`), so this works from a laptop even when
+no pod can start on the node. `/healthz?verbose` adds `[-]syncloop failed` once the sync loop
+has been stuck for minutes.
+
+Pure functions over the dump text; no I/O.
+"""
+from __future__ import annotations
+
+import dataclasses
+import re
+from typing import Any, Mapping, Sequence
+
+from node_probe import catalog
+from node_probe.protocol import Finding
+
+from .admission import REFS
+
+_HEADER = re.compile(r"^goroutine (\d+)\b[^\[]*\[([^\]]*)\]:\s*$")
+_MINUTES = re.compile(r"(\d+) minutes?")
+
+# Frames that mean "inside the device manager / a device plugin call". Matched as substrings of
+# the function line, so vendored paths and receiver spellings all match.
+DEVICE_FRAMES = (
+    "devicemanager.(*ManagerImpl).callGetPreferredAllocationIfAvailable",
+    "devicemanager.(*ManagerImpl).devicesToAllocate",
+    "devicemanager.(*ManagerImpl).allocateContainerResources",
+    "devicemanager.(*ManagerImpl).Allocate",
+    "devicemanager.(*endpointImpl).getPreferredAllocation",
+    "devicemanager.(*endpointImpl).allocate",
+    "devicemanager.(*endpointImpl).preStartContainer",
+    "deviceplugin/v1beta1.(*devicePluginClient).GetPreferredAllocation",
+    "deviceplugin/v1beta1.(*devicePluginClient).Allocate",
+    "deviceplugin/v1beta1.(*devicePluginClient).PreStartContainer",
+)
+SYNC_LOOP_FRAMES = ("(*Kubelet).syncLoop", "(*Kubelet).HandlePodAdditions",
+                    "(*Kubelet).canAdmitPod")
+
+
+@dataclasses.dataclass
+class Goroutine:
+    id: int
+    state: str
+    wait_minutes: int | None
+    frames: list[str]
+
+    def has(self, needles: Sequence[str]) -> bool:
+        return any(n in f for f in self.frames for n in needles)
+
+    @property
+    def call(self) -> str:
+        text = "\n".join(self.frames)
+        if "GetPreferredAllocation" in text:
+            return "GetPreferredAllocation"
+        if "PreStartContainer" in text or "preStartContainer" in text:
+            return "PreStartContainer"
+        if ").Allocate" in text or ").allocate" in text:
+            return "Allocate"
+        return "device manager"
+
+
+def parse_dump(text: str) -> list[Goroutine]:
+    """Parse `debug=2` output: a header line per goroutine, then function/file line pairs."""
+    out: list[Goroutine] = []
+    cur: Goroutine | None = None
+    for line in text.splitlines():
+        m = _HEADER.match(line)
+        if m:
+            state = m.group(2)
+            mm = _MINUTES.search(state)
+            cur = Goroutine(int(m.group(1)), state.split(",")[0].strip(),
+                            int(mm.group(1)) if mm else None, [])
+            out.append(cur)
+            continue
+        if cur is None or not line.strip():
+            continue
+        if line.startswith(("\t", " ")):
+            continue  # file:line +0x.. of the previous function
+        cur.frames.append(line.strip())
+    return out
+
+
+def device_plugin_waits(goroutines: Sequence[Goroutine]) -> list[Goroutine]:
+    return [g for g in goroutines if g.has(DEVICE_FRAMES)]
+
+
+def parse_healthz(text: str) -> dict[str, Any]:
+    """`/healthz?verbose`: [+]name ok / [-]name failed: reason ..."""
+    ok, failed = [], []
+    for line in text.splitlines():
+        line = line.strip()
+        if line.startswith("[+]"):
+            ok.append(line[3:].split(" ")[0])
+        elif line.startswith("[-]"):
+            failed.append(line[3:].split(" ")[0])
+    return {"ok": ok, "failed": failed,
+            "passed": "healthz check passed" in text and not failed}
+
+
+def analyze(node_name: str, dump_text: str,
+            healthz: Mapping[str, Any] | None = None) -> list[Finding]:
+    goroutines = parse_dump(dump_text)
+    waits = device_plugin_waits(goroutines)
+    if not waits:
+        return []
+    longest = max((g.wait_minutes or 0) for g in waits)
+    by_call: dict[str, int] = {}
+    for g in waits:
+        by_call[g.call] = by_call.get(g.call, 0) + 1
+    in_sync_loop = sum(1 for g in waits if g.has(SYNC_LOOP_FRAMES))
+    evidence: dict[str, Any] = {
+        "goroutines": len(waits),
+        "longest_wait_min": longest,
+        "calls": by_call,
+        "in_sync_loop": in_sync_loop,
+        "total_goroutines": len(goroutines),
+        "examples": [{"goroutine": g.id, "state": g.state, "wait_min": g.wait_minutes,
+                      "top": [f for f in g.frames if "devicemanager" in f
+                              or "deviceplugin" in f][:3]} for g in waits[:3]],
+    }
+    if healthz is not None:
+        evidence["healthz_failed"] = list(healthz.get("failed") or ())
+    calls = ", ".join(f"{n} in {c}" for c, n in sorted(by_call.items()))
+    if longest >= 1:
+        severity = "critical"
+        title = (f"{len(waits)} kubelet goroutine(s) wait in device plugin calls ({calls}), "
+                 f"the longest for {longest} min")
+    else:
+        severity = "info"
+        title = f"{len(waits)} kubelet goroutine(s) in device plugin calls ({calls}) right now"
+    if in_sync_loop:
+        title += "; the pod sync loop is among them, so no pod on this node can be admitted"
+    remediation = (
+        "kubelet calls the device plugin without a timeout, so a plugin that hangs (typically "
+        "in nvmlInit) wedges pod admission. Find out why the plugin hangs: run "
+        "`kubectl gpu-doctor local` on the node (deviceplugin.blocked_in_nvml, nvml.init_hang, "
+        "driver.known_bad). Restarting the plugin pod releases the waiting goroutines until "
+        "the next call hangs.")
+    return [catalog.make("kubelet.blocked_in_device_plugin", severity, f"node/{node_name}",
+                         title, evidence, remediation, REFS)]
+
+
+def unavailable(node_name: str, status: int | None, message: str) -> Finding:
+    """kubelet.goroutines_unavailable: say what would have made the dump readable."""
+    if status == 403:
+        why = "forbidden by RBAC"
+        fix = ("Grant `get` on the `nodes/proxy` subresource (ClusterRole rule: apiGroups [\"\"], "
+               "resources [\"nodes/proxy\"], verbs [\"get\"]) to read the kubelet's goroutine "
+               "dump, /configz and /healthz through the API server. nodes/proxy is powerful "
+               "(it reaches the kubelet API); grant it to on-call humans, not to workloads.")
+    elif status in (404, 501):
+        why = "the kubelet does not serve it (debugging or profiling handlers disabled)"
+        fix = ("The kubelet serves /debug/pprof only with enableDebuggingHandlers: true and "
+               "enableProfilingHandler: true (defaults). Without it, use "
+               "`kubectl gpu-doctor local` on the node.")
+    else:
+        why = f"the kubelet did not answer ({status or 'no status'})"
+        fix = "Retry, or run `kubectl gpu-doctor local` on the node."
+    return catalog.make(
+        "kubelet.goroutines_unavailable", "info", f"node/{node_name}",
+        f"kubelet goroutine dump not readable: {why}",
+        {"status": status, "message": message[:300],
+         "path": f"/api/v1/nodes/{node_name}/proxy/debug/pprof/goroutine?debug=2",
+         "needs": "get nodes/proxy"},
+        fix, ("https://kubernetes.io/docs/reference/access-authn-authz/kubelet-authn-authz/",))

@@ -1,0 +1,124 @@
+"""pod.pending_explained / pod.admission_error: why this pod is not running, in one finding.
+
+Why: `kubectl describe pod` shows conditions and events, but the on-call engineer has to know
+that "Pending with only Scheduled" means the kubelet never admitted it (seed 000), that
+`UnexpectedAdmissionError` means the kubelet's device manager rejected it, and that
+`device number not matched` is HAMi's scheduler and device plugin disagreeing (seed 003).
+
+Pure function over the raw Pod and its events; no I/O.
+"""
+from __future__ import annotations
+
+import datetime as dt
+from typing import Any, Mapping, Sequence
+
+from node_probe import catalog
+from node_probe.protocol import Finding
+
+from .admission import untouched_pending
+from .common import event_source, event_time, fmt_duration, gpu_requests, pod_ref
+
+IMAGE_REASONS = ("ErrImagePull", "ImagePullBackOff", "InvalidImageName", "ErrImageNeverPull")
+ADMISSION_MARKERS = ("UnexpectedAdmissionError", "device number not matched",
+                     "Allocate failed", "GetPreferredAllocation", "OutOf")
+
+
+def _sorted_events(events: Sequence[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
+    epoch = dt.datetime(1970, 1, 1, tzinfo=dt.timezone.utc)
+    return sorted(events, key=lambda e: event_time(e) or epoch)
+
+
+def _ev_brief(e: Mapping[str, Any]) -> dict:
+    return {"type": e.get("type"), "reason": e.get("reason"), "from": event_source(e),
+            "count": e.get("count") or (e.get("series") or {}).get("count") or 1,
+            "message": str(e.get("message") or "")[:300]}
+
+
+def analyze_pod(pod: Mapping[str, Any], events: Sequence[Mapping[str, Any]],
+                now: dt.datetime, stall_threshold_s: float = 120.0) -> list[Finding]:
+    md, spec, st = pod.get("metadata") or {}, pod.get("spec") or {}, pod.get("status") or {}
+    subject = f"pod/{pod_ref(pod)}"
+    evs = _sorted_events(events)
+    brief = [_ev_brief(e) for e in evs][-8:]
+    phase = st.get("phase") or "Pending"
+    gpu = gpu_requests(pod)
+    base = {"phase": phase, "node": spec.get("nodeName"), "gpu": gpu or None, "events": brief}
+    out: list[Finding] = []
+
+    # The kubelet rejected the pod at admission.
+    adm_texts = [str(st.get("reason") or ""), str(st.get("message") or "")] + [
+        f"{e.get('reason', '')} {e.get('message', '')}" for e in evs
+        if e.get("type") == "Warning"]
+    hit = next((t for t in adm_texts if any(m in t for m in ADMISSION_MARKERS)), None)
+    if hit:
+        hami = "device number not matched" in hit
+        out.append(catalog.make(
+            "pod.admission_error", "critical", subject,
+            "the kubelet rejected the pod at admission: " + " ".join(hit.split())[:200],
+            dict(base, reason=st.get("reason"), message=st.get("message")),
+            ("HAMi's scheduler annotations and the device plugin disagree about the devices "
+             "(stale hami.io/node-handshake or a failed allocation); see hami.* findings for "
+             "the node. Delete the pod so its controller recreates it once fixed."
+             if hami else
+             "The kubelet's device manager refused the pod (the device plugin failed Allocate "
+             "or had no healthy device). A pod that failed admission is not retried: delete it "
+             "so its controller recreates it, after fixing the node (see the node findings)."),
+            ("https://kubernetes.io/docs/concepts/extend-kubernetes/compute-storage-net/device-plugins/",)))
+        return out
+
+    if phase != "Pending":
+        return out
+
+    if not spec.get("nodeName"):
+        sched = [e for e in evs if e.get("reason") == "FailedScheduling"]
+        msg = (sched[-1].get("message") if sched else None) or next(
+            (c.get("message") for c in st.get("conditions") or ()
+             if c.get("type") == "PodScheduled" and c.get("status") == "False"), "")
+        out.append(catalog.make(
+            "pod.pending_explained", "warning", subject,
+            "not scheduled yet: " + (" ".join(str(msg).split())[:220] or "no scheduler event"),
+            dict(base, scheduler_message=msg),
+            "The scheduler found no node that fits. For GPU pods check `kubectl describe node` "
+            "allocatable nvidia.com/* (node.gpu_capacity_mismatch), taints and node selectors.",
+            ()))
+        return out
+
+    waited = untouched_pending(pod, evs, now)
+    if waited is not None:
+        stalled = waited >= stall_threshold_s
+        out.append(catalog.make(
+            "pod.pending_explained", "critical" if stalled else "info", subject,
+            f"bound to {spec.get('nodeName')} {fmt_duration(waited)} ago but the kubelet has "
+            f"not acted on it (only the scheduler's event)"
+            + ("; see kubelet.admission_stalled" if stalled else ""),
+            dict(base, waiting_s=round(waited), caused_by="kubelet.admission_stalled"
+                 if stalled else None),
+            "The kubelet on the node is not admitting pods; the node findings say why "
+            "(kubelet.admission_stalled, kubelet.blocked_in_device_plugin).", ()))
+        return out
+
+    waiting = []
+    for cs in list(st.get("initContainerStatuses") or ()) + list(st.get("containerStatuses") or ()):
+        w = (cs.get("state") or {}).get("waiting")
+        if w and w.get("reason") not in (None, "ContainerCreating", "PodInitializing"):
+            waiting.append({"container": cs.get("name"), "reason": w.get("reason"),
+                            "message": str(w.get("message") or "")[:300]})
+    warnings = [e for e in evs if e.get("type") == "Warning"]
+    if waiting:
+        w = waiting[0]
+        image = w["reason"] in IMAGE_REASONS
+        out.append(catalog.make(
+            "pod.pending_explained", "warning", subject,
+            f"container {w['container']} waits: {w['reason']}"
+            + (f" ({' '.join(w['message'].split())[:160]})" if w["message"] else ""),
+            dict(base, waiting=waiting),
+            ("The image cannot be pulled: check the name/tag, the registry's reachability from "
+             "the node and imagePullSecrets." if image else
+             "See the container's waiting message and the pod events."), ()))
+    elif warnings:
+        e = warnings[-1]
+        out.append(catalog.make(
+            "pod.pending_explained", "warning", subject,
+            f"{e.get('reason')}: {' '.join(str(e.get('message') or '').split())[:200]}",
+            base, "See the pod events; the node findings may explain them.", ()))
+    return out

@@ -1,0 +1,288 @@
+"""The debug pod: its manifest, and a lifecycle that always ends with the pod deleted.
+
+Why: the node probe needs the host's /proc, /dev, cgroups, kernel headers and tracefs, so it runs
+in one short-lived privileged pod pinned to the node with `nodeName` (no scheduler: a node
+whose GPU resources are broken still gets it). Everything a careful operator would demand is in
+the manifest (DESIGN.md sections 2, 7, 9): no service-account token, a deadline the kubelet
+enforces even if this client dies, small requests/limits, labels `cleanup` can find, and
+read-only host mounts where the probe only reads.
+
+While the pod starts we explain what blocks it (image pull, PodSecurity, RBAC, a kubelet that
+never admits it), and the pod is deleted on every path: success, error, timeout, Ctrl-C, SIGTERM.
+"""
+from __future__ import annotations
+
+import datetime as dt
+import secrets
+import time
+from typing import Any, Callable, Iterator, Mapping, Sequence
+
+from node_probe import __version__
+
+from . import errors
+from .kube import ApiStatus, Kube, raise_for
+
+DEFAULT_IMAGE_REPO = "ghcr.io/gpu-doctor/gpu-doctor-probe"
+DEFAULT_IMAGE = f"{DEFAULT_IMAGE_REPO}:{__version__}"
+APP_LABEL = "app.kubernetes.io/name"
+APP_NAME = "gpu-doctor"
+RUN_LABEL = "gpu-doctor/run-id"
+NODE_LABEL = "gpu-doctor/node"
+CONTAINER = "probe"
+IMAGE_PULL_REASONS = ("ErrImagePull", "ImagePullBackOff", "InvalidImageName",
+                      "ErrImageNeverPull")
+FATAL_WAIT_REASONS = ("CreateContainerConfigError", "CreateContainerError", "RunContainerError")
+# host path -> (mount path, read only). The probe reads the host under /host; BCC needs the
+# host's kernel modules and headers at their own paths, tracefs under /sys/kernel/debug.
+HOST_MOUNTS = (
+    ("host-root", "/", "/host", True),
+    ("modules", "/lib/modules", "/lib/modules", True),
+    ("usr-src", "/usr/src", "/usr/src", True),
+    ("cgroup", "/sys/fs/cgroup", "/sys/fs/cgroup", False),  # the v2 access test joins cgroups
+    ("dev", "/dev", "/dev", False),
+    ("debugfs", "/sys/kernel/debug", "/sys/kernel/debug", False),
+)
+
+
+def new_run_id() -> str:
+    return secrets.token_hex(4)
+
+
+def pod_name(node: str, run_id: str) -> str:
+    base = "gpu-doctor-" + "".join(ch if ch.isalnum() or ch == "-" else "-"
+                                   for ch in node.lower())
+    return f"{base[:63 - len(run_id) - 1].rstrip('-')}-{run_id}"
+
+
+def label_value(text: str) -> str:
+    """A valid label value (<= 63 chars, alnum at both ends) from a node name."""
+    v = "".join(ch if ch.isalnum() or ch in "-_." else "-" for ch in text)[:63]
+    return v.strip("-_.") or "node"
+
+
+def probe_args(timeout_s: float, trace_s: float, node: str,
+               focus_pods: Sequence[str] = (), extra: Sequence[str] = ()) -> list[str]:
+    args = ["python3", "-m", "node_probe", "-o", "jsonl", "--host-root", "/host",
+            "--timeout", f"{timeout_s:g}", "--trace-seconds", f"{trace_s:g}",
+            "--target-name", node]
+    for uid in focus_pods:
+        args += ["--focus-pod", uid]
+    return args + list(extra)
+
+
+def manifest(node: str, namespace: str, run_id: str, image: str = DEFAULT_IMAGE,
+             timeout_s: float = 30.0, trace_s: float = 5.0, focus_pods: Sequence[str] = (),
+             deadline_s: int | None = None, extra_args: Sequence[str] = ()) -> dict:
+    """The Pod manifest (a plain dict, validated against the API schema in tests)."""
+    deadline = int(deadline_s or max(120, timeout_s * 3 + 60))
+    volumes, mounts = [], []
+    for name, host_path, mount_path, ro in HOST_MOUNTS:
+        volumes.append({"name": name, "hostPath": {"path": host_path}})
+        m = {"name": name, "mountPath": mount_path, "readOnly": ro}
+        if name == "host-root":
+            # see the host's later mounts (containerized driver under /run/nvidia/driver)
+            m["mountPropagation"] = "HostToContainer"
+        mounts.append(m)
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "name": pod_name(node, run_id),
+            "namespace": namespace,
+            "labels": {APP_LABEL: APP_NAME, RUN_LABEL: run_id, NODE_LABEL: label_value(node),
+                       "app.kubernetes.io/component": "node-probe",
+                       "app.kubernetes.io/version": __version__},
+            "annotations": {"gpu-doctor/node": node,
+                            "gpu-doctor/purpose": "read-only GPU node diagnosis; "
+                                                  "deleted by the client when done"},
+        },
+        "spec": {
+            "nodeName": node,
+            "restartPolicy": "Never",
+            "activeDeadlineSeconds": deadline,
+            "terminationGracePeriodSeconds": 5,
+            "automountServiceAccountToken": False,
+            "enableServiceLinks": False,
+            "hostPID": True,
+            "hostNetwork": True,
+            "dnsPolicy": "ClusterFirstWithHostNet",
+            "tolerations": [{"operator": "Exists"}],
+            "containers": [{
+                "name": CONTAINER,
+                "image": image,
+                "imagePullPolicy": "IfNotPresent",
+                "command": probe_args(timeout_s, trace_s, node, focus_pods, extra_args),
+                "securityContext": {"privileged": True, "runAsUser": 0},
+                "resources": {"requests": {"cpu": "50m", "memory": "128Mi"},
+                              "limits": {"cpu": "1", "memory": "384Mi"}},
+                "volumeMounts": mounts,
+                "env": [{"name": "PYTHONUNBUFFERED", "value": "1"}],
+            }],
+            "volumes": volumes,
+        },
+    }
+
+
+def _strip_none(obj: Any) -> Any:
+    if isinstance(obj, dict):
+        return {k: _strip_none(v) for k, v in obj.items() if v is not None}
+    if isinstance(obj, list):
+        return [_strip_none(v) for v in obj]
+    return obj
+
+
+class PodNeverStarted(Exception):
+    """The pod stayed Pending (kubelet never admitted it) until the start timeout."""
+
+    def __init__(self, waited_s: float, pod: Mapping[str, Any]) -> None:
+        super().__init__(f"debug pod not started after {waited_s:.0f}s")
+        self.waited_s = waited_s
+        self.pod = pod
+
+
+class DebugPod:
+    """Create -> wait Running -> follow the log -> delete (always)."""
+
+    def __init__(self, kube: Kube, body: Mapping[str, Any],
+                 say: Callable[[str], None] = lambda s: None) -> None:
+        self.kube = kube
+        self.body = _strip_none(dict(body))
+        self.namespace = self.body["metadata"]["namespace"]
+        self.name = self.body["metadata"]["name"]
+        self.node = self.body["spec"]["nodeName"]
+        self.say = say
+        self.created = False
+        self.deleted = False
+        self.last: dict = {}
+
+    @property
+    def path(self) -> str:
+        return f"/api/v1/namespaces/{self.namespace}/pods/{self.name}"
+
+    def create(self) -> None:
+        try:
+            self.kube.post_json(f"/api/v1/namespaces/{self.namespace}/pods", self.body)
+        except ApiStatus as exc:
+            msg = exc.message
+            if exc.status == 403 and "PodSecurity" in msg:
+                raise errors.PodSecurityRejected(
+                    f"Pod Security admission rejected the debug pod in namespace "
+                    f"{self.namespace} ({_first_clause(msg)}); allow privileged pods there with "
+                    f"`kubectl label ns {self.namespace} "
+                    f"pod-security.kubernetes.io/enforce=privileged` or pass -n with a "
+                    f"namespace that allows them") from None
+            if exc.status == 403:
+                raise errors.Forbidden(
+                    f"not allowed to create pods in namespace {self.namespace}: "
+                    f"{_first_clause(msg)}; the debug pod needs `create`, `get`, `delete` on "
+                    f"pods and `get` on pods/log") from None
+            if exc.status == 404:
+                raise errors.NotFound(f"namespace {self.namespace} not found") from None
+            if exc.status == 409:
+                raise errors.LaunchFailed(f"a pod named {self.name} already exists") from None
+            raise_for(exc, f"debug pod {self.namespace}/{self.name}")
+        self.created = True
+        self.say(f"created debug pod {self.namespace}/{self.name} on {self.node}")
+
+    def wait_running(self, timeout_s: float, poll_s: float = 1.0,
+                     cancelled: Callable[[], bool] = lambda: False) -> dict:
+        """Poll until the container runs (or already ended). Explains what blocks it."""
+        start = time.monotonic()
+        said: set[str] = set()
+        while True:
+            try:
+                pod = self.kube.get_json(self.path, timeout=10)
+            except ApiStatus as exc:
+                if exc.status == 404:
+                    raise errors.LaunchFailed(
+                        f"debug pod {self.name} disappeared before it ran (deleted, or evicted "
+                        f"by activeDeadlineSeconds)") from None
+                raise_for(exc, f"debug pod {self.name}")
+            self.last = pod
+            st = pod.get("status") or {}
+            phase = st.get("phase") or "Pending"
+            if phase in ("Succeeded", "Failed"):
+                cs = _container_status(pod)
+                if phase == "Failed" and not cs:
+                    raise errors.LaunchFailed(
+                        f"the kubelet refused the debug pod: {st.get('reason') or 'Failed'}: "
+                        f"{' '.join(str(st.get('message') or '').split())[:200]}")
+                return pod
+            cs = _container_status(pod)
+            state = (cs or {}).get("state") or {}
+            if "running" in state or "terminated" in state:
+                return pod
+            waiting = state.get("waiting") or {}
+            reason = waiting.get("reason") or ""
+            if reason in IMAGE_PULL_REASONS:
+                image = self.body["spec"]["containers"][0]["image"]
+                raise errors.ImagePullFailed(
+                    f"the node cannot pull the probe image {image}: {reason}: "
+                    f"{' '.join(str(waiting.get('message') or '').split())[:200]}",
+                    hint="push it to a registry the node can reach and pass --image")
+            if reason in FATAL_WAIT_REASONS:
+                raise errors.LaunchFailed(
+                    f"debug pod cannot start: {reason}: "
+                    f"{' '.join(str(waiting.get('message') or '').split())[:200]}")
+            key = reason or phase
+            if key not in said:
+                said.add(key)
+                self.say(f"debug pod {phase}{' (' + reason + ')' if reason else ''}")
+            waited = time.monotonic() - start
+            if waited >= timeout_s:
+                raise PodNeverStarted(waited, pod)
+            if cancelled():
+                raise errors.Interrupted("interrupted")
+            time.sleep(min(poll_s, max(0.05, timeout_s - waited)))
+
+    def follow_log(self, read_timeout_s: float) -> Iterator[bytes]:
+        try:
+            yield from self.kube.stream(
+                f"{self.path}/log", [("container", CONTAINER), ("follow", "true")],
+                read_timeout=read_timeout_s)
+        except ApiStatus as exc:
+            if exc.status == 403:
+                raise errors.Forbidden(
+                    f"not allowed to read the debug pod's log: {_first_clause(exc.message)}; "
+                    f"the plugin needs `get` on pods/log") from None
+            raise_for(exc, f"log of debug pod {self.name}")
+
+    def delete(self, timeout_s: float = 5.0) -> bool:
+        """Delete with grace 0. Idempotent; never raises (it runs in finally and handlers)."""
+        if self.deleted or not self.created:
+            return self.deleted
+        try:
+            self.kube.request("DELETE", self.path, [("gracePeriodSeconds", "0")],
+                              timeout=timeout_s)
+            self.deleted = True
+        except ApiStatus as exc:
+            self.deleted = exc.status == 404
+        except Exception:  # noqa: BLE001 - reported by the caller via `deleted`
+            self.deleted = False
+        return self.deleted
+
+
+def _container_status(pod: Mapping[str, Any]) -> dict | None:
+    for cs in (pod.get("status") or {}).get("containerStatuses") or ():
+        if cs.get("name") == CONTAINER:
+            return cs
+    return None
+
+
+def _first_clause(msg: str) -> str:
+    text = " ".join(str(msg).split())
+    return text[:240]
+
+
+def list_leftovers(kube: Kube, namespace: str | None) -> list[dict]:
+    path = "/api/v1/pods" if namespace is None else f"/api/v1/namespaces/{namespace}/pods"
+    try:
+        doc = kube.get_json(path, [("labelSelector", f"{APP_LABEL}={APP_NAME},{RUN_LABEL}")])
+    except ApiStatus as exc:
+        raise_for(exc, "gpu-doctor pods")
+    return list(doc.get("items") or ())
+
+
+def pod_age_s(pod: Mapping[str, Any], now: dt.datetime) -> float | None:
+    from .analysis.common import age_s
+    return age_s((pod.get("metadata") or {}).get("creationTimestamp"), now)

@@ -1,0 +1,335 @@
+"""`node X` and `pod Y`: API-side collection + analysis, then the node probe in a debug pod.
+
+Why this order: the API side needs no pod on the node and answers in about a second, and it is
+the only view that still works when the kubelet admits nothing (seed 000). So it runs first
+and its findings are shown at once; then the debug pod runs the node probe, whose records are
+merged into the same report. If the debug pod never starts, that is reported as a consequence
+of what the API side found (probe.pod_not_started), not as a failure of the tool.
+"""
+from __future__ import annotations
+
+import concurrent.futures as cf
+import dataclasses
+import datetime as dt
+import time
+from typing import Any, Callable, Mapping
+
+from node_probe import catalog
+from node_probe.protocol import Finding
+
+from . import analysis, debugpod, errors, stream
+from .analysis import admission, goroutines, kubelet_config, pod_status
+from .analysis.common import pod_ref
+from .kube import ApiStatus, Kube, raise_for
+from .output import Output
+
+MAX_EVENT_LOOKUPS = 20
+PROXY_TIMEOUT_S = 10.0
+
+
+@dataclasses.dataclass
+class Settings:
+    namespace: str = "default"
+    image: str = debugpod.DEFAULT_IMAGE
+    timeout_s: float = 60.0          # node probe deadline (passed to the probe)
+    trace_s: float = 5.0
+    start_timeout_s: float = 60.0    # how long to wait for the debug pod to run
+    stall_threshold_s: float = admission.DEFAULT_THRESHOLD_S
+    probe: bool = True               # False: API-side analysis only
+    probe_args: tuple[str, ...] = ()
+    concurrency: int = 8
+
+
+@dataclasses.dataclass
+class NodeView:
+    node: dict
+    pods: list[dict]
+    lease: dict | None
+    kubelet_cfg: dict | None
+    findings: list[Finding]
+
+
+def now_utc() -> dt.datetime:
+    return dt.datetime.now(dt.timezone.utc)
+
+
+def _timed(out: Output, check_id: str, fn: Callable[[], Any]) -> Any:
+    t0 = time.monotonic()
+    try:
+        val = fn()
+    except ApiStatus as exc:
+        out.check(check_id, "error", time.monotonic() - t0, f"{exc.status}: {exc.message}")
+        raise
+    except errors.GpuDoctorError as exc:
+        out.check(check_id, "error", time.monotonic() - t0, exc.one_line())
+        raise
+    out.check(check_id, "ok", time.monotonic() - t0)
+    return val
+
+
+def get_node(kube: Kube, name: str) -> dict:
+    try:
+        return kube.get_json(f"/api/v1/nodes/{name}")
+    except ApiStatus as exc:
+        if exc.status == 403:
+            raise errors.Forbidden(f"forbidden to get node {name}: {exc.message}") from None
+        raise_for(exc, f"node {name}")
+    raise AssertionError("unreachable")
+
+
+def get_pod(kube: Kube, namespace: str, name: str) -> dict:
+    try:
+        return kube.get_json(f"/api/v1/namespaces/{namespace}/pods/{name}")
+    except ApiStatus as exc:
+        if exc.status == 403:
+            raise errors.Forbidden(f"forbidden to get pod {namespace}/{name}: "
+                                   f"{exc.message}") from None
+        raise_for(exc, f"pod {namespace}/{name}")
+    raise AssertionError("unreachable")
+
+
+def pod_events(kube: Kube, pod: Mapping[str, Any]) -> list[dict]:
+    md = pod.get("metadata") or {}
+    doc = kube.get_json(f"/api/v1/namespaces/{md.get('namespace')}/events",
+                        [("fieldSelector", f"involvedObject.uid={md.get('uid')}")])
+    return list(doc.get("items") or ())
+
+
+def collect_node(kube: Kube, name: str, settings: Settings, out: Output,
+                 node: dict | None = None) -> NodeView:
+    """Everything the API server knows about one node, analysed. Degrades on partial RBAC."""
+    t0 = time.monotonic()
+    node = node or _timed(out, "api.node", lambda: get_node(kube, name))
+    now = now_utc()
+    proxy = f"/api/v1/nodes/{name}/proxy"
+    with cf.ThreadPoolExecutor(max_workers=5, thread_name_prefix="api") as pool:
+        f_pods = pool.submit(kube.get_json, "/api/v1/pods",
+                             [("fieldSelector", f"spec.nodeName={name}")])
+        f_lease = pool.submit(kube.get_json,
+                              f"/apis/coordination.k8s.io/v1/namespaces/kube-node-lease/"
+                              f"leases/{name}")
+        f_configz = pool.submit(kube.get_json, f"{proxy}/configz", None, PROXY_TIMEOUT_S)
+        f_gr = pool.submit(kube.get_text, f"{proxy}/debug/pprof/goroutine", [("debug", "2")],
+                           PROXY_TIMEOUT_S)
+        f_health = pool.submit(kube.get_text, f"{proxy}/healthz", [("verbose", "1")],
+                               PROXY_TIMEOUT_S)
+        pods = _result(out, "api.pods", f_pods, t0)
+        pods = list((pods or {}).get("items") or ())
+        lease = _result(out, "api.lease", f_lease, t0, quiet_404=True)
+        # events only for pods that look untouched or overdue: a handful of calls at most
+        candidates = [p for p in pods
+                      if admission.untouched_pending(p, (), now) is not None
+                      or admission.overdue_terminating(p, now) is not None][:MAX_EVENT_LOOKUPS]
+        ev_futs = {pool.submit(pod_events, kube, p): p for p in candidates}
+        index: dict[str, list] = {}
+        events_known = True
+        for fut, p in ev_futs.items():
+            try:
+                index[(p.get("metadata") or {}).get("uid", "")] = fut.result()
+            except (ApiStatus, errors.GpuDoctorError) as exc:
+                events_known = False
+                out.log("warning", f"cannot read events of {pod_ref(p)}: {_why(exc)}")
+        configz = _result(out, "api.kubelet_configz", f_configz, t0, quiet=True)
+        cfg = kubelet_config.extract(configz)
+        health_text = _result(out, "api.kubelet_healthz", f_health, t0, quiet=True,
+                              healthz=True)
+        health = goroutines.parse_healthz(health_text) if health_text else None
+        gr_text, gr_err = None, None
+        try:
+            gr_text = f_gr.result()
+            out.check("api.kubelet_goroutines", "ok", time.monotonic() - t0)
+        except ApiStatus as exc:
+            gr_err = exc
+            out.check("api.kubelet_goroutines", "skipped", time.monotonic() - t0,
+                      f"{exc.status}: {exc.message[:120]}")
+        except errors.GpuDoctorError as exc:
+            out.check("api.kubelet_goroutines", "error", time.monotonic() - t0,
+                      exc.one_line())
+    findings, errs = analysis.node_objects(node, pods, index, lease, now,
+                                           threshold_s=settings.stall_threshold_s,
+                                           kubelet_cfg=cfg, events_known=events_known)
+    for e in errs:
+        out.log("warning" if "failed" in e else "debug", e)
+    findings += kubelet_config.analyze(name, cfg)
+    if gr_text is not None:
+        findings += goroutines.analyze(name, gr_text, health)
+    elif gr_err is not None:
+        findings.append(goroutines.unavailable(name, gr_err.status, gr_err.message))
+    return NodeView(node, pods, lease, cfg, findings)
+
+
+def _why(exc: BaseException) -> str:
+    if isinstance(exc, ApiStatus):
+        return f"{exc.status} {exc.message[:160]}"
+    if isinstance(exc, errors.GpuDoctorError):
+        return exc.one_line()
+    return str(exc)
+
+
+def _result(out: Output, check_id: str, fut: cf.Future, t0: float, quiet: bool = False,
+            quiet_404: bool = False, healthz: bool = False) -> Any:
+    try:
+        val = fut.result()
+    except ApiStatus as exc:
+        if healthz and exc.status == 500 and exc.body:
+            # /healthz?verbose answers 500 with the per-check lines when a check fails
+            out.check(check_id, "ok", time.monotonic() - t0, "unhealthy")
+            return exc.body
+        status = "skipped" if (quiet or (quiet_404 and exc.status == 404)) else "error"
+        out.check(check_id, status, time.monotonic() - t0, f"{exc.status}: {exc.message[:160]}")
+        if status == "error":
+            out.log("warning", f"{check_id}: {exc.status} {exc.message[:200]}")
+        return None
+    except errors.GpuDoctorError as exc:
+        out.check(check_id, "error", time.monotonic() - t0, exc.one_line())
+        out.log("warning", f"{check_id}: {exc.one_line()}")
+        return None
+    out.check(check_id, "ok", time.monotonic() - t0)
+    return val
+
+
+# -- the node probe in a debug pod ---------------------------------------------------------
+
+def exec_candidates(pods: list[dict]) -> list[str]:
+    """Running privileged/hostPID pods on the node: a way in when no new pod can start."""
+    out = []
+    for p in pods:
+        spec, st = p.get("spec") or {}, p.get("status") or {}
+        if st.get("phase") != "Running":
+            continue
+        priv = spec.get("hostPID") or any(
+            ((c.get("securityContext") or {}).get("privileged")) for c in spec.get("containers") or ())
+        if priv:
+            out.append(pod_ref(p))
+    return out[:3]
+
+
+def run_probe(kube: Kube, view: NodeView, settings: Settings, out: Output,
+              focus_pods: tuple[str, ...] = (), cancelled: Callable[[], bool] = lambda: False,
+              on_pod: Callable[[debugpod.DebugPod | None], None] = lambda p: None) -> None:
+    name = view.node["metadata"]["name"]
+    run_id = debugpod.new_run_id()
+    body = debugpod.manifest(name, settings.namespace, run_id, settings.image,
+                             settings.timeout_s, settings.trace_s, focus_pods,
+                             extra_args=settings.probe_args)
+    pod = debugpod.DebugPod(kube, body, say=out.say)
+    on_pod(pod)
+    stalled = [f for f in out.report.findings
+               if f.id in ("kubelet.admission_stalled", "kubelet.blocked_in_device_plugin")
+               and f.severity.value in ("critical", "warning")]
+    t0 = time.monotonic()
+    try:
+        pod.create()
+        try:
+            pod.wait_running(settings.start_timeout_s, cancelled=cancelled)
+        except debugpod.PodNeverStarted as exc:
+            _pod_not_started(out, name, pod, exc, stalled, view)
+            out.check("node.probe", "skipped", time.monotonic() - t0, "debug pod never started")
+            return
+        out.say(f"probe running on {name}; following its output")
+        deadline = time.monotonic() + settings.timeout_s + 30
+        got_summary = False
+        for rec in stream.records(pod.follow_log(read_timeout_s=settings.timeout_s + 30)):
+            out.node_record(rec)
+            if rec.get("kind") == "summary":
+                got_summary = True
+            if time.monotonic() > deadline:
+                out.mark_incomplete("the probe ran past its deadline")
+                break
+        if not got_summary:
+            reason = _terminated_reason(kube, pod)
+            out.mark_incomplete("the probe's output ended without a summary"
+                                + (f" ({reason})" if reason else ""))
+        out.check("node.probe", "ok" if got_summary else "error", time.monotonic() - t0)
+    finally:
+        if pod.created:
+            if pod.delete():
+                out.say(f"deleted debug pod {pod.namespace}/{pod.name}")
+            else:
+                out.log("warning", f"could not delete debug pod {pod.namespace}/{pod.name}; "
+                                   f"run `kubectl gpu-doctor cleanup`")
+        on_pod(None)
+
+
+def _terminated_reason(kube: Kube, pod: debugpod.DebugPod) -> str:
+    try:
+        p = kube.get_json(pod.path, timeout=5)
+    except (ApiStatus, errors.GpuDoctorError):
+        return ""
+    cs = debugpod._container_status(p) or {}
+    t = (cs.get("state") or {}).get("terminated") or {}
+    if t:
+        return f"container {t.get('reason', 'terminated')}, exit code {t.get('exitCode')}"
+    st = p.get("status") or {}
+    return str(st.get("reason") or "")
+
+
+def _pod_not_started(out: Output, node: str, pod: debugpod.DebugPod,
+                     exc: debugpod.PodNeverStarted, stalled: list[Finding],
+                     view: NodeView) -> None:
+    st = exc.pod.get("status") or {}
+    untouched = admission.untouched_pending(exc.pod, (), now_utc()) is not None
+    ways = [f"ssh {node} and run `kubectl-gpu_doctor local` (or `python3 -m node_probe`)"]
+    for ref in exec_candidates(view.pods):
+        ns, pname = ref.split("/", 1)
+        ways.append(f"kubectl -n {ns} exec -it {pname} -- sh  (already running on the node)")
+    evidence = {"pod": f"{pod.namespace}/{pod.name}", "waited_s": round(exc.waited_s, 1),
+                "phase": st.get("phase") or "Pending", "kubelet_touched": not untouched,
+                "caused_by": [f.id for f in stalled] or None, "ways_in": ways}
+    if stalled:
+        title = (f"the debug pod did not start on {node} within {exc.waited_s:.0f}s, as "
+                 f"expected: the kubelet is not admitting pods ({', '.join(sorted({f.id for f in stalled}))})")
+        severity = "warning"
+    elif untouched:
+        title = (f"the kubelet on {node} did not act on the debug pod within "
+                 f"{exc.waited_s:.0f}s (no status, no events): pod admission looks stalled")
+        severity = "critical"
+    else:
+        cs = debugpod._container_status(exc.pod) or {}
+        waiting = ((cs.get("state") or {}).get("waiting") or {}).get("reason") or "Pending"
+        title = f"the debug pod did not start on {node} within {exc.waited_s:.0f}s ({waiting})"
+        severity = "warning"
+    out.finding(catalog.make(
+        "probe.pod_not_started", severity, f"node/{node}", title, evidence,
+        "The node-side checks could not run through a pod. Ways in that do not need a new "
+        "pod: " + "; ".join(ways) + ".",
+        ("https://kubernetes.io/docs/tasks/debug/debug-application/debug-pods/",)))
+    out.mark_incomplete("the debug pod never started, so node-side checks did not run")
+
+
+# -- the commands ----------------------------------------------------------------------------
+
+def diagnose_node(kube: Kube, name: str, settings: Settings, out: Output,
+                  cancelled: Callable[[], bool] = lambda: False,
+                  on_pod: Callable = lambda p: None) -> None:
+    node = get_node(kube, name)  # unknown node: one line, exit 3, before anything else
+    out.check("api.node", "ok", 0.0)
+    view = collect_node(kube, name, settings, out, node=node)
+    out.findings(view.findings)
+    if settings.probe:
+        run_probe(kube, view, settings, out, cancelled=cancelled, on_pod=on_pod)
+
+
+def diagnose_pod(kube: Kube, namespace: str, name: str, settings: Settings, out: Output,
+                 cancelled: Callable[[], bool] = lambda: False,
+                 on_pod: Callable = lambda p: None) -> None:
+    pod = get_pod(kube, namespace, name)
+    try:
+        evs = pod_events(kube, pod)
+        events_known = True
+    except ApiStatus as exc:
+        evs, events_known = [], False
+        out.log("warning", f"cannot read the pod's events: {exc.status} {exc.message[:160]}")
+    node_name = (pod.get("spec") or {}).get("nodeName")
+    out.report.target["node"] = node_name
+    view = None
+    if node_name:
+        view = collect_node(kube, node_name, settings, out)
+        out.findings(view.findings)
+    out.findings(pod_status.analyze_pod(pod, evs, now_utc(), settings.stall_threshold_s))
+    if not events_known:
+        out.mark_incomplete("the pod's events were not readable")
+    if view is not None and settings.probe:
+        uid = (pod.get("metadata") or {}).get("uid")
+        run_probe(kube, view, settings, out, focus_pods=(uid,) if uid else (),
+                  cancelled=cancelled, on_pod=on_pod)

@@ -1,0 +1,172 @@
+"""`nodes [-l SELECTOR]`: the API-side analysis of a whole fleet with a constant number of lists.
+
+Why: on a 1,000-node cluster an on-call engineer needs "which GPU nodes are sick, and how" in
+seconds. Per-node GETs would be thousands of calls; instead we LIST nodes, pods, events and node
+Leases once each (resourceVersion=0: served from the API server's watch cache, the cheapest
+list there is), group by node in memory and run the same pure analyses as `node X`. Only nodes
+the lists flag get per-node proxy calls (goroutine dump, healthz), with a concurrency limit.
+Raw bytes are json.loads'ed into dicts: the client's model deserialization is far too slow here.
+"""
+from __future__ import annotations
+
+import concurrent.futures as cf
+import time
+from typing import Any, Mapping
+
+from . import analysis, errors
+from .analysis import capacity, goroutines
+from .analysis.common import events_by_uid, node_is_ready
+from .diagnose import PROXY_TIMEOUT_S, Settings, now_utc
+from .kube import ApiStatus, Kube, raise_for
+from .output import Output
+
+FLAG_FOR_DUMP = ("kubelet.admission_stalled",)
+CACHED = ("resourceVersion", "0")
+
+
+def _list(kube: Kube, path: str, what: str, query: list | None = None,
+          required: bool = True) -> list[dict] | None:
+    try:
+        doc = kube.get_json(path, [CACHED] + list(query or ()), timeout=60)
+    except ApiStatus as exc:
+        if not required:
+            return None
+        if exc.status == 403:
+            raise errors.Forbidden(f"forbidden to list {what}: {exc.message}") from None
+        raise_for(exc, what)
+    return list(doc.get("items") or ())
+
+
+def scan(kube: Kube, selector: str | None, settings: Settings, out: Output,
+         all_nodes: bool = False) -> list[dict]:
+    """Analyse the selected nodes; return one summary row per node."""
+    t0 = time.monotonic()
+    q = [("labelSelector", selector)] if selector else []
+    nodes = _list(kube, "/api/v1/nodes", "nodes", q)
+    out.check("api.list_nodes", "ok", time.monotonic() - t0)
+    if not selector and not all_nodes:
+        nodes = [n for n in nodes if capacity.is_gpu_node(n)]
+    names = {(n.get("metadata") or {}).get("name") for n in nodes}
+    with cf.ThreadPoolExecutor(max_workers=3, thread_name_prefix="list") as pool:
+        f_pods = pool.submit(_list, kube, "/api/v1/pods", "pods")
+        f_events = pool.submit(_list, kube, "/api/v1/events", "events",
+                               [("fieldSelector", "involvedObject.kind=Pod")], False)
+        f_leases = pool.submit(_list, kube,
+                               "/apis/coordination.k8s.io/v1/namespaces/kube-node-lease/leases",
+                               "node leases", None, False)
+        pods, events, leases = f_pods.result(), f_events.result(), f_leases.result()
+    out.check("api.list_pods_events_leases", "ok", time.monotonic() - t0)
+    if events is None:
+        out.log("warning", "events not readable; stalled pods judged from their status only")
+    if leases is None:
+        out.log("warning", "node Leases not readable; cannot tell whether kubelets renew them")
+    by_node: dict[str, list[dict]] = {n: [] for n in names}
+    for p in pods:
+        nn = (p.get("spec") or {}).get("nodeName")
+        if nn in by_node:
+            by_node[nn].append(p)
+    ev_index = events_by_uid(events or ())
+    lease_by = {(le.get("metadata") or {}).get("name"): le for le in leases or ()}
+    now = now_utc()
+    rows, flagged = [], []
+    for n in sorted(nodes, key=lambda n: n["metadata"]["name"]):
+        name = n["metadata"]["name"]
+        node_pods = by_node.get(name, [])
+        idx = {p["metadata"].get("uid"): ev_index.get(p["metadata"].get("uid"), [])
+               for p in node_pods if p.get("metadata")}
+        fs, errs = analysis.node_objects(n, node_pods, idx, lease_by.get(name), now,
+                                         threshold_s=settings.stall_threshold_s,
+                                         events_known=events is not None)
+        for e in errs:
+            if "failed" in e:
+                out.log("warning", f"{name}: {e}")
+        out.findings(fs)
+        if any(f.id in FLAG_FOR_DUMP for f in fs):
+            flagged.append(name)
+        rows.append(_row(n, node_pods, lease_by.get(name), fs, now))
+    out.check("api.analysis", "ok", time.monotonic() - t0)
+    if flagged:
+        _dumps(kube, flagged, settings, out, rows)
+    return rows
+
+
+def _dumps(kube: Kube, names: list[str], settings: Settings, out: Output,
+           rows: list[dict]) -> None:
+    t0 = time.monotonic()
+
+    def one(name: str):
+        base = f"/api/v1/nodes/{name}/proxy"
+        try:
+            text = kube.get_text(f"{base}/debug/pprof/goroutine", [("debug", "2")],
+                                 PROXY_TIMEOUT_S)
+        except ApiStatus as exc:
+            return [goroutines.unavailable(name, exc.status, exc.message)]
+        health = None
+        try:
+            health = goroutines.parse_healthz(kube.get_text(f"{base}/healthz",
+                                                            [("verbose", "1")], PROXY_TIMEOUT_S))
+        except ApiStatus as exc:
+            if exc.status == 500 and exc.body:
+                health = goroutines.parse_healthz(exc.body)
+        return goroutines.analyze(name, text, health)
+
+    by_name = {r["node"]: r for r in rows}
+    with cf.ThreadPoolExecutor(max_workers=max(1, settings.concurrency),
+                               thread_name_prefix="proxy") as pool:
+        futs = {pool.submit(one, n): n for n in names}
+        for fut in cf.as_completed(futs):
+            name = futs[fut]
+            try:
+                fs = fut.result()
+            except errors.GpuDoctorError as exc:
+                out.log("warning", f"{name}: goroutine dump: {exc.one_line()}")
+                continue
+            out.findings(fs)
+            row = by_name.get(name)
+            if row is not None:
+                for f in fs:
+                    _count(row, f)
+    out.check("api.kubelet_goroutines", "ok", time.monotonic() - t0,
+              f"{len(names)} flagged node(s)")
+
+
+def _count(row: dict, f) -> None:
+    sev = f.severity.value
+    if sev in ("critical", "warning"):
+        row[sev] += 1
+        if row["top"] is None or (sev == "critical" and row["top_sev"] != "critical"):
+            row["top"], row["top_sev"] = f.id, sev
+
+
+def _row(node: Mapping[str, Any], pods: list[dict], lease, fs, now) -> dict:
+    from .analysis.admission import lease_renew_age_s
+    res = capacity.gpu_resources(node)
+    age = lease_renew_age_s(lease, now)
+    row = {"node": node["metadata"]["name"],
+           "gpu": "/".join([str(sum(a for _, a in res.values())),
+                            str(sum(c for c, _ in res.values()))]) if res else "-",
+           "ready": {True: "Ready", False: "NotReady", None: "?"}[node_is_ready(node)],
+           "lease_age_s": None if age is None else round(age),
+           "pods": len(pods), "critical": 0, "warning": 0, "top": None, "top_sev": None}
+    for f in sorted(fs, key=lambda f: -f.severity.rank):
+        _count(row, f)
+    return row
+
+
+def table(rows: list[dict], limit: int | None = None) -> str:
+    """The one summary table (sick nodes first)."""
+    rows = sorted(rows, key=lambda r: (-r["critical"], -r["warning"], r["node"]))
+    shown = rows if limit is None else rows[:limit]
+    w = max([len("NODE")] + [len(r["node"]) for r in shown])
+    lines = [f"{'NODE':{w}}  {'GPU A/C':8}  {'READY':8}  {'LEASE':6}  {'PODS':>5}  "
+             f"{'CRIT':>4}  {'WARN':>4}  TOP FINDING"]
+    for r in shown:
+        lease = "-" if r["lease_age_s"] is None else f"{r['lease_age_s']}s"
+        lines.append(f"{r['node']:{w}}  {r['gpu']:8}  {r['ready']:8}  {lease:6}  "
+                     f"{r['pods']:>5}  {r['critical']:>4}  {r['warning']:>4}  {r['top'] or '-'}")
+    healthy = sum(1 for r in rows if not r["critical"] and not r["warning"])
+    if limit is not None and len(rows) > limit:
+        lines.append(f"... {len(rows) - limit} more node(s) not shown")
+    lines.append(f"{len(rows)} node(s), {len(rows) - healthy} with findings, "
+                 f"{healthy} without")
+    return "\n".join(lines) + "\n\n"

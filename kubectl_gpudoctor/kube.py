@@ -1,0 +1,210 @@
+"""Talking to the API server: lazy client loading and raw JSON requests.
+
+Why this module exists:
+- `import kubernetes` costs ~0.5 s (DESIGN.md section 10), so it is imported here, inside
+  `Kube.__init__`, and nowhere else; `--help`, `version` and `local` never pay for it.
+- At fleet scale the client's model deserialization is far too slow (30,000 pods), and its
+  generated methods cannot pass query strings to proxy paths (`...goroutine?debug=2`). So every
+  call goes through one raw helper: the client builds the URL, auth headers and TLS pool, we
+  read bytes and `json.loads` them into plain dicts (camelCase, as the API returns them).
+- API and transport failures become errors.py exceptions in exactly one place (`_raise_for`).
+"""
+from __future__ import annotations
+
+import json
+import threading
+from typing import Any, Iterator, Mapping, Sequence
+
+from . import errors
+
+DEFAULT_REQUEST_TIMEOUT_S = 15.0
+
+
+class ApiStatus(Exception):
+    """A non-2xx answer, kept raw so callers can decide (403 on a proxy is not fatal)."""
+
+    def __init__(self, status: int, reason: str, body: str, path: str) -> None:
+        super().__init__(f"{status} {reason}")
+        self.status = status
+        self.reason = reason
+        self.body = body
+        self.path = path
+
+    @property
+    def message(self) -> str:
+        try:
+            doc = json.loads(self.body)
+            if isinstance(doc, dict) and doc.get("message"):
+                return str(doc["message"])
+        except (ValueError, TypeError):
+            pass
+        text = (self.body or "").strip().splitlines()
+        return text[0][:300] if text else self.reason
+
+
+class Kube:
+    """A thin, thread-safe wrapper over kubernetes.client.ApiClient returning plain dicts."""
+
+    def __init__(self, kubeconfig: str | None = None, context: str | None = None,
+                 request_timeout_s: float = DEFAULT_REQUEST_TIMEOUT_S) -> None:
+        try:
+            import kubernetes.client as kclient  # lazy: ~0.5 s
+            import kubernetes.config as kconfig
+            from kubernetes.config.config_exception import ConfigException
+        except ImportError as exc:  # pragma: no cover - packaging error
+            raise errors.ClusterError(f"the kubernetes client is not installed: {exc}")
+        self._exc_types = _exception_types()
+        cfg = kclient.Configuration()
+        try:
+            try:
+                kconfig.load_kube_config(config_file=kubeconfig, context=context,
+                                         client_configuration=cfg)
+            except (ConfigException, FileNotFoundError, TypeError):
+                if kubeconfig or context:
+                    raise
+                kconfig.load_incluster_config(client_configuration=cfg)
+        except (ConfigException, FileNotFoundError, TypeError, ValueError) as exc:
+            where = kubeconfig or "$KUBECONFIG / ~/.kube/config"
+            msg = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+            raise errors.KubeconfigError(f"cannot load kubeconfig {where}: {msg}")
+        cfg.retries = 0  # a down API server must fail fast, not retry for a minute
+        self.host = cfg.host
+        self.default_namespace = _context_namespace(kconfig, kubeconfig, context)
+        self.context = context
+        self._api = kclient.ApiClient(cfg)
+        self._lock = threading.Lock()
+        self.timeout_s = request_timeout_s
+        self.calls: list[tuple[str, str]] = []  # (method, path): for diagnostics and tests
+
+    # -- the one raw request -------------------------------------------------------------
+    def _send(self, method: str, path: str, query: Sequence[tuple[str, Any]] | None,
+              body: Any, timeout: Any, accept: str):
+        with self._lock:
+            self.calls.append((method, path))
+        headers = {"Accept": accept}
+        if body is not None:
+            headers["Content-Type"] = "application/json"
+        api = self._api
+        try:
+            if hasattr(api, "param_serialize"):  # kubernetes >= 31 (openapi-generator v7)
+                req = api.param_serialize(method=method, resource_path=path,
+                                          query_params=list(query or ()),
+                                          header_params=headers, body=body,
+                                          auth_settings=["BearerToken"])
+                resp = api.call_api(*req, _request_timeout=timeout)
+                raw = resp.response
+            else:  # kubernetes <= 30: the legacy generator's signature
+                raw = api.call_api(path, method, query_params=list(query or ()),
+                                   header_params=headers, body=body,
+                                   auth_settings=["BearerToken"], _preload_content=False,
+                                   _return_http_data_only=True, _request_timeout=timeout)
+        except self._exc_types["api"] as exc:  # legacy REST layer raises on non-2xx
+            raise ApiStatus(int(getattr(exc, "status", 0) or 0), str(getattr(exc, "reason", "")),
+                            _text(getattr(exc, "body", "")), path) from None
+        except self._exc_types["transport"] as exc:
+            raise errors.ApiUnreachable(
+                f"cannot reach the API server at {self.host}: {_short(exc)}") from None
+        if not 200 <= raw.status <= 299:
+            body_text = _text(raw.data)
+            raw.release_conn()
+            raise ApiStatus(raw.status, str(raw.reason or ""), body_text, path)
+        return raw
+
+    def request(self, method: str, path: str, query: Sequence[tuple[str, Any]] | None = None,
+                body: Any = None, timeout: float | None = None,
+                accept: str = "application/json") -> bytes:
+        raw = self._send(method, path, query, body, timeout or self.timeout_s, accept)
+        try:
+            return raw.data
+        finally:
+            raw.release_conn()
+
+    def get_json(self, path: str, query: Sequence[tuple[str, Any]] | None = None,
+                 timeout: float | None = None) -> dict:
+        return _loads(self.request("GET", path, query, timeout=timeout), path)
+
+    def get_text(self, path: str, query: Sequence[tuple[str, Any]] | None = None,
+                 timeout: float | None = None) -> str:
+        return self.request("GET", path, query, timeout=timeout, accept="*/*").decode(
+            "utf-8", "replace")
+
+    def post_json(self, path: str, body: Mapping[str, Any],
+                  timeout: float | None = None) -> dict:
+        return _loads(self.request("POST", path, body=dict(body), timeout=timeout), path)
+
+    def delete(self, path: str, query: Sequence[tuple[str, Any]] | None = None,
+               timeout: float | None = None) -> dict:
+        return _loads(self.request("DELETE", path, query, timeout=timeout), path)
+
+    def stream(self, path: str, query: Sequence[tuple[str, Any]] | None = None,
+               connect_timeout: float | None = None, read_timeout: float | None = None,
+               chunk_size: int = 8192) -> Iterator[bytes]:
+        """Yield raw body chunks as they arrive (pod logs with follow=true)."""
+        timeout = (connect_timeout or self.timeout_s, read_timeout or self.timeout_s)
+        raw = self._send("GET", path, query, None, timeout, "*/*")
+        try:
+            while True:
+                try:
+                    chunk = raw.read1(chunk_size) if hasattr(raw, "read1") else raw.read(
+                        chunk_size)
+                except self._exc_types["transport"] as exc:
+                    raise errors.ApiUnreachable(f"log stream broke: {_short(exc)}") from None
+                if not chunk:
+                    return
+                yield chunk
+        finally:
+            raw.release_conn()
+            raw.close()
+
+
+def _context_namespace(kconfig, kubeconfig: str | None, context: str | None) -> str:
+    """The namespace of the kubeconfig context in use (kubectl's default for -n)."""
+    try:
+        contexts, active = kconfig.list_kube_config_contexts(config_file=kubeconfig)
+        ctx = next((c for c in contexts if c.get("name") == context), None) if context else active
+        ns = ((ctx or {}).get("context") or {}).get("namespace")
+        return str(ns) if ns else "default"
+    except Exception:  # noqa: BLE001 - in-cluster config or no contexts: kubectl's default
+        return "default"
+
+
+def _exception_types() -> dict:
+    import urllib3.exceptions
+    from kubernetes.client.exceptions import ApiException
+    return {"api": ApiException,
+            "transport": (urllib3.exceptions.HTTPError, OSError)}
+
+
+def _text(data: Any) -> str:
+    if isinstance(data, bytes):
+        return data.decode("utf-8", "replace")
+    return str(data or "")
+
+
+def _short(exc: BaseException) -> str:
+    text = str(exc)
+    reason = getattr(exc, "reason", None)
+    if reason is not None and str(reason):
+        text = str(reason)
+    text = " ".join(text.split())
+    return text[:200] or type(exc).__name__
+
+
+def _loads(data: bytes, path: str) -> dict:
+    try:
+        doc = json.loads(data)
+    except ValueError:
+        raise errors.ApiError(f"the API server sent non-JSON for {path}") from None
+    return doc if isinstance(doc, dict) else {"items": doc}
+
+
+def raise_for(exc: ApiStatus, what: str) -> None:
+    """Turn an API status about `what` (e.g. "node gpu-1") into the matching one-line error."""
+    if exc.status == 404:
+        raise errors.NotFound(f"{what} not found")
+    if exc.status in (401,):
+        raise errors.Forbidden(f"unauthorized for {what} (401): {exc.message}; check your "
+                               f"kubeconfig credentials")
+    if exc.status == 403:
+        raise errors.Forbidden(f"forbidden: {exc.message}")
+    raise errors.ApiError(f"API error {exc.status} for {what}: {exc.message}")

@@ -1,0 +1,126 @@
+"""One run's output: collects API-side and node-side records into a Report and presents it.
+
+Why: `node X`, `pod Y`, `nodes` and `local` all end the same way: findings from the API side and
+from the node probe merged into ONE report (node_probe.protocol.Report), rendered as a table,
+one JSON/YAML document for bots, or NDJSON passed through live. Progress goes to stderr only
+when stderr is a terminal (DESIGN.md section 7), so pipes and bots see clean stdout.
+Renderers are node_probe.render's; this module only routes records.
+"""
+from __future__ import annotations
+
+import sys
+import time
+from typing import IO, Any, Mapping
+
+from node_probe import __version__, protocol, render
+from node_probe.protocol import CheckResult, ExitStatus, Finding, Report
+
+FORMATS = ("table", "json", "jsonl", "yaml")
+
+
+class Output:
+    def __init__(self, fmt: str, fail_on: str, target: Mapping[str, Any],
+                 out: IO | None = None, err: IO | None = None,
+                 progress: bool | None = None) -> None:
+        self.fmt = fmt
+        self.fail_on = fail_on
+        self.out = out or sys.stdout
+        self.err = err or sys.stderr
+        self.report = Report(target, __version__)
+        self.live = render.LiveProgress(self.err, enabled=progress)
+        self.jsonl = render.JsonlWriter(self.out) if fmt == "jsonl" else None
+        self.node_summary: dict | None = None
+        self.api_only = True
+        self._t0 = time.monotonic()
+
+    # -- records in ------------------------------------------------------------------------
+    def finding(self, f: Finding) -> None:
+        if self.report.add_finding(f):
+            rec = f.to_record()
+            self.live(rec)
+            if self.jsonl:
+                self.jsonl(rec)
+
+    def findings(self, fs) -> None:
+        for f in fs:
+            self.finding(f)
+
+    def node_record(self, rec: Mapping[str, Any]) -> None:
+        """A record from the node probe's stream (already decoded)."""
+        self.api_only = False
+        kind = rec.get("kind")
+        if kind == "finding":
+            try:
+                f = Finding.from_record(rec)
+            except protocol.ProtocolError as exc:
+                self.log("warning", f"bad finding from the probe: {exc}")
+                return
+            self.finding(f)
+            return
+        if kind == "summary":
+            self.node_summary = dict(rec)
+            self.report.add_record(rec)  # checks + completeness; our own summary goes out last
+            return
+        self.report.add_record(rec)
+        self.live(rec)
+        if self.jsonl:
+            self.jsonl(rec)
+
+    def check(self, id: str, status: str, duration_s: float, message: str = "") -> None:
+        self.report.checks.append(CheckResult(id, status, duration_s, message))
+
+    def say(self, message: str, **fields: Any) -> None:
+        rec = protocol.progress(message=message, **fields)
+        self.live(rec)
+        if self.jsonl:
+            self.jsonl(rec)
+
+    def log(self, level: str, message: str) -> None:
+        rec = protocol.log(level, message)
+        self.report.add_record(rec)
+        self.live(rec)
+        if self.jsonl:
+            self.jsonl(rec)
+
+    def mark_incomplete(self, reason: str) -> None:
+        if not self.report.extra_incomplete_reason:
+            self.report.extra_incomplete_reason = reason
+
+    # -- verdict and presentation -----------------------------------------------------------
+    def exit_status(self, error: ExitStatus | None = None) -> ExitStatus:
+        if self.api_only and self.report.summary_record is None:
+            # No node probe in this run (API-only, or the probe never started): completeness
+            # is ours to judge; extra_incomplete_reason says what is missing.
+            self.report.summary_record = {"complete": True}
+        status = self.report.exit_status(self.fail_on)
+        if error is None:
+            return status
+        order = [ExitStatus.INTERRUPTED, ExitStatus.USAGE, ExitStatus.CLUSTER_ERROR,
+                 ExitStatus.FINDINGS, ExitStatus.INCOMPLETE, ExitStatus.OK]
+        return min((status, error), key=order.index)
+
+    def finish(self, code: int, pre_table: str = "") -> None:
+        """Write the final presentation for `code` (already decided by exit_status)."""
+        r = self.report
+        if self.fmt == "table":
+            if pre_table:
+                self.out.write(pre_table)
+            render.render_table(r, self.out, self.fail_on, code)
+        elif self.fmt == "json":
+            render.render_json(r, self.out, self.fail_on, code)
+        elif self.fmt == "yaml":
+            import yaml  # PyYAML ships with the kubernetes client; only loaded for -o yaml
+            doc = r.document(self.fail_on, code)
+            self.out.write(yaml.safe_dump(doc, sort_keys=False, default_flow_style=False,
+                                          allow_unicode=True))
+        else:
+            doc = r.document(self.fail_on, code)
+            s = doc["summary"]
+            summ = protocol.record(
+                "summary", critical=s["critical"], warning=s["warning"], info=s["info"],
+                complete=s["complete"], duration_s=doc["duration_s"], checks=doc["checks"],
+                exit_code=int(code), target=doc["target"])
+            if s.get("incomplete_reason"):
+                summ["incomplete_reason"] = s["incomplete_reason"]
+            self.jsonl(summ)
+        self.out.flush()

@@ -1,0 +1,61 @@
+"""Splitting a byte stream (the debug pod's log) into NDJSON records.
+
+Why: the API server hands the log over in chunks that end wherever the network cut them, in
+the middle of a line or of a UTF-8 sequence. Records are rendered live, so each complete line
+is decoded as soon as its newline arrives and a partial tail is kept for the next chunk; the
+tail left at the end of the stream (a probe killed mid-line) is still decoded, as a log.
+"""
+from __future__ import annotations
+
+from typing import Iterable, Iterator
+
+from node_probe import protocol
+
+MAX_LINE_BYTES = 4 * 1024 * 1024  # one runaway line must not eat the laptop's memory
+
+
+class LineSplitter:
+    def __init__(self) -> None:
+        self._buf = bytearray()
+
+    def feed(self, chunk: bytes) -> list[bytes]:
+        """Add a chunk; return the complete lines (without the newline) it finished."""
+        self._buf += chunk
+        if b"\n" not in chunk:
+            if len(self._buf) > MAX_LINE_BYTES:
+                line = bytes(self._buf)
+                self._buf.clear()
+                return [line]
+            return []
+        *lines, rest = bytes(self._buf).split(b"\n")
+        self._buf = bytearray(rest)
+        return [ln[:-1] if ln.endswith(b"\r") else ln for ln in lines]
+
+    def finish(self) -> list[bytes]:
+        """What is left when the stream ends (a last line without a newline)."""
+        rest = bytes(self._buf)
+        self._buf.clear()
+        return [rest] if rest.strip() else []
+
+
+def records(chunks: Iterable[bytes]) -> Iterator[dict]:
+    """Decode gpu-doctor/v1 records from raw chunks; bad lines become log records."""
+    splitter = LineSplitter()
+    for chunk in chunks:
+        for line in splitter.feed(chunk):
+            rec = _decode(line)
+            if rec is not None:
+                yield rec
+    for line in splitter.finish():
+        rec = _decode(line)
+        if rec is not None:
+            yield rec
+
+
+def _decode(line: bytes) -> dict | None:
+    if not line.strip():
+        return None
+    try:
+        return protocol.decode_line(line)
+    except protocol.ProtocolError as exc:
+        return protocol.log("warning", f"malformed probe record: {exc}", raw=True)
