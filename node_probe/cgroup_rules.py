@@ -1,0 +1,278 @@
+"""Does a device cgroup let its processes open a given device? v1 by rules, v2 by asking the kernel.
+
+Why: "NVML: Unknown Error" / CUDA error 30 inside a container is, in seeds 001 and 002, a
+device cgroup that no longer allows `/dev/nvidiactl` or `/dev/nvidia-uvm`. The verdict must be
+exactly the kernel's:
+
+* cgroup v1 (security/device_cgroup.c): `devices.list` shows `a *:* rwm` when the cgroup's
+  default is allow (deny exceptions are then not shown at all), otherwise the whitelist of
+  exceptions, each `type major:minor access` with type `b`/`c`, `*` for any number and access a
+  subset of `rwm`. An access is allowed only if ONE exception of the same type matches the
+  numbers and covers every requested access bit (`c 195:* r` plus `c 195:0 w` does not allow
+  O_RDWR). `m` is mknod only: an open needs `r` and/or `w`.
+* cgroup v2 has no rule file: access is decided by BPF_CGROUP_DEVICE programs attached by the
+  runtime. The only faithful test is the one `kubectl exec` would run into: a short-lived helper
+  process placed in the container's cgroup checks each device node. It uses access(R_OK|W_OK),
+  which runs the same kernel check (devcgroup_inode_permission) as open() without entering the
+  NVIDIA driver (an open of a wedged GPU can block in the kernel); `mode="open"` is available
+  for tests. The helper joins the cgroup in preexec (before exec), marks itself first for the
+  OOM killer, runs under subproc's deadline, and is verified gone afterwards.
+"""
+from __future__ import annotations
+
+import dataclasses
+import errno as errno_mod
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+from typing import Iterable, Sequence
+
+from . import subproc
+
+ACCESS = frozenset("rwm")
+
+
+# -- cgroup v1 ------------------------------------------------------------------------------
+
+@dataclasses.dataclass(frozen=True)
+class Rule:
+    kind: str               # 'a', 'b' or 'c'
+    major: int | None       # None = '*'
+    minor: int | None
+    access: frozenset
+
+    @classmethod
+    def parse(cls, line: str) -> "Rule":
+        """One devices.list / devices.allow line: 'c 195:* rw', 'a *:* rwm', 'a'."""
+        parts = line.split()
+        if not parts or parts[0] not in ("a", "b", "c"):
+            raise ValueError(f"bad device rule {line!r}")
+        if parts[0] == "a":
+            return cls("a", None, None, ACCESS)
+        if len(parts) != 3 or ":" not in parts[1]:
+            raise ValueError(f"bad device rule {line!r}")
+        ma, _, mi = parts[1].partition(":")
+        acc = frozenset(parts[2])
+        if not acc or not acc <= ACCESS:
+            raise ValueError(f"bad access in device rule {line!r}")
+        return cls(parts[0], None if ma == "*" else int(ma), None if mi == "*" else int(mi), acc)
+
+    def __str__(self) -> str:
+        n = lambda v: "*" if v is None else str(v)  # noqa: E731
+        return f"{self.kind} {n(self.major)}:{n(self.minor)} {''.join(c for c in 'rwm' if c in self.access)}"
+
+    def matches(self, kind: str, major: int, minor: int, access: frozenset) -> bool:
+        """The kernel's match_exception(): same type, numbers equal or wildcard, and the
+        requested access a subset of this one exception's access."""
+        if self.kind != "a" and self.kind != kind:
+            return False
+        if self.major is not None and self.major != major:
+            return False
+        if self.minor is not None and self.minor != minor:
+            return False
+        return access <= self.access
+
+    def matches_partially(self, kind: str, major: int, minor: int, access: frozenset) -> bool:
+        """match_exception_partial(): any overlap (used for deny exceptions)."""
+        if self.kind != "a" and self.kind != kind:
+            return False
+        if self.major is not None and self.major != major:
+            return False
+        if self.minor is not None and self.minor != minor:
+            return False
+        return bool(access & self.access)
+
+
+@dataclasses.dataclass(frozen=True)
+class RuleSet:
+    """A v1 devices cgroup as devices.list shows it."""
+
+    default_allow: bool
+    exceptions: tuple[Rule, ...]
+    lines: tuple[str, ...]
+
+    @classmethod
+    def parse(cls, text: str) -> "RuleSet":
+        lines = tuple(l.strip() for l in text.splitlines() if l.strip())
+        rules = tuple(Rule.parse(l) for l in lines)
+        if any(r.kind == "a" for r in rules):
+            # the kernel prints a single 'a *:* rwm' for a default-allow cgroup; its deny
+            # exceptions (if any) are not visible in devices.list
+            return cls(True, (), lines)
+        return cls(False, rules, lines)
+
+    def allows(self, kind: str, major: int, minor: int, access: str | Iterable[str] = "rw") -> bool:
+        acc = frozenset(access)
+        if self.default_allow:
+            return not any(r.matches_partially(kind, major, minor, acc) for r in self.exceptions)
+        return any(r.matches(kind, major, minor, acc) for r in self.exceptions)
+
+    def nvidia_lines(self, majors: Iterable[int]) -> list[str]:
+        ms = set(majors)
+        return [str(r) for r in self.exceptions if r.major is None or r.major in ms]
+
+
+def read_rules(cgroup: Path) -> RuleSet | None:
+    try:
+        return RuleSet.parse((Path(cgroup) / "devices.list").read_text())
+    except (OSError, ValueError):
+        return None
+
+
+# -- cgroup v2: the access helper (devaccess_helper.py) ------------------------------------
+
+# errno -> verdict. EPERM is the device cgroup's answer; ENXIO/ENODEV mean the cgroup let the
+# open through to a node with no driver behind it (the kernel checks the cgroup first).
+ALLOWED_ERRNOS = (0, errno_mod.ENXIO, errno_mod.ENODEV)
+DENIED_ERRNOS = (errno_mod.EPERM,)
+
+MIN_MEMORY_HEADROOM = 64 << 20
+
+
+@dataclasses.dataclass
+class AccessResult:
+    ok: bool                            # the helper ran and reported
+    errnos: dict[str, int]              # majmin -> errno
+    reason: str = ""                    # why it could not run
+    helper_pid: int | None = None
+    left_behind: bool = False           # helper still in the cgroup afterwards (never expected)
+    duration_s: float = 0.0
+
+    def allowed(self, majmin: str) -> bool | None:
+        e = self.errnos.get(majmin)
+        if e is None:
+            return None
+        if e in DENIED_ERRNOS:
+            return False
+        if e in ALLOWED_ERRNOS:
+            return True
+        return None
+
+
+def _read_int(p: Path) -> int | None:
+    try:
+        t = p.read_text().strip()
+    except OSError:
+        return None
+    return int(t) if t.isdigit() else None
+
+
+def join_refusal(cgroup: Path) -> str:
+    """Why joining this v2 cgroup would be unsafe or impossible ('' if fine)."""
+    cg = Path(cgroup)
+    if not (cg / "cgroup.procs").exists():
+        return "cgroup is gone"
+    if (_read_int(cg / "cgroup.freeze") or 0) == 1:
+        return "cgroup is frozen (the helper would block)"
+    mmax, mcur = _read_int(cg / "memory.max"), _read_int(cg / "memory.current")
+    if mmax is not None and mcur is not None and mmax - mcur < MIN_MEMORY_HEADROOM:
+        return f"memory headroom {max(0, mmax - mcur) >> 20} MiB < 64 MiB (helper could OOM the container)"
+    pmax, pcur = _read_int(cg / "pids.max"), _read_int(cg / "pids.current")
+    if pmax is not None and pcur is not None and pcur >= pmax:
+        return "pids.max reached"
+    return ""
+
+
+def _joiner(procs_file: str):
+    def preexec() -> None:  # runs in the child between fork and exec
+        try:
+            with open("/proc/self/oom_score_adj", "w") as f:
+                f.write("1000")
+        except OSError:
+            pass
+        fd = os.open(procs_file, os.O_WRONLY)
+        try:
+            os.write(fd, str(os.getpid()).encode())
+        finally:
+            os.close(fd)
+    return preexec
+
+
+def _node_for(major: int, minor: int, candidates: Sequence[Path], tmpdir: list) -> str | None:
+    """A path to a char node with this major:minor: the host's own node when it has the right
+    numbers, else one made with mknod in a private temp dir (removed by the caller)."""
+    for p in candidates:
+        try:
+            st = os.stat(p)
+        except OSError:
+            continue
+        if (st.st_mode & 0o170000) == 0o020000 and os.major(st.st_rdev) == major \
+                and os.minor(st.st_rdev) == minor:
+            return str(p)
+    try:
+        if not tmpdir:
+            tmpdir.append(tempfile.mkdtemp(prefix="gpu-doctor-devnodes-"))
+        node = os.path.join(tmpdir[0], f"c{major}_{minor}")
+        if not os.path.exists(node):
+            os.mknod(node, 0o600 | 0o020000, os.makedev(major, minor))
+        return node
+    except OSError:
+        return None
+
+
+def test_access(cgroup: Path, devices: Sequence[tuple[int, int, Sequence[Path]]],
+                timeout_s: float = 2.0, mode: str = "access",
+                python: str | None = None) -> AccessResult:
+    """Run the helper inside `cgroup` and report the errno per (major, minor).
+
+    `devices`: (major, minor, candidate paths of the host's node). Works for a v1 devices
+    cgroup too (the helper then joins only that hierarchy)."""
+    cg = Path(cgroup)
+    refusal = join_refusal(cg)
+    if refusal:
+        return AccessResult(False, {}, refusal)
+    tmpdir: list = []
+    try:
+        paths: dict[str, str] = {}
+        for major, minor, cands in devices:
+            node = _node_for(major, minor, cands, tmpdir)
+            if node is not None:
+                paths[node] = f"{major}:{minor}"
+        if not paths:
+            return AccessResult(False, {}, "no device node to test with (mknod failed)")
+        argv = [*_helper_argv(python), mode, *paths]
+        try:
+            res = subproc.run(argv, timeout_s, env={}, preexec_fn=_joiner(str(cg / "cgroup.procs")))
+        except (OSError, subprocess.SubprocessError) as exc:
+            return AccessResult(False, {}, f"could not place the helper in the cgroup: {exc}")
+        errnos: dict[str, int] = {}
+        pid = None
+        for line in res.stdout.decode("utf-8", "replace").splitlines():
+            try:
+                obj = json.loads(line)
+            except json.JSONDecodeError:
+                continue
+            if "pid" in obj:
+                pid = obj["pid"]
+            elif obj.get("path") in paths:
+                errnos[paths[obj["path"]]] = int(obj["errno"])
+        left = pid is not None and pid in _procs(cg)
+        if res.timed_out:
+            reason = f"helper did not finish within {timeout_s:.1f}s (killed)"
+        elif res.returncode != 0:
+            err = res.stderr.decode("utf-8", "replace").strip().splitlines()[-1:] or ["?"]
+            reason = f"helper exited {res.returncode}: {err[0]}"
+        else:
+            reason = ""
+        return AccessResult(not reason and len(errnos) == len(paths), errnos, reason, pid, left,
+                            res.duration_s)
+    finally:
+        for d in tmpdir:
+            shutil.rmtree(d, ignore_errors=True)
+
+
+def _helper_argv(python: str | None) -> list[str]:
+    if python is None and getattr(sys, "frozen", False):
+        return subproc.python_module_argv("node_probe.devaccess_helper")
+    return [python or sys.executable, "-I", "-S", str(Path(__file__).with_name("devaccess_helper.py"))]
+
+
+def _procs(cg: Path) -> set[int]:
+    try:
+        return {int(x) for x in (cg / "cgroup.procs").read_text().split() if x.isdigit()}
+    except OSError:
+        return set()

@@ -1,0 +1,344 @@
+"""Device cgroup audit: can every GPU container still open the NVIDIA devices it needs?
+
+Why: seeds 001 and 002. A container whose device cgroup lost `/dev/nvidiactl` or
+`/dev/nvidia-uvm` fails with "NVML: Unknown Error" or CUDA error 30, and no log says why. This
+check finds the kubelet's containers from their cgroups (containers.py), decides which have
+GPUs (pod-resources, else NVIDIA_VISIBLE_DEVICES), computes the devices each needs with their
+real major:minor (nvidia_devices.py) and asks what its cgroup allows (cgroup_rules.py: v1 rules,
+v2 helper). A denial is reported with the remediation that fits the cause it can see: the
+plugin's stale /dev (seed 002), cpuManagerPolicy static without device specs (seed 001), the
+systemd driver without /dev/char links (nvidia-container-toolkit #48), and, when the eBPF trace
+ran, who wrote the rules. Publishes the "containers" fact.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Iterable, Sequence
+
+from .. import catalog, cgroup_rules, containers, nvidia_devices, procfs, registry
+from ..context import FactUnavailable
+from ..registry import check
+
+REFS_SPECS = ("https://github.com/kubernetes/kubernetes/issues/77073",
+              "https://github.com/NVIDIA/k8s-device-plugin#configuration-option-details")
+REFS_SYSTEMD = ("https://github.com/NVIDIA/nvidia-container-toolkit/issues/48",
+                "https://docs.nvidia.com/datacenter/cloud-native/container-toolkit/latest/"
+                "troubleshooting.html#containers-losing-access-to-gpus-with-error-failed-to-"
+                "initialize-nvml-unknown-error")
+REFS_STALE = ("https://github.com/NVIDIA/k8s-device-plugin/issues/222",)
+
+PODRES_PRODUCERS = ("deviceplugin", "podresources")
+
+
+def _selected(ctx, producers: Sequence[str]) -> bool:
+    """Whether any producer of a fact runs in this probe run (else waiting is pointless)."""
+    try:
+        ids = {c.id for c in registry.select(ctx.options.only, ctx.options.skip)}
+    except KeyError:
+        return False
+    return any(p in ids for p in producers)
+
+
+def _fact(ctx, key: str, producers: Sequence[str], timeout: float) -> Any:
+    if not _selected(ctx, producers):
+        return ctx.facts.get(key)
+    try:
+        return ctx.wait_for(key, min(timeout, max(0.0, ctx.remaining() - 1.0)))
+    except FactUnavailable:
+        return None
+
+
+# -- per-container audit ------------------------------------------------------------------------
+
+def _host_node_candidates(host_root: Path, d: nvidia_devices.Device) -> list[Path]:
+    return [Path(host_root) / "dev" / d.name]
+
+
+def audit_container(c: containers.Container, exp: nvidia_devices.Expectation, host_root: Path,
+                    timeout_s: float = 2.0) -> dict:
+    """{'denied': [Device], 'allowed': [Device], 'untested': [...], 'rules': [...], ...}"""
+    out: dict[str, Any] = {"denied": [], "allowed": [], "untested": [], "method": None}
+    if c.cgroup_version == 1:
+        rules = cgroup_rules.read_rules(c.cgroup_path)
+        out["method"] = "devices.list"
+        if rules is None:
+            out["untested"] = list(exp.devices)
+            out["reason"] = "devices.list unreadable (container gone?)"
+            return out
+        out["rules"] = list(rules.lines)
+        out["default_allow"] = rules.default_allow
+        for d in exp.devices:
+            (out["allowed"] if rules.allows(d.kind, d.major, d.minor, "rw")
+             else out["denied"]).append(d)
+        return out
+    out["method"] = "access helper in the container's cgroup"
+    res = cgroup_rules.test_access(
+        c.cgroup_path, [(d.major, d.minor, _host_node_candidates(host_root, d))
+                        for d in exp.devices], timeout_s=timeout_s)
+    out["helper"] = {"pid": res.helper_pid, "duration_s": round(res.duration_s, 3),
+                     "left_behind": res.left_behind, **({"reason": res.reason} if res.reason else {})}
+    out["errnos"] = dict(res.errnos)
+    for d in exp.devices:
+        verdict = res.allowed(d.majmin)
+        (out["untested"] if verdict is None else out["allowed"] if verdict
+         else out["denied"]).append(d)
+    return out
+
+
+# -- cause and remediation -----------------------------------------------------------------------
+
+def _names(items: Iterable) -> set[str]:
+    out = set()
+    for it in items or ():
+        if isinstance(it, dict):
+            it = it.get("device") or it.get("name") or it.get("path") or ""
+        s = str(it)
+        out.add(s[5:] if s.startswith("/dev/") else s)
+    return out
+
+
+def plugin_passes_specs(targets: Sequence[dict] | None, proc: Path) -> bool | None:
+    """Whether the NVIDIA device plugin process runs with device specs (None: unknown)."""
+    seen = None
+    for t in targets or ():
+        res = str(t.get("resource") or "")
+        if res and not res.startswith("nvidia.com/"):
+            continue
+        pid = t.get("pid")
+        if not isinstance(pid, int):
+            continue
+        env = procfs.read_environ(pid, proc)
+        args = procfs.read_cmdline(pid, proc)
+        val = env.get("PASS_DEVICE_SPECS")
+        flag = next((a.split("=", 1)[1] if "=" in a else "true" for a in args
+                     if a.startswith("--pass-device-specs")), None)
+        v = flag if flag is not None else val
+        if v is None:
+            seen = False if seen is None else seen
+        else:
+            on = v.strip().lower() in ("1", "true", "yes")
+            seen = on if seen is None else (seen and on)
+    return seen
+
+
+def causes_for(denied_names: set[str], stale: set[str] | None, kubelet_cfg: dict | None,
+               driver: str, passes_specs: bool | None) -> list[dict]:
+    """The causes we can see for a denial, most specific first, each with its fix."""
+    out = []
+    if stale and denied_names & stale:
+        miss = sorted(denied_names & stale)
+        out.append({
+            "cause": "plugin_stale_dev_view",
+            "why": f"the device plugin's own /dev lacks {', '.join(miss)} (it started before "
+                   "the module created the node), so its Allocate device specs leave them out "
+                   "and the runtime never allows them (seed 002)",
+            "fix": "Make nvidia-uvm load at boot before the plugin starts (`nvidia-modprobe -u "
+                   "-c=0` or `modprobe nvidia-uvm` in the driver setup), then restart the device "
+                   "plugin pod on this node (`kubectl -n <plugin-namespace> delete pod "
+                   "<plugin-pod>`; risk: no new GPU pods are admitted on this node until it "
+                   "re-registers, running pods are not affected) and recreate the affected pods.",
+            "refs": REFS_STALE})
+    policy = (kubelet_cfg or {}).get("cpuManagerPolicy")
+    if policy == "static" and passes_specs is not True:
+        out.append({
+            "cause": "cpu_manager_static_without_device_specs",
+            "why": "kubelet runs cpuManagerPolicy: static; its CPU manager updates the "
+                   "container's cgroups and the runtime rewrites the device allow-list from the "
+                   "container spec, which lacks the NVIDIA devices nvidia-container-runtime "
+                   "added outside it (seed 001)"
+                   + ("" if passes_specs is None else "; the NVIDIA device plugin runs without "
+                      "PASS_DEVICE_SPECS"),
+            "fix": "Have the NVIDIA device plugin return device specs in Allocate: "
+                   "`--pass-device-specs=true` or env PASS_DEVICE_SPECS=true on the plugin "
+                   "(Helm: `--set passDeviceSpecs=true`), restart it, then recreate the GPU "
+                   "pods on this node.",
+            "refs": REFS_SPECS})
+    cg_driver = (kubelet_cfg or {}).get("cgroupDriver") or driver
+    if cg_driver == "systemd":
+        out.append({
+            "cause": "systemd_driver_device_reset",
+            "why": "the systemd cgroup driver re-applies each unit's DeviceAllow= list on "
+                   "`systemctl daemon-reload`; systemd resolves entries through "
+                   "/dev/char/<major>:<minor> and drops NVIDIA devices that have no such link, "
+                   "or that the container spec never listed (nvidia-container-toolkit #48)",
+            "fix": "Create the /dev/char links (`nvidia-ctk system create-dev-char-symlinks "
+                   "--create-all`, or the toolkit's udev rule) and pass device specs from the "
+                   "plugin, or move to CDI (`nvidia-ctk cdi generate`, device-plugin "
+                   "`--device-list-strategy=cdi-annotations`); then recreate the affected pods.",
+            "refs": REFS_SYSTEMD})
+    if not out:
+        out.append({
+            "cause": "unknown_rewrite",
+            "why": "the container's device rules do not include the device; something rewrote "
+                   "them after the NVIDIA runtime hook added it, or it was never in the spec",
+            "fix": "Recreate the pod to restore its rules; run the probe with --trace-seconds "
+                   "to catch who writes devices.allow/devices.deny, and make the device plugin "
+                   "pass device specs so every rewrite keeps the NVIDIA devices.",
+            "refs": REFS_SPECS})
+    return out
+
+
+def _spec_mentions(meta: dict, d: nvidia_devices.Device) -> bool | None:
+    """Whether the runtime's spec (what it re-applies on every update) allows the device."""
+    rules = meta.get("spec_device_rules")
+    devs = meta.get("spec_devices")
+    if rules is None and devs is None:
+        return None
+    for r in rules or ():
+        if not r.get("allow"):
+            continue
+        if r.get("type") not in ("c", "a", None):
+            continue
+        if r.get("major") not in (None, -1, d.major) or r.get("minor") not in (None, -1, d.minor):
+            continue
+        if {"r", "w"} <= set(r.get("access") or "rwm"):
+            return True
+    return False
+
+
+def _writes_for(c: containers.Container, writes: Sequence[dict]) -> list[dict]:
+    keys = {c.ref.container_id, c.ref.pod_uid, c.ref.pod_uid.replace("-", "_")}
+    out = []
+    for w in writes or ():
+        path = str(w.get("path") or "")
+        if any(k and k in path for k in keys):
+            out.append({k: w.get(k) for k in ("pid", "comm", "path", "text", "ts")})
+    return out
+
+
+# -- the check ------------------------------------------------------------------------------------
+
+@check("cgroup.devices", title="Device cgroups: GPU containers can open their NVIDIA devices",
+       timeout_s=10.0, provides=("containers",), uses_trace_window=True)
+def cgroup_devices(ctx):
+    opts = ctx.options
+    host_root = opts.host_root
+    h, ctrs = containers.discover(opts.cgroup_dir, host_root, opts.proc_root, opts.focus_pods)
+    podres = _fact(ctx, "podresources", PODRES_PRODUCERS, 1.0)
+    idx = containers.podresources_index(podres) if podres is not None else None
+    for c in ctrs:
+        containers.assign_gpus(c, idx)
+    ctx.publish("containers", [c.to_fact() for c in ctrs])
+    gpu = [c for c in ctrs if c.is_gpu]
+    if h is None:
+        ctx.log("info", f"no devices (v1) or unified (v2) cgroup hierarchy under {opts.cgroup_dir}")
+    else:
+        ctx.progress(message=f"cgroup v{h.version} at {h.root}: {len(ctrs)} containers, "
+                             f"{len(gpu)} with GPUs")
+    kubelet_cfg = _fact(ctx, "kubelet.config", ("kubelet",), 1.0)
+    layout_driver = next((c.ref.driver for c in ctrs), None)
+    driver = (kubelet_cfg or {}).get("cgroupDriver") or layout_driver
+    yield from _dev_char_links(ctx, host_root, driver, kubelet_cfg, layout_driver)
+    if not gpu:
+        return
+
+    nvml = _fact(ctx, "nvml", ("nvml",), 1.5)
+    inv = nvidia_devices.inventory(host_root, nvml)
+    denials = []
+    for c in gpu:
+        if ctx.cancelled.is_set():
+            return
+        exp = nvidia_devices.expected_devices(c.gpu_ids, inv, c.env)
+        res = audit_container(c, exp, host_root, timeout_s=ctx.budget(2.0, reserve=1.0))
+        if res.get("helper", {}).get("left_behind"):
+            ctx.log("error", f"access helper pid {res['helper']['pid']} still in "
+                             f"{c.cgroup_path} after it ended")
+        if res["untested"]:
+            ctx.log("warning", f"{c.subject}: could not test "
+                    f"{', '.join(d.path for d in res['untested'])}: "
+                    f"{res.get('reason') or res.get('helper', {}).get('reason', '?')}")
+        if res["denied"]:
+            denials.append((c, exp, res))
+            names = ", ".join(f"{d.path} ({d.majmin})" for d in res["denied"])
+            ctx.event("cgroup.device_denied", c.subject,
+                      f"device cgroup denies {names}", cgroup=str(c.cgroup_path))
+    if not denials:
+        return
+
+    stale = _fact(ctx, "deviceplugin.stale_dev_view", ("deviceplugin",), 1.0)
+    targets = ctx.facts.get("deviceplugin.targets")
+    passes = plugin_passes_specs(targets, opts.proc_root)
+    writes = None
+    ready = _fact(ctx, "trace.ready", ("trace",), 1.0)
+    if isinstance(ready, dict) and ready.get("available"):
+        try:
+            results = ctx.wait_for("trace.results", ctx.budget(opts.trace_s + 2.0, reserve=0.8))
+            writes = (results or {}).get("cgroup_writes") or []
+        except FactUnavailable:
+            writes = None
+    for c, exp, res in denials:
+        yield _finding(c, exp, res, inv, _names(stale) if stale is not None else None,
+                       kubelet_cfg, driver or c.ref.driver, passes, writes)
+
+
+def _finding(c, exp, res, inv, stale, kubelet_cfg, driver, passes, writes):
+    denied: list[nvidia_devices.Device] = res["denied"]
+    names = {d.name for d in denied}
+    causes = causes_for(names, stale, kubelet_cfg, driver, passes)
+    critical = any(d.required for d in denied)
+    first = denied[0]
+    evidence: dict[str, Any] = {
+        "pod_uid": c.ref.pod_uid, "namespace": c.meta.get("namespace"),
+        "pod": c.meta.get("pod"), "container": c.meta.get("container"),
+        "container_id": c.ref.container_id, "cgroup_path": str(c.cgroup_path),
+        "cgroup_version": c.cgroup_version, "cgroup_driver": driver, "qos": c.ref.qos,
+        "device": first.path, "major": first.major, "minor": first.minor,
+        "denied": [dict(d.to_dict(), required=d.required,
+                        in_runtime_spec=_spec_mentions(c.meta, d)) for d in denied],
+        "allowed": [d.to_dict() for d in res["allowed"]],
+        "check_method": res["method"],
+        "gpu_source": c.gpu_source, "gpu_ids": list(c.gpu_ids), "gpus_resolved": exp.gpus,
+        "inventory_source": inv.source, "pids": c.pids[:8],
+        "causes": [x["cause"] for x in causes],
+    }
+    if "rules" in res:
+        evidence["rules"] = res["rules"]
+    if "errnos" in res:
+        evidence["errno_by_device"] = res["errnos"]
+        evidence["helper"] = res.get("helper")
+    if exp.notes:
+        evidence["notes"] = exp.notes
+    if stale is not None:
+        evidence["plugin_dev_missing"] = sorted(stale)
+    if kubelet_cfg:
+        evidence["cpu_manager_policy"] = kubelet_cfg.get("cpuManagerPolicy")
+    if passes is not None:
+        evidence["plugin_passes_device_specs"] = passes
+    if writes is not None:
+        mine = _writes_for(c, writes)
+        evidence["rewritten_by"] = mine
+        if mine:
+            who = sorted({f"{w.get('comm')}[{w.get('pid')}]" for w in mine})
+            causes[0]["why"] += f"; during the trace window {', '.join(who)} rewrote its rules"
+    paths = ", ".join(f"{d.path} ({d.majmin})" for d in denied)
+    title = (f"{c.container_label} in {c.pod_label} cannot open {paths}: "
+             f"its device cgroup denies it")
+    remediation = " ".join(f"Cause: {x['why']}. Fix: {x['fix']}" for x in causes)
+    refs = tuple(dict.fromkeys(r for x in causes for r in x["refs"]))
+    return catalog.make("cgroup.device_denied", "critical" if critical else "warning",
+                        c.subject, title, evidence, remediation, refs)
+
+
+def _dev_char_links(ctx, host_root: Path, driver: str | None, kubelet_cfg, layout_driver):
+    if driver != "systemd":
+        return
+    nodes = nvidia_devices.host_nvidia_nodes(host_root)
+    if not nodes:
+        return
+    missing = nvidia_devices.missing_dev_char_links(host_root, nodes)
+    if not missing:
+        return
+    src = "kubelet config" if (kubelet_cfg or {}).get("cgroupDriver") else "cgroup layout"
+    yield catalog.make(
+        "cgroup.dev_char_symlinks_missing", "warning", "node",
+        f"{len(missing)} NVIDIA device node(s) have no /dev/char/<major>:<minor> link on a "
+        f"systemd cgroup driver node",
+        {"missing": [dict(d.to_dict(), link=f"/dev/char/{d.majmin}") for d in missing],
+         "present": len(nodes) - len(missing), "cgroup_driver": driver,
+         "cgroup_driver_from": src, "dev_char_dir": str(Path(host_root) / "dev/char")},
+        "systemd re-applies each container unit's DeviceAllow= list on `systemctl "
+        "daemon-reload` and resolves entries through /dev/char; without these links GPU "
+        "containers lose their NVIDIA devices (\"NVML: Unknown Error\"). Create them with "
+        "`nvidia-ctk system create-dev-char-symlinks --create-all` (GPU Operator: leave "
+        "DISABLE_DEV_CHAR_SYMLINK_CREATION unset), or use CDI.",
+        REFS_SYSTEMD)
