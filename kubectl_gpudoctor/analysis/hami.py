@@ -1,0 +1,655 @@
+"""HAMi vGPU, API side: the node and pod annotations HAMi's scheduler and device plugin trade.
+
+Why (seed 003): HAMi coordinates its scheduler extender and its device plugin only through
+annotations. When one side stops answering, pods sit Pending with "handshake timeout" or
+"node has been locked within 5 minutes", or fail admission with "device number not matched",
+and nothing in `kubectl describe` says which annotation is wrong. This module decodes them:
+
+- `hami.io/node-nvidia-register`: the devices the plugin registered, in every encoding HAMi has
+  written: the colon-separated list of `uuid,count,devmem,devcore,type,numa,health` (7 fields,
+  HAMi <= 2.4) or with `,index,mode` (9 fields), and the JSON list of DeviceInfo objects
+  (`[{"id":..,"count":..,"devmem":..,"devcore":..,"type":..,"numa":..,"mode":..,"health":..}]`,
+  Go `omitempty`: a missing `health` is false, a missing `index`/`numa` is 0).
+- `hami.io/node-handshake[-<vendor>]`: `Reported <Go time.String()>` (written by the plugin every
+  30 s), `Requesting_<2006.01.02 15:04:05>` (the scheduler; newer versions write
+  `2006-01-02 15:04:05`), `Deleted_<same>`. A `Requesting_` older than 60 s means the plugin
+  did not answer and the scheduler drops the node's devices (then writes `Deleted_`).
+- `hami.io/mutex.lock`: `<RFC3339>,<namespace>,<pod>` (older versions: `<RFC3339>` alone). Taken
+  for each bind, released by the plugin's Allocate; HAMi takes over a lock after 5 min
+  (HAMI_NODELOCK_EXPIRE) or when its owner pod is gone.
+- pods: `hami.io/vgpu-devices-to-allocate` (erased container by container as Allocate runs),
+  `hami.io/vgpu-devices-allocated`, `hami.io/bind-phase` (allocating/success/failed),
+  `hami.io/bind-time` (Unix seconds), and `device number not matched` admission events.
+
+Every finding that changes the cluster prints the exact command and its risk; nothing is run.
+Pure functions over raw API dicts (camelCase, as the API server returns them); no I/O.
+"""
+from __future__ import annotations
+
+import datetime as dt
+import json
+import re
+from typing import Any, Iterable, Mapping, Sequence
+
+from node_probe import catalog
+from node_probe.protocol import Finding
+
+REGISTER_KEY = "hami.io/node-nvidia-register"
+HANDSHAKE_PREFIX = "hami.io/node-handshake"
+LOCK_KEY = "hami.io/mutex.lock"
+TO_ALLOCATE_KEY = "hami.io/vgpu-devices-to-allocate"
+ALLOCATED_KEY = "hami.io/vgpu-devices-allocated"
+BIND_PHASE_KEY = "hami.io/bind-phase"
+BIND_TIME_KEY = "hami.io/bind-time"
+ASSIGNED_NODE_KEY = "hami.io/vgpu-node"
+
+HANDSHAKE_STALE_S = 60.0     # scheduler: Requesting_ + 60 s without a Reported -> node dropped
+REPORT_PERIOD_S = 30.0       # plugin: WatchAndRegister every 30 s
+LOCK_EXPIRE_S = 300.0        # nodelock.NodeLockTimeout default (HAMI_NODELOCK_EXPIRE)
+ALLOCATING_STALE_S = 300.0   # a bind that has not reached Allocate for this long is stuck
+GPU_RESOURCE = "nvidia.com/gpu"
+
+UUID_RE = re.compile(r"^GPU-[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-"
+                     r"[0-9a-fA-F]{12}$")
+HANDSHAKE_RE = re.compile(r"^\s*(Reported|Requesting|Deleted)[ _](.*)$", re.S)
+GO_TIME_RE = re.compile(r"^(\d{4}-\d{2}-\d{2} \d{2}:\d{2}:\d{2})(?:\.(\d+))?"
+                        r"(?: ([+-]\d{4}))?(?: \S+)?(?: m=[+-][\d.]+)?\s*$")
+LOCKED_EVENT_RE = re.compile(r"(has been locked within|node \S+ is locked|locked)", re.I)
+
+REFS_HANDSHAKE = (
+    "https://github.com/Project-HAMi/HAMi/blob/master/docs/develop/protocol.md",
+    "https://github.com/Project-HAMi/HAMi/blob/master/pkg/util/util.go",
+)
+REFS_LOCK = (
+    "https://github.com/Project-HAMi/HAMi/issues/1130",
+    "https://github.com/Project-HAMi/HAMi/pull/1271",
+    "https://github.com/Project-HAMi/HAMi/pull/3047",
+    "https://github.com/Project-HAMi/HAMi/pull/3097",
+)
+REFS_REGISTER = (
+    "https://github.com/Project-HAMi/HAMi/blob/master/docs/develop/protocol.md",
+    "https://github.com/Project-HAMi/HAMi/blob/master/pkg/device/devices.go",
+)
+REFS_ALLOC = (
+    "https://github.com/Project-HAMi/HAMi/blob/master/pkg/device-plugin/nvidiadevice/nvinternal/plugin/server.go",
+    "https://github.com/Project-HAMi/HAMi/issues/781",
+)
+
+_BOOL_TRUE = {"1", "t", "T", "TRUE", "true", "True"}
+_BOOL_FALSE = {"0", "f", "F", "FALSE", "false", "False"}
+
+
+class DecodeError(ValueError):
+    pass
+
+
+# -- decoding -------------------------------------------------------------------------------
+
+def _go_bool(text: str) -> bool:
+    if text in _BOOL_TRUE:
+        return True
+    if text in _BOOL_FALSE:
+        return False
+    raise DecodeError(f"invalid health field {text!r}")
+
+
+def _int(text: str, what: str) -> int:
+    try:
+        return int(text)
+    except ValueError:
+        raise DecodeError(f"invalid {what} field {text!r}") from None
+
+
+def decode_register(value: str) -> tuple[list[dict], str]:
+    """Devices in `hami.io/node-nvidia-register` and the encoding found ("json", "legacy-7",
+    "legacy-9"). Raises DecodeError where HAMi's own decoder would reject the annotation."""
+    text = (value or "").strip()
+    if text.startswith("["):
+        try:
+            raw = json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise DecodeError(f"invalid JSON: {exc.msg} at char {exc.pos}") from None
+        if not isinstance(raw, list) or not all(isinstance(d, dict) for d in raw):
+            raise DecodeError("JSON is not a list of device objects")
+        out = []
+        for d in raw:
+            try:
+                out.append({
+                    "id": str(d.get("id", "")), "index": int(d.get("index") or 0),
+                    "count": int(d.get("count") or 0), "devmem": int(d.get("devmem") or 0),
+                    "devcore": int(d.get("devcore") or 0), "type": str(d.get("type", "")),
+                    "numa": int(d.get("numa") or 0), "mode": str(d.get("mode") or ""),
+                    # Go omitempty drops `health: false`, so a missing key means unhealthy
+                    "health": bool(d.get("health", False)),
+                })
+            except (TypeError, ValueError):
+                raise DecodeError(f"device object with non-numeric fields: {d!r}"[:200]) from None
+        return out, "json"
+    if ":" not in text:
+        raise DecodeError("neither a JSON list nor the `uuid,count,mem,cores,type,numa,health:` "
+                          "list (no ':' separator)")
+    out = []
+    widths = set()
+    for seg in text.split(":"):
+        if not seg.strip():
+            continue
+        items = seg.split(",")
+        if len(items) not in (7, 9):
+            raise DecodeError(f"segment with {len(items)} fields (want 7 or 9): {seg!r}"[:200])
+        widths.add(len(items))
+        dev = {"id": items[0], "count": _int(items[1], "count"),
+               "devmem": _int(items[2], "memory"), "devcore": _int(items[3], "core"),
+               "type": items[4], "numa": _int(items[5], "numa"),
+               "health": _go_bool(items[6]), "index": 0, "mode": "hami-core"}
+        if len(items) == 9:
+            dev["index"] = _int(items[7], "index")
+            if dev["index"] < 0:
+                raise DecodeError(f"negative index {items[7]!r}")
+            dev["mode"] = items[8]
+        out.append(dev)
+    enc = "legacy-9" if widths == {9} else "legacy-7" if widths == {7} else "legacy-mixed"
+    return out, enc
+
+
+def validate_device(d: Mapping[str, Any]) -> list[str]:
+    """What makes a registered device unusable for the scheduler (health is reported apart)."""
+    problems = []
+    if not UUID_RE.match(str(d.get("id", ""))):
+        problems.append(f"id {d.get('id')!r} is not a GPU UUID (GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx)")
+    if int(d.get("count", 0)) <= 0:
+        problems.append(f"count {d.get('count')} <= 0 (no vGPU slots: deviceSplitCount?)")
+    if int(d.get("devmem", 0)) <= 0:
+        problems.append(f"devmem {d.get('devmem')} MiB <= 0 (NVML memory query failed? set "
+                        "preConfiguredDeviceMemory on unified-memory GPUs)")
+    if int(d.get("devcore", 0)) < 0:
+        problems.append(f"devcore {d.get('devcore')} < 0")
+    typ = str(d.get("type", ""))
+    if not typ:
+        problems.append("type is empty")
+    elif not typ.upper().startswith("NVIDIA"):
+        problems.append(f"type {typ!r} does not start with NVIDIA (scheduler type filters "
+                        "will not match)")
+    return problems
+
+
+def parse_go_time(text: str) -> dt.datetime | None:
+    """Go's time.Time.String(): `2024-01-23 04:30:04.434037031 +0000 UTC m=+1104711.77`."""
+    m = GO_TIME_RE.match(text.strip())
+    if not m:
+        return None
+    base, frac, off = m.group(1), m.group(2) or "0", m.group(3) or "+0000"
+    try:
+        t = dt.datetime.strptime(base, "%Y-%m-%d %H:%M:%S")
+    except ValueError:
+        return None
+    t = t.replace(microsecond=int(frac[:6].ljust(6, "0")))
+    sign = 1 if off[0] == "+" else -1
+    tz = dt.timezone(sign * dt.timedelta(hours=int(off[1:3]), minutes=int(off[3:5])))
+    return t.replace(tzinfo=tz)
+
+
+def parse_scheduler_time(text: str) -> dt.datetime | None:
+    """`2006.01.02 15:04:05` (HAMi <= 2.5) or `2006-01-02 15:04:05` (time.DateTime). Go's
+    time.Parse without a zone means UTC, which is how HAMi reads it back."""
+    for fmt in ("%Y.%m.%d %H:%M:%S", "%Y-%m-%d %H:%M:%S"):
+        try:
+            return dt.datetime.strptime(text.strip(), fmt).replace(tzinfo=dt.timezone.utc)
+        except ValueError:
+            continue
+    return None
+
+
+def parse_handshake(value: str) -> tuple[str, dt.datetime | None]:
+    """(state, time): state is Reported, Requesting, Deleted or "unknown"."""
+    m = HANDSHAKE_RE.match(value or "")
+    if not m:
+        return "unknown", None
+    state, rest = m.group(1), m.group(2)
+    t = parse_go_time(rest) if state == "Reported" else None
+    return state, t or parse_scheduler_time(rest) or parse_go_time(rest)
+
+
+def parse_rfc3339(text: str) -> dt.datetime | None:
+    s = (text or "").strip()
+    if not re.match(r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(\.\d+)?(Z|[+-]\d{2}:\d{2})$", s):
+        return None
+    s = s.replace("Z", "+00:00")
+    head, _, tail = s.partition(".")
+    if tail:  # Python < 3.11 wants at most 6 fractional digits
+        digits = re.match(r"\d+", tail).group(0)
+        s = f"{head}.{digits[:6]}{tail[len(digits):]}"
+    try:
+        return dt.datetime.fromisoformat(s)
+    except ValueError:
+        return None
+
+
+def parse_lock(value: str) -> tuple[dt.datetime, str, str]:
+    """(lock time, namespace, pod) of `hami.io/mutex.lock`; ("", "") owner for the old format.
+    Raises DecodeError where HAMi's ParseNodeLock fails (then every bind on the node errors)."""
+    text = (value or "").strip()
+    if "," not in text:
+        t = parse_rfc3339(text)
+        if t is None:
+            raise DecodeError(f"lock time {text!r} is not RFC 3339")
+        return t, "", ""
+    parts = text.split(",")
+    if len(parts) != 3:
+        raise DecodeError(f"expected `time,namespace,pod`, got {len(parts)} parts")
+    t = parse_rfc3339(parts[0])
+    if t is None:
+        raise DecodeError(f"lock time {parts[0]!r} is not RFC 3339")
+    return t, parts[1], parts[2]
+
+
+def decode_pod_devices(value: str) -> list[list[dict]]:
+    """`uuid,type,mem,cores:uuid,...:;...` -> per container, its devices (`;` between
+    containers, `:` between devices)."""
+    out: list[list[dict]] = []
+    for ctr in (value or "").split(";"):
+        devs = []
+        for seg in ctr.split(":"):
+            if "," not in seg:
+                continue
+            items = seg.split(",")
+            if len(items) < 4:
+                raise DecodeError(f"device {seg!r} has {len(items)} fields (want >= 4)")
+            devs.append({"uuid": items[0], "type": items[1],
+                         "usedmem": _int(items[2], "memory"), "usedcores": _int(items[3], "cores")})
+        out.append(devs)
+    while out and not out[-1]:
+        out.pop()
+    return out
+
+
+def parse_bind_time(value: str) -> dt.datetime | None:
+    text = (value or "").strip()
+    if text.isdigit():
+        return dt.datetime.fromtimestamp(int(text), tz=dt.timezone.utc)
+    return parse_scheduler_time(text)
+
+
+# -- helpers over API dicts -------------------------------------------------------------------
+
+def _meta(obj: Mapping[str, Any]) -> Mapping[str, Any]:
+    return obj.get("metadata") or {}
+
+
+def _annotations(obj: Mapping[str, Any]) -> Mapping[str, str]:
+    return _meta(obj).get("annotations") or {}
+
+
+def _ref(pod: Mapping[str, Any]) -> str:
+    md = _meta(pod)
+    return f"{md.get('namespace', '')}/{md.get('name', '')}"
+
+
+def _age(t: dt.datetime | None, now: dt.datetime) -> float | None:
+    return None if t is None else round((now - t).total_seconds(), 1)
+
+
+def _fmt_age(s: float | None) -> str:
+    if s is None:
+        return "?"
+    s = int(s)
+    return f"{s}s" if s < 120 else f"{s // 60}m" if s < 7200 else f"{s // 3600}h{(s % 3600) // 60:02d}m"
+
+
+def _qty_int(v: Any) -> int:
+    try:
+        return int(str(v))
+    except ValueError:
+        return 0
+
+
+def _gpu_request_count(pod: Mapping[str, Any]) -> int:
+    """nvidia.com/gpu asked for by the pod's app containers (limits win over requests)."""
+    total = 0
+    for c in (pod.get("spec") or {}).get("containers") or ():
+        res = c.get("resources") or {}
+        v = (res.get("limits") or {}).get(GPU_RESOURCE, (res.get("requests") or {}).get(GPU_RESOURCE))
+        total += _qty_int(v) if v is not None else 0
+    return total
+
+
+def _is_terminal(pod: Mapping[str, Any]) -> bool:
+    return (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed")
+
+
+def _find_plugin_pod(pods: Iterable[Mapping[str, Any]]) -> Mapping[str, Any] | None:
+    for p in pods:
+        name = str(_meta(p).get("name", ""))
+        images = " ".join(str(c.get("image", "")) for c in (p.get("spec") or {}).get("containers") or ())
+        if "device-plugin" in name and ("hami" in name.lower() or "hami" in images.lower()
+                                        or "vgpu" in name.lower()):
+            return p
+    return None
+
+
+def _plugin_restart(node: str, plugin: Mapping[str, Any] | None) -> str:
+    if plugin is not None:
+        md = _meta(plugin)
+        return f"kubectl -n {md.get('namespace')} delete pod {md.get('name')}"
+    return (f"kubectl get pods -A -o wide --field-selector spec.nodeName={node} | grep -i "
+            f"device-plugin   # no HAMi device-plugin pod found on {node}: check the DaemonSet's "
+            f"nodeSelector (HAMi's chart schedules it on nodes labelled gpu=on)")
+
+
+PLUGIN_RESTART_RISK = (
+    "Risk: while the plugin restarts, pods admitted on this node fail with "
+    "UnexpectedAdmissionError and must be recreated; running containers keep their GPUs.")
+
+
+def _events_for(events: Iterable[Mapping[str, Any]], uid: str, ns: str, name: str) -> list:
+    out = []
+    for ev in events:
+        io = ev.get("involvedObject") or ev.get("regarding") or {}
+        if (uid and io.get("uid") == uid) or (io.get("kind", "Pod") == "Pod"
+                                             and io.get("name") == name
+                                             and io.get("namespace") == ns):
+            out.append(ev)
+    return out
+
+
+def _msg(ev: Mapping[str, Any]) -> str:
+    return str(ev.get("message") or ev.get("note") or "")
+
+
+# -- the analysis -----------------------------------------------------------------------------
+
+def analyze_node(node: Mapping[str, Any], pods_on_node: Sequence[Mapping[str, Any]],
+                 events: Sequence[Mapping[str, Any]], now: dt.datetime,
+                 all_pods_index: Mapping[str, Mapping[str, Any]] | None = None) -> list[Finding]:
+    """HAMi findings for one node.
+
+    `pods_on_node`: pods with spec.nodeName == node. `events`: events about those pods and
+    about pods that failed to bind to it (FailedScheduling "node X has been locked ..."); any
+    superset is fine. `all_pods_index` (optional): "namespace/name" -> pod for the whole
+    cluster, so a lock owner that is not bound to this node can be told apart from one that is
+    gone; without it such an owner is reported as "not found on this node" (warning).
+    """
+    if now.tzinfo is None:
+        now = now.replace(tzinfo=dt.timezone.utc)
+    annos = _annotations(node)
+    node_name = str(_meta(node).get("name", ""))
+    hami_node = any(k.startswith("hami.io/") for k in annos)
+    hami_pods = [p for p in pods_on_node if any(k.startswith("hami.io/") for k in _annotations(p))]
+    if not hami_node and not hami_pods:
+        return []
+    plugin = _find_plugin_pod(pods_on_node)
+    findings: list[Finding] = []
+    devices = _register_findings(node, node_name, annos, plugin, findings)
+    _handshake_findings(node_name, annos, plugin, now, findings)
+    _lock_findings(node_name, annos, pods_on_node, events, now, all_pods_index, findings)
+    known = {d["id"] for d in devices} if devices is not None else None
+    for pod in hami_pods:
+        _pod_findings(pod, events, now, known, findings)
+    return findings
+
+
+def _register_findings(node, node_name, annos, plugin, findings) -> list[dict] | None:
+    subject = f"node {node_name}"
+    restart = _plugin_restart(node_name, plugin)
+    logs = (f"`kubectl -n {_meta(plugin).get('namespace')} logs {_meta(plugin).get('name')}`"
+            if plugin is not None else "the device plugin's log")
+    fix = (f"Look at why the HAMi device plugin registers this ({logs}), fix its config "
+           f"(deviceSplitCount, deviceMemoryScaling, preConfiguredDeviceMemory), then restart it "
+           f"so it re-registers: `{restart}`. "
+           f"If the encoding is not what your hami-scheduler reads, run the same HAMi version for "
+           f"the scheduler and the device plugin. {PLUGIN_RESTART_RISK}")
+    if REGISTER_KEY not in annos:
+        if any(k.startswith(HANDSHAKE_PREFIX) for k in annos):
+            findings.append(catalog.make(
+                "hami.register_invalid", "critical", subject,
+                "HAMi node handshake present but no hami.io/node-nvidia-register: the scheduler "
+                "sees no vGPU devices on this node",
+                {"annotation": REGISTER_KEY, "value": None}, fix, REFS_REGISTER))
+        return None
+    value = annos.get(REGISTER_KEY) or ""
+    try:
+        devices, encoding = decode_register(value)
+    except DecodeError as exc:
+        findings.append(catalog.make(
+            "hami.register_invalid", "critical", subject,
+            f"hami.io/node-nvidia-register cannot be decoded ({exc}); the scheduler drops the "
+            "node's devices",
+            {"annotation": REGISTER_KEY, "value": value[:500], "error": str(exc)}, fix,
+            REFS_REGISTER))
+        return []
+    alloc = (node.get("status") or {}).get("allocatable") or {}
+    ev: dict = {"annotation": REGISTER_KEY, "encoding": encoding, "devices": devices[:16],
+                "device_count": len(devices)}
+    if GPU_RESOURCE in alloc:
+        ev["allocatable_nvidia_gpu"] = _qty_int(alloc[GPU_RESOURCE])
+        ev["registered_vgpu_slots"] = sum(d["count"] for d in devices if d["health"])
+    if not devices:
+        findings.append(catalog.make(
+            "hami.register_invalid", "critical", subject,
+            "hami.io/node-nvidia-register lists no devices: the scheduler sees no vGPUs here",
+            ev, fix, REFS_REGISTER))
+        return devices
+    problems = []
+    seen: set[str] = set()
+    for d in devices:
+        p = validate_device(d)
+        if d["id"] in seen:
+            p.append("duplicate id")
+        seen.add(d["id"])
+        if p:
+            problems.append({"id": d["id"], "problems": p})
+    unhealthy = [d["id"] for d in devices if not d["health"]]
+    if problems:
+        ev["invalid_devices"] = problems
+        ev["unhealthy_devices"] = unhealthy
+        findings.append(catalog.make(
+            "hami.register_invalid", "critical", subject,
+            f"{len(problems)} of {len(devices)} devices in hami.io/node-nvidia-register are "
+            f"invalid: {problems[0]['id'] or '(empty id)'}: {problems[0]['problems'][0]}",
+            ev, fix, REFS_REGISTER))
+    elif unhealthy:
+        ev["unhealthy_devices"] = unhealthy
+        sev = "critical" if len(unhealthy) == len(devices) else "warning"
+        note = (" (JSON encoding: Go omits `health: false`, so a device without `health` is "
+                "unhealthy)" if encoding == "json" else "")
+        findings.append(catalog.make(
+            "hami.register_invalid", sev, subject,
+            f"{len(unhealthy)} of {len(devices)} registered devices are unhealthy; the scheduler "
+            f"skips them{note}",
+            ev, "Check the GPUs' health (`nvidia-smi -q -d HEALTH,ECC`, Xid errors in the "
+            f"kernel log: `kubectl gpu-doctor node {node_name}`); the plugin re-registers them "
+            f"as healthy once NVML reports them healthy and the plugin is restarted: `"
+            f"{_plugin_restart(node_name, plugin)}`. {PLUGIN_RESTART_RISK}", REFS_REGISTER))
+    return devices
+
+
+def _handshake_findings(node_name, annos, plugin, now, findings) -> None:
+    restart = _plugin_restart(node_name, plugin)
+    for key in sorted(k for k in annos if k.startswith(HANDSHAKE_PREFIX)):
+        value = annos.get(key) or ""
+        state, t = parse_handshake(value)
+        age = _age(t, now)
+        ev = {"annotation": key, "value": value, "state": state,
+              "time": t.isoformat() if t else None, "age_s": age,
+              "stale_after_s": HANDSHAKE_STALE_S, "plugin_pod": _ref(plugin) if plugin else None}
+        subject = f"node {node_name}"
+        fix = (f"The HAMi device plugin on {node_name} is not re-registering (it writes "
+               f"`Reported <time>` every {REPORT_PERIOD_S:.0f} s). Check its log and restart it: "
+               f"`{restart}`. {PLUGIN_RESTART_RISK} If the plugin is healthy and writing, "
+               f"compare the clocks of the scheduler's node and {node_name} (NTP).")
+        if state == "unknown":
+            if value.strip():
+                findings.append(catalog.make(
+                    "hami.handshake_stale", "warning", subject,
+                    f"{key} has an unknown value {value[:60]!r}",
+                    ev, fix, REFS_HANDSHAKE))
+            continue
+        if state in ("Requesting", "Deleted") and t is None:
+            findings.append(catalog.make(
+                "hami.handshake_stale", "critical", subject,
+                f"{key} time cannot be parsed; HAMi treats it as expired and drops the node's "
+                "devices", ev, fix, REFS_HANDSHAKE))
+            continue
+        if age is not None and age < -HANDSHAKE_STALE_S:
+            ev["clock_skew_s"] = -age
+            findings.append(catalog.make(
+                "hami.handshake_stale", "warning", subject,
+                f"{key} is {_fmt_age(-age)} in the future: clock skew between the scheduler, "
+                f"{node_name} and this machine", ev,
+                "Sync the clocks (NTP) of the hami-scheduler's node and this node; HAMi's "
+                "60 s handshake window breaks with more than a few seconds of skew.",
+                REFS_HANDSHAKE))
+            continue
+        if state == "Requesting" and age is not None and age > HANDSHAKE_STALE_S:
+            findings.append(catalog.make(
+                "hami.handshake_stale", "critical", subject,
+                f"HAMi handshake stale: the scheduler asked {_fmt_age(age)} ago and the device "
+                f"plugin never answered; the node's vGPUs are dropped (pods Pending, "
+                f"'handshake' timeouts)", ev, fix, REFS_HANDSHAKE))
+        elif state == "Deleted":
+            findings.append(catalog.make(
+                "hami.handshake_stale", "critical", subject,
+                f"HAMi scheduler removed this node's devices {_fmt_age(age)} ago (Deleted_): the "
+                f"device plugin stopped answering the handshake", ev, fix, REFS_HANDSHAKE))
+        elif state == "Reported" and age is not None and age > 2 * REPORT_PERIOD_S:
+            findings.append(catalog.make(
+                "hami.handshake_stale", "warning", subject,
+                f"HAMi device plugin last reported {_fmt_age(age)} ago (it reports every "
+                f"{REPORT_PERIOD_S:.0f} s) and the scheduler has not asked since",
+                ev, fix + " Also check that hami-scheduler is running.", REFS_HANDSHAKE))
+
+
+def _lock_findings(node_name, annos, pods_on_node, events, now, all_pods_index, findings) -> None:
+    if LOCK_KEY not in annos:
+        return
+    value = annos.get(LOCK_KEY) or ""
+    subject = f"node {node_name}"
+    cmd = f"kubectl annotate node {node_name} {LOCK_KEY}-"
+    blocked = [e for e in events if node_name and node_name in _msg(e)
+               and LOCKED_EVENT_RE.search(_msg(e))]
+    ev: dict = {"annotation": LOCK_KEY, "value": value, "expires_after_s": LOCK_EXPIRE_S,
+                "binds_rejected_events": len(blocked)}
+    if blocked:
+        ev["last_rejection"] = _msg(blocked[-1])[:300]
+    risk = ("Risk: if the owner pod is still being allocated (hami.io/bind-phase=allocating and "
+            "its containers not created yet), removing the lock lets another pod bind and the "
+            "device plugin can hand the owner's devices to the wrong pod (HAMi #3096); run it only "
+            "when the owner is gone or finished, or no pod on the node is `allocating`.")
+    try:
+        t, ns, name = parse_lock(value)
+    except DecodeError as exc:
+        ev["error"] = str(exc)
+        findings.append(catalog.make(
+            "hami.lock_stale", "critical", subject,
+            f"hami.io/mutex.lock cannot be parsed ({exc}): every HAMi bind to this node fails "
+            "until it is removed", ev, f"Remove the lock: `{cmd}`. {risk}", REFS_LOCK))
+        return
+    age = _age(t, now)
+    ev.update(lock_time=t.isoformat(), age_s=age, owner=f"{ns}/{name}" if name else None)
+    reasons = []
+    owner_state = None
+    if name:
+        key = f"{ns}/{name}"
+        owner = next((p for p in pods_on_node if _ref(p) == key), None)
+        if owner is None and all_pods_index is not None:
+            owner = all_pods_index.get(key)
+        if owner is None:
+            owner_state = "gone" if all_pods_index is not None else "not found on this node"
+            reasons.append(f"owner pod {key} is {owner_state}")
+        else:
+            phase = (owner.get("status") or {}).get("phase")
+            bind = _annotations(owner).get(BIND_PHASE_KEY)
+            owner_state = f"phase={phase}, bind-phase={bind}"
+            if _is_terminal(owner):
+                reasons.append(f"owner pod {key} is {phase}")
+            elif bind in ("success", "failed"):
+                reasons.append(f"owner pod {key} finished allocating (bind-phase={bind}) but the "
+                               "lock was not released")
+            elif _meta(owner).get("deletionTimestamp"):
+                reasons.append(f"owner pod {key} is being deleted")
+    ev["owner_state"] = owner_state
+    if age is not None and age > LOCK_EXPIRE_S:
+        reasons.insert(0, f"held for {_fmt_age(age)} (> {LOCK_EXPIRE_S / 60:.0f} min)")
+    if not reasons:
+        return
+    definitely_gone = owner_state == "gone" or any("is Succeeded" in r or "is Failed" in r
+                                                   for r in reasons)
+    sev = "critical" if blocked or definitely_gone else "warning"
+    findings.append(catalog.make(
+        "hami.lock_stale", sev, subject,
+        f"HAMi node lock is stale: {'; '.join(reasons)}"
+        + (f"; {len(blocked)} bind(s) rejected" if blocked else ""),
+        ev, f"Remove the lock so the scheduler can bind again: `{cmd}` (newer HAMi takes an "
+            f"expired or orphaned lock over on the next bind by itself; a lock that stays is "
+            f"held by an older scheduler or a finished pod). {risk}", REFS_LOCK))
+
+
+def _pod_findings(pod, events, now, known_devices, findings) -> None:
+    annos = _annotations(pod)
+    md = _meta(pod)
+    ref = _ref(pod)
+    subject = f"pod {ref}"
+    phase = (pod.get("status") or {}).get("phase")
+    bind = annos.get(BIND_PHASE_KEY)
+    bind_time = parse_bind_time(annos.get(BIND_TIME_KEY, ""))
+    bind_age = _age(bind_time, now)
+    ev: dict = {"bind_phase": bind, "bind_time": bind_time.isoformat() if bind_time else None,
+                "bind_age_s": bind_age, "phase": phase,
+                TO_ALLOCATE_KEY: annos.get(TO_ALLOCATE_KEY),
+                ALLOCATED_KEY: annos.get(ALLOCATED_KEY)}
+    owners = md.get("ownerReferences") or []
+    cmd = f"kubectl -n {md.get('namespace')} delete pod {md.get('name')}"
+    risk = ("Risk: the pod's containers restart; " + (
+        f"its {owners[0].get('kind')} recreates it and the scheduler allocates again."
+        if owners else "it is a bare pod (no owner): it is gone for good, recreate it from its "
+        "manifest."))
+    fix = (f"Delete the pod so it is scheduled and allocated again: `{cmd}`. {risk} If it "
+           f"repeats, run the same HAMi version for hami-scheduler and the device plugin and "
+           f"check the plugin's log.")
+    reasons = []
+    sev = None
+    try:
+        allocated = decode_pod_devices(annos.get(ALLOCATED_KEY, ""))
+        pending = decode_pod_devices(annos.get(TO_ALLOCATE_KEY, ""))
+    except DecodeError as exc:
+        ev["error"] = str(exc)
+        findings.append(catalog.make(
+            "hami.allocation_mismatch", "critical", subject,
+            f"HAMi device annotations cannot be decoded ({exc}): the device plugin cannot "
+            "allocate this pod", ev, fix, REFS_ALLOC))
+        return
+    n_alloc = sum(len(c) for c in allocated)
+    n_pending = sum(len(c) for c in pending)
+    asked = _gpu_request_count(pod)
+    ev.update(allocated_devices=n_alloc, pending_devices=n_pending, requested_gpus=asked)
+    not_matched = [e for e in _events_for(events, str(md.get("uid") or ""),
+                                          str(md.get("namespace") or ""), str(md.get("name") or ""))
+                   if "device number not matched" in _msg(e)]
+    if not_matched:
+        ev["events"] = [f"{e.get('reason')}: {_msg(e)[:200]}" for e in not_matched[-3:]]
+        reasons.append("kubelet admission failed with 'device number not matched'")
+        sev = "critical"
+    if ALLOCATED_KEY in annos and asked and n_alloc and n_alloc != asked:
+        reasons.append(f"the scheduler allocated {n_alloc} device(s) but the containers ask for "
+                       f"{asked} {GPU_RESOURCE}")
+        sev = "critical"
+    if known_devices is not None:
+        unknown = sorted({d["uuid"] for c in allocated for d in c} - known_devices)
+        if unknown:
+            ev["unregistered_devices"] = unknown
+            reasons.append(f"allocated device(s) not registered on the node: {', '.join(unknown)}")
+            sev = "critical"
+    if bind == "failed":
+        reasons.append("the device plugin's Allocate failed (bind-phase=failed)")
+        sev = sev or ("critical" if phase not in ("Running", "Succeeded") else "warning")
+    elif bind == "allocating" and bind_age is not None and bind_age > ALLOCATING_STALE_S:
+        reasons.append(f"stuck in bind-phase=allocating for {_fmt_age(bind_age)}: kubelet never "
+                       "called the plugin's Allocate for it, or Allocate could not find it")
+        sev = sev or "warning"
+    elif bind == "success" and n_pending:
+        reasons.append(f"bind-phase=success but {n_pending} device(s) are still in "
+                       f"{TO_ALLOCATE_KEY}")
+        sev = sev or "warning"
+    if reasons:
+        findings.append(catalog.make(
+            "hami.allocation_mismatch", sev, subject,
+            "HAMi allocation mismatch: " + "; ".join(reasons), ev, fix, REFS_ALLOC))
