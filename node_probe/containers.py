@@ -285,7 +285,7 @@ class Container:
     def pod_label(self) -> str:
         if self.meta.get("pod"):
             return f"{self.meta.get('namespace', '?')}/{self.meta['pod']}"
-        return f"pod-uid {self.ref.pod_uid}"
+        return f"uid {self.ref.pod_uid}"
 
     @property
     def container_label(self) -> str:

@@ -311,8 +311,8 @@ def _finding(c, exp, res, inv, stale, kubelet_cfg, driver, passes, writes):
             who = sorted({f"{w.get('comm')}[{w.get('pid')}]" for w in mine})
             causes[0]["why"] += f"; during the trace window {', '.join(who)} rewrote its rules"
     paths = ", ".join(f"{d.path} ({d.majmin})" for d in denied)
-    title = (f"{c.container_label} in {c.pod_label} cannot open {paths}: "
-             f"its device cgroup denies it")
+    title = (f"Container {c.container_label} in pod {c.pod_label} cannot open {paths}: "
+             f"its device cgroup denies {'them' if len(denied) > 1 else 'it'}")
     remediation = " ".join(f"Cause: {x['why']}. Fix: {x['fix']}" for x in causes)
     refs = tuple(dict.fromkeys(r for x in causes for r in x["refs"]))
     return catalog.make("cgroup.device_denied", "critical" if critical else "warning",
