@@ -388,7 +388,7 @@ def analyze_node(node: Mapping[str, Any], pods_on_node: Sequence[Mapping[str, An
 
 
 def _register_findings(node, node_name, annos, plugin, findings) -> list[dict] | None:
-    subject = f"node {node_name}"
+    subject = f"node/{node_name}"
     restart = _plugin_restart(node_name, plugin)
     logs = (f"`kubectl -n {_meta(plugin).get('namespace')} logs {_meta(plugin).get('name')}`"
             if plugin is not None else "the device plugin's log")
@@ -471,7 +471,7 @@ def _handshake_findings(node_name, annos, plugin, now, findings) -> None:
         ev = {"annotation": key, "value": value, "state": state,
               "time": t.isoformat() if t else None, "age_s": age,
               "stale_after_s": HANDSHAKE_STALE_S, "plugin_pod": _ref(plugin) if plugin else None}
-        subject = f"node {node_name}"
+        subject = f"node/{node_name}"
         fix = (f"The HAMi device plugin on {node_name} is not re-registering (it writes "
                f"`Reported <time>` every {REPORT_PERIOD_S:.0f} s). Check its log and restart it: "
                f"`{restart}`. {PLUGIN_RESTART_RISK} If the plugin is healthy and writing, "
@@ -522,7 +522,7 @@ def _lock_findings(node_name, annos, pods_on_node, events, now, all_pods_index, 
     if LOCK_KEY not in annos:
         return
     value = annos.get(LOCK_KEY) or ""
-    subject = f"node {node_name}"
+    subject = f"node/{node_name}"
     cmd = f"kubectl annotate node {node_name} {LOCK_KEY}-"
     blocked = [e for e in events if node_name and node_name in _msg(e)
                and LOCKED_EVENT_RE.search(_msg(e))]
@@ -587,7 +587,7 @@ def _pod_findings(pod, events, now, known_devices, findings) -> None:
     annos = _annotations(pod)
     md = _meta(pod)
     ref = _ref(pod)
-    subject = f"pod {ref}"
+    subject = f"pod/{ref}"
     phase = (pod.get("status") or {}).get("phase")
     bind = annos.get(BIND_PHASE_KEY)
     bind_time = parse_bind_time(annos.get(BIND_TIME_KEY, ""))

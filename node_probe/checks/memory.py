@@ -286,9 +286,5 @@ def memory_check(ctx) -> Iterable[Finding]:
     ev = measurements(first, last)
     if ev.get("psi_memory", "").startswith("unavailable"):
         ctx.log("info", "PSI unavailable: /proc/pressure/memory cannot be read")
-    yield analyze(ev, subject=f"node {ctx.options.extra.get('node_name') or _hostname()}")
+    yield analyze(ev, subject="node")
 
-
-def _hostname() -> str:
-    import os
-    return os.uname().nodename

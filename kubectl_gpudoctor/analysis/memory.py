@@ -1,0 +1,227 @@
+"""memory.overcommit, API side: pod memory limits that leave the node's own daemons no room.
+
+Why (seed 004): a pod with a 40 GiB limit on a 62 GiB GPU host took nodes down one after
+another, while a 20 GiB limit was OOM-killed cleanly inside its cgroup. When what the pods may
+use (their limits, plus pods with no limit at all) reaches the node's memory before any cgroup
+limit is hit, the kernel reclaims globally: with no swap the only reclaimable memory left is
+page cache, including the code pages of kubelet and containerd, which then re-read their own
+binaries from disk in a loop. No OOM kill comes, the node goes NotReady, and the evicted pod
+does the same to the next node. The kubelet would evict first only if memory were reserved for
+the system (`systemReserved`/`kubeReserved`) and its hard eviction threshold were not the late
+default (`memory.available<100Mi`). GPU pods make it worse: host memory the NVIDIA driver pins
+for them (cudaHostAlloc, UVM) is not charged to their memory cgroup, so a pod can push the node
+over while staying under its own limit.
+
+Pure function over the Node, its pods and (optionally) the kubelet's /configz; no I/O.
+"""
+from __future__ import annotations
+
+import re
+from typing import Any, Mapping, Sequence
+
+from node_probe import catalog
+from node_probe.protocol import Finding
+
+GiB = 1 << 30
+MiB = 1 << 20
+MIN_MARGIN_BYTES = 2 * GiB          # kubelet, container runtime, journald, sshd, page cache
+MARGIN_FRACTION = 0.10              # ... or 10% of the node's memory, whichever is larger
+GPU_POD_LIMIT_FRACTION = 0.5        # seed 004: 40 of 62 GiB died, 20 of 62 GiB was OOM-killed
+DEFAULT_EVICTION_HARD = "100Mi"
+GPU_PREFIX = "nvidia.com/"
+
+REFS = (
+    "https://kubernetes.io/docs/tasks/administer-cluster/reserve-compute-resources/",
+    "https://kubernetes.io/docs/concepts/scheduling-eviction/node-pressure-eviction/",
+    "https://github.com/Azure/aks-engine/pull/604",
+    "https://github.com/kubernetes/kubernetes/issues/31362",
+)
+
+_SUFFIX = {"Ki": 1 << 10, "Mi": 1 << 20, "Gi": 1 << 30, "Ti": 1 << 40, "Pi": 1 << 50,
+           "Ei": 1 << 60, "k": 10 ** 3, "M": 10 ** 6, "G": 10 ** 9, "T": 10 ** 12,
+           "P": 10 ** 15, "E": 10 ** 18, "m": 1e-3, "": 1}
+_QTY_RE = re.compile(r"^([+-]?(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?)(Ki|Mi|Gi|Ti|Pi|Ei|k|M|G|T|P|E|m)?$")
+
+
+def parse_quantity(value: Any) -> float | None:
+    """A Kubernetes resource quantity in base units (`64Gi`, `65536Ki`, `1.5G`, `129e6`)."""
+    if value is None:
+        return None
+    if isinstance(value, (int, float)):
+        return float(value)
+    m = _QTY_RE.match(str(value).strip())
+    if not m:
+        return None
+    return float(m.group(1)) * _SUFFIX[m.group(2) or ""]
+
+
+def eviction_threshold_bytes(cfg: Mapping[str, Any] | None, capacity: float) -> tuple[float, str]:
+    """evictionHard memory.available in bytes (percentages of capacity) and its source text."""
+    text = DEFAULT_EVICTION_HARD
+    if cfg and isinstance(cfg.get("evictionHard"), Mapping) and \
+            cfg["evictionHard"].get("memory.available"):
+        text = str(cfg["evictionHard"]["memory.available"])
+    if text.endswith("%"):
+        try:
+            return capacity * float(text[:-1]) / 100.0, text
+        except ValueError:
+            pass
+    q = parse_quantity(text)
+    return (q if q is not None else parse_quantity(DEFAULT_EVICTION_HARD)), text
+
+
+def _reserved_memory(cfg: Mapping[str, Any] | None) -> dict[str, float] | None:
+    if cfg is None:
+        return None
+    out = {}
+    for key in ("systemReserved", "kubeReserved"):
+        v = (cfg.get(key) or {}).get("memory") if isinstance(cfg.get(key), Mapping) else None
+        q = parse_quantity(v)
+        if q:
+            out[key] = q
+    return out
+
+
+def _unwrap(cfg: Mapping[str, Any] | None) -> Mapping[str, Any] | None:
+    if isinstance(cfg, Mapping) and isinstance(cfg.get("kubeletconfig"), Mapping):
+        return cfg["kubeletconfig"]
+    return cfg
+
+
+def pod_memory_limit(pod: Mapping[str, Any]) -> float | None:
+    """The pod's effective memory limit (max of init containers vs. the sum of app containers,
+    plus pod overhead), None if any container that runs alongside the others has no limit."""
+    spec = pod.get("spec") or {}
+
+    def lim(c):
+        return parse_quantity(((c.get("resources") or {}).get("limits") or {}).get("memory"))
+
+    apps = [lim(c) for c in spec.get("containers") or ()]
+    # restartable init containers (sidecars) run alongside the app containers
+    sidecars = [lim(c) for c in spec.get("initContainers") or () if c.get("restartPolicy") == "Always"]
+    inits = [lim(c) for c in spec.get("initContainers") or () if c.get("restartPolicy") != "Always"]
+    if any(v is None for v in apps + sidecars) or not apps:
+        return None
+    total = sum(apps) + sum(sidecars)
+    if inits:
+        if any(v is None for v in inits):
+            return None
+        total = max(total, max(inits) + sum(sidecars))
+    overhead = parse_quantity(((spec.get("overhead") or {}).get("memory"))) or 0.0
+    return total + overhead
+
+
+def _uses_gpu(pod: Mapping[str, Any]) -> bool:
+    for c in ((pod.get("spec") or {}).get("containers") or ()):
+        res = c.get("resources") or {}
+        for part in ("limits", "requests"):
+            if any(k.startswith(GPU_PREFIX) for k in (res.get(part) or {})):
+                return True
+    return False
+
+
+def _ref(pod: Mapping[str, Any]) -> str:
+    md = pod.get("metadata") or {}
+    return f"{md.get('namespace', '')}/{md.get('name', '')}"
+
+
+def _gib(b: float | None) -> float | None:
+    return None if b is None else round(b / GiB, 2)
+
+
+def analyze_node(node: Mapping[str, Any], pods_on_node: Sequence[Mapping[str, Any]],
+                 kubelet_config: Mapping[str, Any] | None) -> list[Finding]:
+    """memory.overcommit for one node. `kubelet_config` is the KubeletConfiguration from
+    /configz (wrapped `{"kubeletconfig": {...}}` or not), None if it could not be read; then the
+    reservation is inferred from capacity - allocatable."""
+    md = node.get("metadata") or {}
+    name = str(md.get("name", ""))
+    status = node.get("status") or {}
+    capacity = parse_quantity((status.get("capacity") or {}).get("memory"))
+    allocatable = parse_quantity((status.get("allocatable") or {}).get("memory"))
+    if not capacity:
+        return []
+    cfg = _unwrap(kubelet_config)
+    evict_b, evict_text = eviction_threshold_bytes(cfg, capacity)
+    reserved_cfg = _reserved_memory(cfg)
+    reserved_b = capacity - allocatable if allocatable else 0.0
+    margin = max(MIN_MARGIN_BYTES, MARGIN_FRACTION * capacity)
+    if reserved_cfg is not None:
+        no_reserved = not reserved_cfg
+    else:  # no configz: allocatable = capacity - reserved - eviction threshold
+        no_reserved = reserved_b <= evict_b + 64 * MiB
+    late_eviction = evict_b < margin
+
+    active = [p for p in pods_on_node
+              if (p.get("status") or {}).get("phase") not in ("Succeeded", "Failed")]
+    limits = []
+    unbounded = []
+    for p in active:
+        lim = pod_memory_limit(p)
+        if lim is None:
+            unbounded.append(_ref(p))
+        else:
+            limits.append((lim, _ref(p), _uses_gpu(p)))
+    limits.sort(key=lambda x: -x[0])
+    total = sum(x[0] for x in limits)
+
+    ev = {"capacity_gib": _gib(capacity), "allocatable_gib": _gib(allocatable),
+          "reserved_gib": _gib(reserved_b), "system_reserved_memory": (
+              _gib(reserved_cfg.get("systemReserved")) if reserved_cfg else None),
+          "kube_reserved_memory": _gib(reserved_cfg.get("kubeReserved")) if reserved_cfg else None,
+          "kubelet_config_read": cfg is not None, "eviction_hard_memory_available": evict_text,
+          "eviction_hard_gib": _gib(evict_b), "safe_margin_gib": _gib(margin),
+          "sum_limits_gib": _gib(total), "left_if_all_at_limit_gib": _gib(capacity - total),
+          "pods_without_memory_limit": unbounded[:20],
+          "pods_without_memory_limit_count": len(unbounded),
+          "largest_limits": [{"pod": r, "limit_gib": _gib(l), "gpu": g} for l, r, g in limits[:5]]}
+    protection = []
+    if no_reserved:
+        protection.append("no systemReserved/kubeReserved memory")
+    if late_eviction:
+        protection.append(f"eviction only at memory.available<{evict_text}")
+    unprotected = no_reserved and late_eviction
+
+    reasons = []
+    worst = limits[0] if limits else None
+    single = False
+    if worst is not None:
+        lim, ref, gpu = worst
+        if capacity - lim < margin:
+            reasons.append(f"pod {ref} may use {_gib(lim)} GiB of the node's {_gib(capacity)} GiB, "
+                           f"leaving {_gib(capacity - lim)} GiB (< {_gib(margin)} GiB) for the system")
+            single = True
+        elif gpu and lim >= GPU_POD_LIMIT_FRACTION * capacity:
+            reasons.append(f"GPU pod {ref} may use {_gib(lim)} GiB of {_gib(capacity)} GiB "
+                           f"(>= {GPU_POD_LIMIT_FRACTION:.0%}); host memory the GPU driver pins for "
+                           "it is not charged to its cgroup")
+            single = True
+    if not single and limits and capacity - total < margin:
+        reasons.append(f"the memory limits of {len(limits)} pods add up to {_gib(total)} GiB, "
+                       f"leaving {_gib(capacity - total)} GiB (< {_gib(margin)} GiB) for the system")
+    if unbounded and unprotected:
+        reasons.append(f"{len(unbounded)} pod(s) have no memory limit at all")
+    if not reasons:
+        return []
+    if single:
+        sev = "critical" if unprotected else "warning"
+    elif capacity - total < margin:
+        sev = "warning"
+    else:
+        sev = "info"   # only unbounded pods on an unprotected node
+    title = "Memory overcommit: " + "; ".join(reasons)
+    if protection:
+        title += " (" + ", ".join(protection) + ")"
+    ev["unprotected"] = unprotected
+    remediation = (
+        "Lower the memory limit of the largest pods so each leaves the node at least "
+        f"{_gib(margin)} GiB (the container is then OOM-killed inside its cgroup instead of "
+        "starving kubelet and containerd); set limits on pods that have none (a LimitRange in "
+        "their namespace). On the node's kubelet, reserve memory for the system and evict "
+        "earlier, e.g. in the KubeletConfiguration: `systemReserved: {memory: 2Gi}`, "
+        "`kubeReserved: {memory: 1Gi}`, `evictionHard: {memory.available: \"5%\"}` "
+        "(restart kubelet; allocatable shrinks, so pods that no longer fit are not scheduled "
+        "there: roll it node by node). For the node that is already thrashing: "
+        "`kubectl cordon " + name + "` first so the evicted pod does not take the next node "
+        "down the same way (risk: no new pods on it until `kubectl uncordon " + name + "`).")
+    return [catalog.make("memory.overcommit", sev, f"node/{name}", title, ev, remediation, REFS)]
