@@ -247,11 +247,11 @@ def _settings(o: dict, namespace: str):
 def _run_cluster(o: dict, target: dict, fn: Callable, pod_target: bool = False,
                  pre_table: Callable[[], str] = lambda: "") -> int:
     from .kube import Kube
-    out = Output(o["output"], o["fail_on"], target)
     kube = Kube(o.get("kubeconfig"), o.get("context"))  # kubeconfig errors: nothing to render
     namespace = o.get("namespace") or kube.default_namespace
     if pod_target:
         target["name"] = f"{namespace}/{target['name']}"
+    out = Output(o["output"], o["fail_on"], target)
     active: list = []
     seen: list = []
 

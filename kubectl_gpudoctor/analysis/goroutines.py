@@ -38,8 +38,7 @@ DEVICE_FRAMES = (
     "deviceplugin/v1beta1.(*devicePluginClient).Allocate",
     "deviceplugin/v1beta1.(*devicePluginClient).PreStartContainer",
 )
-SYNC_LOOP_FRAMES = ("(*Kubelet).syncLoop", "(*Kubelet).HandlePodAdditions",
-                    "(*Kubelet).canAdmitPod")
+SYNC_LOOP_FRAMES = ("(*Kubelet).syncLoop",)  # also matches syncLoopIteration
 
 
 @dataclasses.dataclass

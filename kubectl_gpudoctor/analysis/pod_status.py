@@ -51,7 +51,9 @@ def analyze_pod(pod: Mapping[str, Any], events: Sequence[Mapping[str, Any]],
         if e.get("type") == "Warning"]
     hit = next((t for t in adm_texts if any(m in t for m in ADMISSION_MARKERS)), None)
     if hit:
-        hami = "device number not matched" in hit
+        hami = any("device number not matched" in t for t in adm_texts)
+        if st.get("reason") and st.get("message"):
+            hit = f"{st.get('reason')}: {st.get('message')}"
         out.append(catalog.make(
             "pod.admission_error", "critical", subject,
             "the kubelet rejected the pod at admission: " + " ".join(hit.split())[:200],

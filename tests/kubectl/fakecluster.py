@@ -1,0 +1,464 @@
+"""An HTTP-level fake Kubernetes API server for the plugin's tests, built on kmock.
+
+Why: there is no real API server here, and the plugin must be tested through the REAL
+kubernetes client (auth headers, URL building, error bodies, streaming) — so the fake sits at
+the HTTP boundary. kmock serves HTTP (aiohttp) and records every request; this module adds the
+behaviour the plugin relies on: label and field selectors on lists, Status bodies for 404/403
+exactly as the API server words them, a debug pod that becomes Running (or never starts, or
+cannot pull its image) and whose log streams a recorded probe NDJSON cut at odd byte
+boundaries, and the kubelet proxy paths (goroutine dump, healthz, configz).
+
+The server runs in a background thread with its own event loop, so the code under test (sync
+client, or the CLI in a subprocess) talks to it over real TCP.
+"""
+from __future__ import annotations
+
+import asyncio
+import datetime as dt
+import json
+import re
+import threading
+import time
+import uuid
+from pathlib import Path
+from typing import Any, Callable
+
+import kmock
+
+NODE_PROXY = re.compile(r"^/api/v1/nodes/([^/]+)/proxy/(.*)$")
+NODE = re.compile(r"^/api/v1/nodes/([^/]+)$")
+NS_PODS = re.compile(r"^/api/v1/namespaces/([^/]+)/pods$")
+POD = re.compile(r"^/api/v1/namespaces/([^/]+)/pods/([^/]+)$")
+POD_LOG = re.compile(r"^/api/v1/namespaces/([^/]+)/pods/([^/]+)/log$")
+NS_EVENTS = re.compile(r"^/api/v1/namespaces/([^/]+)/events$")
+LEASE = re.compile(r"^/apis/coordination.k8s.io/v1/namespaces/kube-node-lease/leases/([^/]+)$")
+LEASES = "/apis/coordination.k8s.io/v1/namespaces/kube-node-lease/leases"
+
+
+def ts(t: dt.datetime) -> str:
+    return t.astimezone(dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def status_body(code: int, reason: str, message: str, details: dict | None = None) -> dict:
+    return {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
+            "message": message, "reason": reason, "details": details or {}, "code": code}
+
+
+def _match_labels(labels: dict, selector: str) -> bool:
+    for term in filter(None, (t.strip() for t in selector.split(","))):
+        if "!=" in term:
+            k, v = term.split("!=", 1)
+            if labels.get(k.strip()) == v.strip():
+                return False
+        elif "=" in term:
+            k, v = term.replace("==", "=").split("=", 1)
+            if labels.get(k.strip()) != v.strip():
+                return False
+        elif term.startswith("!"):
+            if term[1:] in labels:
+                return False
+        elif term not in labels:
+            return False
+    return True
+
+
+def _field(obj: dict, dotted: str) -> Any:
+    cur: Any = obj
+    for part in dotted.split("."):
+        cur = (cur or {}).get(part) if isinstance(cur, dict) else None
+    return cur
+
+
+def _match_fields(obj: dict, selector: str) -> bool:
+    for term in filter(None, (t.strip() for t in selector.split(","))):
+        neg = "!=" in term
+        k, v = term.split("!=" if neg else "=", 1)
+        val = _field(obj, k.strip())
+        val = "" if val is None else str(val)
+        if (val == v.strip()) == neg:
+            return False
+    return True
+
+
+class FakeCluster:
+    def __init__(self) -> None:
+        self.nodes: dict[str, dict] = {}
+        self.pods: dict[tuple[str, str], dict] = {}
+        self.events: list[dict] = []
+        self.leases: dict[str, dict] = {}
+        self.namespaces: dict[str, dict] = {"default": {}}  # name -> labels
+        self.goroutines: dict[str, str | int] = {}   # node -> dump text or HTTP status
+        self.healthz: dict[str, tuple[int, str]] = {}
+        self.configz: dict[str, dict | int] = {}
+        self.forbid: list[tuple[str, re.Pattern]] = []  # (method, path regex) -> 403
+        # what happens to a created debug pod: "run", "pending", "imagepull"
+        self.debug_pod_mode = "run"
+        self.log_chunks: list[bytes] = []
+        self.log_chunk_delay_s = 0.0
+        self.log_hang = False                # keep the log stream open after the chunks
+        self.pod_security_enforce: dict[str, str] = {}  # ns -> level (rejects privileged)
+        self.created: list[dict] = []
+        self.deleted: list[tuple[str, str, dict]] = []  # (ns, name, query)
+        self.list_cache: dict[str, bytes] = {}
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._thread: threading.Thread | None = None
+        self._stop: asyncio.Event | None = None
+        self.handler: kmock.RawHandler | None = None
+        self.url = ""
+
+    # -- objects --------------------------------------------------------------------------
+    def add_node(self, name: str, gpus: int = 8, ready: bool = True, labels: dict | None = None,
+                 allocatable_gpus: int | None = None, extra_capacity: dict | None = None,
+                 now: dt.datetime | None = None, lease_age_s: float = 5.0) -> dict:
+        now = now or dt.datetime.now(dt.timezone.utc)
+        cap = {"cpu": "96", "memory": "1056760516Ki", "pods": "110",
+               "ephemeral-storage": "1844345660Ki"}
+        alloc = {"cpu": "95800m", "memory": "1046172356Ki", "pods": "110",
+                 "ephemeral-storage": "1699730862072"}
+        if gpus:
+            cap["nvidia.com/gpu"] = str(gpus)
+            alloc["nvidia.com/gpu"] = str(gpus if allocatable_gpus is None else allocatable_gpus)
+        for k, v in (extra_capacity or {}).items():
+            cap[k] = alloc[k] = str(v)
+        lbl = {"kubernetes.io/hostname": name, "kubernetes.io/os": "linux"}
+        if gpus:
+            lbl.update({"nvidia.com/gpu.present": "true", "nvidia.com/gpu.count": str(gpus),
+                        "nvidia.com/gpu.product": "NVIDIA-H20"})
+        lbl.update(labels or {})
+        node = {
+            "kind": "Node", "apiVersion": "v1",
+            "metadata": {"name": name, "uid": str(uuid.uuid4()), "labels": lbl,
+                         "creationTimestamp": ts(now - dt.timedelta(days=30)),
+                         "resourceVersion": "1"},
+            "spec": {"podCIDR": "10.244.0.0/24"},
+            "status": {
+                "capacity": cap, "allocatable": alloc,
+                "conditions": [
+                    {"type": "MemoryPressure", "status": "False", "reason": "KubeletHasSufficientMemory"},
+                    {"type": "DiskPressure", "status": "False", "reason": "KubeletHasNoDiskPressure"},
+                    {"type": "PIDPressure", "status": "False", "reason": "KubeletHasSufficientPID"},
+                    {"type": "Ready", "status": "True" if ready else "Unknown",
+                     "reason": "KubeletReady" if ready else "NodeStatusUnknown",
+                     "lastHeartbeatTime": ts(now - dt.timedelta(seconds=lease_age_s)),
+                     "lastTransitionTime": ts(now - dt.timedelta(days=2))}],
+                "nodeInfo": {"kubeletVersion": "v1.27.5", "containerRuntimeVersion":
+                             "containerd://1.7.13", "kernelVersion": "5.15.0-1078-nvidia",
+                             "osImage": "Ubuntu 22.04.5 LTS"},
+                "addresses": [{"type": "InternalIP", "address": "10.188.52.1"}],
+            },
+        }
+        self.nodes[name] = node
+        self.leases[name] = {
+            "kind": "Lease", "apiVersion": "coordination.k8s.io/v1",
+            "metadata": {"name": name, "namespace": "kube-node-lease"},
+            "spec": {"holderIdentity": name, "leaseDurationSeconds": 40,
+                     "renewTime": (now - dt.timedelta(seconds=lease_age_s)).strftime(
+                         "%Y-%m-%dT%H:%M:%S.%fZ")}}
+        return node
+
+    def add_pod(self, namespace: str, name: str, node: str | None, phase: str = "Running",
+                gpus: int = 0, age_s: float = 3600, scheduled_age_s: float | None = None,
+                now: dt.datetime | None = None, events: str = "normal",
+                memory_limit: str | None = "4Gi", deletion_overdue_s: float | None = None,
+                extra_status: dict | None = None) -> dict:
+        """events: 'normal' (scheduler + kubelet), 'scheduled-only', 'none'."""
+        now = now or dt.datetime.now(dt.timezone.utc)
+        uid = str(uuid.uuid4())
+        created = now - dt.timedelta(seconds=age_s)
+        sched = now - dt.timedelta(seconds=scheduled_age_s if scheduled_age_s is not None
+                                   else age_s)
+        res: dict = {"requests": {"cpu": "1", "memory": "1Gi"}}
+        if memory_limit:
+            res["limits"] = {"memory": memory_limit}
+        if gpus:
+            res.setdefault("limits", {})["nvidia.com/gpu"] = str(gpus)
+            res["requests"]["nvidia.com/gpu"] = str(gpus)
+        md: dict = {"name": name, "namespace": namespace, "uid": uid,
+                    "creationTimestamp": ts(created), "resourceVersion": "1",
+                    "labels": {"app": name.rsplit("-", 2)[0]}}
+        if deletion_overdue_s is not None:
+            md["deletionTimestamp"] = ts(now - dt.timedelta(seconds=deletion_overdue_s))
+            md["deletionGracePeriodSeconds"] = 30
+        status: dict = {"phase": phase, "qosClass": "Burstable"}
+        if node:
+            status["conditions"] = [{"type": "PodScheduled", "status": "True",
+                                     "lastTransitionTime": ts(sched)}]
+        if phase == "Running":
+            status.update({"hostIP": "10.188.52.1", "podIP": "10.244.0.7",
+                           "startTime": ts(sched)})
+            status["conditions"] += [
+                {"type": t, "status": "True", "lastTransitionTime": ts(sched)}
+                for t in ("Initialized", "Ready", "ContainersReady")]
+            status["containerStatuses"] = [{
+                "name": "main", "ready": True, "restartCount": 0,
+                "image": "registry.example/app:1", "imageID": "sha256:abc",
+                "state": {"running": {"startedAt": ts(sched)}}}]
+        status.update(extra_status or {})
+        pod = {"kind": "Pod", "apiVersion": "v1", "metadata": md,
+               "spec": {"nodeName": node, "containers": [{
+                   "name": "main", "image": "registry.example/app:1", "resources": res}],
+                   "restartPolicy": "Always", "schedulerName": "default-scheduler"},
+               "status": status}
+        if not node:
+            del pod["spec"]["nodeName"]
+        self.pods[(namespace, name)] = pod
+        if node and events in ("normal", "scheduled-only"):
+            self.add_event(pod, "Normal", "Scheduled",
+                           f"Successfully assigned {namespace}/{name} to {node}",
+                           "default-scheduler", sched)
+        if node and events == "normal" and phase == "Running":
+            for reason, msg in (("Pulled", "Container image already present on machine"),
+                                ("Created", "Created container main"),
+                                ("Started", "Started container main")):
+                self.add_event(pod, "Normal", reason, msg, "kubelet", sched, host=node)
+        return pod
+
+    def add_event(self, pod: dict, type_: str, reason: str, message: str, component: str,
+                  when: dt.datetime, host: str | None = None) -> dict:
+        md = pod["metadata"]
+        ev = {"kind": "Event", "apiVersion": "v1",
+              "metadata": {"name": f"{md['name']}.{uuid.uuid4().hex[:16]}",
+                           "namespace": md["namespace"]},
+              "involvedObject": {"kind": "Pod", "namespace": md["namespace"],
+                                 "name": md["name"], "uid": md["uid"], "apiVersion": "v1"},
+              "reason": reason, "message": message, "type": type_, "count": 1,
+              "source": {"component": component, **({"host": host} if host else {})},
+              "firstTimestamp": ts(when), "lastTimestamp": ts(when),
+              "reportingComponent": component}
+        self.events.append(ev)
+        return ev
+
+    # -- requests seen ------------------------------------------------------------------------
+    def requests(self) -> list[tuple[str, str, dict]]:
+        assert self.handler is not None
+        return [(str(r.method.value if hasattr(r.method, "value") else r.method).upper(),
+                 r.url.path, dict(r.params)) for r in list(self.handler._requests)]
+
+    def count(self, method: str, path_regex: str) -> int:
+        rx = re.compile(path_regex)
+        return sum(1 for m, p, _ in self.requests() if m == method and rx.fullmatch(p))
+
+    # -- serving -----------------------------------------------------------------------------
+    def start(self) -> "FakeCluster":
+        ready = threading.Event()
+
+        def run() -> None:
+            loop = asyncio.new_event_loop()
+            self._loop = loop
+            asyncio.set_event_loop(loop)
+
+            async def main() -> None:
+                self._stop = asyncio.Event()
+                handler = kmock.RawHandler()
+                handler << self._dispatch
+                self.handler = handler
+                async with handler, kmock.Server(handler) as server:
+                    self.url = str(server.url).rstrip("/")
+                    ready.set()
+                    await self._stop.wait()
+
+            loop.run_until_complete(main())
+            loop.close()
+
+        self._thread = threading.Thread(target=run, name="fake-apiserver", daemon=True)
+        self._thread.start()
+        if not ready.wait(10):
+            raise RuntimeError("fake API server did not start")
+        return self
+
+    def stop(self) -> None:
+        if self._loop is not None and self._stop is not None:
+            self._loop.call_soon_threadsafe(self._stop.set)
+        if self._thread is not None:
+            self._thread.join(10)
+
+    def kubeconfig(self, path: Path, namespace: str = "default") -> Path:
+        cfg = {"apiVersion": "v1", "kind": "Config", "current-context": "fake",
+               "clusters": [{"name": "fake", "cluster": {"server": self.url}}],
+               "users": [{"name": "tester", "user": {"token": "fake-token"}}],
+               "contexts": [{"name": "fake", "context": {"cluster": "fake", "user": "tester",
+                                                          "namespace": namespace}}]}
+        path.write_text(json.dumps(cfg))
+        return path
+
+    # -- routing -------------------------------------------------------------------------------
+    def _dispatch(self, request: kmock.Request) -> Any:
+        method = str(request.method.value if hasattr(request.method, "value")
+                     else request.method).upper()
+        path = request.url.path
+        q = dict(request.params)
+        for m, rx in self.forbid:
+            if m in (method, "*") and rx.search(path):
+                return self._status(403, "Forbidden",
+                                    f'{path} is forbidden: User "tester" cannot {method.lower()} '
+                                    f'resource at this path')
+        try:
+            return self._route(method, path, q, request)
+        except KeyError as exc:
+            return self._status(404, "NotFound", str(exc.args[0]))
+
+    def _status(self, code: int, reason: str, message: str) -> kmock.Response:
+        return kmock.Response(status=code, payload=status_body(code, reason, message))
+
+    def _json(self, doc: Any) -> kmock.Response:
+        return kmock.Response(status=200, payload=json.dumps(doc).encode(),
+                              headers={"Content-Type": "application/json"})
+
+    def _list(self, kind: str, items: list[dict], q: dict) -> kmock.Response:
+        if "labelSelector" in q:
+            items = [i for i in items
+                     if _match_labels((i.get("metadata") or {}).get("labels") or {},
+                                      q["labelSelector"])]
+        if "fieldSelector" in q:
+            items = [i for i in items if _match_fields(i, q["fieldSelector"])]
+        return self._json({"kind": kind, "apiVersion": "v1",
+                           "metadata": {"resourceVersion": "1000"}, "items": items})
+
+    def _route(self, method: str, path: str, q: dict, request: kmock.Request) -> Any:
+        if method == "GET":
+            if path == "/api/v1/nodes":
+                return self._list("NodeList", list(self.nodes.values()), q)
+            m = NODE.match(path)
+            if m:
+                if m.group(1) not in self.nodes:
+                    return self._status(404, "NotFound", f'nodes "{m.group(1)}" not found')
+                return self._json(self.nodes[m.group(1)])
+            m = NODE_PROXY.match(path)
+            if m:
+                return self._proxy(m.group(1), m.group(2), q)
+            if path == "/api/v1/pods":
+                return self._list("PodList", list(self.pods.values()), q)
+            m = NS_PODS.match(path)
+            if m:
+                return self._list("PodList", [p for (ns, _), p in self.pods.items()
+                                              if ns == m.group(1)], q)
+            m = POD.match(path)
+            if m:
+                pod = self.pods.get((m.group(1), m.group(2)))
+                if pod is None:
+                    return self._status(404, "NotFound", f'pods "{m.group(2)}" not found')
+                self._advance(pod)
+                return self._json(pod)
+            m = POD_LOG.match(path)
+            if m:
+                if (m.group(1), m.group(2)) not in self.pods:
+                    return self._status(404, "NotFound", f'pods "{m.group(2)}" not found')
+                return kmock.Response(status=200, payload=self._log_stream(),
+                                      headers={"Content-Type": "text/plain"})
+            if path == "/api/v1/events":
+                return self._list("EventList", list(self.events), q)
+            m = NS_EVENTS.match(path)
+            if m:
+                return self._list("EventList", [e for e in self.events
+                                                if e["metadata"]["namespace"] == m.group(1)], q)
+            if path == LEASES:
+                return self._list("LeaseList", list(self.leases.values()), q)
+            m = LEASE.match(path)
+            if m:
+                if m.group(1) not in self.leases:
+                    return self._status(404, "NotFound", f'leases "{m.group(1)}" not found')
+                return self._json(self.leases[m.group(1)])
+        if method == "POST":
+            m = NS_PODS.match(path)
+            if m:
+                return self._create_pod(m.group(1), request.data or json.loads(request.body))
+        if method == "DELETE":
+            m = POD.match(path)
+            if m:
+                key = (m.group(1), m.group(2))
+                self.deleted.append((key[0], key[1], q))
+                pod = self.pods.pop(key, None)
+                if pod is None:
+                    return self._status(404, "NotFound", f'pods "{key[1]}" not found')
+                return self._json(pod)
+        return self._status(404, "NotFound", f"the server could not find the requested "
+                                             f"resource ({method} {path})")
+
+    def _proxy(self, node: str, sub: str, q: dict) -> Any:
+        if node not in self.nodes:
+            return self._status(404, "NotFound", f'nodes "{node}" not found')
+        if sub == "debug/pprof/goroutine":
+            dump = self.goroutines.get(node, 404)
+            if isinstance(dump, int):
+                return kmock.Response(status=dump, payload=b"404 page not found\n",
+                                      headers={"Content-Type": "text/plain"})
+            return kmock.Response(status=200, payload=dump.encode(),
+                                  headers={"Content-Type": "text/plain; charset=utf-8"})
+        if sub == "healthz":
+            code, text = self.healthz.get(node, (200, "ok"))
+            return kmock.Response(status=code, payload=text.encode(),
+                                  headers={"Content-Type": "text/plain"})
+        if sub == "configz":
+            cfg = self.configz.get(node, 404)
+            if isinstance(cfg, int):
+                return kmock.Response(status=cfg, payload=b"404 page not found\n",
+                                      headers={"Content-Type": "text/plain"})
+            return self._json({"kubeletconfig": cfg})
+        return kmock.Response(status=404, payload=b"404 page not found\n")
+
+    def _create_pod(self, ns: str, body: dict) -> Any:
+        if ns not in self.namespaces:
+            return self._status(404, "NotFound", f'namespaces "{ns}" not found')
+        level = self.pod_security_enforce.get(ns)
+        if level and level != "privileged":
+            name = body["metadata"]["name"]
+            return self._status(
+                403, "Forbidden",
+                f'pods "{name}" is forbidden: violates PodSecurity "{level}:latest": '
+                f'host namespaces (hostNetwork=true, hostPID=true), privileged '
+                f'(container "probe" must not set securityContext.privileged=true), '
+                f'hostPath volumes (volumes "host-root", "modules", "usr-src", "cgroup", '
+                f'"dev", "debugfs")')
+        self.created.append(body)
+        now = dt.datetime.now(dt.timezone.utc)
+        pod = json.loads(json.dumps(body))
+        pod["metadata"].update({"uid": str(uuid.uuid4()), "creationTimestamp": ts(now),
+                                "resourceVersion": "1"})
+        pod["status"] = {"phase": "Pending", "qosClass": "Burstable"}
+        pod["_created_mono"] = time.monotonic()
+        self.pods[(ns, pod["metadata"]["name"])] = pod
+        out = {k: v for k, v in pod.items() if not k.startswith("_")}
+        return kmock.Response(status=201, payload=json.dumps(out).encode(),
+                              headers={"Content-Type": "application/json"})
+
+    def _advance(self, pod: dict) -> None:
+        """The fake kubelet: move a created debug pod along according to debug_pod_mode."""
+        if "_created_mono" not in pod:
+            return
+        age = time.monotonic() - pod["_created_mono"]
+        name = pod["spec"]["containers"][0]["name"]
+        image = pod["spec"]["containers"][0]["image"]
+        if self.debug_pod_mode == "run" and age > 0.2:
+            pod["status"] = {"phase": "Running", "hostIP": "10.188.52.1",
+                             "startTime": ts(dt.datetime.now(dt.timezone.utc)),
+                             "containerStatuses": [{"name": name, "ready": True,
+                                                    "restartCount": 0, "image": image,
+                                                    "state": {"running": {"startedAt": ts(
+                                                        dt.datetime.now(dt.timezone.utc))}}}]}
+        elif self.debug_pod_mode == "imagepull" and age > 0.2:
+            pod["status"] = {"phase": "Pending", "containerStatuses": [{
+                "name": name, "ready": False, "restartCount": 0, "image": image,
+                "state": {"waiting": {"reason": "ErrImagePull", "message":
+                                      f'rpc error: code = NotFound desc = failed to pull and '
+                                      f'unpack image "{image}": not found'}}}]}
+        # "pending": the wedged kubelet never touches it
+
+    async def _log_stream(self):
+        for chunk in self.log_chunks:
+            if self.log_chunk_delay_s:
+                await asyncio.sleep(self.log_chunk_delay_s)
+            yield chunk
+        while self.log_hang:
+            await asyncio.sleep(0.2)
+            yield b""
+
+
+def cut_odd(data: bytes, sizes=(7, 13, 1, 29, 3, 61, 2, 17)) -> list[bytes]:
+    """Split bytes at odd boundaries (mid-line, mid-UTF-8) like a network would."""
+    out, i, k = [], 0, 0
+    while i < len(data):
+        n = sizes[k % len(sizes)]
+        out.append(data[i:i + n])
+        i += n
+        k += 1
+    return out

@@ -1,0 +1,249 @@
+"""`kubectl gpu-doctor node|pod|cleanup` end to end: real CLI process, real kubernetes client,
+fake API server (kmock) over TCP."""
+from __future__ import annotations
+
+import json
+import re
+import signal
+import socket
+import time
+
+import pytest
+
+from node_probe.protocol import SCHEMA
+
+from .conftest import DATA, one_error_line, popen_cli, run_cli
+from .fakecluster import cut_odd
+from .kubelet_dump import HEALTHZ_SYNCLOOP_FAILED, healthy_kubelet_dump, wedged_kubelet_dump
+
+DEBUG_POD = r"/api/v1/namespaces/[^/]+/pods/gpu-doctor-[^/]+"
+
+
+def healthy_node(cluster, name="gpu-1"):
+    cluster.add_node(name)
+    cluster.add_pod("ml", "train-0", name, gpus=1)
+    cluster.goroutines[name] = healthy_kubelet_dump()
+    cluster.configz[name] = {"cpuManagerPolicy": "none", "cgroupDriver": "systemd"}
+
+
+def test_node_runs_probe_renders_findings_exit_1_and_deletes_pod(cluster, kubeconfig):
+    healthy_node(cluster)
+    cluster.log_chunks = cut_odd((DATA / "probe_stream.ndjson").read_bytes())
+    r = run_cli("node", "gpu-1", "--kubeconfig", str(kubeconfig), "--start-timeout", "10")
+    assert r.returncode == 1, r.stderr
+    assert "nvml.init_hang" in r.stdout and "CRITICAL" in r.stdout
+    assert "kubelet.config" in r.stdout  # API-side finding merged with the node stream
+    assert "Traceback" not in r.stderr
+    assert len(cluster.created) == 1
+    assert cluster.count("DELETE", DEBUG_POD) == 1
+    ns, name, q = cluster.deleted[0]
+    assert name == cluster.created[0]["metadata"]["name"] and q == {"gracePeriodSeconds": "0"}
+    # the pod was created from a manifest that validates (the same builder as test_debugpod)
+    assert cluster.created[0]["spec"]["nodeName"] == "gpu-1"
+
+
+def test_node_json_document_for_bots(cluster, kubeconfig):
+    healthy_node(cluster)
+    cluster.log_chunks = cut_odd((DATA / "probe_stream.ndjson").read_bytes(), (5, 11, 2))
+    r = run_cli("node", "gpu-1", "--kubeconfig", str(kubeconfig), "-o", "json")
+    doc = json.loads(r.stdout)
+    assert doc["schema"] == SCHEMA and doc["exit_code"] == r.returncode == 1
+    assert doc["target"] == {"kind": "node", "name": "gpu-1", "node": "gpu-1"}
+    assert doc["summary"]["complete"] is True and doc["summary"]["critical"] == 1
+    ids = {f["id"] for f in doc["findings"]}
+    assert {"nvml.init_hang", "kubelet.config", "nvml.unavailable"} <= ids
+    checks = {c["id"] for c in doc["checks"]}
+    assert {"nvml", "api.kubelet_goroutines", "node.probe"} <= checks
+    assert cluster.count("DELETE", DEBUG_POD) == 1
+
+
+def test_jsonl_is_a_live_record_stream_ending_in_summary(cluster, kubeconfig):
+    healthy_node(cluster)
+    cluster.log_chunks = cut_odd((DATA / "probe_stream.ndjson").read_bytes())
+    r = run_cli("node", "gpu-1", "--kubeconfig", str(kubeconfig), "-o", "jsonl",
+                "--fail-on", "critical")
+    recs = [json.loads(line) for line in r.stdout.splitlines()]
+    assert all(rec["schema"] == SCHEMA for rec in recs)
+    assert recs[-1]["kind"] == "summary" and recs[-1]["exit_code"] == r.returncode == 1
+    assert sum(1 for rec in recs if rec["kind"] == "summary") == 1
+
+
+def wedged_node(cluster, name="gpu-1"):
+    cluster.add_node(name, gpus=8)
+    cluster.add_pod("ml", "infer-0", name, gpus=1)  # running before the wedge
+    for i in range(3):
+        cluster.add_pod("mck-test", f"neal-0729-{i}-68b4895fb7-6868w", name, phase="Pending",
+                        gpus=1 if i < 2 else 0, age_s=600, events="scheduled-only")
+    cluster.goroutines[name] = wedged_kubelet_dump(stuck=2, minutes=10)
+    cluster.healthz[name] = (500, HEALTHZ_SYNCLOOP_FAILED)
+    cluster.debug_pod_mode = "pending"  # the kubelet never admits our pod either
+
+
+def test_wedged_admission_is_diagnosed_and_pod_not_started_is_a_consequence(cluster,
+                                                                            kubeconfig):
+    wedged_node(cluster)
+    r = run_cli("node", "gpu-1", "--kubeconfig", str(kubeconfig), "--start-timeout", "2",
+                "-o", "json")
+    doc = json.loads(r.stdout)
+    by_id = {f["id"]: f for f in doc["findings"]}
+    assert by_id["kubelet.admission_stalled"]["severity"] == "critical"
+    assert by_id["kubelet.admission_stalled"]["evidence"]["pending_untouched"] == 3
+    blocked = by_id["kubelet.blocked_in_device_plugin"]
+    assert blocked["severity"] == "critical" and blocked["evidence"]["goroutines"] == 2
+    assert blocked["evidence"]["longest_wait_min"] == 10
+    assert blocked["evidence"]["healthz_failed"] == ["syncloop"]
+    ns = by_id["probe.pod_not_started"]
+    assert ns["severity"] == "warning"  # a consequence, not the headline
+    assert set(ns["evidence"]["caused_by"]) == {"kubelet.admission_stalled",
+                                                "kubelet.blocked_in_device_plugin"}
+    assert any("local" in w for w in ns["evidence"]["ways_in"])
+    # not a tool failure: findings decide the exit code, and no error line
+    assert r.returncode == doc["exit_code"] == 1
+    assert doc["summary"]["complete"] is False and "error" not in doc
+    assert r.stderr.strip() == ""
+    assert cluster.count("DELETE", DEBUG_POD) == 1
+    assert cluster.count("GET", r"/api/v1/namespaces/[^/]+/pods/gpu-doctor-[^/]+/log") == 0
+
+
+def test_pod_pending_on_wedged_node_explained(cluster, kubeconfig):
+    wedged_node(cluster)
+    r = run_cli("pod", "neal-0729-0-68b4895fb7-6868w", "-n", "mck-test", "--kubeconfig",
+                str(kubeconfig), "--no-probe", "-o", "json")
+    doc = json.loads(r.stdout)
+    assert doc["target"] == {"kind": "pod", "name": "mck-test/neal-0729-0-68b4895fb7-6868w",
+                             "node": "gpu-1"}
+    by_id = {f["id"]: f for f in doc["findings"]}
+    assert by_id["pod.pending_explained"]["evidence"]["caused_by"] == "kubelet.admission_stalled"
+    assert "kubelet.admission_stalled" in by_id and r.returncode == 1
+    assert cluster.created == []
+
+
+def test_table_output_of_wedged_node(cluster, kubeconfig):
+    wedged_node(cluster)
+    r = run_cli("node", "gpu-1", "--kubeconfig", str(kubeconfig), "--start-timeout", "1")
+    assert r.returncode == 1
+    assert "kubelet.blocked_in_device_plugin" in r.stdout
+    assert "INCOMPLETE" in r.stdout and "probe.pod_not_started" in r.stdout
+
+
+def test_unknown_node(cluster, kubeconfig):
+    r = run_cli("node", "nope", "--kubeconfig", str(kubeconfig))
+    line = one_error_line(r.stderr)
+    assert r.returncode == 3 and "node nope not found" in line
+    assert r.stdout == "" and cluster.created == []
+
+
+def test_unknown_pod(cluster, kubeconfig):
+    r = run_cli("pod", "ghost", "-n", "team", "--kubeconfig", str(kubeconfig))
+    line = one_error_line(r.stderr)
+    assert r.returncode == 3 and "pod team/ghost not found" in line
+
+
+def test_forbidden(cluster, kubeconfig):
+    cluster.add_node("gpu-1")
+    cluster.forbid.append(("GET", re.compile(r"^/api/v1/nodes/gpu-1$")))
+    r = run_cli("node", "gpu-1", "--kubeconfig", str(kubeconfig))
+    line = one_error_line(r.stderr)
+    assert r.returncode == 3 and "forbidden" in line and 'cannot get' in line
+
+
+def test_pod_security_rejection(cluster, kubeconfig):
+    healthy_node(cluster)
+    cluster.namespaces["restricted"] = {}
+    cluster.pod_security_enforce["restricted"] = "baseline"
+    r = run_cli("node", "gpu-1", "--kubeconfig", str(kubeconfig), "-n", "restricted")
+    line = one_error_line(r.stderr)
+    assert r.returncode == 3
+    assert ("kubectl label ns restricted pod-security.kubernetes.io/enforce=privileged"
+            in line)
+    assert "Pod Security" in line
+    assert cluster.deleted == []  # nothing was created, nothing to delete
+
+
+def test_image_not_pullable_is_launch_error_and_pod_deleted(cluster, kubeconfig):
+    healthy_node(cluster)
+    cluster.debug_pod_mode = "imagepull"
+    r = run_cli("node", "gpu-1", "--kubeconfig", str(kubeconfig), "--image",
+                "registry.invalid/probe:nope")
+    line = one_error_line(r.stderr)
+    assert r.returncode == 3 and "registry.invalid/probe:nope" in line and "ErrImagePull" in line
+    assert cluster.count("DELETE", DEBUG_POD) == 1
+
+
+def test_no_api_server(tmp_path):
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    kc = tmp_path / "kc"
+    kc.write_text(json.dumps({
+        "apiVersion": "v1", "kind": "Config", "current-context": "x",
+        "clusters": [{"name": "x", "cluster": {"server": f"http://127.0.0.1:{port}"}}],
+        "users": [{"name": "u", "user": {"token": "t"}}],
+        "contexts": [{"name": "x", "context": {"cluster": "x", "user": "u"}}]}))
+    r = run_cli("node", "gpu-1", "--kubeconfig", str(kc))
+    line = one_error_line(r.stderr)
+    assert r.returncode == 3 and "cannot reach the API server" in line
+
+
+def test_bad_kubeconfig_and_usage_errors(tmp_path):
+    r = run_cli("node", "gpu-1", "--kubeconfig", str(tmp_path / "missing"))
+    assert r.returncode == 3 and "kubeconfig" in one_error_line(r.stderr)
+    r = run_cli("node")
+    assert r.returncode == 2 and "Missing argument" in one_error_line(r.stderr)
+    r = run_cli("node", "x", "--fail-on", "sometimes")
+    assert r.returncode == 2 and one_error_line(r.stderr)
+    r = run_cli("frobnicate")
+    assert r.returncode == 2 and one_error_line(r.stderr)
+
+
+def test_goroutines_forbidden_is_an_info_finding_naming_the_permission(cluster, kubeconfig):
+    healthy_node(cluster)
+    cluster.forbid.append(("GET", re.compile(r"/proxy/")))
+    r = run_cli("node", "gpu-1", "--kubeconfig", str(kubeconfig), "--no-probe", "-o", "json")
+    doc = json.loads(r.stdout)
+    f = next(f for f in doc["findings"] if f["id"] == "kubelet.goroutines_unavailable")
+    assert f["severity"] == "info" and f["evidence"]["status"] == 403
+    assert "nodes/proxy" in f["remediation"]
+    assert r.returncode == 0
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+def test_signal_during_log_follow_deletes_pod(cluster, kubeconfig, sig):
+    healthy_node(cluster)
+    data = (DATA / "probe_stream.ndjson").read_bytes()
+    cluster.log_chunks = [data[:400]]  # some records, then the probe "keeps running"
+    cluster.log_hang = True
+    p = popen_cli("node", "gpu-1", "--kubeconfig", str(kubeconfig), "-o", "jsonl")
+    try:
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and cluster.count(
+                "GET", r"/api/v1/namespaces/[^/]+/pods/gpu-doctor-[^/]+/log") == 0:
+            time.sleep(0.05)
+        time.sleep(0.5)
+        assert cluster.deleted == []
+        p.send_signal(sig)
+        out, err = p.communicate(timeout=20)
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+    assert p.returncode == 130
+    assert cluster.count("DELETE", DEBUG_POD) == 1
+    assert "Traceback" not in err
+    assert "debug pod deleted" in one_error_line(err)
+    recs = [json.loads(line) for line in out.splitlines()]
+    assert recs[-1]["kind"] == "summary" and recs[-1]["complete"] is False
+
+
+def test_cleanup_deletes_leftovers_by_label(cluster, kubeconfig):
+    from kubectl_gpudoctor import debugpod
+    cluster.add_node("gpu-1")
+    cluster.namespaces["ops"] = {}
+    for ns, rid in (("default", "aaaa0001"), ("ops", "bbbb0002")):
+        body = debugpod.manifest("gpu-1", ns, rid)
+        cluster.pods[(ns, body["metadata"]["name"])] = body
+    cluster.add_pod("default", "unrelated", "gpu-1")
+    r = run_cli("cleanup", "--kubeconfig", str(kubeconfig))
+    assert r.returncode == 0, r.stderr
+    assert "deleted 2 gpu-doctor debug pod(s) in all namespaces" in r.stdout
+    assert ("default", "unrelated") in cluster.pods and len(cluster.pods) == 1
