@@ -1,0 +1,202 @@
+"""Function symbols of a mapped shared object, read with the stdlib, to name code addresses.
+
+Why: to tell whether a thread of a live process is inside nvmlInit (seed 000) without stopping
+or tracing it, the probe compares the return addresses on the thread's stack with the address
+ranges of nvmlInit/nvmlInit_v2/nvmlInitWithFlags in the process's mapped libnvidia-ml.so.1. The
+real library is stripped but exports those names in .dynsym; .symtab is used too when present
+(it names static helpers, as in the test library). ELF64 little-endian only (x86_64, aarch64).
+"""
+from __future__ import annotations
+
+import bisect
+import dataclasses
+import os
+import struct
+from pathlib import Path
+from typing import BinaryIO, Iterable
+
+SHT_SYMTAB = 2
+SHT_DYNSYM = 11
+STT_FUNC = 2
+STT_GNU_IFUNC = 10
+PT_LOAD = 1
+MAX_SYMBOLS = 200_000
+
+
+class ElfError(ValueError):
+    pass
+
+
+@dataclasses.dataclass(frozen=True)
+class Symbol:
+    name: str
+    value: int   # link-time virtual address
+    size: int
+
+
+@dataclasses.dataclass(frozen=True)
+class ElfSymbols:
+    functions: tuple[Symbol, ...]  # sorted by value
+    first_load_vaddr: int          # p_vaddr of the first PT_LOAD, page-aligned down
+
+    def find(self, name: str) -> Symbol | None:
+        for s in self.functions:
+            if s.name == name:
+                return s
+        return None
+
+    def lookup(self, vaddr: int) -> tuple[Symbol, int] | None:
+        """The function containing link-time address `vaddr` and the offset into it."""
+        starts = [s.value for s in self.functions]
+        i = bisect.bisect_right(starts, vaddr) - 1
+        while i >= 0:
+            s = self.functions[i]
+            end = s.value + s.size if s.size else (
+                self.functions[i + 1].value if i + 1 < len(self.functions) else s.value + 1)
+            if s.value <= vaddr < end:
+                return s, vaddr - s.value
+            if s.value < vaddr:
+                return None
+            i -= 1
+        return None
+
+
+def _read(f: BinaryIO, off: int, size: int) -> bytes:
+    f.seek(off)
+    data = f.read(size)
+    if len(data) != size:
+        raise ElfError("truncated ELF file")
+    return data
+
+
+def read_function_symbols(path: str | os.PathLike) -> ElfSymbols:
+    """Function symbols from .dynsym and .symtab of an ELF64 LE file."""
+    with open(path, "rb") as f:
+        ident = _read(f, 0, 64)
+        if ident[:4] != b"\x7fELF":
+            raise ElfError("not an ELF file")
+        if ident[4] != 2 or ident[5] != 1:
+            raise ElfError("only ELF64 little-endian is supported")
+        (e_phoff, e_shoff) = struct.unpack_from("<QQ", ident, 32)
+        (e_phentsize, e_phnum, e_shentsize, e_shnum, e_shstrndx) = struct.unpack_from(
+            "<HHHHH", ident, 54)
+        first_load = 0
+        if e_phoff and e_phnum:
+            ph = _read(f, e_phoff, e_phentsize * e_phnum)
+            loads = []
+            for i in range(e_phnum):
+                p_type, _flags, _off, p_vaddr = struct.unpack_from("<IIQQ", ph, i * e_phentsize)
+                if p_type == PT_LOAD:
+                    loads.append(p_vaddr)
+            if loads:
+                first_load = min(loads) & ~0xFFF
+        if not e_shoff or not e_shnum:
+            raise ElfError("no section headers")
+        sh = _read(f, e_shoff, e_shentsize * e_shnum)
+        sections = []
+        for i in range(e_shnum):
+            (name, typ, _flags, _addr, off, size, link, _info, _align, entsize) = \
+                struct.unpack_from("<IIQQQQIIQQ", sh, i * e_shentsize)
+            sections.append((typ, off, size, link, entsize))
+        syms: dict[tuple[str, int], Symbol] = {}
+        for typ, off, size, link, entsize in sections:
+            if typ not in (SHT_DYNSYM, SHT_SYMTAB) or not entsize or link >= len(sections):
+                continue
+            count = min(size // entsize, MAX_SYMBOLS)
+            table = _read(f, off, count * entsize)
+            _st, str_off, str_size, _l, _e = sections[link]
+            strtab = _read(f, str_off, str_size)
+            for j in range(count):
+                st_name, st_info, _other, st_shndx, st_value, st_size = struct.unpack_from(
+                    "<IBBHQQ", table, j * entsize)
+                if st_info & 0xF not in (STT_FUNC, STT_GNU_IFUNC) or not st_value or not st_shndx:
+                    continue
+                end = strtab.find(b"\0", st_name)
+                nm = strtab[st_name:end if end >= 0 else None].decode("utf-8", "replace")
+                if nm:
+                    syms.setdefault((nm, st_value), Symbol(nm, st_value, st_size))
+    funcs = tuple(sorted(syms.values(), key=lambda s: (s.value, s.name)))
+    return ElfSymbols(funcs, first_load)
+
+
+@dataclasses.dataclass(frozen=True)
+class Mapping:
+    start: int
+    end: int
+    perms: str
+    offset: int
+    inode: int
+    path: str
+
+
+def read_maps(pid: int, proc: Path = Path("/proc")) -> list[Mapping]:
+    try:
+        text = (proc / str(pid) / "maps").read_text()
+    except OSError:
+        return []
+    out = []
+    for line in text.splitlines():
+        parts = line.split(None, 5)
+        if len(parts) < 5:
+            continue
+        try:
+            lo, hi = (int(x, 16) for x in parts[0].split("-"))
+            out.append(Mapping(lo, hi, parts[1], int(parts[2], 16), int(parts[4]),
+                               parts[5].strip() if len(parts) > 5 else ""))
+        except ValueError:
+            continue
+    return out
+
+
+@dataclasses.dataclass(frozen=True)
+class LoadedImage:
+    """One shared object mapped into a process, with its symbols relocated."""
+    path: str               # as the process sees it (/proc/PID/maps)
+    readable_path: str      # where the probe read it from
+    base: int               # runtime address of link-time address first_load_vaddr
+    ranges: tuple[tuple[int, int], ...]  # executable mappings [start, end)
+    symbols: ElfSymbols
+
+    def runtime(self, sym: Symbol) -> tuple[int, int]:
+        start = self.base + sym.value - self.symbols.first_load_vaddr
+        return start, start + max(sym.size, 1)
+
+    def contains(self, addr: int) -> bool:
+        return any(lo <= addr < hi for lo, hi in self.ranges)
+
+    def symbolize(self, addr: int) -> str | None:
+        if not self.contains(addr):
+            return None
+        hit = self.symbols.lookup(addr - self.base + self.symbols.first_load_vaddr)
+        if hit is None:
+            return f"{os.path.basename(self.path)}+{addr - self.base:#x}"
+        sym, off = hit
+        return f"{sym.name}+{off:#x}"
+
+
+def load_image(pid: int, maps: Iterable[Mapping], basename_prefix: str,
+               proc: Path = Path("/proc")) -> LoadedImage | None:
+    """Find the first mapped file whose basename starts with `basename_prefix` and read its
+    symbols from /proc/PID/map_files (exact file) or /proc/PID/root + path."""
+    maps = list(maps)
+    target = next((m for m in maps if m.path.startswith("/")
+                   and os.path.basename(m.path).startswith(basename_prefix)), None)
+    if target is None:
+        return None
+    mine = [m for m in maps if m.path == target.path and m.inode == target.inode]
+    base = min(m.start - m.offset for m in mine)
+    ranges = tuple((m.start, m.end) for m in mine if "x" in m.perms)
+    candidates = [proc / str(pid) / "map_files" / f"{m.start:x}-{m.end:x}" for m in mine[:1]]
+    candidates.append(proc / str(pid) / "root" / target.path.lstrip("/"))
+    last_err: Exception | None = None
+    for c in candidates:
+        try:
+            syms = read_function_symbols(c)
+        except (OSError, ElfError) as exc:
+            last_err = exc
+            continue
+        # start - offset of the first mapping is where link-time first_load_vaddr landed
+        return LoadedImage(target.path.removesuffix(" (deleted)"), str(c), base, ranges, syms)
+    if last_err is not None:
+        raise last_err
+    return None
