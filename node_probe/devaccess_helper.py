@@ -1,11 +1,14 @@
 """The short-lived process that asks the kernel "may this cgroup use these devices?".
 
-Why a separate file: cgroup_rules.test_access starts it inside a container's cgroup (it joins
-in preexec, before exec), so it must be tiny and import nothing from the probe: it runs as
-`python -I -S devaccess_helper.py MODE PATH...`. It prints its pid, then one JSON line per path
-with the errno (0 = allowed). MODE `access` uses access(R_OK|W_OK), which runs the device
-cgroup check (devcgroup_inode_permission) without entering the driver; `open` really opens the
-node O_RDWR|O_NONBLOCK (tests; an open of a wedged GPU can block in the kernel).
+Why a separate file: it must be tiny and import nothing from the probe (it runs as
+`python -I -S devaccess_helper.py MODE` with a JSON plan on stdin). One helper serves every
+container of a run: it starts in the probe's own cgroup (so its start-up memory is charged
+there, not to a container near its limit), then for each target writes its own pid to the
+container's cgroup.procs (what `kubectl exec` amounts to) and checks each device node. It
+prints its pid, then one JSON line per target: {"key", "joined", "error", "errno": {path: n}}.
+MODE `access` uses access(R_OK|W_OK), which runs the device cgroup check
+(devcgroup_inode_permission, BPF programs included) without entering the driver; `open`
+really opens the node O_RDWR|O_NONBLOCK (tests; an open of a wedged GPU can block).
 """
 import ctypes
 import json
@@ -14,19 +17,40 @@ import sys
 
 
 def main(argv):
-    print(json.dumps({"pid": os.getpid()}), flush=True)
     mode = argv[0] if argv else "access"
+    plan = json.loads(sys.stdin.read() or "[]")
+    pid = os.getpid()
+    try:  # if a container is at its memory limit, the OOM killer takes us first
+        with open("/proc/self/oom_score_adj", "w") as f:
+            f.write("1000")
+    except OSError:
+        pass
+    print(json.dumps({"pid": pid}), flush=True)
     libc = ctypes.CDLL(None, use_errno=True)
-    for p in argv[1:]:
-        e = 0
-        if mode == "open":
+    for t in plan:
+        out = {"key": t["key"], "joined": False, "error": 0, "errno": {}}
+        try:
+            fd = os.open(t["procs"], os.O_WRONLY)
             try:
-                os.close(os.open(p, os.O_RDWR | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC))
-            except OSError as x:
-                e = x.errno
-        elif libc.access(p.encode(), os.R_OK | os.W_OK) != 0:
-            e = ctypes.get_errno()
-        print(json.dumps({"path": p, "errno": e}), flush=True)
+                os.write(fd, str(pid).encode())
+            finally:
+                os.close(fd)
+            out["joined"] = True
+        except OSError as x:
+            out["error"] = x.errno
+            print(json.dumps(out), flush=True)
+            continue
+        for p in t["nodes"]:
+            e = 0
+            if mode == "open":
+                try:
+                    os.close(os.open(p, os.O_RDWR | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC))
+                except OSError as x:
+                    e = x.errno
+            elif libc.access(p.encode(), os.R_OK | os.W_OK) != 0:
+                e = ctypes.get_errno()
+            out["errno"][p] = e
+        print(json.dumps(out), flush=True)
     return 0
 
 

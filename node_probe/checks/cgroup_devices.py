@@ -54,35 +54,44 @@ def _host_node_candidates(host_root: Path, d: nvidia_devices.Device) -> list[Pat
     return [Path(host_root) / "dev" / d.name]
 
 
-def audit_container(c: containers.Container, exp: nvidia_devices.Expectation, host_root: Path,
-                    timeout_s: float = 2.0) -> dict:
-    """{'denied': [Device], 'allowed': [Device], 'untested': [...], 'rules': [...], ...}"""
-    out: dict[str, Any] = {"denied": [], "allowed": [], "untested": [], "method": None}
-    if c.cgroup_version == 1:
-        rules = cgroup_rules.read_rules(c.cgroup_path)
-        out["method"] = "devices.list"
-        if rules is None:
-            out["untested"] = list(exp.devices)
-            out["reason"] = "devices.list unreadable (container gone?)"
-            return out
-        out["rules"] = list(rules.lines)
-        out["default_allow"] = rules.default_allow
-        for d in exp.devices:
-            (out["allowed"] if rules.allows(d.kind, d.major, d.minor, "rw")
-             else out["denied"]).append(d)
+def audit_v1(c: containers.Container, exp: nvidia_devices.Expectation) -> dict:
+    """{'denied': [Device], 'allowed': [...], 'untested': [...], 'rules': [...], ...}"""
+    out: dict[str, Any] = {"denied": [], "allowed": [], "untested": [], "method": "devices.list"}
+    rules = cgroup_rules.read_rules(c.cgroup_path)
+    if rules is None:
+        out["untested"] = list(exp.devices)
+        out["reason"] = "devices.list unreadable (container gone?)"
         return out
-    out["method"] = "access helper in the container's cgroup"
-    res = cgroup_rules.test_access(
-        c.cgroup_path, [(d.major, d.minor, _host_node_candidates(host_root, d))
-                        for d in exp.devices], timeout_s=timeout_s)
-    out["helper"] = {"pid": res.helper_pid, "duration_s": round(res.duration_s, 3),
-                     "left_behind": res.left_behind, **({"reason": res.reason} if res.reason else {})}
-    out["errnos"] = dict(res.errnos)
+    out["rules"] = list(rules.lines)
+    out["default_allow"] = rules.default_allow
     for d in exp.devices:
-        verdict = res.allowed(d.majmin)
-        (out["untested"] if verdict is None else out["allowed"] if verdict
+        (out["allowed"] if rules.allows(d.kind, d.major, d.minor, "rw")
          else out["denied"]).append(d)
     return out
+
+
+def audit_v2(items: Sequence[tuple[containers.Container, nvidia_devices.Expectation]],
+             host_root: Path, timeout_s: float = 3.0) -> dict[str, dict]:
+    """One access helper visits every container's cgroup; container_id -> audit dict."""
+    results = cgroup_rules.check_access_many(
+        [(c.ref.container_id, c.cgroup_path,
+          [(d.major, d.minor, _host_node_candidates(host_root, d)) for d in exp.devices])
+         for c, exp in items], timeout_s=timeout_s)
+    audits = {}
+    for c, exp in items:
+        res = results[c.ref.container_id]
+        out: dict[str, Any] = {"denied": [], "allowed": [], "untested": [],
+                               "method": "access helper in the container's cgroup"}
+        out["helper"] = {"pid": res.helper_pid, "duration_s": round(res.duration_s, 3),
+                         "left_behind": res.left_behind,
+                         **({"reason": res.reason} if res.reason else {})}
+        out["errnos"] = dict(res.errnos)
+        for d in exp.devices:
+            verdict = res.allowed(d.majmin)
+            (out["untested"] if verdict is None else out["allowed"] if verdict
+             else out["denied"]).append(d)
+        audits[c.ref.container_id] = out
+    return audits
 
 
 # -- cause and remediation -----------------------------------------------------------------------
@@ -235,11 +244,15 @@ def cgroup_devices(ctx):
     nvml = _fact(ctx, "nvml", ("nvml",), 1.5)
     inv = nvidia_devices.inventory(host_root, nvml)
     denials = []
-    for c in gpu:
-        if ctx.cancelled.is_set():
-            return
-        exp = nvidia_devices.expected_devices(c.gpu_ids, inv, c.env)
-        res = audit_container(c, exp, host_root, timeout_s=ctx.budget(2.0, reserve=1.0))
+    plans = [(c, nvidia_devices.expected_devices(c.gpu_ids, inv, c.env)) for c in gpu]
+    audits = {c.ref.container_id: audit_v1(c, exp) for c, exp in plans if c.cgroup_version == 1}
+    v2 = [(c, exp) for c, exp in plans if c.cgroup_version != 1]
+    if v2 and not ctx.cancelled.is_set():
+        audits.update(audit_v2(v2, host_root, timeout_s=ctx.budget(3.0, reserve=1.0)))
+    for c, exp in plans:
+        res = audits.get(c.ref.container_id)
+        if res is None:
+            continue
         if res.get("helper", {}).get("left_behind"):
             ctx.log("error", f"access helper pid {res['helper']['pid']} still in "
                              f"{c.cgroup_path} after it ended")

@@ -75,19 +75,19 @@ def test_helper_reports_eperm_for_denied_and_enxio_for_allowed(v2_tree, deny195,
     cg = v2_tree.container(new_uid(), new_cid())
     deny195.attach(cg)
     devs = [(195, 255, [host / "dev/nvidiactl"]), (UVM_MAJOR, 0, [host / "dev/nvidia-uvm"])]
-    opened = cgroup_rules.test_access(cg, devs, timeout_s=10, mode="open")
+    opened = cgroup_rules.check_access(cg, devs, timeout_s=10, mode="open")
     assert opened.ok, opened.reason
     assert opened.errnos == {"195:255": errno.EPERM, f"{UVM_MAJOR}:0": errno.ENXIO}
     assert opened.allowed("195:255") is False and opened.allowed(f"{UVM_MAJOR}:0") is True
     # the default mode runs the same kernel check without entering a driver
-    checked = cgroup_rules.test_access(cg, devs, timeout_s=10)
+    checked = cgroup_rules.check_access(cg, devs, timeout_s=10)
     assert checked.errnos == {"195:255": errno.EPERM, f"{UVM_MAJOR}:0": 0}
     # nothing left behind: the helper really ran in the cgroup, and is gone
     assert opened.helper_pid and not opened.left_behind and procs(cg) == []
     assert not os.path.exists(f"/proc/{opened.helper_pid}") or \
         str(cg.name) not in Path(f"/proc/{opened.helper_pid}/cgroup").read_text()
     # a node the host lacks is made with mknod in a private dir (and removed)
-    gone = cgroup_rules.test_access(cg, [(195, 7, [host / "dev/nvidia7"])], timeout_s=10)
+    gone = cgroup_rules.check_access(cg, [(195, 7, [host / "dev/nvidia7"])], timeout_s=10)
     assert gone.errnos == {"195:7": errno.EPERM}
     assert not list(Path(tempfile.gettempdir()).glob("gpu-doctor-devnodes-*"))
 
