@@ -59,3 +59,117 @@ def event(pod_obj, reason, message, ts="2024-05-14T07:09:30Z"):
 @pytest.fixture
 def now():
     return NOW
+
+
+# -- node side: real container roots ------------------------------------------------------------
+
+import os
+import shutil
+import signal
+import subprocess
+from pathlib import Path
+
+
+def _copy_with_libs(binary: str, root: Path) -> None:
+    """Copy a dynamically linked binary and the libraries ldd names into root (same paths)."""
+    out = subprocess.run(["ldd", binary], capture_output=True, text=True, timeout=10).stdout
+    paths = [binary]
+    for line in out.splitlines():
+        for tok in line.split():
+            if tok.startswith("/"):
+                paths.append(tok)
+    for p in paths:
+        real = os.path.realpath(p)
+        for dest in {p, real}:
+            d = root / dest.lstrip("/")
+            d.parent.mkdir(parents=True, exist_ok=True)
+            if not d.exists():
+                shutil.copy2(real, d)
+
+
+class ContainerRoot:
+    """A directory laid out like a HAMi container's /: /bin/sleep (with its libc), optionally
+    /etc/ld.so.preload, /usr/local/vgpu/libvgpu.so and the shared cache dir."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        _copy_with_libs("/bin/sleep", path)
+
+    def add_vgpu(self, preload=True, lib=True, cache_dir=True, preload_text=None,
+                 hook="/usr/local", preload_symlink=False) -> "ContainerRoot":
+        vgpu = self.path / hook.lstrip("/") / "vgpu"
+        if cache_dir:
+            vgpu.mkdir(parents=True, exist_ok=True)
+        if lib:
+            vgpu.mkdir(parents=True, exist_ok=True)
+            (vgpu / "libvgpu.so").write_bytes(b"\x7fELF not really")
+        if preload:
+            etc = self.path / "etc"
+            etc.mkdir(exist_ok=True)
+            text = preload_text if preload_text is not None else f"{hook}/vgpu/libvgpu.so\n"
+            if preload_symlink:  # an absolute symlink must resolve inside the container root
+                vgpu.mkdir(parents=True, exist_ok=True)
+                (vgpu / "ld.so.preload").write_text(text)
+                os.symlink(f"{hook}/vgpu/ld.so.preload", etc / "ld.so.preload")
+            else:
+                (etc / "ld.so.preload").write_text(text)
+        return self
+
+
+HAMI_ENV = {"CUDA_DEVICE_MEMORY_LIMIT_0": "3000m", "CUDA_DEVICE_SM_LIMIT": "30",
+            "CUDA_DEVICE_MEMORY_SHARED_CACHE": "/usr/local/vgpu/7e1d3c2a-54b0-4c55-a5f0-0c1d2e3f4a5b.cache",
+            "NVIDIA_VISIBLE_DEVICES": UUID_A}
+
+
+class Chrooted:
+    """Real processes whose /proc/PID/root is a ContainerRoot (chroot + exec /bin/sleep)."""
+
+    def __init__(self) -> None:
+        self.procs: list[subprocess.Popen] = []
+
+    def start(self, root: ContainerRoot, env: dict) -> subprocess.Popen:
+        chroot = shutil.which("chroot") or "/usr/sbin/chroot"
+        p = subprocess.Popen([chroot, str(root.path), "/bin/sleep", "120"], env=dict(env),
+                             start_new_session=True)
+        self.procs.append(p)
+        return p
+
+    def wait_rooted(self, p: subprocess.Popen, root: ContainerRoot, timeout=10.0) -> None:
+        import time
+        end = time.monotonic() + timeout
+        while time.monotonic() < end:
+            try:
+                if os.readlink(f"/proc/{p.pid}/root") == str(root.path) and \
+                        os.readlink(f"/proc/{p.pid}/exe").endswith("sleep"):
+                    return
+            except OSError:
+                pass
+            time.sleep(0.02)
+        raise AssertionError(f"pid {p.pid} did not chroot into {root.path}")
+
+    def stop(self) -> None:
+        for p in self.procs:
+            if p.poll() is None:
+                os.killpg(p.pid, signal.SIGKILL)
+            p.wait(timeout=10)
+
+
+@pytest.fixture
+def container_root(tmp_path):
+    n = [0]
+
+    def make() -> ContainerRoot:
+        n[0] += 1
+        return ContainerRoot(tmp_path / f"root{n[0]}")
+    return make
+
+
+@pytest.fixture
+def chrooted():
+    if os.geteuid() != 0:
+        pytest.skip("needs root: chroot")
+    c = Chrooted()
+    try:
+        yield c
+    finally:
+        c.stop()
