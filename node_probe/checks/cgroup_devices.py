@@ -15,7 +15,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Iterable, Sequence
 
-from .. import catalog, cgroup_rules, containers, nvidia_devices, procfs, registry
+from .. import catalog, cgroup_rules, containers, kubeletconfig, nvidia_devices, procfs, registry
+from ..deviceplugin import devview
 from ..context import FactUnavailable
 from ..registry import check
 
@@ -27,25 +28,52 @@ REFS_SYSTEMD = ("https://github.com/NVIDIA/nvidia-container-toolkit/issues/48",
                 "initialize-nvml-unknown-error")
 REFS_STALE = ("https://github.com/NVIDIA/k8s-device-plugin/issues/222",)
 
-PODRES_PRODUCERS = ("deviceplugin", "podresources")
-
-
-def _selected(ctx, producers: Sequence[str]) -> bool:
-    """Whether any producer of a fact runs in this probe run (else waiting is pointless)."""
+def _provided(ctx, key: str) -> bool:
+    """Whether a check selected for this run declares it publishes `key` (else waiting for
+    it is pointless: nobody would publish or fail it)."""
     try:
-        ids = {c.id for c in registry.select(ctx.options.only, ctx.options.skip)}
+        return any(key in c.provides for c in registry.select(ctx.options.only, ctx.options.skip))
     except KeyError:
         return False
-    return any(p in ids for p in producers)
 
 
-def _fact(ctx, key: str, producers: Sequence[str], timeout: float) -> Any:
-    if not _selected(ctx, producers):
+def _fact(ctx, key: str, timeout: float) -> Any:
+    """The fact if published within `timeout` (only waited for when a producer runs)."""
+    if not _provided(ctx, key):
         return ctx.facts.get(key)
     try:
         return ctx.wait_for(key, min(timeout, max(0.0, ctx.remaining() - 1.0)))
     except FactUnavailable:
         return None
+
+
+def _kubelet_config(ctx) -> dict | None:
+    cfg = _fact(ctx, "kubelet.config", 1.0)
+    if cfg is None:   # nobody published it: read it ourselves (files and /proc only)
+        try:
+            cfg = kubeletconfig.load(ctx.options.host_root, ctx.options.kubelet_path,
+                                     ctx.options.proc_root)
+        except Exception as exc:  # noqa: BLE001 - context for a remediation, never fatal
+            ctx.log("debug", f"kubelet config unreadable: {exc}")
+            return None
+    return cfg if isinstance(cfg, dict) else None
+
+
+def _stale_dev_view(ctx, targets) -> list | None:
+    """Device names missing from the NVIDIA device plugin's /dev (fact, else computed)."""
+    stale = _fact(ctx, "deviceplugin.stale_dev_view", 1.0)
+    if stale is not None:
+        return stale
+    missing, seen = [], False
+    for t in targets or ():
+        if not isinstance(t.get("pid"), int) or \
+                (t.get("resource") and not str(t["resource"]).startswith("nvidia.com/")):
+            continue
+        seen = True
+        res = devview.compare(ctx.options.host("dev"), t["pid"], ctx.options.proc_root)
+        if res:
+            missing.extend(res.get("missing") or ())
+    return missing if seen else None
 
 
 # -- per-container audit ------------------------------------------------------------------------
@@ -209,7 +237,7 @@ def _writes_for(c: containers.Container, writes: Sequence[dict]) -> list[dict]:
     keys = {c.ref.container_id, c.ref.pod_uid, c.ref.pod_uid.replace("-", "_")}
     out = []
     for w in writes or ():
-        path = str(w.get("path") or "")
+        path = f'{w.get("path") or ""} {w.get("cgroup") or ""}'
         if any(k and k in path for k in keys):
             out.append({k: w.get(k) for k in ("pid", "comm", "path", "text", "ts")})
     return out
@@ -223,7 +251,7 @@ def cgroup_devices(ctx):
     opts = ctx.options
     host_root = opts.host_root
     h, ctrs = containers.discover(opts.cgroup_dir, host_root, opts.proc_root, opts.focus_pods)
-    podres = _fact(ctx, "podresources", PODRES_PRODUCERS, 1.0)
+    podres = _fact(ctx, "podresources", 1.0)
     idx = containers.podresources_index(podres) if podres is not None else None
     for c in ctrs:
         containers.assign_gpus(c, idx)
@@ -234,14 +262,14 @@ def cgroup_devices(ctx):
     else:
         ctx.progress(message=f"cgroup v{h.version} at {h.root}: {len(ctrs)} containers, "
                              f"{len(gpu)} with GPUs")
-    kubelet_cfg = _fact(ctx, "kubelet.config", ("kubelet",), 1.0)
+    kubelet_cfg = _kubelet_config(ctx)
     layout_driver = next((c.ref.driver for c in ctrs), None)
     driver = (kubelet_cfg or {}).get("cgroupDriver") or layout_driver
     yield from _dev_char_links(ctx, host_root, driver, kubelet_cfg, layout_driver)
     if not gpu:
         return
 
-    nvml = _fact(ctx, "nvml", ("nvml",), 1.5)
+    nvml = _fact(ctx, "nvml", 1.5)
     inv = nvidia_devices.inventory(host_root, nvml)
     denials = []
     plans = [(c, nvidia_devices.expected_devices(c.gpu_ids, inv, c.env)) for c in gpu]
@@ -268,11 +296,11 @@ def cgroup_devices(ctx):
     if not denials:
         return
 
-    stale = _fact(ctx, "deviceplugin.stale_dev_view", ("deviceplugin",), 1.0)
-    targets = ctx.facts.get("deviceplugin.targets")
+    targets = _fact(ctx, "deviceplugin.targets", 1.0)
+    stale = _stale_dev_view(ctx, targets)
     passes = plugin_passes_specs(targets, opts.proc_root)
     writes = None
-    ready = _fact(ctx, "trace.ready", ("trace",), 1.0)
+    ready = _fact(ctx, "trace.ready", 1.0)
     if isinstance(ready, dict) and ready.get("available"):
         try:
             results = ctx.wait_for("trace.results", ctx.budget(opts.trace_s + 2.0, reserve=0.8))

@@ -110,6 +110,34 @@ class CgroupTree:
         self.procs.append(p)
         return p
 
+    def spawn_with_private_dev(self, cgroup: Path, env: dict, nodes) -> subprocess.Popen:
+        """A process in its own mount namespace whose /dev is a tmpfs holding only `nodes`
+        ((name, major, minor)): a device plugin container that started before some node
+        existed (seed 002). Its view is /proc/PID/root/dev, as the probe reads it."""
+        mk = " && ".join(f"mknod /dev/{n} c {ma} {mi}" for n, ma, mi in nodes) or "true"
+        script = f"mount -t tmpfs gdtest-dev /dev && {mk} && exec /bin/sleep 120"
+        procs_file = str(cgroup / "cgroup.procs")
+
+        def join():
+            fd = os.open(procs_file, os.O_WRONLY)
+            os.write(fd, str(os.getpid()).encode())
+            os.close(fd)
+
+        p = subprocess.Popen(["unshare", "--mount", "--propagation", "private", "/bin/sh", "-c",
+                              script], env={"PATH": "/bin:/usr/bin:/sbin:/usr/sbin", **env},
+                             stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                             stderr=subprocess.DEVNULL, preexec_fn=join)
+        self.procs.append(p)
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:   # until the shell has exec'd sleep
+            try:
+                if os.readlink(f"/proc/{p.pid}/exe").endswith("sleep"):
+                    return p
+            except OSError:
+                pass
+            time.sleep(0.02)
+        raise RuntimeError("private-/dev process did not start")
+
     def cleanup(self) -> None:
         for p in self.procs:
             if p.poll() is None:

@@ -37,17 +37,22 @@ def write_bundle(host, cid, ns, pod, name, spec_rules):
 
 
 def test_seed_002_stale_plugin_view_via_podresources(v1_tree, tmp_path):
+    """The plugin's own /dev lacks nvidia-uvm (computed from /proc/PID/root/dev, since no
+    check publishes deviceplugin.stale_dev_view in this run)."""
     host = make_host_root(tmp_path)
     uid, cid = new_uid(), new_cid()
     cg = v1_tree.container(uid, cid)
     deny_all_then_allow(cg, GPU0_NO_UVM)
     v1_tree.spawn(cg, {})            # no NVIDIA_* env: only pod-resources says it has a GPU
+    plugin = v1_tree.spawn_with_private_dev(v1_tree.container(new_uid(), new_cid()), {},
+                                            [("nvidiactl", 195, 255), ("nvidia0", 195, 0)])
     write_bundle(host, cid, "ml", "train-0", "trainer",
                  [{"allow": True, "type": "c", "major": 195, "minor": 255, "access": "rw"},
                   {"allow": True, "type": "c", "major": 195, "minor": 0, "access": "rw"}])
     facts = {"podresources": [{"namespace": "ml", "pod": "train-0", "container": "trainer",
                                "resource": "nvidia.com/gpu", "device_ids": [GPU0_UUID]}],
-             "deviceplugin.stale_dev_view": ["nvidia-uvm", "nvidia-uvm-tools"]}
+             "deviceplugin.targets": [{"pid": plugin.pid, "comm": "nvidia-device-plugin",
+                                       "resource": "nvidia.com/gpu", "socket": "nvidia.sock"}]}
     findings, ctx, _ = run_check(host, [uid], facts)
     assert len(findings) == 1
     f = findings[0]
@@ -55,6 +60,7 @@ def test_seed_002_stale_plugin_view_via_podresources(v1_tree, tmp_path):
     assert f.evidence["gpu_source"] == "podresources"
     assert f.evidence["causes"][0] == "plugin_stale_dev_view"
     assert "restart the device plugin" in f.remediation
+    assert f.evidence["plugin_dev_missing"] == ["nvidia-uvm", "nvidia-uvm-tools"]
     assert [d["in_runtime_spec"] for d in f.evidence["denied"]] == [False, False]
     assert "do-not-print" not in json.dumps(f.to_record())
     fact = ctx.facts.get("containers")
@@ -69,7 +75,10 @@ def test_seed_001_cpu_manager_static_without_specs_and_the_writer(v1_tree, tmp_p
     deny_all_then_allow(cg, BASE)    # rewritten: no NVIDIA device left at all
     v1_tree.spawn(cg, {"NVIDIA_VISIBLE_DEVICES": GPU0_UUID})
     plugin_cg = v1_tree.container(new_uid(), new_cid())
-    plugin = v1_tree.spawn(plugin_cg, {"PASS_DEVICE_SPECS": "false"})
+    plugin = v1_tree.spawn_with_private_dev(  # its /dev is complete: not the seed 002 cause
+        plugin_cg, {"PASS_DEVICE_SPECS": "false"},
+        [("nvidiactl", 195, 255), ("nvidia0", 195, 0), ("nvidia-uvm", UVM_MAJOR, 0),
+         ("nvidia-uvm-tools", UVM_MAJOR, 1)])
     writes = [{"pid": 4711, "comm": "runc", "path": f"{cg}/devices.deny", "text": "a *:* rwm",
                "ts": 1.0},
               {"pid": 4711, "comm": "runc", "path": f"{cg}/devices.allow", "text": "c 1:3 rwm",
