@@ -165,3 +165,19 @@ def test_log_tail_drops_partial_first_line(tmp_path):
     log = tmp_path / "big.log"
     log.write_text("x" * 100 + "\n" + "E0514 07:05:10.1 1 a.go:1] device number not matched\n")
     assert hami.read_log_tail(log, limit=60) == ["E0514 07:05:10.1 1 a.go:1] device number not matched"]
+
+
+@pytest.mark.root
+def test_containers_fact_labels_and_focus(container_root, chrooted):
+    bare = container_root()
+    p = chrooted.start(bare, HAMI_ENV)
+    chrooted.wait_rooted(p, bare)
+    fact = [{"pod_uid": "6f1c0a6e-1b2c-4d3e-8f90-123456789abc", "namespace": "ml", "pod": "infer-0",
+             "container": "main", "container_id": "c0ffee", "pids": [p.pid]}]
+    groups = [g for g in hami.discover(Path("/proc"), fact) if p.pid in g["pids"]]
+    assert len(groups) == 1 and groups[0]["pod_uid"] == fact[0]["pod_uid"]
+    assert hami._subject(groups[0], Path("/proc")) == "pod ml/infer-0 container main"
+    assert [g for g in hami.discover(Path("/proc"), fact, focus_pods=("other-uid",))
+            if p.pid in g["pids"]] == []
+    assert [g for g in hami.discover(Path("/proc"), fact, focus_pods=(fact[0]["pod_uid"],))
+            if p.pid in g["pids"]]
