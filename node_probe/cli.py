@@ -49,6 +49,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--nvml-timeout", type=float, default=8.0, metavar="SECONDS")
     p.add_argument("--dev-prefix", default="/dev/nvidia",
                    help="device path prefix traced by eBPF (tests use a temp dir)")
+    p.add_argument("--trace-pid", action="append", type=int, default=[], metavar="PID",
+                   help="also watch this process's futex waits and NVML init calls (repeatable)")
     p.add_argument("--focus-pod", action="append", default=[], metavar="POD_UID",
                    help="limit container checks to these pod UIDs (repeatable)")
     p.add_argument("--only", action="append", default=[], metavar="CHECK",
@@ -74,7 +76,8 @@ def options_from_args(a: argparse.Namespace) -> ProbeOptions:
                         trace_s=a.trace_seconds, kmsg_file=a.kmsg_file,
                         nvml_timeout_s=a.nvml_timeout, dev_prefix=a.dev_prefix,
                         focus_pods=tuple(a.focus_pod), only=tuple(a.only),
-                        skip=tuple(a.skip), plugin_log=a.plugin_log)
+                        skip=tuple(a.skip), plugin_log=a.plugin_log,
+                        trace_pids=tuple(a.trace_pid))
 
 
 def _raise_interrupt(signum, frame):

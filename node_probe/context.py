@@ -33,6 +33,7 @@ class ProbeOptions:
     only: tuple[str, ...] = ()        # check ids to run (empty: all)
     skip: tuple[str, ...] = ()        # check ids to skip
     plugin_log: Path | None = None    # a device plugin's log file to scan (HAMi)
+    trace_pids: tuple[int, ...] = ()  # extra pids for the eBPF futex/NVML probes (--trace-pid)
     extra: Mapping[str, Any] = dataclasses.field(default_factory=dict)
 
     @property

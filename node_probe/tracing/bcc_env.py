@@ -1,0 +1,146 @@
+"""Can eBPF tracing run here, and if not, exactly what is missing and how to provide it.
+
+Why: BCC compiles programs on the node, so it needs three things the probe image may lack:
+the `bcc` Python module (Debian: python3-bpfcc), kernel headers for the running kernel (in the
+debug pod they are the host's, under --host-root; Debian splits them into -amd64 and -common,
+and BCC_KERNEL_SOURCE takes one directory, so a merged tree of symlinks is built when needed),
+and a mounted tracefs (mounted here when absent, and said so in a log record). Checked before
+`import bcc`, because bcc reads the tracefs location at import time.
+"""
+from __future__ import annotations
+
+import dataclasses
+import os
+import tempfile
+from pathlib import Path
+from typing import Callable
+
+from .. import hostfs, subproc
+
+TRACEFS_CANDIDATES = ("/sys/kernel/tracing", "/sys/kernel/debug/tracing")
+KCONFIG = "include/linux/kconfig.h"
+KHEADERS = "/sys/kernel/kheaders.tar.xz"
+
+Log = Callable[..., None]
+
+
+@dataclasses.dataclass
+class BccEnv:
+    ok: bool
+    missing: list[str]          # what is missing, one phrase each
+    remedies: list[str]         # how to provide it, one command/setting each
+    kernel_release: str
+    kernel_source: str | None   # headers dir BCC will use (None: BCC's default lookup)
+    tracefs: str | None
+    notes: list[str] = dataclasses.field(default_factory=list)
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+
+def _has_headers(d: Path | None) -> bool:
+    return d is not None and (d / KCONFIG).is_file()
+
+
+def merged_tree(build: Path, source: Path, dest: Path) -> Path:
+    """A tree of symlinks holding `build` (generated headers, config) over `source` (the
+    rest): what BCC_KERNEL_SOURCE needs when headers come split in two directories."""
+    dest.mkdir(parents=True, exist_ok=True)
+
+    def merge(dst: Path, srcs: list[Path]) -> None:
+        names: dict[str, list[Path]] = {}
+        for s in srcs:
+            try:
+                for entry in os.scandir(s):
+                    names.setdefault(entry.name, []).append(Path(entry.path))
+            except OSError:
+                continue
+        for name, paths in names.items():
+            target = dst / name
+            dirs = [p for p in paths if p.is_dir()]
+            if len(dirs) > 1:
+                target.mkdir(exist_ok=True)
+                merge(target, dirs)
+            elif not target.exists() and not target.is_symlink():
+                target.symlink_to(dirs[0] if dirs else paths[0])
+
+    merge(dest, [build, source])
+    return dest
+
+
+def _tracefs(log: Log) -> tuple[str | None, str | None]:
+    """(mounted tracefs dir or None, error text)."""
+    for d in TRACEFS_CANDIDATES:
+        if os.path.isdir(os.path.join(d, "events")):
+            return d, None
+    target = TRACEFS_CANDIDATES[0]
+    if not os.path.isdir(target):
+        return None, f"{target} does not exist (no sysfs tracing directory)"
+    res = subproc.run(["mount", "-t", "tracefs", "nodev", target], timeout_s=3.0)
+    if res.returncode == 0 and os.path.isdir(os.path.join(target, "events")):
+        log("info", f"tracefs was not mounted: mounted it at {target}", check="trace")
+        return target, None
+    err = (res.stderr or b"").decode("utf-8", "replace").strip() or "timed out"
+    return None, f"tracefs not mounted and mounting it at {target} failed: {err}"
+
+
+def _headers(host_root: Path, release: str, log: Log) -> tuple[str | None, str | None, str]:
+    """(BCC_KERNEL_SOURCE to set or None, error text or None, how they were found)."""
+    env = os.environ.get("BCC_KERNEL_SOURCE")
+    if env:
+        if _has_headers(Path(env)):
+            return env, None, f"BCC_KERNEL_SOURCE={env}"
+        return None, f"BCC_KERNEL_SOURCE={env} has no {KCONFIG}", ""
+    own = Path("/lib/modules") / release
+    if _has_headers(own / "build") or _has_headers(own / "source"):
+        # BCC's own lookup handles build+source pairs.
+        return None, None, f"{own}/{{build,source}}"
+    build = hostfs.resolve(host_root, f"lib/modules/{release}/build")
+    source = hostfs.resolve(host_root, f"lib/modules/{release}/source")
+    if _has_headers(build):
+        return str(build), None, str(build)
+    if build is not None and _has_headers(source):
+        dest = Path(tempfile.gettempdir()) / f"gpu-doctor-kheaders-{release}"
+        merged_tree(build, source, dest)
+        log("info", f"kernel headers are split ({build}, {source}): merged them for BCC "
+                    f"at {dest}", check="trace")
+        return str(dest), None, f"merged {build} + {source}"
+    if _has_headers(source):
+        return str(source), None, str(source)
+    if os.path.exists(KHEADERS):
+        return None, None, KHEADERS
+    where = host_root / "lib/modules" / release
+    return None, (f"no kernel headers for {release} (looked in {where}/build, {where}/source"
+                  f", /lib/modules/{release} and {KHEADERS})"), ""
+
+
+def check(host_root: Path, log: Log) -> BccEnv:
+    """Find what BCC needs; sets BCC_KERNEL_SOURCE when headers need pointing at. No import
+    of bcc happens here except the availability test at the end."""
+    release = os.uname().release
+    missing: list[str] = []
+    remedies: list[str] = []
+    notes: list[str] = []
+    tracefs, err = _tracefs(log)
+    if err:
+        missing.append(err)
+        remedies.append("mount tracefs: `mount -t tracefs nodev /sys/kernel/tracing` (in a pod: "
+                        "mount the host's /sys/kernel/debug or run privileged)")
+    ksrc, err, how = _headers(host_root, release, log)
+    if err:
+        missing.append(err)
+        remedies.append(f"install headers on the host (`apt-get install linux-headers-{release}`)"
+                        " and mount the host's /lib/modules and /usr/src into the probe, or set"
+                        " BCC_KERNEL_SOURCE to one directory holding the headers")
+    else:
+        notes.append(f"kernel headers: {how}")
+        if ksrc:
+            os.environ["BCC_KERNEL_SOURCE"] = ksrc
+    try:
+        import bcc  # noqa: F401  (the availability test; tracefs is settled by now)
+    except Exception as exc:  # ImportError, or a libbcc that fails to load
+        missing.append(f"the bcc Python module cannot be imported ({type(exc).__name__}: {exc})")
+        remedies.append("install BCC: `apt-get install python3-bpfcc` (and run the probe with "
+                        "the Python it installs into)")
+    return BccEnv(ok=not missing, missing=missing, remedies=remedies, kernel_release=release,
+                  kernel_source=ksrc, tracefs=tracefs, notes=notes)

@@ -1,0 +1,135 @@
+"""Compile the selected bpf/*.bpf.c programs as one BCC module and attach syscall tracepoints.
+
+Why one module: BCC pays ~0.4 s of clang start-up per compile, so four separate compiles miss
+the 2 s compile+attach budget (DESIGN.md section 8). The sources are concatenated unchanged,
+each behind a #line directive so compiler errors name the real file; every file also compiles
+on its own (tests/tracing check that). Options reach the programs only as -D cflags. The
+programs read syscall tracepoint records through their own fixed-layout structs, so the layout
+is checked here against tracefs before attaching, once per tracepoint.
+"""
+from __future__ import annotations
+
+import fcntl
+import os
+import re
+import threading
+from pathlib import Path
+from typing import Iterable
+
+from . import sources
+
+# Warnings from kernel headers are noise on stderr; errors still fail the compile.
+BASE_CFLAGS = ("-w",)
+PERF_EVENT_IOC_DISABLE = 0x2401
+_FIELD_RE = re.compile(r"field:([^;]*);\s*offset:(\d+);\s*size:(\d+);")
+
+
+def compile_text(names: Iterable[str]) -> str:
+    parts = []
+    for name in names:
+        path = sources.source_path(name)
+        parts.append(f'#line 1 "{path}"\n{path.read_text()}\n')
+    return "".join(parts)
+
+
+def compile_programs(names: Iterable[str], cflags: Iterable[str]):
+    """One BPF object holding every named program (programs are loaded when attached)."""
+    from bcc import BPF  # lazy: the probe runs without bcc
+    text = compile_text(list(names))
+    return BPF(text=text, cflags=[*BASE_CFLAGS, *cflags])
+
+
+def syscall_layout_ok(tracefs: str, event: str) -> tuple[bool, str]:
+    """Does events/syscalls/<event>/format have the layout our structs assume (syscall nr at 8,
+    arguments or ret at 16 + 8*i, 8 bytes each)?"""
+    path = Path(tracefs) / "events" / "syscalls" / event / "format"
+    try:
+        text = path.read_text()
+    except OSError as exc:
+        return False, f"{path}: {exc.strerror or exc}"
+    fields = [(m.group(1).strip(), int(m.group(2)), int(m.group(3)))
+              for m in _FIELD_RE.finditer(text)]
+    own = [f for f in fields if not f[0].split()[-1].startswith("common_")]
+    if not own or not own[0][0].endswith("__syscall_nr") or own[0][1] != 8:
+        return False, f"{event}: unexpected syscall nr field {own[:1]}"
+    for i, (decl, off, size) in enumerate(own[1:]):
+        if off != 16 + 8 * i or size != 8:
+            return False, f"{event}: field {decl!r} at offset {off} size {size}"
+    return True, ""
+
+
+class TracepointSet:
+    """Attaches (event, fn) pairs of syscall tracepoints; remembers what it attached."""
+
+    def __init__(self, b, tracefs: str) -> None:
+        self.b = b
+        self.tracefs = tracefs
+        self.attached: list[tuple[str, str, int]] = []  # (event, fn, perf fd)
+        self.skipped: list[str] = []
+        self._checked: dict[str, tuple[bool, str]] = {}
+        self.releasing: list[threading.Thread] = []
+
+    def attach(self, pairs: Iterable[tuple[str, str]], required: Iterable[str] = ()) -> None:
+        required = set(required)
+        for event, fn in pairs:
+            if not os.path.isdir(os.path.join(self.tracefs, "events", "syscalls", event)):
+                if event in required:
+                    raise RuntimeError(f"syscall tracepoint {event} does not exist")
+                self.skipped.append(f"{event}: no such tracepoint on this kernel")
+                continue
+            ok, why = self._checked.get(event) or syscall_layout_ok(self.tracefs, event)
+            self._checked[event] = (ok, why)
+            if not ok:
+                raise RuntimeError(f"syscall tracepoint layout differs from the expected one: {why}")
+            # Not BPF.attach_tracepoint: it keeps one fd per tracepoint, and two programs
+            # (nvidia_dev and cgroup_devices) share sys_enter_openat; the lost fd would leak.
+            from bcc import BPF
+            from bcc.libbcc import lib
+            prog = self.b.load_func(fn.encode(), BPF.TRACEPOINT)
+            fd = lib.bpf_attach_tracepoint(prog.fd, b"syscalls", event.encode())
+            if fd < 0:
+                raise RuntimeError(f"attaching {fn} to syscalls:{event} failed")
+            self.attached.append((event, fn, fd))
+
+    def detach(self, wait: bool = False) -> None:
+        """Stop every program now (PERF_EVENT_IOC_DISABLE, immediate) and release the perf
+        events. Releasing one waits for an RCU grace period under a kernel mutex (~30 ms each,
+        ~1 s for the whole set here), so by default it finishes in a background thread: the
+        programs no longer run, the probe does not wait."""
+        fds = [fd for _event, _fn, fd in self.attached]
+        self.attached.clear()
+        for fd in fds:
+            try:
+                fcntl.ioctl(fd, PERF_EVENT_IOC_DISABLE, 0)
+            except OSError:
+                pass
+
+        def close(fd: int) -> None:
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+
+        # One thread per fd: the grace-period waits overlap (serial: ~2 s for the set here).
+        threads = [threading.Thread(target=close, args=(fd,), name="bpf-detach", daemon=True)
+                   for fd in fds]
+        for t in threads:
+            t.start()
+        if wait:
+            for t in threads:
+                t.join(10.0)
+        self.releasing = threads
+
+
+def mono_to_wall(ts_ns: int, now_mono_ns: int | None = None, now_wall: float | None = None) -> float:
+    """bpf_ktime_get_ns() (CLOCK_MONOTONIC) to a Unix timestamp."""
+    import time
+    mono = time.monotonic_ns() if now_mono_ns is None else now_mono_ns
+    wall = time.time() if now_wall is None else now_wall
+    return round(wall - (mono - ts_ns) / 1e9, 6)
+
+
+def cstr(raw) -> str:
+    """A fixed char array from a BPF event as text."""
+    b = bytes(raw)
+    return b.split(b"\0", 1)[0].decode("utf-8", "replace")

@@ -1,0 +1,133 @@
+"""Loader for bpf/futex_wait.bpf.c: long futex waits of the target processes.
+
+Why: "the thread that entered nvmlInit_v2 is asleep in futex() for 4.8 s" is what separates a
+hung library from a slow one. The kernel side filters by tgid (a map filled here) and only
+captures user stacks for long waits; waits still in progress at the end are read from its
+map, and threads that were already asleep in futex() before the probe attached are found in
+/proc/PID/task/TID/syscall. In-progress waits get a stack scan (stackscan.py) because BPF user
+stacks stop at glibc. Nothing is attached when there are no targets (futex() is hot).
+"""
+from __future__ import annotations
+
+import os
+import platform
+import time
+from pathlib import Path
+from typing import Callable, Iterable
+
+from .. import procfs
+from . import stackscan
+from .bundle import cstr, mono_to_wall, TracepointSet
+
+NAME = "futex_wait"
+TRACEPOINTS = (("sys_enter_futex", "futex_enter"), ("sys_exit_futex", "futex_exit"))
+FUTEX_NR = {"x86_64": 202, "aarch64": 98}.get(platform.machine())
+MAX_WAITS = 500
+MAX_SCANS = 32
+
+
+class FutexWait:
+    name = NAME
+
+    def __init__(self, targets: Iterable[int], min_wait_s: float = 0.5,
+                 proc: Path = procfs.PROC,
+                 on_event: Callable[[str, dict], None] | None = None) -> None:
+        self.targets = sorted({int(p) for p in targets})
+        self.min_wait_s = min_wait_s
+        self.proc = proc
+        self.on_event = on_event or (lambda kind, data: None)
+        self.b = None
+        self.waits: list[dict] = []
+        self.attached = False
+        self.attach_mono = 0
+
+    def cflags(self) -> list[str]:
+        return [f"-DFUTEX_MIN_NS={int(self.min_wait_s * 1e9)}ULL"]
+
+    def attach(self, b, tps: TracepointSet) -> None:
+        self.b = b
+        self.attach_mono = time.monotonic_ns()
+        if not self.targets:
+            return
+        t = b["futex_targets"]
+        for pid in self.targets:
+            t[t.Key(pid)] = t.Leaf(1)
+        b["futex_events"].open_ring_buffer(self._on_ring)
+        tps.attach(TRACEPOINTS, required=[e for e, _ in TRACEPOINTS])
+        self.attached = True
+
+    def _stack(self, stack_id: int, pid: int) -> list[str]:
+        if stack_id < 0:
+            return []
+        out = []
+        try:
+            for addr in self.b["futex_stacks"].walk(stack_id):
+                out.append(self.b.sym(addr, pid, show_module=True, show_offset=True)
+                           .decode("utf-8", "replace"))
+        except Exception:
+            pass
+        return out
+
+    def _on_ring(self, ctx, data, size) -> None:
+        e = self.b["futex_events"].event(data)
+        rec = {"pid": e.pid, "tid": e.tid, "comm": cstr(e.comm),
+               "wait_s": round(e.wait_ns / 1e9, 6), "in_progress": False,
+               "op": e.op, "uaddr": f"0x{e.uaddr:x}", "ret": e.ret,
+               "stack": self._stack(e.stack_id, e.pid), "stack_source": "bpf",
+               "ts": mono_to_wall(e.ts)}
+        if len(self.waits) < MAX_WAITS:
+            self.waits.append(rec)
+        self.on_event("long_wait", rec)
+
+    def collect(self, scan_tids: Iterable[tuple[int, int]] = (), now: int | None = None) -> dict:
+        """Finished long waits, plus waits in progress now. `scan_tids` are threads to stack-scan
+        first (e.g. ones inside an NVML call that has not returned)."""
+        now = time.monotonic_ns() if now is None else now
+        waits = list(self.waits)
+        in_progress: dict[tuple[int, int], dict] = {}
+        if self.attached:
+            for k, v in self.b["futex_start"].items():
+                pid, tid = k.value >> 32, k.value & 0xFFFFFFFF
+                wait = (now - v.ts) / 1e9
+                if wait < self.min_wait_s:
+                    continue
+                if not (self.proc / str(pid) / "task" / str(tid)).exists():
+                    continue
+                in_progress[(pid, tid)] = {
+                    "pid": pid, "tid": tid, "comm": _comm(self.proc, pid, tid),
+                    "wait_s": round(wait, 6), "in_progress": True, "op": v.op,
+                    "uaddr": f"0x{v.uaddr:x}", "started_before_trace": False,
+                    "ts": mono_to_wall(v.ts)}
+        # Threads asleep in futex() since before we attached (no enter record exists).
+        window = (now - self.attach_mono) / 1e9
+        if FUTEX_NR is not None:
+            for pid in self.targets:
+                for tid in procfs.tids(pid, self.proc):
+                    if (pid, tid) in in_progress:
+                        continue
+                    sc = stackscan.thread_syscall(pid, tid, self.proc)
+                    if sc and sc["nr"] == FUTEX_NR and (sc["args"][1] & 0x7F) in (0, 6, 9, 11, 13):
+                        in_progress[(pid, tid)] = {
+                            "pid": pid, "tid": tid, "comm": _comm(self.proc, pid, tid),
+                            "wait_s": round(window, 6), "in_progress": True,
+                            "op": sc["args"][1], "uaddr": f"0x{sc['args'][0]:x}",
+                            "started_before_trace": True}
+        order = [k for k in dict.fromkeys(scan_tids) if k in in_progress]
+        order += [k for k in sorted(in_progress, key=lambda k: -in_progress[k]["wait_s"])
+                  if k not in order]
+        for i, key in enumerate(order):
+            rec = in_progress[key]
+            scanned = stackscan.scan(*key, proc=self.proc) if i < MAX_SCANS else None
+            rec["stack"] = scanned["frames"] if scanned else []
+            rec["stack_source"] = "stack-scan" if scanned else None
+            waits.append(rec)
+        return {"futex_waits": waits,
+                "futex_wait": {"targets": self.targets, "attached": self.attached,
+                               "min_wait_s": self.min_wait_s}}
+
+
+def _comm(proc: Path, pid: int, tid: int) -> str:
+    try:
+        return (proc / str(pid) / "task" / str(tid) / "comm").read_text().strip()
+    except OSError:
+        return procfs.read_comm(pid, proc)

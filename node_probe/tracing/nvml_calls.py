@@ -1,0 +1,127 @@
+"""Loader for bpf/nvml_calls.bpf.c: NVML init calls of target processes, entered and returned.
+
+Why: uprobes are per inode, and the library a containerised device plugin uses may exist only
+in its own mount namespace; attaching "by name" would pick the probe's own (or no) library and
+ignore the process's LD_LIBRARY_PATH. So the library is found in /proc/PID/maps (or, if not
+loaded yet, in the standard library directories under /proc/PID/root) and attached by path
+through /proc/PID/root, for that pid only.
+"""
+from __future__ import annotations
+
+import re
+import time
+from pathlib import Path
+from typing import Callable, Iterable
+
+from .. import hostfs, procfs
+from .bundle import cstr, mono_to_wall
+
+NAME = "nvml_calls"
+FUNCS = {1: "nvmlInit_v2", 2: "nvmlInit", 3: "nvmlInitWithFlags"}
+ENTRY_FN = {"nvmlInit_v2": "nvml_enter_init_v2", "nvmlInit": "nvml_enter_init",
+            "nvmlInitWithFlags": "nvml_enter_init_with_flags"}
+RETURN_FN = "nvml_return_any"
+EV_ENTER, EV_RETURN = 1, 2
+_LIB_RE = re.compile(r"/libnvidia-ml\.so(\.[0-9.]+)?$")
+LIB_DIRS = (
+    "usr/lib/x86_64-linux-gnu", "usr/lib/aarch64-linux-gnu", "usr/lib64", "usr/lib",
+    "lib/x86_64-linux-gnu", "lib/aarch64-linux-gnu", "lib64", "usr/local/nvidia/lib64",
+    "usr/local/nvidia/lib", "run/nvidia/driver/usr/lib/x86_64-linux-gnu",
+    "run/nvidia/driver/usr/lib64",
+)
+
+
+def find_library(pid: int, proc: Path = procfs.PROC) -> tuple[str | None, str | None, str]:
+    """(path inside the process's mount namespace, path to attach through /proc/PID/root,
+    how it was found)."""
+    root = proc / str(pid) / "root"
+    try:
+        maps = (proc / str(pid) / "maps").read_text().splitlines()
+    except OSError as exc:
+        return None, None, f"cannot read maps: {exc.strerror or exc}"
+    for line in maps:
+        parts = line.split(None, 5)
+        if len(parts) == 6 and _LIB_RE.search(parts[5].strip()):
+            inner = parts[5].strip()
+            if inner.endswith(" (deleted)"):
+                continue
+            return inner, str(root / inner.lstrip("/")), "mapped"
+    for d in LIB_DIRS:
+        p = hostfs.resolve(root, f"{d}/libnvidia-ml.so.1")
+        if p is not None:
+            return "/" + str(p.relative_to(root)), str(p), "not loaded yet; standard path"
+    return None, None, "libnvidia-ml.so.1 neither mapped nor in the standard library paths"
+
+
+class NvmlCalls:
+    name = NAME
+
+    def __init__(self, targets: Iterable[int], proc: Path = procfs.PROC,
+                 on_event: Callable[[str, dict], None] | None = None) -> None:
+        self.targets = sorted({int(p) for p in targets})
+        self.proc = proc
+        self.on_event = on_event or (lambda kind, data: None)
+        self.b = None
+        self.calls: list[dict] = []
+        self.attachments: list[dict] = []
+        self._libs: dict[int, str] = {}
+
+    def cflags(self) -> list[str]:
+        return []
+
+    def attach(self, b) -> None:
+        self.b = b
+        if not self.targets:
+            return
+        b["nvml_events"].open_ring_buffer(self._on_ring)
+        for pid in self.targets:
+            inner, path, how = find_library(pid, self.proc)
+            rec = {"pid": pid, "library": inner, "attach_path": path, "found": how,
+                   "functions": [], "errors": []}
+            self.attachments.append(rec)
+            if path is None:
+                continue
+            for func, fn in ENTRY_FN.items():
+                try:
+                    b.attach_uprobe(name=path, sym=func, fn_name=fn, pid=pid)
+                    b.attach_uretprobe(name=path, sym=func, fn_name=RETURN_FN, pid=pid)
+                    rec["functions"].append(func)
+                except Exception as exc:  # symbol absent in this library version
+                    rec["errors"].append(f"{func}: {exc}")
+            if rec["functions"]:
+                self._libs[pid] = inner
+
+    @property
+    def attached_pids(self) -> list[int]:
+        return sorted(self._libs)
+
+    def _on_ring(self, ctx, data, size) -> None:
+        e = self.b["nvml_events"].event(data)
+        func = FUNCS.get(e.func, str(e.func))
+        if e.kind == EV_ENTER:
+            rec = {"pid": e.pid, "tid": e.tid, "comm": cstr(e.comm), "func": func,
+                   "library": self._libs.get(e.pid), "ts": mono_to_wall(e.ts)}
+            self.on_event("entered", rec)
+        elif e.kind == EV_RETURN:
+            rec = {"pid": e.pid, "tid": e.tid, "comm": cstr(e.comm), "func": func,
+                   "library": self._libs.get(e.pid), "returned": True,
+                   "duration_s": round(e.duration_ns / 1e9, 6), "ret": e.ret,
+                   "ts": mono_to_wall(e.ts)}
+            self.calls.append(rec)
+            self.on_event("returned", rec)
+
+    def collect(self, now: int | None = None) -> dict:
+        now = time.monotonic_ns() if now is None else now
+        calls = list(self.calls)
+        if self.targets:
+            for k, v in self.b["nvml_entered"].items():
+                pid, tid = k.value >> 32, k.value & 0xFFFFFFFF
+                if not (self.proc / str(pid) / "task" / str(tid)).exists():
+                    continue
+                calls.append({"pid": pid, "tid": tid,
+                              "comm": procfs.read_comm(pid, self.proc),
+                              "func": FUNCS.get(v.func, str(v.func)),
+                              "library": self._libs.get(pid), "returned": False,
+                              "duration_s": round((now - v.ts) / 1e9, 6),
+                              "ts": mono_to_wall(v.ts)})
+        return {"nvml_calls": calls, "nvml_attachments": self.attachments}

@@ -1,0 +1,197 @@
+"""End to end: `python -m node_probe --only trace` against real kernel behaviour.
+
+Each test starts the probe CLI, waits until it reports its programs attached, then makes the
+kernel do the real thing (an EPERM from a device cgroup, a rule rewrite through a shell's
+dup'ed fd, an NVML init blocked on a futex in another mount namespace, an ioctl that does not
+return) and checks the findings and events the probe printed.
+"""
+from __future__ import annotations
+
+import errno
+import os
+import stat
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.tracing.conftest import build_helper, events, findings, REPO
+
+pytestmark = [pytest.mark.root, pytest.mark.bcc]
+
+OPENER = r"""
+import os, sys
+with open("/proc/self/comm", "w") as f:
+    f.write(sys.argv[2])
+print("ready", os.getpid(), flush=True)
+sys.stdin.readline()
+try:
+    os.close(os.open(sys.argv[1], os.O_RDWR))
+    print("errno 0", flush=True)
+except OSError as e:
+    print("errno", e.errno, flush=True)
+sys.stdin.readline()
+"""
+
+
+def test_eperm_open_is_reported_and_enxio_is_not(bcc_ready, devices_cgroup, children, probe,
+                                                  tmp_path):
+    node = tmp_path / "nvidia0"
+    os.mknod(node, 0o666 | stat.S_IFCHR, os.makedev(195, 0))
+    cg = devices_cgroup("eperm")
+    (cg / "devices.deny").write_text("c 195:* rwm")
+    denied = children([sys.executable, "-c", OPENER, str(node), "eperm-victim"])
+    denied.expect("ready")
+    (cg / "cgroup.procs").write_text(str(denied.proc.pid))
+    allowed = children([sys.executable, "-c", OPENER, str(node), "enxio-opener"])
+    allowed.expect("ready")
+
+    run = probe("--only", "trace", "--trace-seconds", "2", "--dev-prefix", str(tmp_path / "nvidia"))
+    run.wait_attached()
+    denied.send()
+    allowed.send()
+    # The real kernel's answers: the cgroup denies (EPERM); with no driver for major 195 the
+    # allowed open fails with ENXIO instead.
+    assert denied.expect("errno") == f"errno {errno.EPERM}"
+    assert allowed.expect("errno") == f"errno {errno.ENXIO}"
+    recs = run.finish()
+
+    found = findings(recs, "container.nvidia_eperm")
+    assert len(found) == 1, found
+    ev = found[0]["evidence"]
+    assert ev["pid"] == denied.proc.pid
+    assert ev["comm"] == "eperm-victim"
+    assert ev["errno"] == errno.EPERM
+    assert ev["devices"][0]["path"] == str(node)
+    assert (ev["devices"][0]["major"], ev["devices"][0]["minor"]) == (195, 0)
+    assert ev["cgroup"] == "/" + cg.name
+    assert found[0]["severity"] == "critical"
+    assert str(allowed.proc.pid) not in found[0]["subject"]
+    live = events(recs, "nvidia.open_denied")
+    assert [e["data"]["pid"] for e in live] == [denied.proc.pid]
+
+
+def test_device_rules_rewritten_names_writer_and_text(bcc_ready, devices_cgroup, children,
+                                                      probe, tmp_path):
+    gpu = devices_cgroup("gpu")          # a GPU container's rules: deny all, allow null + 195
+    for rule in ("c 1:3 rwm", "c 195:* rwm"):
+        (gpu / "devices.allow").write_text(rule)
+    (gpu / "devices.deny").write_text("a")
+    for rule in ("c 1:3 rwm", "c 195:* rwm"):
+        (gpu / "devices.allow").write_text(rule)
+    gpu_rel = devices_cgroup("gpurel")   # the same, rewritten through relative paths
+    (gpu_rel / "devices.deny").write_text("a")
+    for rule in ("c 1:3 rwm", "c 195:0 rw"):
+        (gpu_rel / "devices.allow").write_text(rule)
+    plain = devices_cgroup("plain")      # no GPU: a rewrite there is not a finding
+    (plain / "devices.deny").write_text("a")
+    (plain / "devices.allow").write_text("c 1:3 rwm")
+    assert "195" in (gpu / "devices.list").read_text()
+
+    run = probe("--only", "trace", "--trace-seconds", "2")
+    run.wait_attached()
+    # The shell opens the file, dup2()s it onto fd 1 (via fcntl(F_DUPFD) first) and writes.
+    w1 = subprocess.Popen(["sh", "-c", f"echo a > {gpu}/devices.deny; "
+                                       f"echo 'c 1:3 rwm' > {gpu}/devices.allow"])
+    # A writer that stays alive a moment, so its cwd resolves the relative paths.
+    w2 = subprocess.Popen(["sh", "-c", "echo 'a *:* rwm' > devices.deny; "
+                                       "echo 'c 1:3 rwm' > devices.allow; sleep 1"], cwd=gpu_rel)
+    w3 = subprocess.Popen(["sh", "-c", f"echo a > {plain}/devices.deny; "
+                                       f"echo 'c 1:5 rwm' > {plain}/devices.allow"])
+    for w in (w1, w2, w3):
+        assert w.wait(10) == 0
+    recs = run.finish()
+
+    assert "195" not in (gpu / "devices.list").read_text()   # the kernel applied the rewrite
+    found = {f["evidence"]["cgroup"]: f for f in findings(recs, "cgroup.device_rules_rewritten")}
+    assert set(found) == {"/" + gpu.name, "/" + gpu_rel.name}, found.keys()
+    ev = found["/" + gpu.name]["evidence"]
+    assert ev["writers"] == [{"pid": w1.pid, "comm": "sh"}]
+    assert [(w["which"], w["text"]) for w in ev["writes"]] == [("deny", "a"),
+                                                              ("allow", "c 1:3 rwm")]
+    assert "195" not in ev["devices_list_now"]
+    assert found["/" + gpu.name]["severity"] == "critical"
+    ev2 = found["/" + gpu_rel.name]["evidence"]
+    assert [(w["which"], w["text"]) for w in ev2["writes"]] == [("deny", "a *:* rwm"),
+                                                               ("allow", "c 1:3 rwm")]
+    assert ev2["writers"] == [{"pid": w2.pid, "comm": "sh"}]
+    live = events(recs, "cgroup.device_rule_write")
+    assert {e["data"]["pid"] for e in live} == {w1.pid, w2.pid, w3.pid}
+
+
+def test_nvml_init_blocked_in_other_mount_namespace(bcc_ready, children, probe, tmp_path):
+    sys.path.insert(0, str(REPO))
+    from tests.fakes.nvml import build_fake_nvml
+    real = tmp_path / "driver-lib"
+    build_fake_nvml(real, init="block")
+    ns_only = tmp_path / "ns-only"       # empty here; the library appears there only inside
+    ns_only.mkdir()                      # the child's own mount namespace
+    caller = build_helper("nvml_caller", "-ldl")
+    child = children(["unshare", "-m", "--propagation", "private", "sh", "-c",
+                      f"mount --bind {real} {ns_only} && exec {caller} {ns_only}/libnvidia-ml.so.1"])
+    pid = int(child.expect("ready").split()[1])
+    assert not (ns_only / "libnvidia-ml.so.1").exists()
+    assert (Path(f"/proc/{pid}/root") / str(ns_only).lstrip("/") / "libnvidia-ml.so.1").exists()
+
+    run = probe("--only", "trace", "--trace-seconds", "2", "--trace-pid", str(pid))
+    ready = run.wait_attached()
+    assert "nvml_calls" in ready["probes"] and "futex_wait" in ready["probes"]
+    child.send()
+    child.expect("calling")
+    recs = run.finish()
+
+    entered = events(recs, "nvml.entered")
+    assert [(e["data"]["pid"], e["data"]["func"]) for e in entered] == [(pid, "nvmlInit_v2")]
+    blocked = events(recs, "nvml.call_blocked")
+    assert len(blocked) == 1, blocked
+    call = blocked[0]["data"]
+    assert call["pid"] == pid and call["tid"] == pid
+    assert call["func"] == "nvmlInit_v2" and call["returned"] is False
+    assert call["library"] == f"{ns_only}/libnvidia-ml.so.1"
+    assert 0.5 < call["duration_s"] < 10
+    assert 0.5 < call["futex_wait_s"] <= call["duration_s"]
+    assert any(f.startswith("nvmlInit_v2+") for f in call["stack"]), call["stack"]
+    assert child.proc.poll() is None      # still blocked: nothing was signalled or stopped
+
+
+def test_ioctl_that_does_not_return_is_a_stall(bcc_ready, children, probe, tmp_path):
+    ctl = tmp_path / "nvidiactl"          # any file under the prefix: the fd is what is traced
+    ctl.write_bytes(b"x" * 16)
+    devio = build_helper("devio")
+    child = children([str(devio), str(ctl), "stall"])
+    pid = int(child.expect("ready").split()[1])
+    run = probe("--only", "trace", "--trace-seconds", "3", "--trace-pid", str(pid),
+                "--dev-prefix", str(tmp_path / "nvidia"))
+    run.wait_attached()
+    child.send()
+    fd = int(child.expect("stalling").split()[1])
+    recs = run.finish()
+    found = findings(recs, "ioctl.stall")
+    assert len(found) == 1, found
+    ev = found[0]["evidence"]
+    assert (ev["pid"], ev["tid"], ev["fd"], ev["path"]) == (pid, pid, fd, str(ctl))
+    assert ev["request_hex"] == "0x00005421"          # FIONBIO
+    assert ev["in_progress"] is True and ev["wait_s"] >= 2.0
+    assert found[0]["severity"] == "critical"          # a target process
+    assert child.proc.poll() is None
+
+
+def test_without_bcc_the_probe_completes_with_ebpf_unavailable(probe):
+    py = "/root/.pyenv/versions/3.11.7/bin/python3"
+    if not os.access(py, os.X_OK):
+        pytest.skip(f"{py} (a Python without bcc) is not installed here")
+    if subprocess.run([py, "-c", "import bcc"], capture_output=True).returncode == 0:
+        pytest.skip(f"{py} has bcc, so it cannot show the missing-BCC path")
+    t0 = time.monotonic()
+    recs = probe("--only", "trace", "--trace-seconds", "3", python=py).finish()
+    found = findings(recs, "probe.ebpf_unavailable")
+    assert len(found) == 1
+    assert "bcc" in found[0]["title"]
+    assert "apt-get install python3-bpfcc" in found[0]["remediation"]
+    summary = recs[-1]
+    assert summary["kind"] == "summary" and summary["complete"] is True
+    assert summary["checks"] == [{"id": "trace", "status": "ok",
+                                  "duration_s": summary["checks"][0]["duration_s"]}]
+    assert time.monotonic() - t0 < 20
