@@ -276,6 +276,8 @@ class Container:
     gpu_source: str | None = None       # podresources | environ | None
     gpu_ids: list[str] = dataclasses.field(default_factory=list)
     gpu_resources: list[str] = dataclasses.field(default_factory=list)
+    # device specs the plugin returned from Allocate (kubelet checkpoint); None = unknown
+    alloc_devices: list[str] | None = None
 
     @property
     def is_gpu(self) -> bool:
@@ -302,7 +304,8 @@ class Container:
              "cgroup_driver": self.ref.driver, "runtime": self.ref.runtime,
              "pids": list(self.pids), "namespace": self.meta.get("namespace"),
              "pod": self.meta.get("pod"), "container": self.meta.get("container"),
-             "gpu": self.is_gpu, "gpu_source": self.gpu_source, "gpu_ids": list(self.gpu_ids)}
+             "gpu": self.is_gpu, "gpu_source": self.gpu_source, "gpu_ids": list(self.gpu_ids),
+             "allocate_device_specs": self.alloc_devices}
         nv = {k: v for k, v in self.env.items() if k.startswith("NVIDIA_")}
         if nv:
             d["nvidia_env"] = nv
@@ -329,9 +332,17 @@ def podresources_index(podres: Iterable[Mapping] | None) -> dict[tuple[str, str,
     return idx
 
 
-def assign_gpus(c: Container, podres_idx: Mapping | None) -> None:
+def assign_gpus(c: Container, podres_idx: Mapping | None, ckpt_idx: Mapping | None = None) -> None:
     """Decide whether a container has GPUs: pod-resources when it names the container (it is
-    what the kubelet allocated), else NVIDIA_VISIBLE_DEVICES from its processes."""
+    what the kubelet allocated), else the kubelet's device checkpoint (pod UID + container
+    name), else NVIDIA_VISIBLE_DEVICES from its processes. Also records the device specs the
+    plugin's Allocate returned for it, when the checkpoint has them."""
+    ck = [e for e in (ckpt_idx or {}).get((c.ref.pod_uid, c.meta.get("container") or ""), ())
+          if e.resource.startswith(GPU_RESOURCE_PREFIXES)]
+    allocs = [e.alloc for e in ck if e.alloc is not None]
+    if allocs:
+        c.alloc_devices = [str(d.get("host_path") or d.get("container_path"))
+                           for a in allocs for d in a.get("devices") or ()]
     if podres_idx is not None and c.meta.get("pod") and c.meta.get("container"):
         key = (c.meta.get("namespace"), c.meta["pod"], c.meta["container"])
         entries = [e for e in podres_idx.get(key, [])
@@ -345,6 +356,11 @@ def assign_gpus(c: Container, podres_idx: Mapping | None) -> None:
             # pod-resources knows the container and gave it no NVIDIA device: an image default
             # NVIDIA_VISIBLE_DEVICES=all (CUDA base images set it) is not an allocation.
             return
+    if ck:
+        c.gpu_source = "checkpoint"
+        c.gpu_ids = [i for e in ck for i in e.device_ids]
+        c.gpu_resources = sorted({e.resource for e in ck})
+        return
     ids = gpu_ids_from_env(c.env.get("NVIDIA_VISIBLE_DEVICES"))
     if ids:
         c.gpu_source, c.gpu_ids = "environ", ids

@@ -15,7 +15,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Iterable, Sequence
 
-from .. import catalog, cgroup_rules, containers, kubeletconfig, nvidia_devices, procfs, registry
+from .. import catalog, cgroup_rules, containers, device_checkpoint, kubeletconfig, nvidia_devices, procfs, registry
 from ..deviceplugin import devview
 from ..context import FactUnavailable
 from ..registry import check
@@ -159,9 +159,25 @@ def plugin_passes_specs(targets: Sequence[dict] | None, proc: Path) -> bool | No
 
 
 def causes_for(denied_names: set[str], stale: set[str] | None, kubelet_cfg: dict | None,
-               driver: str, passes_specs: bool | None) -> list[dict]:
-    """The causes we can see for a denial, most specific first, each with its fix."""
+               driver: str, passes_specs: bool | None,
+               alloc_devices: list[str] | None = None) -> list[dict]:
+    """The causes we can see for a denial, most specific first, each with its fix.
+    `alloc_devices`: host paths of the device specs the plugin's Allocate returned for this
+    container (kubelet checkpoint); [] = none at all; None = unknown."""
     out = []
+    omitted = sorted(n for n in denied_names if alloc_devices and f"/dev/{n}" not in alloc_devices)
+    if omitted and not (stale and set(omitted) <= stale):
+        out.append({
+            "cause": "plugin_omitted_device",
+            "why": f"the device plugin's Allocate answer for this container (kept in the "
+                   f"kubelet checkpoint) lists {', '.join(alloc_devices)} but not "
+                   f"{', '.join('/dev/' + n for n in omitted)}; the runtime allows only what "
+                   "the spec lists (seed 002: a plugin whose own /dev lacked the node)",
+            "fix": "Check the plugin's view (`kubectl -n <plugin-namespace> exec <plugin-pod> "
+                   "-- ls -l /dev/nvidia*`); once the node exists on the host, restart the "
+                   "device plugin pod on this node (risk: no new GPU pods are admitted on the "
+                   "node until it re-registers) and recreate the affected pods.",
+            "refs": REFS_STALE})
     if stale and denied_names & stale:
         miss = sorted(denied_names & stale)
         out.append({
@@ -253,8 +269,9 @@ def cgroup_devices(ctx):
     h, ctrs = containers.discover(opts.cgroup_dir, host_root, opts.proc_root, opts.focus_pods)
     podres = _fact(ctx, "podresources", 1.0)
     idx = containers.podresources_index(podres) if podres is not None else None
+    ckpt = device_checkpoint.index(device_checkpoint.load(opts.kubelet_path)) if ctrs else {}
     for c in ctrs:
-        containers.assign_gpus(c, idx)
+        containers.assign_gpus(c, idx, ckpt)
     ctx.publish("containers", [c.to_fact() for c in ctrs])
     gpu = [c for c in ctrs if c.is_gpu]
     if h is None:
@@ -315,7 +332,9 @@ def cgroup_devices(ctx):
 def _finding(c, exp, res, inv, stale, kubelet_cfg, driver, passes, writes):
     denied: list[nvidia_devices.Device] = res["denied"]
     names = {d.name for d in denied}
-    causes = causes_for(names, stale, kubelet_cfg, driver, passes)
+    if c.alloc_devices is not None:   # what the plugin really answered for this container
+        passes = bool(c.alloc_devices)
+    causes = causes_for(names, stale, kubelet_cfg, driver, passes, c.alloc_devices)
     critical = any(d.required for d in denied)
     first = denied[0]
     evidence: dict[str, Any] = {
@@ -325,7 +344,10 @@ def _finding(c, exp, res, inv, stale, kubelet_cfg, driver, passes, writes):
         "cgroup_version": c.cgroup_version, "cgroup_driver": driver, "qos": c.ref.qos,
         "device": first.path, "major": first.major, "minor": first.minor,
         "denied": [dict(d.to_dict(), required=d.required,
-                        in_runtime_spec=_spec_mentions(c.meta, d)) for d in denied],
+                        in_runtime_spec=_spec_mentions(c.meta, d),
+                        in_allocate_specs=(None if c.alloc_devices is None
+                                           else d.path in c.alloc_devices)) for d in denied],
+        "allocate_device_specs": c.alloc_devices,
         "allowed": [d.to_dict() for d in res["allowed"]],
         "check_method": res["method"],
         "gpu_source": c.gpu_source, "gpu_ids": list(c.gpu_ids), "gpus_resolved": exp.gpus,

@@ -47,23 +47,32 @@ class DeviceProgram:
             pytest.skip(f"cannot attach a device program to {cgroup}: {exc}")
         self.attached.append(fd)
 
-    def close(self):
+    def detach_all(self):
         for fd in self.attached:
             try:
                 self.BPF.detach_func(self.fn, fd, self.T.CGROUP_DEVICE)
             except Exception:  # noqa: BLE001
                 pass
             os.close(fd)
-        self.b.cleanup()
+        self.attached = []
 
 
-@pytest.fixture
-def deny195():
-    p = DeviceProgram()
+@pytest.fixture(scope="module")
+def _compiled():
+    p = DeviceProgram()      # compiling costs seconds: once per module
     try:
         yield p
     finally:
-        p.close()
+        p.detach_all()
+        p.b.cleanup()
+
+
+@pytest.fixture
+def deny195(_compiled):
+    try:
+        yield _compiled
+    finally:
+        _compiled.detach_all()
 
 
 def procs(cg: Path) -> list[int]:

@@ -1,0 +1,147 @@
+"""The kubelet's device-manager checkpoint: which container got which devices, and exactly what
+the device plugin answered to Allocate for it.
+
+Why: seeds 001 and 002 both come down to the device specs the plugin returned from Allocate
+(none at all: every cgroup rewrite drops the NVIDIA devices; a list without /dev/nvidia-uvm:
+the container never gets it). The kubelet keeps that answer, per pod UID and container name, in
+<kubelet-dir>/device-plugins/kubelet_internal_checkpoint (JSON; `AllocResp` is the
+ContainerAllocateResponse protobuf, base64). Reading it is a file read, no RPC, and it survives
+a plugin restart, so the evidence is still there after someone "fixed" the plugin. The protobuf
+is decoded by a few lines of wire-format parsing (the probe must not need protobuf for this);
+of the envs only NVIDIA_* and the other allowed keys are kept (procfs.env_key_allowed).
+"""
+from __future__ import annotations
+
+import base64
+import dataclasses
+import json
+from pathlib import Path
+
+from . import procfs
+
+CHECKPOINT = "device-plugins/kubelet_internal_checkpoint"
+MAX_BYTES = 16 << 20
+
+
+@dataclasses.dataclass(frozen=True)
+class Entry:
+    pod_uid: str
+    container: str
+    resource: str
+    device_ids: tuple[str, ...]
+    alloc: dict | None          # decoded ContainerAllocateResponse (None if absent/bad)
+
+
+def _varint(buf: bytes, i: int) -> tuple[int, int]:
+    shift = result = 0
+    while True:
+        if i >= len(buf) or shift > 63:
+            raise ValueError("truncated varint")
+        b = buf[i]
+        i += 1
+        result |= (b & 0x7F) << shift
+        if not b & 0x80:
+            return result, i
+        shift += 7
+
+
+def _fields(buf: bytes):
+    """(field number, wire type, value) of one protobuf message; value is bytes for
+    length-delimited fields, int otherwise."""
+    i = 0
+    while i < len(buf):
+        key, i = _varint(buf, i)
+        num, wt = key >> 3, key & 7
+        if wt == 0:
+            v, i = _varint(buf, i)
+        elif wt == 1:
+            v, i = int.from_bytes(buf[i:i + 8], "little"), i + 8
+        elif wt == 5:
+            v, i = int.from_bytes(buf[i:i + 4], "little"), i + 4
+        elif wt == 2:
+            n, i = _varint(buf, i)
+            if i + n > len(buf):
+                raise ValueError("truncated field")
+            v, i = buf[i:i + n], i + n
+        else:
+            raise ValueError(f"unsupported wire type {wt}")
+        yield num, wt, v
+
+
+def _strings(buf: bytes) -> dict[int, str]:
+    return {n: v.decode("utf-8", "replace") for n, wt, v in _fields(buf) if wt == 2}
+
+
+def decode_allocate_response(raw: bytes) -> dict:
+    """ContainerAllocateResponse (deviceplugin v1beta1): envs=1 (map), mounts=2, devices=3
+    (DeviceSpec: container_path=1, host_path=2, permissions=3), annotations=4 (map),
+    cdi_devices=5 (CDIDevice: name=1)."""
+    out: dict = {"envs": {}, "mounts": [], "devices": [], "annotations": {}, "cdi_devices": []}
+    for num, wt, v in _fields(raw):
+        if wt != 2:
+            continue
+        if num == 1:
+            kv = _strings(v)
+            k = kv.get(1, "")
+            if procfs.env_key_allowed(k):
+                out["envs"][k] = kv.get(2, "")
+        elif num == 2:
+            kv = _strings(v)
+            out["mounts"].append({"container_path": kv.get(1), "host_path": kv.get(2)})
+        elif num == 3:
+            kv = _strings(v)
+            out["devices"].append({"container_path": kv.get(1), "host_path": kv.get(2),
+                                   "permissions": kv.get(3)})
+        elif num == 4:
+            kv = _strings(v)
+            if kv.get(1, "").startswith("cdi.k8s.io/"):
+                out["annotations"][kv[1]] = kv.get(2, "")
+        elif num == 5:
+            out["cdi_devices"].append(_strings(v).get(1))
+    return out
+
+
+def _device_ids(raw) -> tuple[str, ...]:
+    """DeviceIDs: a list (before k8s 1.20) or {numa node: [ids]}."""
+    if isinstance(raw, list):
+        return tuple(str(x) for x in raw)
+    if isinstance(raw, dict):
+        return tuple(str(x) for ids in raw.values() if isinstance(ids, list) for x in ids)
+    return ()
+
+
+def parse(text: str) -> list[Entry]:
+    doc = json.loads(text)
+    data = (doc or {}).get("Data") or {}
+    out = []
+    for e in data.get("PodDeviceEntries") or ():
+        if not isinstance(e, dict):
+            continue
+        alloc = None
+        if e.get("AllocResp"):
+            try:
+                alloc = decode_allocate_response(base64.b64decode(e["AllocResp"]))
+            except (ValueError, TypeError):
+                alloc = None
+        out.append(Entry(pod_uid=str(e.get("PodUID", "")).lower(),
+                         container=str(e.get("ContainerName", "")),
+                         resource=str(e.get("ResourceName", "")),
+                         device_ids=_device_ids(e.get("DeviceIDs")), alloc=alloc))
+    return out
+
+
+def load(kubelet_dir: Path) -> list[Entry] | None:
+    """Entries of the checkpoint, or None when it is absent or unreadable."""
+    try:
+        with open(Path(kubelet_dir) / CHECKPOINT, "rb") as f:
+            text = f.read(MAX_BYTES).decode("utf-8", "replace")
+        return parse(text)
+    except (OSError, ValueError, AttributeError):
+        return None
+
+
+def index(entries: list[Entry] | None) -> dict[tuple[str, str], list[Entry]]:
+    idx: dict[tuple[str, str], list[Entry]] = {}
+    for e in entries or ():
+        idx.setdefault((e.pod_uid, e.container), []).append(e)
+    return idx
