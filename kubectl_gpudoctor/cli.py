@@ -9,6 +9,7 @@ commands that talk to a cluster, so --help, version, completion and local start 
 """
 from __future__ import annotations
 
+import gc
 import os
 import signal
 import sys
@@ -263,6 +264,10 @@ def _run_cluster(o: dict, target: dict, fn: Callable, pod_target: bool = False,
 
     error: errors.GpuDoctorError | None = None
     old = signal.signal(signal.SIGTERM, _on_sigterm)
+    # A short-lived CLI holding 30,000 pod dicts: the cyclic GC would rescan them on every
+    # collection (seconds at fleet scale) and there are no cycles worth collecting.
+    gc_was = gc.isenabled()
+    gc.disable()
     try:
         fn(kube, out, _settings(o, namespace), register)
     except errors.GpuDoctorError as exc:
@@ -273,6 +278,8 @@ def _run_cluster(o: dict, target: dict, fn: Callable, pod_target: bool = False,
         for pod in list(active):  # belt and braces: run_probe's finally deletes it already
             pod.delete()
         signal.signal(signal.SIGTERM, old)
+        if gc_was:
+            gc.enable()
     if error is not None:
         if isinstance(error, errors.Interrupted):
             created = [p for p in seen if p.created]

@@ -42,19 +42,20 @@ def scan(kube: Kube, selector: str | None, settings: Settings, out: Output,
     """Analyse the selected nodes; return one summary row per node."""
     t0 = time.monotonic()
     q = [("labelSelector", selector)] if selector else []
-    nodes = _list(kube, "/api/v1/nodes", "nodes", q)
-    out.check("api.list_nodes", "ok", time.monotonic() - t0)
-    if not selector and not all_nodes:
-        nodes = [n for n in nodes if capacity.is_gpu_node(n)]
-    names = {(n.get("metadata") or {}).get("name") for n in nodes}
-    with cf.ThreadPoolExecutor(max_workers=3, thread_name_prefix="list") as pool:
+    # all four lists at once: their transfer overlaps, and json.loads runs without the GC
+    with cf.ThreadPoolExecutor(max_workers=4, thread_name_prefix="list") as pool:
+        f_nodes = pool.submit(_list, kube, "/api/v1/nodes", "nodes", q)
         f_pods = pool.submit(_list, kube, "/api/v1/pods", "pods")
         f_events = pool.submit(_list, kube, "/api/v1/events", "events",
                                [("fieldSelector", "involvedObject.kind=Pod")], False)
         f_leases = pool.submit(_list, kube,
                                "/apis/coordination.k8s.io/v1/namespaces/kube-node-lease/leases",
                                "node leases", None, False)
+        nodes = f_nodes.result()
         pods, events, leases = f_pods.result(), f_events.result(), f_leases.result()
+    if not selector and not all_nodes:
+        nodes = [n for n in nodes if capacity.is_gpu_node(n)]
+    names = {(n.get("metadata") or {}).get("name") for n in nodes}
     out.check("api.list_pods_events_leases", "ok", time.monotonic() - t0)
     if events is None:
         out.log("warning", "events not readable; stalled pods judged from their status only")

@@ -99,7 +99,8 @@ class FakeCluster:
         self.pod_security_enforce: dict[str, str] = {}  # ns -> level (rejects privileged)
         self.created: list[dict] = []
         self.deleted: list[tuple[str, str, dict]] = []  # (ns, name, query)
-        self.list_cache: dict[str, bytes] = {}
+        self.list_cache: dict[tuple, bytes] = {}
+        self.cache_lists = False  # bench: serve lists from pre-encoded bytes (a watch cache)
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
         self._stop: asyncio.Event | None = None
@@ -305,6 +306,16 @@ class FakeCluster:
                               headers={"Content-Type": "application/json"})
 
     def _list(self, kind: str, items: list[dict], q: dict) -> kmock.Response:
+        key = (kind, tuple(sorted(q.items())))
+        if self.cache_lists and key in self.list_cache:
+            return kmock.Response(status=200, payload=self.list_cache[key],
+                                  headers={"Content-Type": "application/json"})
+        resp = self._list_uncached(kind, items, q)
+        if self.cache_lists:
+            self.list_cache[key] = resp.payload
+        return resp
+
+    def _list_uncached(self, kind: str, items: list[dict], q: dict) -> kmock.Response:
         if "labelSelector" in q:
             items = [i for i in items
                      if _match_labels((i.get("metadata") or {}).get("labels") or {},
@@ -358,6 +369,8 @@ class FakeCluster:
                 if m.group(1) not in self.leases:
                     return self._status(404, "NotFound", f'leases "{m.group(1)}" not found')
                 return self._json(self.leases[m.group(1)])
+        if method in ("POST", "DELETE"):
+            self.list_cache.clear()
         if method == "POST":
             m = NS_PODS.match(path)
             if m:
@@ -462,3 +475,77 @@ def cut_odd(data: bytes, sizes=(7, 13, 1, 29, 3, 61, 2, 17)) -> list[bytes]:
         i += n
         k += 1
     return out
+
+
+def fatten(pod: dict) -> None:
+    """Add the bulk real pods carry (managedFields, projected token volume, tolerations)."""
+    md = pod["metadata"]
+    md["annotations"] = {"kubectl.kubernetes.io/restartedAt": "2025-07-29T10:00:00Z",
+                         "prometheus.io/scrape": "true", "prometheus.io/port": "9400"}
+    md["ownerReferences"] = [{"apiVersion": "apps/v1", "kind": "ReplicaSet",
+                              "name": md["name"].rsplit("-", 1)[0], "uid": str(uuid.uuid4()),
+                              "controller": True, "blockOwnerDeletion": True}]
+    md["managedFields"] = [{"manager": "kube-controller-manager", "operation": "Update",
+                            "apiVersion": "v1", "time": md["creationTimestamp"],
+                            "fieldsType": "FieldsV1", "fieldsV1": {"f:metadata": {
+                                "f:labels": {".": {}, "f:app": {}},
+                                "f:ownerReferences": {".": {}}},
+                                "f:spec": {"f:containers": {"k:{\"name\":\"main\"}": {
+                                    ".": {}, "f:image": {}, "f:name": {}, "f:resources": {}}}}}},
+                           {"manager": "kubelet", "operation": "Update", "apiVersion": "v1",
+                            "time": md["creationTimestamp"], "fieldsType": "FieldsV1",
+                            "subresource": "status", "fieldsV1": {"f:status": {
+                                "f:conditions": {}, "f:containerStatuses": {},
+                                "f:hostIP": {}, "f:phase": {}, "f:podIP": {},
+                                "f:startTime": {}}}}]
+    spec = pod["spec"]
+    spec["volumes"] = [{"name": "kube-api-access-x7k2p", "projected": {
+        "defaultMode": 420, "sources": [
+            {"serviceAccountToken": {"expirationSeconds": 3607, "path": "token"}},
+            {"configMap": {"name": "kube-root-ca.crt",
+                           "items": [{"key": "ca.crt", "path": "ca.crt"}]}},
+            {"downwardAPI": {"items": [{"path": "namespace", "fieldRef": {
+                "apiVersion": "v1", "fieldPath": "metadata.namespace"}}]}}]}}]
+    spec["tolerations"] = [
+        {"key": "node.kubernetes.io/not-ready", "operator": "Exists", "effect": "NoExecute",
+         "tolerationSeconds": 300},
+        {"key": "node.kubernetes.io/unreachable", "operator": "Exists", "effect": "NoExecute",
+         "tolerationSeconds": 300},
+        {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}]
+    c = spec["containers"][0]
+    c["env"] = [{"name": "MODEL", "value": "llama"}, {"name": "NCCL_DEBUG", "value": "WARN"},
+                {"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}}]
+    c["volumeMounts"] = [{"name": "kube-api-access-x7k2p", "readOnly": True,
+                          "mountPath": "/var/run/secrets/kubernetes.io/serviceaccount"}]
+    c["terminationMessagePath"] = "/dev/termination-log"
+    c["terminationMessagePolicy"] = "File"
+    c["imagePullPolicy"] = "IfNotPresent"
+    spec.update({"dnsPolicy": "ClusterFirst", "serviceAccountName": "default",
+                 "terminationGracePeriodSeconds": 30, "priority": 0,
+                 "enableServiceLinks": True, "preemptionPolicy": "PreemptLowerPriority"})
+
+
+def build_fleet(fc: "FakeCluster", nodes: int, pods: int, wedged: tuple[int, ...] = (),
+                fat: bool = False, cpu_nodes: int = 0) -> list[str]:
+    """`nodes` GPU nodes sharing `pods` running pods; nodes at index `wedged` are seed 000."""
+    now = dt.datetime.now(dt.timezone.utc)
+    names = [f"gpu-{i:04d}" for i in range(nodes)]
+    for n in names:
+        fc.add_node(n, now=now)
+    for i in range(cpu_nodes):
+        fc.add_node(f"cpu-{i:03d}", gpus=0, now=now)
+    for i in range(pods):
+        node = names[i % nodes]
+        p = fc.add_pod(f"team-{i % 40}", f"job-{i:05d}-7d9c8b5f4-x{i % 97:02d}", node,
+                       gpus=1 if i % 3 == 0 else 0, now=now,
+                       events="normal" if i % 50 == 0 else "none")
+        if fat:
+            fatten(p)
+    for w in wedged:
+        n = names[w]
+        for k in range(3):
+            fc.add_pod("mck-test", f"neal-{w}-{k}", n, phase="Pending", gpus=1, age_s=600,
+                       now=now, events="scheduled-only")
+        fc.goroutines[n] = __import__("tests.kubectl.kubelet_dump", fromlist=["x"]) \
+            .wedged_kubelet_dump(stuck=2, minutes=10)
+    return names
