@@ -281,3 +281,11 @@ def test_undecodable_pod_annotation():
     p = pod("bad", annotations={hami.ALLOCATED_KEY: "GPU-x,NVIDIA:;"})
     (f,) = _pods(p)
     assert f.severity.value == "critical" and "cannot be decoded" in f.title
+
+
+def test_lock_rejections_for_another_node_do_not_count():
+    owner = pod("train-0", annotations={hami.BIND_PHASE_KEY: "allocating"})
+    other = event(pod("x", node_name=None), "FailedScheduling",
+                  "binding rejected: node gpu-10 has been locked within 5 minutes")
+    (f,) = _lock("2024-05-14T06:58:00Z,default,train-0", pods=[owner], events=[other])
+    assert f.evidence["binds_rejected_events"] == 0 and f.severity.value == "warning"
