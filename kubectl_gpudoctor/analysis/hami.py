@@ -524,7 +524,7 @@ def _lock_findings(node_name, annos, pods_on_node, events, now, all_pods_index, 
     value = annos.get(LOCK_KEY) or ""
     subject = f"node/{node_name}"
     cmd = f"kubectl annotate node {node_name} {LOCK_KEY}-"
-    mentions = re.compile(rf"(?<![\w.-]){re.escape(node_name)}(?![\w.-])") if node_name else None
+    mentions = re.compile(rf"(?<![\w.-]){re.escape(node_name)}(?![\w-]|\.\w)") if node_name else None
     blocked = [e for e in events if mentions and mentions.search(_msg(e))
                and LOCKED_EVENT_RE.search(_msg(e))]
     ev: dict = {"annotation": LOCK_KEY, "value": value, "expires_after_s": LOCK_EXPIRE_S,

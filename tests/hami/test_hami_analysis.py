@@ -289,3 +289,11 @@ def test_lock_rejections_for_another_node_do_not_count():
                   "binding rejected: node gpu-10 has been locked within 5 minutes")
     (f,) = _lock("2024-05-14T06:58:00Z,default,train-0", pods=[owner], events=[other])
     assert f.evidence["binds_rejected_events"] == 0 and f.severity.value == "warning"
+
+
+def test_lock_rejection_at_end_of_sentence_counts():
+    owner = pod("train-0", annotations={hami.BIND_PHASE_KEY: "allocating"})
+    ev = event(pod("x", node_name=None), "FailedScheduling",
+               "0/3 nodes are available: binding rejected, has been locked within 5 minutes on gpu-1.")
+    (f,) = _lock("2024-05-14T06:58:00Z,default,train-0", pods=[owner], events=[ev])
+    assert f.evidence["binds_rejected_events"] == 1
