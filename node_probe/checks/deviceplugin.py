@@ -27,7 +27,7 @@ OPTIONS_DEADLINE_S = 2.0
 LIST_DEADLINE_S = 3.0
 GPA_DEADLINE_S = 5.0
 PODRES_DEADLINE_S = 3.0
-TRACE_READY_WAIT_S = 3.0
+TRACE_READY_WAIT_S = 5.0  # BCC compiles in ~2.6 s on 2 cores; more under load
 
 K8S_REFS = ("https://github.com/kubernetes/kubernetes/issues/117435",
             "https://github.com/kubernetes/kubernetes/issues/130855")
@@ -286,6 +286,8 @@ def _inventory(p: _PluginProbe, rows, ckpt, before):
         title = f"{Path(t.socket).name}: socket present but nothing answers on it"
     elif t.pid is None and not p.outcomes:
         title = f"{Path(t.socket).name}: no process found serving it"
+    elif not p.outcomes:
+        title = f"{t.resource or Path(t.socket).name}: pid {t.pid} ({t.comm}); RPCs not called"
     else:
         title = (f"{t.resource or Path(t.socket).name}: pid {t.pid} ({t.comm}), "
                  f"{ev['devices_healthy']}/{len(devs)} device(s) healthy")

@@ -1,0 +1,210 @@
+"""The kubelet's configuration as the node has it: config file plus command-line flags.
+
+Why: two of the seed causes are kubelet settings (cpuManagerPolicy: static rewriting device
+cgroups, seed 001; the systemd cgroup driver in the same family), and the node side must read
+them without the API server (which may be the thing that is down). The running kubelet is
+found in /proc, its --config file is read under --host-root, and its flags override the file as
+they do in the kubelet. The probe image has no PyYAML, so KubeletConfiguration is read with a
+small reader for the block-mapping YAML kubelets are configured with (or JSON).
+"""
+from __future__ import annotations
+
+import json
+import os
+import re
+from pathlib import Path
+
+from . import hostfs, procfs
+
+DEFAULT_ROOT_DIR = "/var/lib/kubelet"
+# flag -> config key (flags override the file in the kubelet)
+FLAG_KEYS = {
+    "--cpu-manager-policy": "cpuManagerPolicy",
+    "--cgroup-driver": "cgroupDriver",
+    "--topology-manager-policy": "topologyManagerPolicy",
+    "--memory-manager-policy": "memoryManagerPolicy",
+    "--feature-gates": "featureGates",
+}
+KEYS = ("cpuManagerPolicy", "cgroupDriver", "topologyManagerPolicy", "memoryManagerPolicy",
+        "systemReserved", "kubeReserved", "evictionHard", "featureGates", "cpuManagerPolicyOptions",
+        "reservedSystemCPUs", "maxPods")
+
+
+class YamlError(ValueError):
+    pass
+
+
+def _scalar(text: str):
+    s = text.strip()
+    if not s:
+        return None
+    if s[0] in "\"'":
+        q = s[0]
+        end = s.find(q, 1)
+        if end < 0:
+            raise YamlError(f"unterminated quote in {text!r}")
+        return s[1:end]
+    s = re.sub(r"\s+#.*$", "", s)
+    if s.startswith("{") and s.endswith("}"):
+        body = s[1:-1].strip()
+        out = {}
+        for item in filter(None, (x.strip() for x in body.split(","))):
+            k, sep, v = item.partition(":")
+            if not sep:
+                raise YamlError(f"bad flow mapping item {item!r}")
+            out[k.strip().strip("\"'")] = _scalar(v)
+        return out
+    if s.startswith("[") and s.endswith("]"):
+        return [_scalar(x) for x in s[1:-1].split(",") if x.strip()]
+    low = s.lower()
+    if low in ("true", "false"):
+        return low == "true"
+    if low in ("null", "~"):
+        return None
+    if re.fullmatch(r"-?\d+", s):
+        return int(s)
+    return s
+
+
+def parse_yaml(text: str) -> dict:
+    """Block mappings (nested by indentation), `- item` lists of scalars, flow {..}/[..] on
+    one line, quotes and comments. Anything else (anchors, multi-line strings) raises."""
+    lines = []
+    for raw in text.splitlines():
+        if not raw.strip() or raw.lstrip().startswith("#") or raw.strip() in ("---", "..."):
+            continue
+        if "\t" in raw[: len(raw) - len(raw.lstrip())]:
+            raise YamlError("tabs in indentation")
+        lines.append((len(raw) - len(raw.lstrip(" ")), raw.strip()))
+    pos = 0
+
+    def block(indent: int):
+        nonlocal pos
+        if pos < len(lines) and lines[pos][1].startswith("- "):
+            items = []
+            while pos < len(lines) and lines[pos][0] == indent and lines[pos][1].startswith("- "):
+                items.append(_scalar(lines[pos][1][2:]))
+                pos += 1
+            return items
+        out: dict = {}
+        while pos < len(lines):
+            ind, s = lines[pos]
+            if ind < indent:
+                break
+            if ind > indent:
+                raise YamlError(f"unexpected indentation at {s!r}")
+            key, sep, rest = s.partition(":")
+            if not sep or (rest and not rest.startswith((" ", "\t"))):
+                raise YamlError(f"not a mapping entry: {s!r}")
+            if rest.strip().startswith(("&", "*", "|", ">")):
+                raise YamlError(f"unsupported YAML construct in {s!r}")
+            key = key.strip().strip("\"'")
+            pos += 1
+            value = _scalar(rest)
+            if value is None and pos < len(lines) and (
+                    lines[pos][0] > indent or (lines[pos][0] == indent
+                                               and lines[pos][1].startswith("- "))):
+                value = block(lines[pos][0])
+            out[key] = value
+        return out
+
+    if not lines:
+        return {}
+    result = block(lines[0][0])
+    if pos != len(lines):
+        raise YamlError(f"unexpected content at {lines[pos][1]!r}")
+    if not isinstance(result, dict):
+        raise YamlError("top level is not a mapping")
+    return result
+
+
+def parse_config(text: str) -> dict:
+    """KubeletConfiguration from YAML or JSON text."""
+    if text.lstrip().startswith("{"):
+        doc = json.loads(text)
+        if not isinstance(doc, dict):
+            raise YamlError("top level is not an object")
+        return doc
+    return parse_yaml(text)
+
+
+def flag_value(argv: list[str], flag: str) -> str | None:
+    """Value of --flag=value or --flag value (last one wins, as in the kubelet)."""
+    val = None
+    for i, a in enumerate(argv):
+        if a.startswith(flag + "="):
+            val = a[len(flag) + 1:]
+        elif a == flag and i + 1 < len(argv):
+            val = argv[i + 1]
+    return val
+
+
+def find_kubelets(proc: Path = procfs.PROC) -> list[tuple[int, list[str]]]:
+    out = []
+    for pid in procfs.pids(proc):
+        if procfs.read_comm(pid, proc) != "kubelet":
+            continue
+        out.append((pid, procfs.read_cmdline(pid, proc)))
+    return out
+
+
+def _feature_gates(text: str) -> dict:
+    out = {}
+    for item in text.split(","):
+        k, sep, v = item.partition("=")
+        if sep:
+            out[k.strip()] = v.strip().lower() == "true"
+    return out
+
+
+def load(host_root: Path, kubelet_dir: Path, proc: Path = procfs.PROC) -> dict:
+    """The "kubelet.config" fact: {"path", "source", "pid", <KEYS>..., "flags": {...},
+    "error"}. Picks the kubelet whose --root-dir is our kubelet dir (several may run in
+    tests/kind), else the only one; falls back to <kubelet-dir>/config.yaml."""
+    host_root = Path(host_root)
+    kdir = Path(kubelet_dir)
+    try:
+        k_rel = os.path.normpath("/" + str(kdir.resolve().relative_to(host_root.resolve())))
+    except (ValueError, OSError):
+        k_rel = os.path.normpath(str(kdir))
+    chosen = None
+    kubelets = find_kubelets(proc)
+    for pid, argv in kubelets:
+        root_dir = os.path.normpath(flag_value(argv, "--root-dir") or DEFAULT_ROOT_DIR)
+        if root_dir == k_rel or len(kubelets) == 1 and k_rel == DEFAULT_ROOT_DIR:
+            chosen = (pid, argv)
+            break
+    fact: dict = {"path": None, "source": None, "pid": None, "flags": {}, "error": None,
+                  "kubelets_found": [p for p, _ in kubelets]}
+    for k in KEYS:
+        fact[k] = None
+    argv: list[str] = []
+    cfg_path: Path | None = None
+    if chosen:
+        fact["pid"], argv = chosen
+        rel = flag_value(argv, "--config")
+        if rel:
+            p = hostfs.resolve(host_root, rel) if rel.startswith("/") else None
+            fact["path"] = rel
+            fact["source"] = "kubelet --config"
+            cfg_path = p
+            if p is None:
+                fact["error"] = f"--config {rel} not found under {host_root}"
+    if cfg_path is None and fact["error"] is None:
+        p = kdir / "config.yaml"
+        if p.is_file():
+            cfg_path, fact["path"], fact["source"] = p, str(p), "kubelet dir"
+    if cfg_path is not None:
+        try:
+            doc = parse_config(cfg_path.read_text(errors="replace"))
+            for k in KEYS:
+                if k in doc:
+                    fact[k] = doc[k]
+        except (OSError, ValueError) as exc:
+            fact["error"] = f"{cfg_path}: {exc}"
+    for flag, key in FLAG_KEYS.items():
+        v = flag_value(argv, flag)
+        if v is not None:
+            fact["flags"][flag] = v
+            fact[key] = _feature_gates(v) if key == "featureGates" else v
+    return fact

@@ -1,0 +1,134 @@
+"""The /proc thread view against a real process with a thread stuck in the test-built
+libnvidia-ml.so.1's nvmlInit_v2 (a real futex wait), read without stopping the process."""
+import ctypes
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+
+import pytest
+
+from node_probe import elfsyms, proctasks
+from tests.fakes.nvml import build_fake_nvml
+
+CHILD = textwrap.dedent("""
+    import ctypes, json, sys, threading, time
+    lib = ctypes.CDLL(sys.argv[1])
+    ids = {}
+    def blocked():
+        ids["init"] = threading.get_native_id()
+        lib.nvmlInit_v2()
+    def sleeper():
+        ids["sleep"] = threading.get_native_id()
+        time.sleep(3600)
+    for fn in (blocked, sleeper):
+        threading.Thread(target=fn, daemon=True).start()
+    while len(ids) < 2:
+        time.sleep(0.01)
+    time.sleep(0.2)
+    addr = ctypes.cast(lib.nvmlInit_v2, ctypes.c_void_p).value
+    print(json.dumps({"tids": ids, "nvmlInit_v2": addr}), flush=True)
+    time.sleep(3600)
+""")
+
+
+@pytest.fixture
+def blocked_child(tmp_path):
+    lib = build_fake_nvml(tmp_path / "lib", init="block")
+    p = subprocess.Popen([sys.executable, "-c", CHILD, str(lib)], stdout=subprocess.PIPE,
+                         text=True)
+    try:
+        info = json.loads(p.stdout.readline())
+        yield p.pid, info, lib
+    finally:
+        os.kill(p.pid, signal.SIGKILL)
+        p.wait(timeout=10)
+
+
+def test_symbols_relocate_to_the_address_the_process_sees(blocked_child):
+    pid, info, lib = blocked_child
+    image = elfsyms.load_image(pid, elfsyms.read_maps(pid), "libnvidia-ml.so")
+    assert image is not None and image.path == str(lib)
+    start, end = image.runtime(image.symbols.find("nvmlInit_v2"))
+    assert start == info["nvmlInit_v2"]
+    assert image.symbolize(start + 4) == "nvmlInit_v2+0x4"
+    assert image.symbolize(0x10) is None
+
+
+def test_thread_inside_nvml_init_is_named_with_its_futex_wait(blocked_child):
+    pid, info, _ = blocked_child
+    threads = {t.tid: t for t in proctasks.process_threads(pid)}
+    blocked = threads[info["tids"]["init"]]
+    assert blocked.nvml_init == "nvmlInit_v2", blocked
+    assert blocked.syscall == "futex" and blocked.waits_on == "a futex"
+    assert blocked.state == "S"
+    assert any(f.startswith("nvmlInit_v2+") for f in blocked.nvml_frames)
+    sleeper = threads[info["tids"]["sleep"]]
+    assert sleeper.nvml_init is None and sleeper.stack_scan == "ok"
+    others = [t for t in threads.values() if t.nvml_init]
+    assert [t.tid for t in others] == [blocked.tid]
+    # the process was only read: it is still running and its thread still blocked
+    assert proctasks.process_threads(pid)[0].state in "SR"
+    assert os.path.exists(f"/proc/{pid}/task/{blocked.tid}")
+
+
+def test_process_without_nvml_has_no_scan_hits():
+    p = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        time.sleep(0.2)
+        threads = proctasks.process_threads(p.pid)
+        assert threads and all(t.nvml_init is None for t in threads)
+        assert threads[0].stack_scan == "no nvml mapped"
+        assert proctasks.nvml_library(p.pid) is None
+    finally:
+        p.kill()
+        p.wait()
+
+
+def test_gone_process_gives_an_empty_view():
+    p = subprocess.Popen([sys.executable, "-c", "pass"])
+    p.wait()
+    assert proctasks.process_threads(p.pid) == []
+
+
+@pytest.mark.parametrize("text,expected", [
+    ("running\n", (None, (), None, None)),
+    ("-1 0x7ffd1000 0x401000\n", (-1, (), 0x7ffd1000, 0x401000)),
+    ("202 0x7f00 0x80 0x0 0x0 0x0 0x0 0x7ffc10 0x7f99\n",
+     (202, (0x7f00, 0x80, 0, 0, 0, 0), 0x7ffc10, 0x7f99)),
+    ("garbage", (None, (), None, None)),
+])
+def test_parse_syscall_file(text, expected):
+    assert proctasks.parse_syscall_file(text) == expected
+
+
+def test_ioctl_fd_is_resolved_to_the_device_path(tmp_path):
+    """A thread sitting in ioctl(fd, ...): the fd is resolved through /proc/PID/fd. A FIFO's
+    read end stands in for /dev/nvidiactl (an ioctl that blocks needs a driver; a blocking
+    read() exercises the same fd resolution)."""
+    fifo = tmp_path / "nvidiactl"
+    os.mkfifo(fifo)
+    p = subprocess.Popen([sys.executable, "-c",
+                          f"import os; fd = os.open({str(fifo)!r}, os.O_RDWR); os.read(fd, 1)"])
+    try:
+        deadline = time.monotonic() + 5
+        while time.monotonic() < deadline:
+            t = proctasks.process_threads(p.pid, scan_nvml=False)
+            if t and t[0].syscall == "read":
+                break
+            time.sleep(0.05)
+        assert t[0].syscall == "read" and t[0].fd_path == str(fifo), t[0]
+        assert t[0].waits_on == f"read({fifo})"
+    finally:
+        p.kill()
+        p.wait()
+
+
+def test_elf_reader_rejects_non_elf(tmp_path):
+    f = tmp_path / "x.so"
+    f.write_bytes(b"not an elf" * 10)
+    with pytest.raises(elfsyms.ElfError):
+        elfsyms.read_function_symbols(f)
