@@ -1,0 +1,121 @@
+#!/usr/bin/env bash
+# Build the krew artifact: dist/kubectl-gpu_doctor-<version>-<os>-<arch>.tar.gz holding the
+# `kubectl-gpu_doctor` executable, its `_internal/` directory and LICENSE.
+#
+# Why PyInstaller --onedir (numbers: docs/install.md, bench/plugin_artifacts.py re-measures):
+# the kubectl plugin needs the `kubernetes` client, whose pydantic_core is a compiled extension,
+# so a stdlib zipapp cannot carry it; pex/shiv need a system CPython of the exact minor version
+# the wheels were built for; PyInstaller --onefile unpacks ~30 MB into /tmp on EVERY start. The
+# onedir bundle carries its own interpreter and starts `--help` fastest.
+#
+# The bundle is built by PyInstaller in a private venv (cached under $GPU_DOCTOR_CACHE, keyed by
+# pyproject.toml + packaging/requirements-build.txt + the Python version) that holds only the
+# project's runtime dependencies; the project's own code comes from this work tree. node_probe
+# and bpf/ are bundled too (`kubectl gpu-doctor local` runs the probe by re-entering the frozen
+# executable); bcc is never bundled (it needs the host's libbcc and kernel headers).
+#
+# Platforms: PyInstaller cannot cross-compile. This script builds the archive for the machine it
+# runs on (here linux/amd64). darwin/amd64, darwin/arm64 and linux/arm64 archives must be built by
+# running this same script on those machines (e.g. CI runners macos-13, macos-14,
+# ubuntu-24.04-arm); scripts/fill-krew-manifest.py then fills each platform's uri and sha256.
+#
+# Usage: scripts/build-plugin.sh [--kind onedir|onefile] [--no-archive] [--venv-only]
+#   --kind onefile   build the single-file variant instead (for bench/plugin_artifacts.py)
+#   --no-archive     leave the bundle under build/plugin/<kind>/ and skip the tarball
+#   --venv-only      only make sure the build venv exists and print its path
+# Prints the archive path (or the bundle's executable with --no-archive) on stdout.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+ROOT=$PWD
+CACHE=${GPU_DOCTOR_CACHE:-/var/cache/gpu-doctor}
+PY=${GPU_DOCTOR_BUILD_PYTHON:-/usr/bin/python3}
+KIND=onedir
+ARCHIVE=1
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --kind) KIND=$2; shift 2 ;;
+    --no-archive) ARCHIVE=0; shift ;;
+    --venv-only) ARCHIVE=venv; shift ;;
+    *) echo "usage: $0 [--kind onedir|onefile] [--no-archive]" >&2; exit 2 ;;
+  esac
+done
+case "$KIND" in onedir|onefile) ;; *) echo "--kind must be onedir or onefile" >&2; exit 2 ;; esac
+log() { printf '[build-plugin] %s\n' "$*" >&2; }
+t0=$(date +%s)
+
+VERSION=$(sed -n 's/^__version__ = "\(.*\)"/\1/p' node_probe/__init__.py)
+OS=$(uname -s | tr '[:upper:]' '[:lower:]')
+case "$(uname -m)" in x86_64|amd64) ARCH=amd64 ;; aarch64|arm64) ARCH=arm64 ;; *) ARCH=$(uname -m) ;; esac
+[ -f kubectl_gpudoctor/cli.py ] || { log "kubectl_gpudoctor/cli.py is missing: nothing to freeze yet"; exit 1; }
+
+# --- the build venv: runtime deps + PyInstaller, no system site-packages (bcc stays out) -----
+pyver=$("$PY" -c 'import sys; print("%d.%d.%d" % sys.version_info[:3])')
+KEY=$( { echo "$pyver $OS $ARCH"; cat pyproject.toml packaging/requirements-build.txt; } | sha256sum | cut -c1-16)
+VENV=$CACHE/plugin-venv-$KEY
+if [ ! -f "$VENV/.complete" ]; then
+  log "creating build venv $VENV (Python $pyver)"
+  mkdir -p "$CACHE"; rm -rf "$VENV"
+  "$PY" -m venv "$VENV"
+  deps=$("$PY" - <<'EOF'
+import tomllib
+with open("pyproject.toml", "rb") as f:
+    print("\n".join(tomllib.load(f)["project"]["dependencies"]))
+EOF
+)
+  # shellcheck disable=SC2086
+  printf '%s\n' "$deps" > "$VENV/runtime-requirements.txt"
+  "$VENV/bin/pip" install -q --disable-pip-version-check \
+    -r "$VENV/runtime-requirements.txt" -r packaging/requirements-build.txt 2>&1 | grep -v "^WARNING: Location" >&2 || true
+  "$VENV/bin/python" -c "import kubernetes, click, grpc, pynvml, yaml, tabulate, PyInstaller" \
+    || { log "build venv incomplete"; exit 1; }
+  touch "$VENV/.complete"
+fi
+if [ "$ARCHIVE" = venv ]; then echo "$VENV"; exit 0; fi
+
+# --- up to date? (same sources, same venv, same kind) -> nothing to do -------------------------
+mkdir -p dist
+OUT=dist/kubectl-gpu_doctor-$VERSION-$OS-$ARCH.tar.gz
+WORK=$ROOT/build/plugin/$KIND
+src_hash=$( { echo "$KEY $KIND"; cat LICENSE packaging/kubectl-gpu_doctor.py "$0";
+              find kubectl_gpudoctor node_probe bpf -type f ! -name '*.pyc' ! -path '*/__pycache__/*' -print0 \
+                | sort -z | xargs -0 sha256sum; } | sha256sum | cut -c1-16)
+if [ "$ARCHIVE" = 1 ] && [ -s "$OUT" ] && [ "$(cat "$OUT.inputs" 2>/dev/null)" = "$src_hash" ] && [ -z "${FORCE:-}" ]; then
+  log "up to date: $OUT (inputs $src_hash)"; echo "$OUT"; exit 0
+fi
+
+# --- freeze ----------------------------------------------------------------------------------
+rm -rf "$WORK"; mkdir -p "$WORK"
+mode=--onedir; [ "$KIND" = onefile ] && mode=--onefile
+log "PyInstaller $mode kubectl-gpu_doctor $VERSION ($OS/$ARCH)"
+(
+  cd "$WORK"
+  # PYTHONPATH too: --collect-submodules imports the packages in an isolated child that does not
+  # see --paths, and node_probe.checks.* are only found by pkgutil at run time
+  PYTHONPATH="$ROOT" "$VENV/bin/python" -m PyInstaller --noconfirm --log-level WARN "$mode" --name kubectl-gpu_doctor \
+    --distpath "$WORK/dist" --workpath "$WORK/work" --specpath "$WORK" \
+    --paths "$ROOT" \
+    --collect-submodules kubectl_gpudoctor --collect-submodules node_probe \
+    --add-data "$ROOT/bpf:bpf" \
+    --exclude-module bcc --exclude-module tkinter --exclude-module pytest \
+    "$ROOT/packaging/kubectl-gpu_doctor.py" >&2
+)
+if [ "$KIND" = onedir ]; then
+  BUNDLE=$WORK/dist/kubectl-gpu_doctor
+  EXE=$BUNDLE/kubectl-gpu_doctor
+else
+  BUNDLE=$WORK/dist
+  EXE=$WORK/dist/kubectl-gpu_doctor
+fi
+cp "$ROOT/LICENSE" "$BUNDLE/LICENSE"
+"$EXE" version >/dev/null || { log "the frozen executable does not run: $EXE version"; exit 1; }
+log "bundle: $(du -sm "$BUNDLE" | cut -f1) MiB in $(( $(date +%s) - t0 )) s"
+if [ "$ARCHIVE" = 0 ]; then echo "$EXE"; exit 0; fi
+
+# --- archive: kubectl-gpu_doctor, _internal/, LICENSE at the top (krew-manifest.yaml `files`) ---
+# reproducible-ish: fixed owner, mtime and order, so an unchanged tree gives the same sha256
+tar -C "$BUNDLE" --sort=name --owner=0 --group=0 --numeric-owner --mtime='2020-01-01 00:00:00Z' \
+  -cf - $(cd "$BUNDLE" && ls -A) | gzip -n -9 > "$OUT.tmp"
+mv "$OUT.tmp" "$OUT"
+echo "$src_hash" > "$OUT.inputs"
+log "archive $OUT: $(du -m "$OUT" | cut -f1) MiB, sha256 $(sha256sum "$OUT" | cut -c1-64) ($(( $(date +%s) - t0 )) s)"
+echo "$OUT"
