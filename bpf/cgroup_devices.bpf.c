@@ -204,25 +204,19 @@ static __always_inline int cgdev_open_exit(long ret)
     return 0;
 }
 
-int cgdev_enter_openat(struct cgdev_sys_enter *args)
+/* attached to sys_enter_openat and sys_enter_openat2 (same argument positions) */
+int cgdev_enter_open(struct cgdev_sys_enter *args)
 {
     return cgdev_open_enter((int)args->args[0], (const char *)args->args[1]);
 }
 
-int cgdev_exit_openat(struct cgdev_sys_exit *args)
+/* attached to sys_exit_openat and sys_exit_openat2 */
+int cgdev_exit_open(struct cgdev_sys_exit *args)
 {
     return cgdev_open_exit(args->ret);
 }
 
-int cgdev_enter_openat2(struct cgdev_sys_enter *args)
-{
-    return cgdev_open_enter((int)args->args[0], (const char *)args->args[1]);
-}
 
-int cgdev_exit_openat2(struct cgdev_sys_exit *args)
-{
-    return cgdev_open_exit(args->ret);
-}
 
 /* ---- fd bookkeeping ------------------------------------------------------------------------ */
 
@@ -268,30 +262,20 @@ int cgdev_enter_dup(struct cgdev_sys_enter *args)
     return cgdev_dup_enter((s32)args->args[0], -1);
 }
 
+/* attached to sys_exit_dup, sys_exit_dup2, sys_exit_dup3 and sys_exit_fcntl */
 int cgdev_exit_dup(struct cgdev_sys_exit *args)
 {
     return cgdev_dup_exit(args->ret);
 }
 
+/* attached to sys_enter_dup2 and sys_enter_dup3 */
 int cgdev_enter_dup2(struct cgdev_sys_enter *args)
 {
     return cgdev_dup_enter((s32)args->args[0], (s32)args->args[1]);
 }
 
-int cgdev_exit_dup2(struct cgdev_sys_exit *args)
-{
-    return cgdev_dup_exit(args->ret);
-}
 
-int cgdev_enter_dup3(struct cgdev_sys_enter *args)
-{
-    return cgdev_dup_enter((s32)args->args[0], (s32)args->args[1]);
-}
 
-int cgdev_exit_dup3(struct cgdev_sys_exit *args)
-{
-    return cgdev_dup_exit(args->ret);
-}
 
 int cgdev_enter_fcntl(struct cgdev_sys_enter *args)
 {
@@ -300,10 +284,6 @@ int cgdev_enter_fcntl(struct cgdev_sys_enter *args)
     return cgdev_dup_enter((s32)args->args[0], -1);
 }
 
-int cgdev_exit_fcntl(struct cgdev_sys_exit *args)
-{
-    return cgdev_dup_exit(args->ret);
-}
 
 int cgdev_enter_close(struct cgdev_sys_enter *args)
 {

@@ -172,25 +172,19 @@ static __always_inline int nvdev_open_exit(long ret)
     return 0;
 }
 
-int nvdev_enter_openat(struct nvdev_sys_enter *args)
+/* attached to sys_enter_openat and sys_enter_openat2 (same argument positions) */
+int nvdev_enter_open(struct nvdev_sys_enter *args)
 {
     return nvdev_open_enter((const char *)args->args[1]);
 }
 
-int nvdev_exit_openat(struct nvdev_sys_exit *args)
+/* attached to sys_exit_openat and sys_exit_openat2 */
+int nvdev_exit_open(struct nvdev_sys_exit *args)
 {
     return nvdev_open_exit(args->ret);
 }
 
-int nvdev_enter_openat2(struct nvdev_sys_enter *args)
-{
-    return nvdev_open_enter((const char *)args->args[1]);
-}
 
-int nvdev_exit_openat2(struct nvdev_sys_exit *args)
-{
-    return nvdev_open_exit(args->ret);
-}
 
 /* ---- fd bookkeeping: dup family and close ------------------------------------------------ */
 
@@ -238,30 +232,20 @@ int nvdev_enter_dup(struct nvdev_sys_enter *args)
     return nvdev_dup_enter((s32)args->args[0], -1);
 }
 
+/* attached to sys_exit_dup, sys_exit_dup2, sys_exit_dup3 and sys_exit_fcntl */
 int nvdev_exit_dup(struct nvdev_sys_exit *args)
 {
     return nvdev_dup_exit(args->ret);
 }
 
+/* attached to sys_enter_dup2 and sys_enter_dup3 */
 int nvdev_enter_dup2(struct nvdev_sys_enter *args)
 {
     return nvdev_dup_enter((s32)args->args[0], (s32)args->args[1]);
 }
 
-int nvdev_exit_dup2(struct nvdev_sys_exit *args)
-{
-    return nvdev_dup_exit(args->ret);
-}
 
-int nvdev_enter_dup3(struct nvdev_sys_enter *args)
-{
-    return nvdev_dup_enter((s32)args->args[0], (s32)args->args[1]);
-}
 
-int nvdev_exit_dup3(struct nvdev_sys_exit *args)
-{
-    return nvdev_dup_exit(args->ret);
-}
 
 int nvdev_enter_fcntl(struct nvdev_sys_enter *args)
 {
@@ -270,10 +254,6 @@ int nvdev_enter_fcntl(struct nvdev_sys_enter *args)
     return nvdev_dup_enter((s32)args->args[0], -1);
 }
 
-int nvdev_exit_fcntl(struct nvdev_sys_exit *args)
-{
-    return nvdev_dup_exit(args->ret);
-}
 
 int nvdev_enter_close(struct nvdev_sys_enter *args)
 {

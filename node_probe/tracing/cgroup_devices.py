@@ -25,13 +25,13 @@ WHICH = {1: "allow", 2: "deny"}
 BPF_CMDS = {8: "BPF_PROG_ATTACH", 9: "BPF_PROG_DETACH", 28: "BPF_LINK_CREATE"}
 AT_FDCWD = -100
 NVIDIA_MAJOR = 195
-TRACEPOINTS = (
-    ("sys_enter_openat", "cgdev_enter_openat"), ("sys_exit_openat", "cgdev_exit_openat"),
-    ("sys_enter_openat2", "cgdev_enter_openat2"), ("sys_exit_openat2", "cgdev_exit_openat2"),
+TRACEPOINTS = (   # (syscall tracepoint, program): one program may serve several
+    ("sys_enter_openat", "cgdev_enter_open"), ("sys_exit_openat", "cgdev_exit_open"),
+    ("sys_enter_openat2", "cgdev_enter_open"), ("sys_exit_openat2", "cgdev_exit_open"),
     ("sys_enter_dup", "cgdev_enter_dup"), ("sys_exit_dup", "cgdev_exit_dup"),
-    ("sys_enter_dup2", "cgdev_enter_dup2"), ("sys_exit_dup2", "cgdev_exit_dup2"),
-    ("sys_enter_dup3", "cgdev_enter_dup3"), ("sys_exit_dup3", "cgdev_exit_dup3"),
-    ("sys_enter_fcntl", "cgdev_enter_fcntl"), ("sys_exit_fcntl", "cgdev_exit_fcntl"),
+    ("sys_enter_dup2", "cgdev_enter_dup2"), ("sys_exit_dup2", "cgdev_exit_dup"),
+    ("sys_enter_dup3", "cgdev_enter_dup2"), ("sys_exit_dup3", "cgdev_exit_dup"),
+    ("sys_enter_fcntl", "cgdev_enter_fcntl"), ("sys_exit_fcntl", "cgdev_exit_dup"),
     ("sys_enter_close", "cgdev_enter_close"),
     ("sys_enter_write", "cgdev_enter_write"), ("sys_exit_write", "cgdev_exit_write"),
     ("sys_enter_bpf", "cgdev_enter_bpf"), ("sys_exit_bpf", "cgdev_exit_bpf"),
@@ -163,8 +163,8 @@ class CgroupDevices:
                    "rules": parse_rules(text), "ret": e.ret, "errno": err,
                    "errno_name": errno_mod.errorcode.get(err) if err else None,
                    "cgroup": cg, "writer_cgroup": procfs.read_cgroups(e.pid, self.proc).get("devices"),
-                   "ts": mono_to_wall(e.ts), "mono_ns": e.ts}
-            self.writes.append(rec)
+                   "ts": mono_to_wall(e.ts)}
+            self.writes.append(rec)   # ring buffer order: the order the writes were made
             self.on_event("write", rec)
         elif e.kind == EV_BPF:
             try:
@@ -180,8 +180,5 @@ class CgroupDevices:
             self.on_event("bpf_attach", rec)
 
     def collect(self) -> dict:
-        writes = sorted(self.writes, key=lambda w: w["mono_ns"])
-        for w in writes:
-            w.pop("mono_ns", None)
-        return {"cgroup_writes": writes, "bpf_attaches": list(self.attaches),
+        return {"cgroup_writes": list(self.writes), "bpf_attaches": list(self.attaches),
                 "cgroup_devices": {"gpu_cgroups_at_attach": sorted(self.gpu_cgroups_at_attach)}}

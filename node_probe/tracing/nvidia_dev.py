@@ -21,13 +21,13 @@ from .sources import cstring
 NAME = "nvidia_dev"
 PATH_LEN = 128
 EV_OPEN, EV_SLOW_IOCTL = 1, 2
-TRACEPOINTS = (
-    ("sys_enter_openat", "nvdev_enter_openat"), ("sys_exit_openat", "nvdev_exit_openat"),
-    ("sys_enter_openat2", "nvdev_enter_openat2"), ("sys_exit_openat2", "nvdev_exit_openat2"),
+TRACEPOINTS = (   # (syscall tracepoint, program): one program may serve several
+    ("sys_enter_openat", "nvdev_enter_open"), ("sys_exit_openat", "nvdev_exit_open"),
+    ("sys_enter_openat2", "nvdev_enter_open"), ("sys_exit_openat2", "nvdev_exit_open"),
     ("sys_enter_dup", "nvdev_enter_dup"), ("sys_exit_dup", "nvdev_exit_dup"),
-    ("sys_enter_dup2", "nvdev_enter_dup2"), ("sys_exit_dup2", "nvdev_exit_dup2"),
-    ("sys_enter_dup3", "nvdev_enter_dup3"), ("sys_exit_dup3", "nvdev_exit_dup3"),
-    ("sys_enter_fcntl", "nvdev_enter_fcntl"), ("sys_exit_fcntl", "nvdev_exit_fcntl"),
+    ("sys_enter_dup2", "nvdev_enter_dup2"), ("sys_exit_dup2", "nvdev_exit_dup"),
+    ("sys_enter_dup3", "nvdev_enter_dup2"), ("sys_exit_dup3", "nvdev_exit_dup"),
+    ("sys_enter_fcntl", "nvdev_enter_fcntl"), ("sys_exit_fcntl", "nvdev_exit_dup"),
     ("sys_enter_close", "nvdev_enter_close"),
     ("sys_enter_ioctl", "nvdev_enter_ioctl"), ("sys_exit_ioctl", "nvdev_exit_ioctl"),
 )
