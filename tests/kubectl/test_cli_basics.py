@@ -1,0 +1,72 @@
+"""Fast paths and local mode: no kubernetes import for --help/version/local, the probe in a
+child process (and through the frozen-build `__probe` re-entry), usage errors in one line."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+from kubectl_gpudoctor import local
+
+from .conftest import REPO, cli_env, one_error_line, run_cli
+
+
+def _imports_kubernetes(*argv: str) -> bool:
+    code = ("import sys\nfrom kubectl_gpudoctor import cli\n"
+            f"rc = cli.main({list(argv)!r})\n"
+            "print('KUBERNETES' if 'kubernetes' in sys.modules else 'CLEAN', rc)\n")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                       env=cli_env(), cwd=str(REPO), timeout=60)
+    assert r.returncode == 0, r.stderr
+    return r.stdout.strip().splitlines()[-1].startswith("KUBERNETES")
+
+
+def test_help_version_completion_and_local_do_not_import_kubernetes():
+    assert not _imports_kubernetes("--help")
+    assert not _imports_kubernetes("version")
+    assert not _imports_kubernetes("node", "--help")
+    assert not _imports_kubernetes("completion", "bash")
+    assert not _imports_kubernetes("local", "--only", "driver", "--trace-seconds", "0",
+                                   "--timeout", "10", "-o", "json")
+
+
+def test_version_names_pinned_image():
+    from node_probe import __version__
+    r = run_cli("version")
+    assert r.returncode == 0 and __version__ in r.stdout
+    assert f"gpu-doctor-probe:{__version__}" in r.stdout
+
+
+def test_completion_script():
+    r = run_cli("completion", "bash")
+    assert r.returncode == 0 and "_KUBECTL_GPU_DOCTOR_COMPLETE" in r.stdout
+
+
+def test_local_runs_the_real_probe_in_a_child_and_renders_json():
+    r = run_cli("local", "--only", "driver", "--only", "kmsg", "--trace-seconds", "0",
+                "--timeout", "15", "-o", "json", "--fail-on", "never")
+    assert r.returncode == 0, r.stderr
+    doc = json.loads(r.stdout)
+    assert doc["target"]["kind"] == "local"
+    assert {c["id"] for c in doc["checks"]} == {"driver", "kmsg"}
+    assert doc["summary"]["complete"] is True
+
+
+def test_local_usage_error_from_probe_is_exit_2():
+    r = run_cli("local", "--only", "no-such-check", "--trace-seconds", "0")
+    assert r.returncode == 2
+    assert "Traceback" not in r.stderr
+
+
+def test_frozen_reentry_runs_the_probe():
+    """A PyInstaller build has no interpreter: `kubectl-gpu_doctor __probe ...` is the probe."""
+    r = subprocess.run([sys.executable, "-m", "kubectl_gpudoctor", "__probe", "--list-checks"],
+                       capture_output=True, text=True, env=cli_env(), cwd=str(REPO), timeout=60)
+    assert r.returncode == 0 and "driver" in r.stdout
+    cmd = local.probe_command(["-o", "jsonl"])
+    assert cmd[1:3] == ["-m", "node_probe"]
+
+
+def test_bad_option_one_line():
+    r = run_cli("nodes", "--concurrency", "0")
+    assert r.returncode == 2 and "concurrency" in one_error_line(r.stderr)
