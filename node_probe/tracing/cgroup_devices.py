@@ -125,7 +125,7 @@ class CgroupDevices:
 
     def attach(self, b, tps: TracepointSet) -> None:
         self.b = b
-        b["cgdev_events"].open_ring_buffer(self._on_ring)
+        b[b"cgdev_events"].open_ring_buffer(self._on_ring)
         tps.attach(TRACEPOINTS, required=REQUIRED)
         self.gpu_cgroups_at_attach = snapshot_gpu_cgroups(self.cgroup_dir)
 
@@ -140,7 +140,7 @@ class CgroupDevices:
         return os.path.normpath(os.path.join(base, path)), True
 
     def _on_ring(self, ctx, data, size) -> None:
-        e = self.b["cgdev_events"].event(data)
+        e = self.b[b"cgdev_events"].event(data)
         comm = cstr(e.comm)
         if e.kind == EV_OPEN:
             path, resolved = self._resolve(e.pid, e.dfd, cstr(e.text))

@@ -49,10 +49,10 @@ class FutexWait:
         self.attach_mono = time.monotonic_ns()
         if not self.targets:
             return
-        t = b["futex_targets"]
+        t = b[b"futex_targets"]
         for pid in self.targets:
             t[t.Key(pid)] = t.Leaf(1)
-        b["futex_events"].open_ring_buffer(self._on_ring)
+        b[b"futex_events"].open_ring_buffer(self._on_ring)
         tps.attach(TRACEPOINTS, required=[e for e, _ in TRACEPOINTS])
         self.attached = True
 
@@ -61,7 +61,7 @@ class FutexWait:
             return []
         out = []
         try:
-            for addr in self.b["futex_stacks"].walk(stack_id):
+            for addr in self.b[b"futex_stacks"].walk(stack_id):
                 out.append(self.b.sym(addr, pid, show_module=True, show_offset=True)
                            .decode("utf-8", "replace"))
         except Exception:
@@ -69,7 +69,7 @@ class FutexWait:
         return out
 
     def _on_ring(self, ctx, data, size) -> None:
-        e = self.b["futex_events"].event(data)
+        e = self.b[b"futex_events"].event(data)
         rec = {"pid": e.pid, "tid": e.tid, "comm": cstr(e.comm),
                "wait_s": round(e.wait_ns / 1e9, 6), "in_progress": False,
                "op": e.op, "uaddr": f"0x{e.uaddr:x}", "ret": e.ret,
@@ -86,7 +86,7 @@ class FutexWait:
         waits = list(self.waits)
         in_progress: dict[tuple[int, int], dict] = {}
         if self.attached:
-            for k, v in self.b["futex_start"].items():
+            for k, v in self.b[b"futex_start"].items():
                 pid, tid = k.value >> 32, k.value & 0xFFFFFFFF
                 wait = (now - v.ts) / 1e9
                 if wait < self.min_wait_s:

@@ -68,7 +68,7 @@ class NvidiaDev:
 
     def attach(self, b, tps: TracepointSet, first_pids=()) -> None:
         self.b = b
-        b["nvdev_events"].open_ring_buffer(self._on_ring)
+        b[b"nvdev_events"].open_ring_buffer(self._on_ring)
         tps.attach(TRACEPOINTS, required=REQUIRED)
         self.seed_open_fds(first_pids)
 
@@ -76,7 +76,7 @@ class NvidiaDev:
     def seed_open_fds(self, first_pids=()) -> int:
         """Put already-open device fds into nvdev_fds (targets first, then every process, within
         a time budget). Attached before seeding, so no open/close falls in between unseen."""
-        fds = self.b["nvdev_fds"]
+        fds = self.b[b"nvdev_fds"]
         deadline = time.monotonic() + self.seed_budget_s
         order = list(dict.fromkeys([*first_pids, *procfs.pids(self.proc)]))
         prefix = self.prefix
@@ -108,7 +108,7 @@ class NvidiaDev:
 
     # -- ring buffer ----------------------------------------------------------------------------
     def _on_ring(self, ctx, data, size) -> None:
-        e = self.b["nvdev_events"].event(data)
+        e = self.b[b"nvdev_events"].event(data)
         if e.kind == EV_OPEN:
             err = -e.ret if e.ret < 0 else 0
             rec = {"pid": e.pid, "tid": e.tid, "comm": cstr(e.comm), "path": cstr(e.path),
@@ -133,9 +133,9 @@ class NvidiaDev:
     # -- end of window --------------------------------------------------------------------------
     def collect(self, now: int | None = None) -> dict:
         now = time.monotonic_ns() if now is None else now
-        fds = {(k.tgid, k.fd): cstr(v.path) for k, v in self.b["nvdev_fds"].items()}
+        fds = {(k.tgid, k.fd): cstr(v.path) for k, v in self.b[b"nvdev_fds"].items()}
         ioctls = []
-        for k, v in self.b["nvdev_stats"].items():
+        for k, v in self.b[b"nvdev_stats"].items():
             count = int(v.count)
             ioctls.append({"pid": k.tgid, "comm": cstr(v.comm), "fd": k.fd,
                            "path": cstr(v.path) or fds.get((k.tgid, k.fd), ""),
@@ -145,7 +145,7 @@ class NvidiaDev:
                            "max_s": round(v.max_ns / 1e9, 6), "errors": int(v.errors)})
         ioctls.sort(key=lambda r: (-r["max_s"], r["pid"], r["request"]))
         inflight = []
-        for k, v in self.b["nvdev_inflight"].items():
+        for k, v in self.b[b"nvdev_inflight"].items():
             pid, tid = k.value >> 32, k.value & 0xFFFFFFFF
             if not (self.proc / str(pid) / "task" / str(tid)).exists():
                 continue  # the thread died inside the call (no exit tracepoint fires then)

@@ -73,7 +73,7 @@ class NvmlCalls:
         self.b = b
         if not self.targets:
             return
-        b["nvml_events"].open_ring_buffer(self._on_ring)
+        b[b"nvml_events"].open_ring_buffer(self._on_ring)
         for pid in self.targets:
             inner, path, how = find_library(pid, self.proc)
             rec = {"pid": pid, "library": inner, "attach_path": path, "found": how,
@@ -96,7 +96,7 @@ class NvmlCalls:
         return sorted(self._libs)
 
     def _on_ring(self, ctx, data, size) -> None:
-        e = self.b["nvml_events"].event(data)
+        e = self.b[b"nvml_events"].event(data)
         func = FUNCS.get(e.func, str(e.func))
         if e.kind == EV_ENTER:
             rec = {"pid": e.pid, "tid": e.tid, "comm": cstr(e.comm), "func": func,
@@ -114,7 +114,7 @@ class NvmlCalls:
         now = time.monotonic_ns() if now is None else now
         calls = list(self.calls)
         if self.targets:
-            for k, v in self.b["nvml_entered"].items():
+            for k, v in self.b[b"nvml_entered"].items():
                 pid, tid = k.value >> 32, k.value & 0xFFFFFFFF
                 if not (self.proc / str(pid) / "task" / str(tid)).exists():
                     continue

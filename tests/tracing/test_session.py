@@ -1,0 +1,163 @@
+"""The BPF programs through TraceSession, in-process, against real processes and files.
+
+Covers what the end-to-end tests do not pin down: each .bpf.c compiling on its own, fd tracking
+through fcntl(F_DUPFD)/dup2/close, per-fd ioctl counts, fds opened before attach (seeded from
+/proc), bpf(BPF_PROG_ATTACH) of a real cgroup device program on the cgroup v2 hierarchy, and
+the syscall tracepoint layout check against this kernel's tracefs.
+"""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from node_probe.tracing import bundle, sources
+from node_probe.tracing.session import PROGRAMS, TraceSession
+from tests.tracing.conftest import build_helper
+
+pytestmark = [pytest.mark.root, pytest.mark.bcc]
+
+TRACEFS = next((d for d in ("/sys/kernel/tracing", "/sys/kernel/debug/tracing")
+                if os.path.isdir(d + "/events")), "/sys/kernel/tracing")
+
+
+@pytest.fixture
+def session_for(tmp_path):
+    made = []
+
+    def make(**kw) -> TraceSession:
+        s = TraceSession(dev_prefix=kw.pop("dev_prefix", str(tmp_path / "nvidia")),
+                         cgroup_dir=Path("/sys/fs/cgroup"), tracefs=TRACEFS, **kw)
+        made.append(s)
+        s.compile()
+        return s
+
+    yield make
+    for s in made:
+        s.close()
+
+
+@pytest.mark.parametrize("name", PROGRAMS)
+def test_each_program_compiles_on_its_own(bcc_ready, name):
+    from bcc import BPF
+    b = BPF(src_file=str(sources.source_path(name)).encode(), cflags=["-w"])
+    try:
+        assert b.load_funcs()  # and the verifier accepts every program in it
+    finally:
+        b.cleanup()
+
+
+def test_syscall_tracepoint_layout_matches_this_kernel(bcc_ready):
+    for event in ("sys_enter_openat", "sys_exit_openat", "sys_enter_ioctl", "sys_exit_ioctl",
+                  "sys_enter_write", "sys_enter_futex", "sys_enter_bpf", "sys_enter_fcntl"):
+        assert bundle.syscall_layout_ok(TRACEFS, event) == (True, ""), event
+
+
+def test_ioctls_are_counted_per_fd_through_fcntl_dupfd_and_dup2(bcc_ready, children,
+                                                               session_for, tmp_path):
+    ctl = tmp_path / "nvidiactl"
+    ctl.write_bytes(b"0123456789")
+    other = tmp_path / "not-a-device"          # outside the prefix: never tracked
+    other.write_bytes(b"x")
+    devio = build_helper("devio")
+    child = children([str(devio), str(ctl), "count", "300"])
+    decoy = children([str(devio), str(other), "count", "300"])
+    pid = int(child.expect("ready").split()[1])
+    decoy.expect("ready")
+    s = session_for()
+    s.attach()
+    child.send()
+    decoy.send()
+    _, fd, dupfd, dup2fd = child.expect("done").split()
+    decoy.expect("done")
+    s.poll(time.monotonic() + 0.3)
+    r = s.collect()
+    mine = {(x["fd"], x["request_hex"]): x for x in r["ioctls"] if x["pid"] == pid}
+    assert set(mine) == {(int(dupfd), "0x0000541b"), (int(dup2fd), "0x0000541b")}  # FIONREAD
+    for x in mine.values():
+        assert x["count"] == 300 and x["errors"] == 0 and x["path"] == str(ctl)
+        assert x["comm"] == devio.name[:15]
+    assert all(x["pid"] == pid for x in r["ioctls"])      # the decoy's file is not traced
+    opened = [o for o in r["opens"] if o["pid"] == pid]
+    assert [(o["path"], o["errno"], o["fd"]) for o in opened] == [(str(ctl), 0, int(fd))]
+    assert r["ioctls_inflight"] == []
+
+
+def test_fds_opened_before_attach_are_seeded(bcc_ready, children, session_for, tmp_path):
+    ctl = tmp_path / "nvidia-uvm"
+    ctl.write_bytes(b"abc")
+    # python holds the fd open from before the probe starts, then ioctls on it when told
+    script = ("import fcntl, os, sys, termios, array\n"
+              f"fd = os.open({str(ctl)!r}, os.O_RDONLY)\n"
+              "print('ready', fd, flush=True)\n"
+              "sys.stdin.readline()\n"
+              "buf = array.array('i', [0])\n"
+              "for _ in range(7): fcntl.ioctl(fd, termios.FIONREAD, buf)\n"
+              "print('done', flush=True)\n"
+              "sys.stdin.readline()\n")
+    child = children([sys.executable, "-c", script])
+    fd = int(child.expect("ready").split()[1])
+    s = session_for(targets=[child.proc.pid])
+    s.attach()
+    child.send()
+    child.expect("done")
+    s.poll(time.monotonic() + 0.2)
+    r = s.collect()
+    assert r["nvidia_dev"]["seeded_fds"] >= 1
+    mine = [x for x in r["ioctls"] if x["pid"] == child.proc.pid]
+    assert [(x["fd"], x["count"], x["path"]) for x in mine] == [(fd, 7, str(ctl))]
+
+
+def test_cgroup_v2_device_program_attach_is_seen(bcc_ready, children, session_for, tmp_path):
+    unified = Path("/sys/fs/cgroup/unified")
+    if not (unified / "cgroup.procs").exists():
+        pytest.skip("no cgroup v2 hierarchy at /sys/fs/cgroup/unified")
+    cg = unified / f"gpu-doctor-test-v2-{os.getpid()}"
+    cg.mkdir()
+    try:
+        s = session_for()
+        s.attach()
+        # A separate process attaches a real BPF_CGROUP_DEVICE program (what runc does on v2)
+        # and stays alive a moment, as runc does, so its fd names the target cgroup.
+        attacher = (
+            "import os, sys\n"
+            "from bcc import BPF, BPFAttachType\n"
+            "b = BPF(text='int dev(struct bpf_cgroup_dev_ctx *ctx) { return 1; }')\n"
+            "fn = b.load_func('dev', BPF.CGROUP_DEVICE)\n"
+            "fd = os.open(sys.argv[1], os.O_RDONLY)\n"
+            "print('ready', flush=True)\n"
+            "sys.stdin.readline()\n"
+            "BPF.attach_func(fn, fd, BPFAttachType.CGROUP_DEVICE)\n"
+            "BPF.detach_func(fn, fd, BPFAttachType.CGROUP_DEVICE)\n"
+            "print('done', flush=True)\n"
+            "sys.stdin.readline()\n")
+        child = children([sys.executable, "-c", attacher, str(cg)])
+        child.expect("ready", timeout=60)
+        child.send()
+        child.expect("done")
+        pid = child.proc.pid
+        s.poll(time.monotonic() + 0.3)
+        r = s.collect()
+        mine = [a for a in r["bpf_attaches"] if a["pid"] == pid]
+        assert [(a["cmd"], a["attach_type"], a["ret"]) for a in mine] == [
+            ("BPF_PROG_ATTACH", "BPF_CGROUP_DEVICE", 0), ("BPF_PROG_DETACH", "BPF_CGROUP_DEVICE", 0)]
+        assert mine[0]["cgroup"] == str(cg)
+    finally:
+        cg.rmdir()
+
+
+def test_nothing_stays_attached_after_close(bcc_ready, session_for, tmp_path):
+    s = session_for(targets=[os.getpid()])
+    s.attach()
+    fds = [fd for _e, _f, fd in s.tps.attached]
+    assert len(fds) >= 20
+    s.close()
+    for t in s.tps.releasing:
+        t.join(10)
+    for fd in fds:
+        with pytest.raises(OSError):
+            os.fstat(fd)
