@@ -96,10 +96,17 @@ def parse_yaml(text: str) -> dict:
             key, sep, rest = s.partition(":")
             if not sep or (rest and not rest.startswith((" ", "\t"))):
                 raise YamlError(f"not a mapping entry: {s!r}")
-            if rest.strip().startswith(("&", "*", "|", ">")):
+            if rest.strip().startswith(("&", "*", "!")):
                 raise YamlError(f"unsupported YAML construct in {s!r}")
             key = key.strip().strip("\"'")
             pos += 1
+            if rest.strip()[:1] in ("|", ">"):  # block scalar: the more-indented lines
+                text = []
+                while pos < len(lines) and lines[pos][0] > indent:
+                    text.append(lines[pos][1])
+                    pos += 1
+                out[key] = "\n".join(text)
+                continue
             value = _scalar(rest)
             if value is None and pos < len(lines) and (
                     lines[pos][0] > indent or (lines[pos][0] == indent
@@ -118,14 +125,24 @@ def parse_yaml(text: str) -> dict:
     return result
 
 
+_FLAT_RE = re.compile(r"^([A-Za-z][A-Za-z0-9]*)\s*:\s*(\S[^#]*?)\s*(?:#.*)?$", re.M)
+
+
 def parse_config(text: str) -> dict:
-    """KubeletConfiguration from YAML or JSON text."""
+    """KubeletConfiguration from YAML or JSON text. YAML this reader does not understand
+    falls back to the top-level `key: scalar` lines (enough for the policy keys), with the
+    reason under "_parse_error"."""
     if text.lstrip().startswith("{"):
         doc = json.loads(text)
         if not isinstance(doc, dict):
             raise YamlError("top level is not an object")
         return doc
-    return parse_yaml(text)
+    try:
+        return parse_yaml(text)
+    except YamlError as exc:
+        flat = {k: _scalar(v) for k, v in _FLAT_RE.findall(text)}
+        flat["_parse_error"] = str(exc)
+        return flat
 
 
 def flag_value(argv: list[str], flag: str) -> str | None:
@@ -200,6 +217,8 @@ def load(host_root: Path, kubelet_dir: Path, proc: Path = procfs.PROC) -> dict:
             for k in KEYS:
                 if k in doc:
                     fact[k] = doc[k]
+            if "_parse_error" in doc:
+                fact["error"] = f"{cfg_path}: read partially ({doc['_parse_error']})"
         except (OSError, ValueError) as exc:
             fact["error"] = f"{cfg_path}: {exc}"
     for flag, key in FLAG_KEYS.items():

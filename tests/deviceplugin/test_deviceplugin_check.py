@@ -123,6 +123,7 @@ def _assert_blocked(run, p, timeout):
     return ev
 
 
+@pytest.mark.slow  # waits out the 5 s GetPreferredAllocation deadline
 def test_blocked_in_nvml_found_by_the_proc_stack_scan(host, start_plugin, podres, tmp_path):
     p = _blocked_setup(host, start_plugin, podres, tmp_path)
     run = run_probe(*host.args("--only", "deviceplugin", "--timeout", "15"))
@@ -133,6 +134,7 @@ def test_blocked_in_nvml_found_by_the_proc_stack_scan(host, start_plugin, podres
     assert ev["ebpf"].startswith("not used")
 
 
+@pytest.mark.slow  # waits out the 5 s GetPreferredAllocation deadline
 def test_thread_blocked_before_the_probe_started(host, start_plugin, podres, tmp_path):
     """The kubelet's own call got stuck earlier: the probe finds that thread from /proc too."""
     p = _blocked_setup(host, start_plugin, podres, tmp_path)
@@ -148,6 +150,7 @@ def test_thread_blocked_before_the_probe_started(host, start_plugin, podres, tmp
 
 
 @pytest.mark.bcc
+@pytest.mark.slow
 def test_blocked_in_nvml_seen_by_ebpf(host, start_plugin, podres, tmp_path):
     if not any(c.id == "trace" for c in registry.all_checks()):
         pytest.skip("the eBPF trace check (issue 3) is not in this tree")

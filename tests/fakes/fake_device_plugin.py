@@ -86,9 +86,13 @@ class FakePlugin(pbg.DevicePluginServicer):
     def Allocate(self, request, context):
         self._log("Allocate")
         resp = pb.AllocateResponse()
+        specs = (self.args.pass_device_specs or os.environ.get("PASS_DEVICE_SPECS", "false"))
         for req in request.container_requests:
             c = resp.container_responses.add()
             c.envs["NVIDIA_VISIBLE_DEVICES"] = ",".join(req.devices_ids)
+            if specs.lower() == "true":
+                for path in ("/dev/nvidiactl", "/dev/nvidia-uvm", "/dev/nvidia0"):
+                    c.devices.add(container_path=path, host_path=path, permissions="rw")
         return resp
 
     def PreStartContainer(self, request, context):
@@ -105,6 +109,10 @@ def main(argv=None) -> int:
                                          "GPU-66666666-7777-8888-9999-000000000000")
     ap.add_argument("--no-preferred-allocation", action="store_true")
     ap.add_argument("--call-log", default=None)
+    # like NVIDIA's plugin: device specs in Allocate from a flag, $PASS_DEVICE_SPECS or a
+    # config file with `passDeviceSpecs: true` (the probe reads these, it never calls Allocate)
+    ap.add_argument("--pass-device-specs", nargs="?", const="true", default=None)
+    ap.add_argument("--config-file", default=None)
     args = ap.parse_args(argv)
     if args.mode == "nvml-block" and not args.nvml_lib:
         ap.error("--mode nvml-block needs --nvml-lib")
