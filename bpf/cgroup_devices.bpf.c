@@ -34,7 +34,6 @@
 #define CGDEV_BPF_LINK_CREATE 28
 #define CGDEV_BPF_CGROUP_DEVICE 6
 
-
 /* Syscall tracepoint records as tracefs describes them (events/syscalls/<name>/format): an
  * 8-byte common header, the syscall number, then the six arguments (enter) or the return value
  * (exit), each 8 bytes. A fixed ABI of kernel/trace/trace_syscalls.c, not a kernel struct from
@@ -216,8 +215,6 @@ int cgdev_exit_open(struct cgdev_sys_exit *args)
     return cgdev_open_exit(args->ret);
 }
 
-
-
 /* ---- fd bookkeeping ------------------------------------------------------------------------ */
 
 static __always_inline int cgdev_dup_enter(s32 oldfd, s32 newfd)
@@ -274,16 +271,12 @@ int cgdev_enter_dup2(struct cgdev_sys_enter *args)
     return cgdev_dup_enter((s32)args->args[0], (s32)args->args[1]);
 }
 
-
-
-
 int cgdev_enter_fcntl(struct cgdev_sys_enter *args)
 {
     if (args->args[1] != CGDEV_F_DUPFD && args->args[1] != CGDEV_F_DUPFD_CLOEXEC)
         return 0;
     return cgdev_dup_enter((s32)args->args[0], -1);
 }
-
 
 int cgdev_enter_close(struct cgdev_sys_enter *args)
 {

@@ -35,7 +35,6 @@
 #define NVDEV_F_DUPFD 0
 #define NVDEV_F_DUPFD_CLOEXEC 1030
 
-
 /* Syscall tracepoint records as tracefs describes them (events/syscalls/<name>/format): an
  * 8-byte common header, the syscall number, then the six arguments (enter) or the return value
  * (exit), each 8 bytes. A fixed ABI of kernel/trace/trace_syscalls.c, not a kernel struct from
@@ -184,8 +183,6 @@ int nvdev_exit_open(struct nvdev_sys_exit *args)
     return nvdev_open_exit(args->ret);
 }
 
-
-
 /* ---- fd bookkeeping: dup family and close ------------------------------------------------ */
 
 static __always_inline int nvdev_dup_enter(s32 oldfd, s32 newfd)
@@ -244,16 +241,12 @@ int nvdev_enter_dup2(struct nvdev_sys_enter *args)
     return nvdev_dup_enter((s32)args->args[0], (s32)args->args[1]);
 }
 
-
-
-
 int nvdev_enter_fcntl(struct nvdev_sys_enter *args)
 {
     if (args->args[1] != NVDEV_F_DUPFD && args->args[1] != NVDEV_F_DUPFD_CLOEXEC)
         return 0;
     return nvdev_dup_enter((s32)args->args[0], -1);
 }
-
 
 int nvdev_enter_close(struct nvdev_sys_enter *args)
 {

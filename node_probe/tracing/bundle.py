@@ -36,7 +36,7 @@ def compile_programs(names: Iterable[str], cflags: Iterable[str]):
     """One BPF object holding every named program (programs are loaded when attached)."""
     from bcc import BPF  # lazy: the probe runs without bcc
     text = compile_text(list(names))
-    return BPF(text=text, cflags=[*BASE_CFLAGS, *cflags])
+    return BPF(text=text.encode(), cflags=[*BASE_CFLAGS, *cflags])
 
 
 def syscall_layout_ok(tracefs: str, event: str) -> tuple[bool, str]:
