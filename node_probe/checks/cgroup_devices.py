@@ -28,6 +28,9 @@ REFS_SYSTEMD = ("https://github.com/NVIDIA/nvidia-container-toolkit/issues/48",
                 "initialize-nvml-unknown-error")
 REFS_STALE = ("https://github.com/NVIDIA/k8s-device-plugin/issues/222",)
 
+MAX_WRITES = 24
+
+
 def _provided(ctx, key: str) -> bool:
     """Whether a check selected for this run declares it publishes `key` (else waiting for
     it is pointless: nobody would publish or fail it)."""
@@ -288,12 +291,52 @@ def cgroup_devices(ctx):
 
     nvml = _fact(ctx, "nvml", 1.5)
     inv = nvidia_devices.inventory(host_root, nvml)
-    denials = []
     plans = [(c, nvidia_devices.expected_devices(c.gpu_ids, inv, c.env)) for c in gpu]
+    audits = _audit(ctx, plans)
+    for c, exp in plans:
+        res = audits.get(c.ref.container_id)
+        if res and res["denied"]:
+            names = ", ".join(f"{d.path} ({d.majmin})" for d in res["denied"])
+            ctx.event("cgroup.device_denied", c.subject,
+                      f"device cgroup denies {names}", cgroup=str(c.cgroup_path))
+
+    # With eBPF tracing, wait for the window: who wrote device rules, and re-audit the
+    # containers whose rules changed meanwhile (seed 001: the CPU manager's update rewrites
+    # them every reconcile; the state after the window is the verdict).
+    writes = None
+    # the tracer publishes trace.ready once its programs are compiled and attached (seconds)
+    ready = _fact(ctx, "trace.ready", ctx.budget(opts.trace_s + 4.0, reserve=1.5)) \
+        if opts.trace_s > 0 else None
+    if isinstance(ready, dict) and ready.get("available"):
+        try:
+            results = ctx.wait_for("trace.results", ctx.budget(opts.trace_s + 2.0, reserve=1.5))
+            writes = (results or {}).get("cgroup_writes") or []
+        except FactUnavailable:
+            writes = None
+        touched = [(c, exp) for c, exp in plans if _writes_for(c, writes or ())]
+        if touched:
+            ctx.progress(message=f"device rules of {len(touched)} GPU container(s) were "
+                                 f"written during the trace window: auditing them again")
+            audits.update(_audit(ctx, touched))
+    denials = [(c, exp, audits[c.ref.container_id]) for c, exp in plans
+               if c.ref.container_id in audits and audits[c.ref.container_id]["denied"]]
+    if not denials:
+        return
+    targets = _fact(ctx, "deviceplugin.targets", 1.0)
+    stale = _stale_dev_view(ctx, targets)
+    passes = plugin_passes_specs(targets, opts.proc_root)
+    for c, exp, res in denials:
+        yield _finding(c, exp, res, inv, _names(stale) if stale is not None else None,
+                       kubelet_cfg, driver or c.ref.driver, passes, writes)
+
+
+def _audit(ctx, plans) -> dict[str, dict]:
+    """v1 rules / one v2 helper for these (container, expectation) pairs; logs what could
+    not be tested and any helper left behind."""
     audits = {c.ref.container_id: audit_v1(c, exp) for c, exp in plans if c.cgroup_version == 1}
     v2 = [(c, exp) for c, exp in plans if c.cgroup_version != 1]
     if v2 and not ctx.cancelled.is_set():
-        audits.update(audit_v2(v2, host_root, timeout_s=ctx.budget(3.0, reserve=1.0)))
+        audits.update(audit_v2(v2, ctx.options.host_root, timeout_s=ctx.budget(3.0, reserve=1.0)))
     for c, exp in plans:
         res = audits.get(c.ref.container_id)
         if res is None:
@@ -305,28 +348,7 @@ def cgroup_devices(ctx):
             ctx.log("warning", f"{c.subject}: could not test "
                     f"{', '.join(d.path for d in res['untested'])}: "
                     f"{res.get('reason') or res.get('helper', {}).get('reason', '?')}")
-        if res["denied"]:
-            denials.append((c, exp, res))
-            names = ", ".join(f"{d.path} ({d.majmin})" for d in res["denied"])
-            ctx.event("cgroup.device_denied", c.subject,
-                      f"device cgroup denies {names}", cgroup=str(c.cgroup_path))
-    if not denials:
-        return
-
-    targets = _fact(ctx, "deviceplugin.targets", 1.0)
-    stale = _stale_dev_view(ctx, targets)
-    passes = plugin_passes_specs(targets, opts.proc_root)
-    writes = None
-    ready = _fact(ctx, "trace.ready", 1.0)
-    if isinstance(ready, dict) and ready.get("available"):
-        try:
-            results = ctx.wait_for("trace.results", ctx.budget(opts.trace_s + 2.0, reserve=0.8))
-            writes = (results or {}).get("cgroup_writes") or []
-        except FactUnavailable:
-            writes = None
-    for c, exp, res in denials:
-        yield _finding(c, exp, res, inv, _names(stale) if stale is not None else None,
-                       kubelet_cfg, driver or c.ref.driver, passes, writes)
+    return audits
 
 
 def _finding(c, exp, res, inv, stale, kubelet_cfg, driver, passes, writes):
@@ -369,10 +391,30 @@ def _finding(c, exp, res, inv, stale, kubelet_cfg, driver, passes, writes):
         evidence["plugin_passes_device_specs"] = passes
     if writes is not None:
         mine = _writes_for(c, writes)
-        evidence["rewritten_by"] = mine
+        evidence["rewritten_by"] = [
+            {"pid": w.get("pid"), "comm": w.get("comm"),
+             "file": str(w.get("path") or "").rsplit("/", 1)[-1] or None, "text": w.get("text"),
+             "ts": w.get("ts")} for w in mine[:MAX_WRITES]]
+        if len(mine) > MAX_WRITES:
+            evidence["rewrites_not_shown"] = len(mine) - MAX_WRITES
         if mine:
-            who = sorted({f"{w.get('comm')}[{w.get('pid')}]" for w in mine})
-            causes[0]["why"] += f"; during the trace window {', '.join(who)} rewrote its rules"
+            who = ", ".join(sorted({f"{w.get('comm')}[{w.get('pid')}]" for w in mine}))
+            reset = any(str(w.get("text", "")).strip().startswith("a") and
+                        str(w.get("path", "")).endswith("devices.deny") for w in mine)
+            seen = (f"during the trace window {who} rewrote its device rules"
+                    + (" (denied all with `a`, then allowed a list without "
+                       f"{', '.join(d.path for d in denied)})" if reset else ""))
+            if causes[0]["cause"] == "unknown_rewrite":
+                causes[0]["why"] = seen
+                causes[0]["fix"] = (
+                    f"{who} re-applies a device list that lacks the NVIDIA devices. If it is "
+                    "the runtime (runc, containerd-shim, conmon) applying a container update "
+                    "(the kubelet CPU manager does this every reconcile), make the device "
+                    "plugin pass device specs (`--pass-device-specs=true` / "
+                    "PASS_DEVICE_SPECS=true); if it is systemd, create the /dev/char links. "
+                    "Then recreate the pod.")
+            else:
+                causes[0]["why"] += f"; {seen}"
     paths = ", ".join(f"{d.path} ({d.majmin})" for d in denied)
     title = (f"Container {c.container_label} in pod {c.pod_label} cannot open {paths}: "
              f"its device cgroup denies {'them' if len(denied) > 1 else 'it'}")
