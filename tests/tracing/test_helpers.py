@@ -1,0 +1,99 @@
+"""Pure-Python helpers of the tracing package: no BPF needed (some need a readable /proc)."""
+from __future__ import annotations
+
+import ctypes
+import os
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+import pytest
+
+from node_probe.tracing import bcc_env, bundle, sources, stackscan
+
+
+def test_cstring_escapes_for_a_define():
+    assert sources.cstring("/dev/nvidia") == '"/dev/nvidia"'
+    assert sources.cstring('a"b\\c') == '"a\\"b\\\\c"'
+    assert sources.cstring("é1") == '"\\303\\2511"'   # octal escapes never swallow digits
+
+
+def test_bpf_dir_env_override(monkeypatch, tmp_path):
+    (tmp_path / "x.bpf.c").write_text("int x;")
+    monkeypatch.setenv(sources.ENV, str(tmp_path))
+    assert sources.source_path("x") == tmp_path / "x.bpf.c"
+    with pytest.raises(FileNotFoundError, match=sources.ENV):
+        sources.source_path("missing")
+
+
+def test_default_bpf_dir_has_all_programs(monkeypatch):
+    monkeypatch.delenv(sources.ENV, raising=False)
+    for name in ("nvidia_dev", "cgroup_devices", "futex_wait", "nvml_calls"):
+        assert sources.source_path(name).is_file()
+
+
+def test_merged_tree_overlays_build_on_source(tmp_path):
+    build, source = tmp_path / "amd64", tmp_path / "common"
+    (build / "include/generated").mkdir(parents=True)
+    (build / "include/generated/autoconf.h").write_text("x")
+    (build / "arch/x86/include/generated").mkdir(parents=True)
+    (source / "include/linux").mkdir(parents=True)
+    (source / "include/linux/kconfig.h").write_text("y")
+    (source / "arch/x86/include/asm").mkdir(parents=True)
+    out = bcc_env.merged_tree(build, source, tmp_path / "merged")
+    assert (out / "include/linux/kconfig.h").read_text() == "y"
+    assert (out / "include/generated/autoconf.h").read_text() == "x"
+    assert (out / "arch/x86/include/asm").is_dir()
+    assert (out / "arch/x86/include/generated").is_dir()
+    bcc_env.merged_tree(build, source, tmp_path / "merged")   # idempotent
+
+
+def test_layout_check_reads_tracefs_format(tmp_path):
+    d = tmp_path / "events/syscalls/sys_enter_x"
+    d.mkdir(parents=True)
+    good = ("\tfield:unsigned short common_type;\toffset:0;\tsize:2;\tsigned:0;\n"
+            "\tfield:int __syscall_nr;\toffset:8;\tsize:4;\tsigned:1;\n"
+            "\tfield:unsigned int fd;\toffset:16;\tsize:8;\tsigned:0;\n"
+            "\tfield:const char * buf;\toffset:24;\tsize:8;\tsigned:0;\n")
+    (d / "format").write_text(good)
+    assert bundle.syscall_layout_ok(str(tmp_path), "sys_enter_x") == (True, "")
+    (d / "format").write_text(good.replace("offset:24", "offset:20"))
+    ok, why = bundle.syscall_layout_ok(str(tmp_path), "sys_enter_x")
+    assert not ok and "buf" in why
+
+
+def test_stack_scan_finds_the_blocked_function(tmp_path):
+    """A child blocked in read() called from a known function: the scan names it."""
+    src = tmp_path / "blocker.c"
+    src.write_text(
+        "#include <unistd.h>\n#include <stdio.h>\n"
+        "__attribute__((noinline)) int blocked_here(void) { char c; printf(\"ready\\n\");"
+        " fflush(stdout); return (int)read(0, &c, 1); }\n"
+        "int main(void) { return blocked_here() + 1; }\n")
+    exe = tmp_path / "blocker"
+    subprocess.run(["gcc", "-O1", "-o", str(exe), str(src)], check=True, timeout=60)
+    p = subprocess.Popen([str(exe)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        assert p.stdout.readline().strip() == "ready"
+        for _ in range(100):
+            res = stackscan.scan(p.pid, p.pid)
+            if res is not None:
+                break
+            threading.Event().wait(0.02)
+        if res is None:
+            pytest.skip("cannot read /proc/PID/task/TID/syscall here (needs ptrace access)")
+        assert res["syscall"] == 0 or res["syscall"] == 63   # read on x86_64 / aarch64
+        assert any(f.startswith("blocked_here+") for f in res["frames"]), res["frames"]
+        assert any(f.startswith("main+") for f in res["frames"]), res["frames"]
+    finally:
+        p.kill()
+        p.wait()
+
+
+def test_elf_symbols_of_libc():
+    libc = ctypes.CDLL(None)
+    addr = ctypes.cast(libc.getpid, ctypes.c_void_p).value
+    maps = stackscan.read_maps(os.getpid())
+    name = stackscan.symbolize(os.getpid(), addr, maps)
+    assert name is not None and "getpid" in name and "libc" in name

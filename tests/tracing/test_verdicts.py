@@ -1,0 +1,107 @@
+"""The judgement rules on recorded trace results (no BPF, no root)."""
+from __future__ import annotations
+
+import errno
+
+from node_probe.tracing import verdicts
+from node_probe.tracing.cgroup_devices import allows_major, devices_relpath, parse_rules
+
+
+def _open(pid, path, err, comm="cuda-app", cg="/kubepods/pod1/c1"):
+    return {"pid": pid, "tid": pid, "comm": comm, "path": path, "errno": err, "fd": None,
+            "device": {"major": 195, "minor": 255}, "cgroup": {"devices": cg}, "cgroup_id": 7,
+            "ts": 1.0}
+
+
+def test_eperm_is_a_denial_and_enxio_is_not():
+    opens = [_open(10, "/dev/nvidiactl", errno.EPERM), _open(10, "/dev/nvidiactl", errno.EPERM),
+             _open(10, "/dev/nvidia-uvm", errno.EPERM), _open(11, "/dev/nvidia0", errno.ENXIO),
+             _open(12, "/dev/nvidia0", 0)]
+    found = verdicts.eperm_findings(opens)
+    assert [f.evidence["pid"] for f in found] == [10]
+    ev = found[0].evidence
+    assert ev["count"] == 3 and ev["errno"] == errno.EPERM
+    assert [(d["path"], d["count"]) for d in ev["devices"]] == [("/dev/nvidiactl", 2),
+                                                               ("/dev/nvidia-uvm", 1)]
+    assert ev["cgroup"] == "/kubepods/pod1/c1"
+    assert found[0].id == "container.nvidia_eperm" and found[0].severity.value == "critical"
+
+
+def _w(which, text, pid=50, comm="runc", cg="/kubepods/pod1/c1", ret=None):
+    return {"pid": pid, "comm": comm, "which": which, "text": text, "rules": parse_rules(text),
+            "ret": len(text) if ret is None else ret, "cgroup": cg, "path": "", "ts": 1.0}
+
+
+def _never(_rel):
+    return None
+
+
+def test_rewrite_of_gpu_container_without_195_is_found():
+    writes = [_w("deny", "a"), _w("allow", "c 1:3 rwm"), _w("allow", "c 136:* rwm")]
+    found = verdicts.rewrite_findings(writes, ["/kubepods/pod1/c1"], None, _never)
+    assert len(found) == 1
+    ev = found[0].evidence
+    assert ev["writers"] == [{"pid": 50, "comm": "runc"}]
+    assert [w["text"] for w in ev["writes"]] == ["a", "c 1:3 rwm", "c 136:* rwm"]
+    assert "195" in ev["gpu_evidence"][0]
+
+
+def test_rewrite_that_allows_195_again_is_normal():
+    writes = [_w("deny", "a"), _w("allow", "c 1:3 rwm"), _w("allow", "c 195:* rwm")]
+    assert verdicts.rewrite_findings(writes, ["/kubepods/pod1/c1"], None, _never) == []
+
+
+def test_rewrite_of_non_gpu_container_is_not_a_finding():
+    writes = [_w("deny", "a"), _w("allow", "c 1:3 rwm")]
+    assert verdicts.rewrite_findings(writes, ["/kubepods/other"], None, _never) == []
+
+
+def test_gpu_evidence_from_an_earlier_write_or_the_containers_fact():
+    earlier = [_w("allow", "c 195:0 rw"), _w("deny", "a *:* rwm"), _w("allow", "c 1:3 rwm")]
+    assert len(verdicts.rewrite_findings(earlier, [], None, _never)) == 1
+    fact = [{"pod_uid": "uid-1", "container_id": "abcdef0123456789", "cgroup_path": "/kubepods/pod1/c1",
+             "gpu": True}]
+    found = verdicts.rewrite_findings([_w("deny", "a"), _w("allow", "c 1:3 rwm")], [], fact, _never)
+    assert len(found) == 1 and found[0].subject.startswith("container abcdef0123456")
+
+
+def test_explicit_deny_of_195_counts_and_rejected_writes_do_not():
+    assert len(verdicts.rewrite_findings([_w("deny", "c 195:* rwm")], ["/kubepods/pod1/c1"],
+                                         None, _never)) == 1
+    rejected = [_w("deny", "a", ret=-errno.EINVAL), _w("allow", "c 1:3 rwm")]
+    assert verdicts.rewrite_findings(rejected, ["/kubepods/pod1/c1"], None, _never) == []
+
+
+def test_access_back_in_devices_list_now_suppresses():
+    writes = [_w("deny", "a"), _w("allow", "c 1:3 rwm")]
+    found = verdicts.rewrite_findings(writes, ["/kubepods/pod1/c1"], None,
+                                      lambda rel: "c 1:3 rwm\nc 195:* rw\n")
+    assert found == []
+
+
+def test_stall_severity_depends_on_target_and_threshold():
+    inflight = [{"pid": 5, "tid": 6, "comm": "plugin", "fd": 3, "path": "/dev/nvidiactl",
+                 "request": 0xc020462a, "request_hex": "0xc020462a", "wait_s": 4.0},
+                {"pid": 7, "tid": 7, "comm": "train", "fd": 4, "path": "/dev/nvidia0",
+                 "request": 1, "request_hex": "0x00000001", "wait_s": 4.0},
+                {"pid": 8, "tid": 8, "comm": "fast", "fd": 4, "path": "/dev/nvidia0",
+                 "request": 1, "request_hex": "0x00000001", "wait_s": 0.1}]
+    found = verdicts.stall_findings(inflight, [], 2.0, critical_pids=[5])
+    assert [(f.evidence["pid"], f.severity.value) for f in found] == [(5, "critical"),
+                                                                    (7, "warning")]
+
+
+def test_rules_parsing_and_devices_paths():
+    rules = parse_rules("a *:* rwm\nc 195:* rwm\nc 1:3 r\nb 8:0 m\na\n")
+    assert [r["type"] for r in rules] == ["a", "c", "c", "b", "a"]
+    assert allows_major(rules, 195) and not allows_major(parse_rules("a *:* rwm"), 195)
+    assert devices_relpath("/sys/fs/cgroup/devices/kubepods/pod1/c1") == "/kubepods/pod1/c1"
+    assert devices_relpath("/host/sys/fs/cgroup/cpuset,devices/x") == "/x"
+    assert devices_relpath("/sys/fs/cgroup/devices") == "/"
+    assert devices_relpath("/tmp/x") is None
+
+
+def test_unavailable_finding_says_what_and_how():
+    f = verdicts.unavailable_finding(["no bcc"], ["apt-get install python3-bpfcc"], {"k": 1})
+    assert f.id == "probe.ebpf_unavailable" and "no bcc" in f.title
+    assert "apt-get install python3-bpfcc" in f.remediation
