@@ -15,12 +15,14 @@ from .. import catalog
 from .cgroup_devices import NVIDIA_MAJOR, allows_major, parse_rules
 
 EPERM_REFS = (
-    "https://github.com/NVIDIA/k8s-device-plugin/issues/289",
+    "https://github.com/NVIDIA/k8s-device-plugin/issues/222",
+    "https://github.com/NVIDIA/nvidia-docker/issues/966",
     "https://github.com/NVIDIA/nvidia-container-toolkit/issues/48",
     "https://docs.kernel.org/admin-guide/cgroup-v1/devices.html",
 )
 REWRITE_REFS = (
     "https://github.com/NVIDIA/nvidia-docker/issues/966",
+    "https://github.com/kubernetes/kubernetes/issues/77073",
     "https://github.com/NVIDIA/k8s-device-plugin/commit/ea604b28beccf9eaf45f3b26ce01c6821b3fa4a6",
     "https://github.com/NVIDIA/nvidia-container-toolkit/issues/48",
     "https://docs.kernel.org/admin-guide/cgroup-v1/devices.html",
