@@ -27,6 +27,7 @@ OPTIONS_DEADLINE_S = 2.0
 LIST_DEADLINE_S = 3.0
 GPA_DEADLINE_S = 5.0
 PODRES_DEADLINE_S = 3.0
+CONFIRM_S = 1.0  # second /proc sample of a thread seen inside nvmlInit, without RPC timeout
 TRACE_READY_WAIT_S = 5.0  # BCC compiles in ~2.6 s on 2 cores; more under load
 
 K8S_REFS = ("https://github.com/kubernetes/kubernetes/issues/117435",
@@ -65,6 +66,7 @@ class _PluginProbe:
         self.options: dict | None = None
         self.gpa_skipped: str | None = None
         self.after: list[proctasks.ThreadView] | None = None  # /proc view after a timeout
+        self.after_at: float | None = None
         self.error: str | None = None
 
     @property
@@ -110,6 +112,7 @@ def _probe_plugin(ctx, p: _PluginProbe) -> None:
                 p.outcomes.append(g)
     if p.timeouts and p.t.pid:
         p.after = proctasks.process_threads(p.t.pid, ctx.options.proc_root)
+        p.after_at = time.monotonic()
 
 
 def _podresources(ctx, kubelet_dir: Path, state: dict) -> None:
@@ -174,6 +177,7 @@ def deviceplugin_check(ctx):
                  discovery_s=round(time.monotonic() - t0, 3))
     live = [t for t in targets if t.pid]
     baseline = {t.pid: proctasks.process_threads(t.pid, proc) for t in live}
+    baseline_at = time.monotonic()
 
     try:
         rpc.load_grpc()
@@ -226,6 +230,15 @@ def deviceplugin_check(ctx):
     trace, trace_res_note = None, None
     any_timeout = any(p.timeouts for p in probes)
     blocked_before = {pid: [tv for tv in tvs if tv.nvml_init] for pid, tvs in baseline.items()}
+    # A thread seen inside nvmlInit once may just be initialising; without an RPC timeout to
+    # confirm it, look again at least CONFIRM_S later (paid only when such a thread exists).
+    for p in probes:
+        if p.after is None and blocked_before.get(p.t.pid):
+            wait = CONFIRM_S - (time.monotonic() - baseline_at)
+            if wait > 0:
+                time.sleep(min(wait, ctx.budget(wait, reserve=1.5)))
+            p.after = proctasks.process_threads(p.t.pid, proc)
+            p.after_at = time.monotonic()
     if (any_timeout or any(blocked_before.values())) and opts.trace_s > 0 and trace_ready \
             and trace_ready.get("available"):
         trace, trace_res_note = _wait_fact(ctx, "trace.results", "trace",
@@ -245,8 +258,8 @@ def deviceplugin_check(ctx):
     for p in probes:
         yield _inventory(p, rows, ckpt, baseline.get(p.t.pid))
         yield from _timeouts(p, rows)
-        yield from _blocked(ctx, p, baseline.get(p.t.pid) or [], trace, trace_res_note, nv,
-                            rows, all_devices)
+        yield from _blocked(ctx, p, baseline.get(p.t.pid) or [], baseline_at, trace,
+                            trace_res_note, nv, rows, all_devices)
         yield from _unhealthy(p, rows)
         if p.t.pid:
             yield from _stale_dev(ctx, p)
@@ -341,8 +354,8 @@ def _mig_hint(devices: list[dict]) -> list[dict]:
     return []
 
 
-def _blocked(ctx, p: _PluginProbe, before: list[proctasks.ThreadView], trace, trace_note,
-             nv, rows, all_devices):
+def _blocked(ctx, p: _PluginProbe, before: list[proctasks.ThreadView], before_at: float,
+             trace, trace_note, nv, rows, all_devices):
     t = p.t
     if not t.pid:
         return
@@ -372,17 +385,23 @@ def _blocked(ctx, p: _PluginProbe, before: list[proctasks.ThreadView], trace, tr
                 th["wait_s"] = futex[tid].get("wait_s")
                 if futex[tid].get("stack"):
                     th["stack"] = futex[tid]["stack"][:12]
-    view = p.after if p.after is not None else before
+    view = p.after or []
+    confirmed_by_rpc = bool(p.timeouts)
     for tv in view:
         if not tv.nvml_init:
             continue
+        if not confirmed_by_rpc and tv.tid not in before_tids:
+            continue  # seen once only: may be a normal, short init
         th = threads.setdefault(tv.tid, {"tid": tv.tid, "sources": []})
         th.setdefault("func", tv.nvml_init)
         th["sources"].append("stack scan")
         th.setdefault("waits_on", tv.waits_on)
         th["proc"] = tv.to_dict()
+    seen_apart = round(p.after_at - before_at, 2) if p.after_at else None
     for tid, th in threads.items():
         th["blocked_before_probe"] = tid in before_tids
+        if tid in before_tids and "stack scan" in th["sources"] and seen_apart:
+            th["seen_inside_for_s"] = seen_apart  # at least this long (two /proc samples)
         if "proc" not in th:
             tv = next((x for x in view if x.tid == tid), None)
             if tv is not None:
@@ -395,7 +414,7 @@ def _blocked(ctx, p: _PluginProbe, before: list[proctasks.ThreadView], trace, tr
     main = next((x for x in first if not x["blocked_before_probe"] and gpa), first[0])
     func = main.get("func") or "nvmlInit"
     waits = main.get("waits_on") or "something the probe could not see"
-    head = (f"{gpa.rpc} did not answer in {gpa.deadline_s:.0f} s; " if gpa else "")
+    head = (f"{gpa.rpc} did not answer in {round(gpa.deadline_s, 1):g} s; " if gpa else "")
     verb = "entered" if gpa or "ebpf uprobe" in main["sources"] else "is inside"
     more = f" (and {len(threads) - 1} more thread(s))" if len(threads) > 1 else ""
     title = (f"{head}thread {main['tid']} of pid {pid} ({t.comm}) {verb} {func} and has not "

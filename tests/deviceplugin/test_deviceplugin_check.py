@@ -149,6 +149,25 @@ def test_thread_blocked_before_the_probe_started(host, start_plugin, podres, tmp
     assert p.alive() and _answers(p.socket)
 
 
+def test_stuck_thread_without_any_rpc_timeout_is_confirmed_by_two_samples(
+        host, start_plugin, tmp_path):
+    """The plugin does not offer GetPreferredAllocation to the probe, but an earlier caller
+    (the kubelet) left a thread inside nvmlInit_v2: found from /proc alone, seen twice."""
+    lib = build_fake_nvml(tmp_path / "lib", init="block")
+    p = start_plugin("nvidia-gpu.sock", mode="nvml-block", nvml_lib=lib,
+                     extra=("--no-preferred-allocation",))
+    with rpc.PluginClient(str(p.socket)) as c:
+        assert c.preferred_allocation([GPU_A], 1, 0.5).status == "timeout"
+    run = run_probe(*host.args(*DP_ONLY))
+    assert run.findings("deviceplugin.rpc_timeout") == []
+    (b,) = run.findings("deviceplugin.blocked_in_nvml")
+    assert b["title"].startswith(f"thread ") and "is inside nvmlInit_v2" in b["title"]
+    (th,) = b["evidence"]["threads"]
+    assert th["blocked_before_probe"] is True and th["seen_inside_for_s"] >= 1.0
+    assert b["evidence"]["rpc_timeout"] is None
+    assert p.calls().count("GetPreferredAllocation") == 1  # only the test's own call
+
+
 @pytest.mark.bcc
 @pytest.mark.slow
 def test_blocked_in_nvml_seen_by_ebpf(host, start_plugin, podres, tmp_path):
