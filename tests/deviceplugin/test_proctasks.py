@@ -132,3 +132,26 @@ def test_elf_reader_rejects_non_elf(tmp_path):
     f.write_bytes(b"not an elf" * 10)
     with pytest.raises(elfsyms.ElfError):
         elfsyms.read_function_symbols(f)
+
+
+@pytest.mark.skipif(os.uname().machine != "x86_64", reason="syscall numbers below are x86_64")
+def test_ioctl_on_nvidiactl_from_a_recorded_proc_tree(tmp_path):
+    """A thread of a real driver hang sits in ioctl(fd -> /dev/nvidiactl). No driver here, so
+    this replays the /proc files such a thread shows (copied shapes: stat, wchan, syscall with
+    nr 16, fd link) to check they are read into 'an ioctl on /dev/nvidiactl'."""
+    pid, tid = 4242, 4250
+    task = tmp_path / str(pid) / "task" / str(tid)
+    task.mkdir(parents=True)
+    (task / "stat").write_text(f"{tid} (nvidia-device-p) D 1 0 0 0 -1 0 0 0 0 0 5 1 0 0 20 0 "
+                               "30 0 12345 0 0\n")
+    (task / "wchan").write_text("os_acquire_mutex")
+    (task / "syscall").write_text("16 0x7 0xc020462a 0x7ffd4c9f0a10 0x0 0x0 0x0 "
+                                  "0x7ffd4c9f09e8 0x7f1c2a91b9cb\n")
+    fd = tmp_path / str(pid) / "fd"
+    fd.mkdir()
+    os.symlink("/dev/nvidiactl", fd / "7")
+    (t,) = proctasks.process_threads(pid, proc=tmp_path)
+    assert (t.tid, t.state, t.syscall, t.fd_path) == (tid, "D", "ioctl", "/dev/nvidiactl")
+    assert t.waits_on == "an ioctl on /dev/nvidiactl"
+    assert t.to_dict()["args"][1] == "0xc020462a"
+    assert t.stack_scan == "no nvml mapped"
