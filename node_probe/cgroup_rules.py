@@ -144,6 +144,7 @@ class AccessResult:
     helper_pid: int | None = None
     left_behind: bool = False           # helper still in the cgroup afterwards (never expected)
     duration_s: float = 0.0
+    setns_errno: int | None = None      # entering the host cgroup namespace failed
 
     def allowed(self, majmin: str) -> bool | None:
         e = self.errnos.get(majmin)
@@ -202,9 +203,22 @@ def _node_for(major: int, minor: int, candidates: Sequence[Path], tmpdir: list) 
         return None
 
 
+def foreign_cgroupns(proc: Path = Path("/proc"), host_pid: int = 1) -> str | None:
+    """The host's cgroup namespace (pid 1's) when we run in another one, else None."""
+    try:
+        host = os.stat(proc / str(host_pid) / "ns/cgroup")
+        mine = os.stat("/proc/self/ns/cgroup")
+    except OSError:
+        return None
+    if (host.st_dev, host.st_ino) == (mine.st_dev, mine.st_ino):
+        return None
+    return str(proc / str(host_pid) / "ns/cgroup")
+
+
 def check_access_many(targets: Sequence[tuple[str, Path, Sequence[tuple[int, int, Sequence[Path]]]]],
                      timeout_s: float = 3.0, mode: str = "access",
-                     python: str | None = None) -> dict[str, AccessResult]:
+                     python: str | None = None, cgroupns: str | None = "auto"
+                     ) -> dict[str, AccessResult]:
     """One helper visits each target cgroup in turn and reports the errno per (major, minor).
 
     `targets`: (key, cgroup dir, [(major, minor, candidate host paths of the node)]). Works for
@@ -232,9 +246,11 @@ def check_access_many(targets: Sequence[tuple[str, Path, Sequence[tuple[int, int
             node_maps[key], cgroups[key] = paths, cg
         if not plan:
             return results
+        if cgroupns == "auto":
+            cgroupns = foreign_cgroupns()
         res = subproc.run([*_helper_argv(python), mode], timeout_s, env={},
-                          input=json.dumps(plan).encode())
-        pid, seen = None, {}
+                          input=json.dumps({"cgroupns": cgroupns, "targets": plan}).encode())
+        pid, seen, setns_err = None, {}, None
         for line in res.stdout.decode("utf-8", "replace").splitlines():
             try:
                 obj = json.loads(line)
@@ -242,6 +258,8 @@ def check_access_many(targets: Sequence[tuple[str, Path, Sequence[tuple[int, int
                 continue
             if "pid" in obj:
                 pid = obj["pid"]
+            elif "setns_errno" in obj:
+                setns_err = int(obj["setns_errno"])
             elif obj.get("key") in node_maps:
                 seen[obj["key"]] = obj
         if res.timed_out:
@@ -260,12 +278,16 @@ def check_access_many(targets: Sequence[tuple[str, Path, Sequence[tuple[int, int
                 results[key] = AccessResult(False, {}, why, pid, left, per)
             elif not obj.get("joined"):
                 e = int(obj.get("error") or 0)
+                hint = (f" (entering the host cgroup namespace failed: "
+                        f"{errno_mod.errorcode.get(setns_err, setns_err)})" if setns_err else "")
                 results[key] = AccessResult(False, {}, f"could not join the cgroup: "
-                                            f"{errno_mod.errorcode.get(e, e)}", pid, left, per)
+                                            f"{errno_mod.errorcode.get(e, e)}{hint}", pid, left,
+                                            per)
             else:
                 errnos = {paths[p]: int(e) for p, e in (obj.get("errno") or {}).items()
                           if p in paths}
-                results[key] = AccessResult(len(errnos) == len(paths), errnos, "", pid, left, per)
+                results[key] = AccessResult(len(errnos) == len(paths), errnos, "", pid, left, per,
+                                            setns_err)
         return results
     finally:
         for d in tmpdir:

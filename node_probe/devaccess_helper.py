@@ -9,6 +9,9 @@ prints its pid, then one JSON line per target: {"key", "joined", "error", "errno
 MODE `access` uses access(R_OK|W_OK), which runs the device cgroup check
 (devcgroup_inode_permission, BPF programs included) without entering the driver; `open`
 really opens the node O_RDWR|O_NONBLOCK (tests; an open of a wedged GPU can block).
+When the probe runs in its own cgroup namespace (a debug pod on cgroup v2), the kernel refuses
+to move a process to a cgroup outside that namespace (ENOENT), so the plan may name a cgroup
+namespace to enter first (the host's, /proc/1/ns/cgroup with hostPID), via setns(2).
 """
 import ctypes
 import json
@@ -18,7 +21,7 @@ import sys
 
 def main(argv):
     mode = argv[0] if argv else "access"
-    plan = json.loads(sys.stdin.read() or "[]")
+    plan = json.loads(sys.stdin.read() or "{}")
     pid = os.getpid()
     try:  # if a container is at its memory limit, the OOM killer takes us first
         with open("/proc/self/oom_score_adj", "w") as f:
@@ -27,7 +30,12 @@ def main(argv):
         pass
     print(json.dumps({"pid": pid}), flush=True)
     libc = ctypes.CDLL(None, use_errno=True)
-    for t in plan:
+    if plan.get("cgroupns"):
+        fd = os.open(plan["cgroupns"], os.O_RDONLY)
+        if libc.setns(fd, 0x02000000) != 0:   # CLONE_NEWCGROUP
+            print(json.dumps({"setns_errno": ctypes.get_errno()}), flush=True)
+        os.close(fd)
+    for t in plan.get("targets") or ():
         out = {"key": t["key"], "joined": False, "error": 0, "errno": {}}
         try:
             fd = os.open(t["procs"], os.O_WRONLY)

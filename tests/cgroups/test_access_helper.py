@@ -45,3 +45,47 @@ def test_frozen_v2_cgroup_is_not_joined(v2_tree, tmp_path):
     finally:
         (cg / "cgroup.freeze").write_text("0")
         os.kill(p.pid, signal.SIGKILL)
+
+
+def _nsdelegate() -> bool:
+    with open("/proc/self/mountinfo") as f:
+        return any(" /sys/fs/cgroup/unified " in l and "nsdelegate" in l for l in f)
+
+
+def test_helper_from_a_private_cgroup_namespace(v2_tree, tmp_path):
+    """A debug pod on cgroup v2 runs in its own cgroup namespace; the helper enters the host's
+    (pid 1's) before joining a container's cgroup. Here the probe side runs under
+    `unshare --cgroup` rooted at its own child cgroup, and the helper really calls setns."""
+    import json
+    import subprocess
+    import sys
+
+    from tests.probe_run import REPO
+    host = make_host_root(tmp_path)
+    home = v2_tree.top / "probe-home"
+    home.mkdir()
+    target = v2_tree.container(new_uid(), new_cid())
+    code = ("import json, sys\nfrom node_probe import cgroup_rules as c\n"
+            "t = [('t', sys.argv[1], [(195, 255, [sys.argv[2]])])]\n"
+            "ns = c.foreign_cgroupns(host_pid=int(sys.argv[3]))\n"
+            "a = c.check_access_many(t, 10, 'open', cgroupns=ns)['t']\n"
+            "n = c.check_access_many(t, 10, 'open', cgroupns=None)['t']\n"
+            "print(json.dumps({'foreign': ns, 'auto': [a.errnos, a.reason, a.setns_errno],"
+            " 'none': [n.errnos, n.reason]}))\n")
+
+    def join_home():
+        with open(home / "cgroup.procs", "w") as f:
+            f.write(str(os.getpid()))
+
+    out = subprocess.run(["unshare", "--cgroup", sys.executable, "-c", code, str(target),
+                          str(host / "dev/nvidiactl"), str(os.getpid())],
+                         preexec_fn=join_home, cwd=REPO,
+                         env={**os.environ, "PYTHONPATH": str(REPO)}, capture_output=True,
+                         text=True, timeout=30)
+    assert out.returncode == 0, out.stderr
+    r = json.loads(out.stdout)
+    # (pid 1's namespace is not readable in this sandbox; the test process stands in for it)
+    assert r["foreign"] == f"/proc/{os.getpid()}/ns/cgroup"
+    assert r["auto"] == [{"195:255": errno.ENXIO}, "", None]
+    if _nsdelegate():   # the kernel hides cgroups outside the namespace: ENOENT
+        assert "ENOENT" in r["none"][1]
