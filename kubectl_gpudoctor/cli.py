@@ -134,17 +134,26 @@ def pod_cmd(ctx: click.Context, name: str, **kw: Any) -> int:
               help="Parallel per-node kubelet calls for flagged nodes (default 8).")
 @click.option("--stall-threshold", type=click.FloatRange(min=1), default=None,
               help="Seconds a bound pod may go untouched before it counts as stalled.")
+@click.option("--probe", "probe", is_flag=True, default=False,
+              help="Also run the node probe in a debug pod on every selected node, "
+                   "--concurrency at a time (narrow the set with -l).")
+@click.option("--max-probes", type=click.IntRange(min=1), default=20, show_default=True,
+              help="Refuse --probe on more nodes than this.")
+@click.option("--start-timeout", type=click.FloatRange(min=1), default=None,
+              help="Seconds to wait for each debug pod to run (default 60).")
 @_common
 @click.pass_context
-def nodes_cmd(ctx: click.Context, selector: str | None, all_nodes: bool, **kw: Any) -> int:
+def nodes_cmd(ctx: click.Context, selector: str | None, all_nodes: bool, probe: bool,
+              max_probes: int, **kw: Any) -> int:
     """Scan many nodes from the API side (a constant number of list calls) in one table."""
     o = _opts(ctx, kw)
-    o["no_probe"] = True
+    o["no_probe"] = not probe
     from . import fleet
     rows_box: list = []
 
     def go(kube, out, s, reg):
-        rows_box.extend(fleet.scan(kube, selector, s, out, all_nodes=all_nodes))
+        rows_box.extend(fleet.scan(kube, selector, s, out, all_nodes=all_nodes,
+                                   max_probes=max_probes, on_pod=reg))
     return _run_cluster(o, {"kind": "nodes", "name": selector or
                             ("all nodes" if all_nodes else "GPU nodes"), "node": None}, go,
                         pre_table=lambda: fleet.table(rows_box) if rows_box else "")
@@ -253,13 +262,10 @@ def _run_cluster(o: dict, target: dict, fn: Callable, pod_target: bool = False,
     if pod_target:
         target["name"] = f"{namespace}/{target['name']}"
     out = Output(o["output"], o["fail_on"], target)
-    active: list = []
-    seen: list = []
+    seen: list = []  # every debug pod of this run (several with `nodes --probe`)
 
     def register(pod) -> None:
-        active.clear()
         if pod is not None:
-            active.append(pod)
             seen.append(pod)
 
     error: errors.GpuDoctorError | None = None
@@ -275,8 +281,8 @@ def _run_cluster(o: dict, target: dict, fn: Callable, pod_target: bool = False,
     except KeyboardInterrupt:
         error = errors.Interrupted("interrupted")
     finally:
-        for pod in list(active):  # belt and braces: run_probe's finally deletes it already
-            pod.delete()
+        for pod in list(seen):  # belt and braces: run_probe's finally deletes it already;
+            pod.delete()        # idempotent, and here the only path for worker threads' pods
         signal.signal(signal.SIGTERM, old)
         if gc_was:
             gc.enable()
@@ -285,9 +291,10 @@ def _run_cluster(o: dict, target: dict, fn: Callable, pod_target: bool = False,
             created = [p for p in seen if p.created]
             if created:
                 gone = all(p.deleted for p in created)
+                what = "debug pod" if len(created) == 1 else f"{len(created)} debug pods"
                 error.message = "interrupted; " + (
-                    "debug pod deleted" if gone else
-                    "could not delete the debug pod, run `kubectl gpu-doctor cleanup`")
+                    f"{what} deleted" if gone else
+                    f"could not delete every {what}, run `kubectl gpu-doctor cleanup`")
         out.mark_incomplete(error.one_line())
     code = int(out.exit_status(error.exit_status if error else None))
     show = error is None or out.report.findings or o["output"] != "table"

@@ -24,6 +24,7 @@ from .kube import ApiStatus, Kube, raise_for
 from .output import Output
 
 MAX_EVENT_LOOKUPS = 20
+STALLED_START_TIMEOUT_S = 15.0
 PROXY_TIMEOUT_S = 10.0
 
 
@@ -191,46 +192,64 @@ def _result(out: Output, check_id: str, fut: cf.Future, t0: float, quiet: bool =
 # -- the node probe in a debug pod ---------------------------------------------------------
 
 def exec_candidates(pods: list[dict]) -> list[str]:
-    """Running privileged/hostPID pods on the node: a way in when no new pod can start."""
-    out = []
+    """Running pods on the node to exec into when no new pod can start: the device plugin's
+    own pod first (it sees what the plugin sees), then privileged / hostPID pods."""
+    scored = []
     for p in pods:
         spec, st = p.get("spec") or {}, p.get("status") or {}
-        if st.get("phase") != "Running":
+        if st.get("phase") != "Running" or (p.get("metadata") or {}).get("deletionTimestamp"):
             continue
+        name = (p.get("metadata") or {}).get("name", "")
+        plugin = "device-plugin" in name or "vgpu-device" in name
         priv = spec.get("hostPID") or any(
-            ((c.get("securityContext") or {}).get("privileged")) for c in spec.get("containers") or ())
-        if priv:
-            out.append(pod_ref(p))
-    return out[:3]
+            ((c.get("securityContext") or {}).get("privileged"))
+            for c in spec.get("containers") or ())
+        if plugin or priv:
+            scored.append((0 if plugin else 1, pod_ref(p)))
+    return [ref for _, ref in sorted(scored)[:3]]
 
 
 def run_probe(kube: Kube, view: NodeView, settings: Settings, out: Output,
               focus_pods: tuple[str, ...] = (), cancelled: Callable[[], bool] = lambda: False,
-              on_pod: Callable[[debugpod.DebugPod | None], None] = lambda p: None) -> None:
+              on_pod: Callable[[debugpod.DebugPod | None], None] = lambda p: None,
+              fleet: bool = False) -> None:
+    """Run the node probe in a debug pod on the view's node; merge its records into `out`.
+
+    fleet=True: one of several nodes in one report (subjects and check ids get the node name).
+    """
     name = view.node["metadata"]["name"]
+    check_id = f"node.probe/{name}" if fleet else "node.probe"
+    subject = f"node/{name}"
     run_id = debugpod.new_run_id()
     body = debugpod.manifest(name, settings.namespace, run_id, settings.image,
                              settings.timeout_s, settings.trace_s, focus_pods,
                              extra_args=settings.probe_args)
     pod = debugpod.DebugPod(kube, body, say=out.say)
     on_pod(pod)
-    stalled = [f for f in out.report.findings
+    stalled = [f for f in list(out.report.findings)
                if f.id in ("kubelet.admission_stalled", "kubelet.blocked_in_device_plugin")
-               and f.severity.value in ("critical", "warning")]
+               and f.severity.value in ("critical", "warning") and f.subject == subject]
     t0 = time.monotonic()
+    start_timeout = settings.start_timeout_s
+    if stalled:
+        # The API side already says the kubelet admits nothing: try, but do not make the
+        # on-call engineer wait a minute for a pod we expect to stay Pending.
+        start_timeout = min(start_timeout, STALLED_START_TIMEOUT_S)
+        out.say(f"the kubelet on {name} is not admitting pods; giving the debug pod "
+                f"{start_timeout:.0f}s")
     try:
         pod.create()
         try:
-            pod.wait_running(settings.start_timeout_s, cancelled=cancelled)
+            pod.wait_running(start_timeout, cancelled=cancelled)
         except debugpod.PodNeverStarted as exc:
             _pod_not_started(out, name, pod, exc, stalled, view)
-            out.check("node.probe", "skipped", time.monotonic() - t0, "debug pod never started")
+            out.check(check_id, "skipped", time.monotonic() - t0, "debug pod never started")
             return
         out.say(f"probe running on {name}; following its output")
         deadline = time.monotonic() + settings.timeout_s + 30
         got_summary = False
         for rec in stream.records(pod.follow_log(read_timeout_s=settings.timeout_s + 30)):
-            out.node_record(rec)
+            out.node_record(rec, node=name if fleet else None)
             if rec.get("kind") == "summary":
                 got_summary = True
             if time.monotonic() > deadline:
@@ -238,9 +257,9 @@ def run_probe(kube: Kube, view: NodeView, settings: Settings, out: Output,
                 break
         if not got_summary:
             reason = _terminated_reason(kube, pod)
-            out.mark_incomplete("the probe's output ended without a summary"
-                                + (f" ({reason})" if reason else ""))
-        out.check("node.probe", "ok" if got_summary else "error", time.monotonic() - t0)
+            out.mark_incomplete(f"the probe's output{' on ' + name if fleet else ''} ended "
+                                f"without a summary" + (f" ({reason})" if reason else ""))
+        out.check(check_id, "ok" if got_summary else "error", time.monotonic() - t0)
     finally:
         if pod.created:
             if pod.delete():

@@ -10,8 +10,9 @@ Raw bytes are json.loads'ed into dicts: the client's model deserialization is fa
 from __future__ import annotations
 
 import concurrent.futures as cf
+import threading
 import time
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
 
 from . import analysis, errors
 from .analysis import capacity, goroutines
@@ -38,8 +39,12 @@ def _list(kube: Kube, path: str, what: str, query: list | None = None,
 
 
 def scan(kube: Kube, selector: str | None, settings: Settings, out: Output,
-         all_nodes: bool = False) -> list[dict]:
-    """Analyse the selected nodes; return one summary row per node."""
+         all_nodes: bool = False, max_probes: int = 20,
+         on_pod: Callable = lambda p: None) -> list[dict]:
+    """Analyse the selected nodes; return one summary row per node.
+
+    With settings.probe, also run the node probe on every selected node, `concurrency` debug
+    pods at a time (refused above `max_probes` nodes: narrow the selection instead)."""
     t0 = time.monotonic()
     q = [("labelSelector", selector)] if selector else []
     # all four lists at once: their transfer overlaps, and json.loads runs without the GC
@@ -56,6 +61,10 @@ def scan(kube: Kube, selector: str | None, settings: Settings, out: Output,
     if not selector and not all_nodes:
         nodes = [n for n in nodes if capacity.is_gpu_node(n)]
     names = {(n.get("metadata") or {}).get("name") for n in nodes}
+    if settings.probe and len(nodes) > max_probes:
+        raise errors.UsageError(
+            f"--probe would start debug pods on {len(nodes)} nodes (more than --max-probes "
+            f"{max_probes}); narrow the selection with -l or raise --max-probes")
     out.check("api.list_pods_events_leases", "ok", time.monotonic() - t0)
     if events is None:
         out.log("warning", "events not readable; stalled pods judged from their status only")
@@ -88,7 +97,44 @@ def scan(kube: Kube, selector: str | None, settings: Settings, out: Output,
     out.check("api.analysis", "ok", time.monotonic() - t0)
     if flagged:
         _dumps(kube, flagged, settings, out, rows)
+    if settings.probe and nodes:
+        _probe_all(kube, nodes, by_node, settings, out, rows, on_pod)
     return rows
+
+
+def _probe_all(kube: Kube, nodes: list[dict], by_node: dict, settings: Settings, out: Output,
+               rows: list[dict], on_pod: Callable) -> None:
+    """The node probe on many nodes, `concurrency` debug pods at a time, each deleted."""
+    from .diagnose import NodeView, run_probe
+    stop = threading.Event()
+    pool = cf.ThreadPoolExecutor(max_workers=max(1, settings.concurrency),
+                                 thread_name_prefix="probe")
+    futs = {}
+    try:
+        for n in nodes:
+            name = n["metadata"]["name"]
+            view = NodeView(n, by_node.get(name, []), None, None, [])
+            futs[pool.submit(run_probe, kube, view, settings, out, (), stop.is_set, on_pod,
+                             True)] = name
+        for fut in cf.as_completed(futs):
+            try:
+                fut.result()
+            except errors.GpuDoctorError as exc:  # one node's launch error: report, go on
+                out.log("error", f"{futs[fut]}: {exc.one_line()}")
+                out.mark_incomplete(f"the probe could not run on {futs[fut]}: "
+                                    f"{exc.one_line()}")
+    except BaseException:
+        stop.set()  # workers waiting for their pod to start give up; the caller deletes pods
+        pool.shutdown(wait=False, cancel_futures=True)
+        raise
+    pool.shutdown(wait=True)
+    by_name = {r["node"]: r for r in rows}
+    for f in list(out.report.findings):
+        if not f.check or not f.subject.startswith("node/"):
+            continue  # API-side findings are already in their row; node-side ones carry check
+        row = by_name.get(f.subject.split(" ", 1)[0][len("node/"):])
+        if row is not None:
+            _count(row, f)
 
 
 def _dumps(kube: Kube, names: list[str], settings: Settings, out: Output,

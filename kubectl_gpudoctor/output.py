@@ -9,6 +9,7 @@ Renderers are node_probe.render's; this module only routes records.
 from __future__ import annotations
 
 import sys
+import threading
 import time
 from typing import IO, Any, Mapping
 
@@ -32,22 +33,53 @@ class Output:
         self.node_summary: dict | None = None
         self.api_only = True
         self._t0 = time.monotonic()
+        self._lock = threading.RLock()  # `nodes --probe` streams several nodes at once
 
     # -- records in ------------------------------------------------------------------------
     def finding(self, f: Finding) -> None:
-        if self.report.add_finding(f):
-            rec = f.to_record()
-            self.live(rec)
-            if self.jsonl:
-                self.jsonl(rec)
+        with self._lock:
+            if self.report.add_finding(f):
+                rec = f.to_record()
+                self.live(rec)
+                if self.jsonl:
+                    self.jsonl(rec)
 
     def findings(self, fs) -> None:
         for f in fs:
             self.finding(f)
 
-    def node_record(self, rec: Mapping[str, Any]) -> None:
-        """A record from the node probe's stream (already decoded)."""
-        self.api_only = False
+    def node_record(self, rec: Mapping[str, Any], node: str | None = None) -> None:
+        """A record from the node probe's stream (already decoded).
+
+        With `node` (several nodes in one report, `nodes --probe`) node-side subjects are
+        qualified with the node name, check ids too, and each node's summary only adds its
+        checks and completeness instead of standing for the whole run.
+        """
+        with self._lock:
+            if node is not None:
+                self._fleet_record(rec, node)
+            else:
+                self._node_record(rec)
+
+    def _fleet_record(self, rec: Mapping[str, Any], node: str) -> None:
+        kind = rec.get("kind")
+        if kind == "summary":
+            for c in rec.get("checks") or ():
+                self.check(f"{node}/{c.get('id', '?')}", c.get("status", "?"),
+                           float(c.get("duration_s", 0.0)), c.get("message", ""))
+            if not rec.get("complete", False):
+                self.mark_incomplete(f"the probe on {node} did not finish every check")
+            return
+        if kind == "finding":
+            rec = dict(rec)
+            subj = str(rec.get("subject") or "")
+            rec["subject"] = (f"node/{node}" if subj in ("", "node") or subj == f"node {node}"
+                              else f"node/{node} {subj}")
+        self._node_record(rec, fleet=True)
+
+    def _node_record(self, rec: Mapping[str, Any], fleet: bool = False) -> None:
+        if not fleet:
+            self.api_only = False  # the single node's own summary decides completeness
         kind = rec.get("kind")
         if kind == "finding":
             try:
@@ -67,24 +99,28 @@ class Output:
             self.jsonl(rec)
 
     def check(self, id: str, status: str, duration_s: float, message: str = "") -> None:
-        self.report.checks.append(CheckResult(id, status, duration_s, message))
+        with self._lock:
+            self.report.checks.append(CheckResult(id, status, duration_s, message))
 
     def say(self, message: str, **fields: Any) -> None:
         rec = protocol.progress(message=message, **fields)
-        self.live(rec)
-        if self.jsonl:
-            self.jsonl(rec)
+        with self._lock:
+            self.live(rec)
+            if self.jsonl:
+                self.jsonl(rec)
 
     def log(self, level: str, message: str) -> None:
         rec = protocol.log(level, message)
-        self.report.add_record(rec)
-        self.live(rec)
-        if self.jsonl:
-            self.jsonl(rec)
+        with self._lock:
+            self.report.add_record(rec)
+            self.live(rec)
+            if self.jsonl:
+                self.jsonl(rec)
 
     def mark_incomplete(self, reason: str) -> None:
-        if not self.report.extra_incomplete_reason:
-            self.report.extra_incomplete_reason = reason
+        with self._lock:
+            if not self.report.extra_incomplete_reason:
+                self.report.extra_incomplete_reason = reason
 
     # -- verdict and presentation -----------------------------------------------------------
     def exit_status(self, error: ExitStatus | None = None) -> ExitStatus:

@@ -84,6 +84,18 @@ def parse_dump(text: str) -> list[Goroutine]:
     return out
 
 
+def func_name(frame: str) -> str:
+    """`pkg.(*T).Method(0xc0.., {...})` -> `pkg.(*T).Method` (arguments are noise)."""
+    frame = frame.strip()
+    if frame.endswith(")"):
+        depth = 0
+        for i in range(len(frame) - 1, -1, -1):
+            depth += {")": 1, "(": -1}.get(frame[i], 0)
+            if depth == 0:
+                return frame[:i]
+    return frame
+
+
 def device_plugin_waits(goroutines: Sequence[Goroutine]) -> list[Goroutine]:
     return [g for g in goroutines if g.has(DEVICE_FRAMES)]
 
@@ -119,7 +131,7 @@ def analyze(node_name: str, dump_text: str,
         "in_sync_loop": in_sync_loop,
         "total_goroutines": len(goroutines),
         "examples": [{"goroutine": g.id, "state": g.state, "wait_min": g.wait_minutes,
-                      "top": [f for f in g.frames if "devicemanager" in f
+                      "top": [func_name(f) for f in g.frames if "devicemanager" in f
                               or "deviceplugin" in f][:3]} for g in waits[:3]],
     }
     if healthz is not None:

@@ -54,3 +54,53 @@ def test_nodes_table_and_selector(cluster, kubeconfig):
     assert r.returncode == 0 and doc["findings"] == []
     nodes_q = [q for m, p, q in cluster.requests() if p == "/api/v1/nodes"]
     assert nodes_q[-1]["labelSelector"] == f"kubernetes.io/hostname={names[0]}"
+
+
+def test_nodes_probe_runs_debug_pods_in_parallel_and_deletes_them(cluster, kubeconfig):
+    from .conftest import DATA
+    from .fakecluster import cut_odd
+    names = build_fleet(cluster, 3, 9)
+    cluster.log_chunks = cut_odd((DATA / "probe_stream.ndjson").read_bytes())
+    r = run_cli("nodes", "--probe", "--concurrency", "2", "--kubeconfig", str(kubeconfig),
+                "-o", "json", timeout=120)
+    doc = json.loads(r.stdout)
+    assert r.returncode == 1, r.stderr
+    assert sorted(p["spec"]["nodeName"] for p in cluster.created) == names
+    assert len(cluster.deleted) == 3
+    hang = {f["subject"] for f in doc["findings"] if f["id"] == "nvml.init_hang"}
+    assert hang == {f"node/{n}" for n in names}  # node-side subjects qualified per node
+    assert {f"{n}/nvml" for n in names} <= {c["id"] for c in doc["checks"]}
+    assert doc["summary"]["complete"] is True
+
+
+def test_nodes_probe_refuses_too_many(cluster, kubeconfig):
+    build_fleet(cluster, 5, 5)
+    r = run_cli("nodes", "--probe", "--max-probes", "4", "--kubeconfig", str(kubeconfig))
+    assert r.returncode == 2 and "--max-probes" in r.stderr and cluster.created == []
+
+
+def test_ctrl_c_during_nodes_probe_deletes_every_pod(cluster, kubeconfig):
+    import signal
+    import time
+
+    from .conftest import DATA, one_error_line, popen_cli
+    build_fleet(cluster, 3, 3)
+    cluster.log_chunks = [(DATA / "probe_stream.ndjson").read_bytes()[:300]]
+    cluster.log_hang = True
+    p = popen_cli("nodes", "--probe", "--kubeconfig", str(kubeconfig), "-o", "json")
+    try:
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and cluster.count(
+                "GET", r"/api/v1/namespaces/[^/]+/pods/gpu-doctor-[^/]+/log") < 3:
+            time.sleep(0.05)
+        p.send_signal(signal.SIGINT)
+        out, err = p.communicate(timeout=20)
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+    assert p.returncode == 130
+    assert "3 debug pods deleted" in one_error_line(err)
+    assert sorted(n for _, n, _ in cluster.deleted) == sorted(
+        b["metadata"]["name"] for b in cluster.created) and len(cluster.created) == 3
+    assert json.loads(out)["exit_code"] == 130
