@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Cost of the device cgroup audit (check `cgroup.devices`) on real cgroups of this host.
 
-Builds a kubepods-shaped tree with N containers (a real `sleep` process in each, half of them
+Builds a kubepods-shaped tree with N containers (each with a ~30 KB OCI config.json) (a real `sleep` process in each, half of them
 GPU containers by NVIDIA_VISIBLE_DEVICES) under the v1 devices controller and under the
 cgroup2 hierarchy, runs the check in-process, and prints the median wall time of:
   - v1: discovery + devices.list evaluation for N containers
@@ -13,6 +13,7 @@ Usage: .venv/bin/python bench/cgroup_audit.py [--containers 40] [--runs 5]
 from __future__ import annotations
 
 import argparse
+import json
 import statistics
 import sys
 import tempfile
@@ -29,11 +30,25 @@ from tests.cgroups.conftest import (GPU0_UUID, V1_DEVICES, V2_UNIFIED, CgroupTre
                                     deny_all_then_allow, make_host_root, new_cid, new_uid)
 
 
-def build(tree: CgroupTree, n: int, v1: bool) -> list[str]:
+def bundle(host: Path, cid: str, i: int) -> None:
+    """A ~30 KB OCI config.json, the size containerd writes for a typical pod container."""
+    d = host / f"run/containerd/io.containerd.runtime.v2.task/k8s.io/{cid}"
+    d.mkdir(parents=True)
+    d.joinpath("config.json").write_text(json.dumps({
+        "process": {"env": [f"VAR_{k}={'x' * 40}" for k in range(300)]},
+        "annotations": {"io.kubernetes.cri.sandbox-name": f"pod-{i}",
+                        "io.kubernetes.cri.sandbox-namespace": "bench",
+                        "io.kubernetes.cri.container-name": "main"},
+        "linux": {"resources": {"devices": [{"allow": False, "access": "rwm"}]}}}))
+
+
+def build(tree: CgroupTree, host: Path, n: int, v1: bool) -> list[str]:
     uids = []
     for i in range(n):
         uid = new_uid()
-        cg = tree.container(uid, new_cid(), qos=("burstable", "besteffort", "guaranteed")[i % 3])
+        cid = new_cid()
+        bundle(host, cid, i)
+        cg = tree.container(uid, cid, qos=("burstable", "besteffort", "guaranteed")[i % 3])
         if v1:
             deny_all_then_allow(cg, ["c 1:3 rwm", "c *:* m", "c 195:255 rw", "c 195:0 rw"])
         tree.spawn(cg, {"NVIDIA_VISIBLE_DEVICES": GPU0_UUID} if i % 2 == 0 else {})
@@ -61,7 +76,7 @@ def main() -> int:
                                         ("v2", V2_UNIFIED, V2_UNIFIED, False)):
             tree = CgroupTree(hroot)
             try:
-                uids = build(tree, a.containers, v1)
+                uids = build(tree, host, a.containers, v1)
                 times, n = [], 0
                 for _ in range(a.runs):
                     t, n = run_check(host, croot, uids)

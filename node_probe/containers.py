@@ -367,8 +367,11 @@ def assign_gpus(c: Container, podres_idx: Mapping | None, ckpt_idx: Mapping | No
 
 
 def discover(cgroup_dir: Path, host_root: Path, proc: Path = procfs.PROC,
-             focus_pods: Sequence[str] = ()) -> tuple[Hierarchy | None, list[Container]]:
-    """All kubelet containers on the node with pids, names and the NVIDIA_* environment."""
+             focus_pods: Sequence[str] = (), want_meta=None
+             ) -> tuple[Hierarchy | None, list[Container]]:
+    """All kubelet containers on the node with pids, the NVIDIA_* environment and names.
+    `want_meta(ref, env) -> bool` limits which containers' OCI bundles are read (a big node
+    has hundreds; only GPU candidates need names)."""
     h = find_hierarchy(cgroup_dir)
     if h is None:
         return None, []
@@ -378,8 +381,10 @@ def discover(cgroup_dir: Path, host_root: Path, proc: Path = procfs.PROC,
         if focus and ref.pod_uid not in focus:
             continue
         pids = read_pids(path)
+        env = container_env(pids, proc)
+        meta = (read_bundle_meta(host_root, ref.container_id)
+                if want_meta is None or want_meta(ref, env) else {})
         c = Container(ref=ref, cgroup_path=path, cgroup_version=h.version, pids=pids,
-                      meta=read_bundle_meta(host_root, ref.container_id),
-                      env=container_env(pids, proc))
+                      meta=meta, env=env)
         out.append(c)
     return h, out

@@ -269,10 +269,21 @@ def _writes_for(c: containers.Container, writes: Sequence[dict]) -> list[dict]:
 def cgroup_devices(ctx):
     opts = ctx.options
     host_root = opts.host_root
-    h, ctrs = containers.discover(opts.cgroup_dir, host_root, opts.proc_root, opts.focus_pods)
+    entries = device_checkpoint.load(opts.kubelet_path)
+    ckpt = device_checkpoint.index(entries)
+    gpu_pods = {e.pod_uid for e in entries or ()
+                if e.resource.startswith(containers.GPU_RESOURCE_PREFIXES)}
+
+    def want_meta(ref, env) -> bool:
+        # names are needed to join pod-resources; with the kubelet checkpoint readable, only
+        # its GPU pods (and containers with NVIDIA_* in their environment) can be GPU ones
+        return entries is None or ref.pod_uid in gpu_pods or \
+            any(k.startswith("NVIDIA_") for k in env)
+
+    h, ctrs = containers.discover(opts.cgroup_dir, host_root, opts.proc_root, opts.focus_pods,
+                                  want_meta)
     podres = _fact(ctx, "podresources", 1.0)
     idx = containers.podresources_index(podres) if podres is not None else None
-    ckpt = device_checkpoint.index(device_checkpoint.load(opts.kubelet_path)) if ctrs else {}
     for c in ctrs:
         containers.assign_gpus(c, idx, ckpt)
     ctx.publish("containers", [c.to_fact() for c in ctrs])

@@ -177,3 +177,26 @@ def test_podresources_wins_and_env_is_the_fallback():
     c = _ctr({}, {"NVIDIA_VISIBLE_DEVICES": "void"})
     containers.assign_gpus(c, None)
     assert not c.is_gpu and c.to_fact()["gpu"] is False
+
+
+def test_discover_reads_bundles_only_for_candidates(tmp_path):
+    root, c = _captured_v2(tmp_path, "cgroupfs")
+    host = tmp_path / "host"
+    for cid in (CID, "a" * 64):
+        d = host / f"run/containerd/io.containerd.runtime.v2.task/k8s.io/{cid}"
+        d.mkdir(parents=True)
+        d.joinpath("config.json").write_text(
+            '{"annotations": {"io.kubernetes.cri.container-name": "c-%s"}}' % cid[:4])
+    asked = []
+
+    def want(ref, env):
+        asked.append(ref.container_id)
+        return ref.container_id == CID
+
+    h, found = containers.discover(root, host, tmp_path / "noproc", want_meta=want)
+    by_id = {x.ref.container_id: x for x in found}
+    assert sorted(asked) == sorted(by_id)
+    assert by_id[CID].meta["container"] == "c-90d6"
+    assert by_id["a" * 64].meta == {}
+    _, all_meta = containers.discover(root, host, tmp_path / "noproc")
+    assert all(x.meta for x in all_meta)
