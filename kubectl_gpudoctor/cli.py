@@ -405,8 +405,35 @@ def _quiet_stdout() -> None:
         pass
 
 
+def cobra_complete(args: list[str]) -> str:
+    """kubectl's plugin completion protocol (kubernetes/kubernetes#105867): kubectl runs
+    `kubectl_complete-gpu_doctor <words after the plugin name>` (last word = the partial one)
+    and expects Cobra's `__complete` output: one candidate per line (`value<TAB>help`), then
+    `:<directive>` (4 = do not fall back to file names)."""
+    from click.shell_completion import ShellComplete
+    words, incomplete = (args[:-1], args[-1]) if args else ([], "")
+    comp = ShellComplete(cli, {}, "kubectl-gpu_doctor", "_KUBECTL_GPU_DOCTOR_COMPLETE")
+    lines = []
+    for item in comp.get_completions(words, incomplete):
+        lines.append(f"{item.value}\t{item.help}" if item.help else str(item.value))
+    return "\n".join(lines + [":4"]) + "\n"
+
+
+def complete_entrypoint() -> None:
+    """The `kubectl_complete-gpu_doctor` executable kubectl looks for on PATH."""
+    try:
+        sys.stdout.write(cobra_complete(sys.argv[1:]))
+        sys.stdout.flush()
+    except Exception:  # noqa: BLE001 - completion must never print a traceback into a shell
+        sys.stdout.write(":4\n")
+    os._exit(0)
+
+
 def entrypoint() -> None:
     argv = sys.argv[1:]
+    if argv[:1] == ["__complete"]:  # `kubectl-gpu_doctor __complete ...` == the completer
+        sys.argv = sys.argv[:1] + argv[1:]
+        complete_entrypoint()
     if argv[:1] == ["__probe"]:  # frozen builds: run the node probe in this child process
         from node_probe.cli import main as probe_main
         code = probe_main(argv[1:])

@@ -247,3 +247,21 @@ def test_cleanup_deletes_leftovers_by_label(cluster, kubeconfig):
     assert r.returncode == 0, r.stderr
     assert "deleted 2 gpu-doctor debug pod(s) in all namespaces" in r.stdout
     assert ("default", "unrelated") in cluster.pods and len(cluster.pods) == 1
+
+
+def test_kubectl_plugin_completion_protocol_lists_nodes(cluster, kubeconfig):
+    import os
+    import subprocess
+    import sys
+
+    from .conftest import REPO, cli_env
+    cluster.add_node("gpu-a1")
+    cluster.add_node("gpu-a2")
+    cluster.add_node("cpu-b1", gpus=0)
+    env = dict(cli_env(), KUBECONFIG=str(kubeconfig))
+    r = subprocess.run([sys.executable, "-m", "kubectl_gpudoctor", "__complete", "node",
+                        "gpu-a"], capture_output=True, text=True, env=env, cwd=str(REPO),
+                       timeout=60)
+    assert r.returncode == 0
+    assert r.stdout.splitlines() == ["gpu-a1", "gpu-a2", ":4"]
+    assert os.environ.get("KUBECONFIG") != str(kubeconfig)  # the test env was not touched
