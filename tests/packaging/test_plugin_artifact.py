@@ -1,0 +1,81 @@
+"""The built plugin archive, installed the way krew installs it (files[] applied into a store
+directory, a symlink in a bin directory on PATH), dispatched by the real kubectl."""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from node_probe import __version__
+from tests.packaging import krew_rules
+from tests.packaging.conftest import REPO
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture()
+def krew_root(unpacked_plugin: Path, tmp_path: Path) -> Path:
+    """$KREW_ROOT after `kubectl krew install gpu-doctor`: store/<name>/<version>/ + bin/ symlink."""
+    plugin = yaml.safe_load((REPO / "krew-manifest.yaml").read_text())
+    [platform] = [p for p in plugin["spec"]["platforms"]
+                  if p["selector"]["matchLabels"] == {"os": "linux", "arch": "amd64"}]
+    root = tmp_path / "krew"
+    store = root / "store" / "gpu-doctor" / plugin["spec"]["version"]
+    binary = krew_rules.install_platform(unpacked_plugin, platform, store)
+    (root / "bin").mkdir()
+    # krew names the link after the plugin with '-' -> '_' (kubectl's plugin name mapping)
+    (root / "bin" / "kubectl-gpu_doctor").symlink_to(binary)
+    return root
+
+
+def kubectl(krew_root: Path, *args: str, timeout_s: float = 60) -> subprocess.CompletedProcess:
+    kubectl_bin = shutil.which("kubectl")
+    if kubectl_bin is None:
+        pytest.skip("kubectl is not installed")
+    path = f"{krew_root / 'bin'}:{os.path.dirname(kubectl_bin)}:/usr/bin:/bin"
+    env = {"PATH": path, "HOME": str(krew_root), "KUBECONFIG": str(krew_root / "no-kubeconfig")}
+    return subprocess.run([kubectl_bin, *args], capture_output=True, text=True, env=env,
+                          timeout=timeout_s, cwd=krew_root)
+
+
+def test_kubectl_dispatches_version_to_the_installed_plugin(krew_root: Path):
+    r = kubectl(krew_root, "gpu-doctor", "version")
+    assert r.returncode == 0, r.stderr
+    assert f"kubectl-gpu_doctor {__version__}" in r.stdout
+    assert f"gpu-doctor-probe:{__version__}" in r.stdout  # the image tag equals the plugin version
+
+
+def test_kubectl_plugin_list_shows_it(krew_root: Path):
+    r = kubectl(krew_root, "plugin", "list")
+    assert str(krew_root / "bin" / "kubectl-gpu_doctor") in r.stdout, r.stdout + r.stderr
+    assert "kubectl-gpu_doctor" not in r.stderr  # no "not executable"/"overshadowed" warning for it
+
+
+def test_frozen_plugin_runs_the_same_node_checks_as_the_source_tree(krew_root: Path):
+    """`local` re-enters the frozen executable to run node_probe: every check module must be
+    in the bundle (node_probe discovers node_probe.checks.* with pkgutil at run time)."""
+    source = subprocess.run([sys.executable, "-m", "node_probe", "--list-checks"], cwd=REPO,
+                            capture_output=True, text=True, timeout=60)
+    want = sorted(line.split()[0] for line in source.stdout.splitlines() if line.strip())
+    assert want, source.stderr
+    r = kubectl(krew_root, "gpu-doctor", "local", "--trace-seconds", "0", "-o", "json", timeout_s=120)
+    assert r.returncode in (0, 1), r.stderr
+    doc = json.loads(r.stdout)
+    assert doc["summary"]["complete"] is True
+    assert sorted(c["id"] for c in doc["checks"]) == want
+
+
+def test_archive_layout(unpacked_plugin: Path):
+    top = sorted(os.listdir(unpacked_plugin))
+    assert top == ["LICENSE", "_internal", "kubectl-gpu_doctor"]
+    internal = unpacked_plugin / "_internal"
+    bundled = sorted(p.name for p in (internal / "bpf").glob("*.bpf.c"))
+    assert bundled and bundled == sorted(p.name for p in (REPO / "bpf").glob("*.bpf.c"))
+    assert not (internal / "bcc").exists()  # bcc is the host's (libbcc + kernel headers), never bundled
+    assert list(internal.glob("libpython3*.so*"))  # carries its own interpreter: no system Python needed

@@ -1,0 +1,99 @@
+"""The probe image, built offline by scripts/build-image.sh and run for real with podman the way
+the debug pod runs it: privileged, host PID and network, host / at /host, /lib/modules and
+/usr/src read-only. The probe inside must print a complete NDJSON stream ending in a summary,
+and its BCC programs must compile and attach (no probe.ebpf_unavailable)."""
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from node_probe import __version__
+from tests.packaging.conftest import REPO
+
+pytestmark = [pytest.mark.image, pytest.mark.slow, pytest.mark.root, pytest.mark.bcc]
+
+IMAGE = f"localhost/gpu-doctor-probe:{__version__}"
+# podman on this host: runc (crun 1.8 refuses the hybrid cgroup layout) and explicit ulimits
+# (the defaults fail with EPERM) -- DESIGN.md section 10.
+RUN = ["podman", "run", "--rm", "--runtime", "runc", "--privileged", "--pid=host", "--net=host",
+       "--ulimit", "nofile=20000:20000", "--ulimit", "nproc=32768:32768",
+       "-v", "/:/host:ro", "-v", "/lib/modules:/lib/modules:ro", "-v", "/usr/src:/usr/src:ro",
+       "-v", "/sys/kernel/debug:/sys/kernel/debug"]
+
+
+def podman_run(*args: str, entrypoint: str | None = None, timeout_s: float = 120) -> subprocess.CompletedProcess:
+    name = f"gpu-doctor-test-{secrets.token_hex(4)}"
+    argv = RUN + ["--name", name] + (["--entrypoint", entrypoint] if entrypoint else []) + [IMAGE, *args]
+    try:
+        return subprocess.run(argv, capture_output=True, text=True, timeout=timeout_s)
+    finally:
+        subprocess.run(["podman", "rm", "-f", "--time", "0", name], capture_output=True, timeout=60)
+
+
+@pytest.fixture(scope="module")
+def image(probe_image_archive: Path) -> Path:
+    if not Path("/sys/kernel/debug/tracing").exists() and not Path("/sys/kernel/tracing/events").exists():
+        pytest.skip("no tracefs on the host (scripts/setup.sh mounts it)")
+    return probe_image_archive
+
+
+def test_archive_is_an_oci_image_with_the_probe_entrypoint(image: Path):
+    r = subprocess.run(["skopeo", "inspect", "--config", f"oci-archive:{image}"],
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    config = json.loads(r.stdout)["config"]
+    assert config["Entrypoint"] == ["python3", "-m", "node_probe"]
+    assert "PYTHONPATH=/opt/gpu-doctor" in config["Env"]
+    assert config["Labels"]["org.opencontainers.image.version"] == __version__
+    assert image.name == f"gpu-doctor-probe-{__version__}-{_arch()}.oci.tar"
+
+
+def test_image_holds_the_probe_and_bpf_sources_and_nothing_else(image: Path):
+    r = podman_run("-c", "import json, os; print(json.dumps(sorted(os.listdir('/opt/gpu-doctor')))); "
+                   "print(json.dumps(sorted(os.listdir('/opt/gpu-doctor/bpf'))))", entrypoint="python3")
+    assert r.returncode == 0, r.stderr
+    top, bpf = (json.loads(line) for line in r.stdout.splitlines())
+    assert top == ["bpf", "node_probe"]
+    assert bpf == sorted(p.name for p in (REPO / "bpf").iterdir() if p.is_file())
+
+
+def test_bcc_compiles_and_attaches_inside_the_image(image: Path):
+    """BCC itself, independent of the probe's programs: kernel headers from the host's
+    /lib/modules + /usr/src, a tracepoint through the host's tracefs."""
+    code = ("from bcc import BPF\n"
+            "b = BPF(text='TRACEPOINT_PROBE(syscalls, sys_enter_getpid) { return 0; }')\n"
+            "print('tracepoints', b.num_open_tracepoints())\n"
+            "import grpc, google.protobuf, pynvml\n"
+            "print('grpc', grpc.__version__, 'protobuf', google.protobuf.__version__)\n")
+    r = podman_run("-c", code, entrypoint="python3")
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert "tracepoints 1" in r.stdout
+
+
+def test_probe_in_the_image_streams_a_complete_run_with_ebpf(image: Path):
+    r = podman_run("--host-root", "/host", "-o", "jsonl", "--trace-seconds", "2", "--timeout", "60")
+    assert r.returncode in (0, 1), r.stderr[-2000:]  # 1 = findings at/above --fail-on
+    lines = [line for line in r.stdout.splitlines() if line.strip()]
+    records = [json.loads(line) for line in lines]  # every stdout line is a record
+    assert all(rec["schema"] == "gpu-doctor/v1" for rec in records)
+    summary = records[-1]
+    assert summary["kind"] == "summary" and summary["complete"] is True
+    assert [rec for rec in records if rec["kind"] == "summary"] == [summary]
+    checks = {c["id"]: c["status"] for c in summary["checks"]}
+    assert checks.get("trace") == "ok", summary["checks"]
+    findings = [rec for rec in records if rec["kind"] == "finding"]
+    assert "probe.ebpf_unavailable" not in {f["id"] for f in findings}, \
+        [f for f in findings if f["id"] == "probe.ebpf_unavailable"]
+    attached = [rec for rec in records if rec["kind"] == "progress" and rec.get("phase") == "trace"]
+    assert attached and attached[0]["probes"], "the trace check reported no compiled BCC programs"
+    assert all(c in checks for c in ("nvml", "driver", "kmsg", "trace"))
+
+
+def _arch() -> str:
+    out = subprocess.run(["dpkg", "--print-architecture"], capture_output=True, text=True)
+    return out.stdout.strip() if out.returncode == 0 else os.uname().machine
