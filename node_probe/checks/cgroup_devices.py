@@ -15,7 +15,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Iterable, Sequence
 
-from .. import catalog, cgroup_rules, containers, device_checkpoint, kubeletconfig, nvidia_devices, procfs, registry
+from .. import (catalog, cgroup_rules, containers, device_checkpoint, kubeletconfig,
+               nvidia_devices, procfs, registry)
 from ..deviceplugin import devview
 from ..context import FactUnavailable
 from ..registry import check
