@@ -13,7 +13,6 @@ import gc
 import os
 import signal
 import sys
-import time
 from typing import Any, Callable
 
 import click
@@ -439,7 +438,6 @@ def entrypoint() -> None:
         code = probe_main(argv[1:])
         sys.stdout.flush()
         os._exit(int(code))
-    t0 = time.monotonic()  # noqa: F841 - kept for profiling with -X importtime
     code = main(argv)
     try:
         sys.stdout.flush()

@@ -12,7 +12,6 @@ never admits it), and the pod is deleted on every path: success, error, timeout,
 """
 from __future__ import annotations
 
-import datetime as dt
 import secrets
 import time
 from typing import Any, Callable, Iterator, Mapping, Sequence
@@ -282,7 +281,3 @@ def list_leftovers(kube: Kube, namespace: str | None) -> list[dict]:
         raise_for(exc, "gpu-doctor pods")
     return list(doc.get("items") or ())
 
-
-def pod_age_s(pod: Mapping[str, Any], now: dt.datetime) -> float | None:
-    from .analysis.common import age_s
-    return age_s((pod.get("metadata") or {}).get("creationTimestamp"), now)

@@ -17,7 +17,7 @@ from typing import Any, Mapping, Sequence
 from node_probe import catalog
 from node_probe.protocol import Finding
 
-from .common import (age_s, event_source, events_by_uid, fmt_duration, gpu_requests,
+from .common import (age_s, events_by_uid, fmt_duration, gpu_requests,
                      is_scheduler_event, node_is_ready, pod_ref, pod_uid)
 
 DEFAULT_THRESHOLD_S = 120.0
@@ -163,7 +163,3 @@ def analyze_node(node: Mapping[str, Any], pods_on_node: Sequence[Mapping[str, An
     return [catalog.make("kubelet.admission_stalled", severity, f"node/{name}", title,
                          evidence, remediation, REFS)]
 
-
-def event_summary(pod_events: Sequence[Mapping[str, Any]]) -> list[str]:
-    """'Reason (source)' for each event, for evidence."""
-    return [f"{e.get('reason', '?')} ({event_source(e) or '?'})" for e in pod_events]

@@ -36,7 +36,7 @@ def _ev_brief(e: Mapping[str, Any]) -> dict:
 
 def analyze_pod(pod: Mapping[str, Any], events: Sequence[Mapping[str, Any]],
                 now: dt.datetime, stall_threshold_s: float = 120.0) -> list[Finding]:
-    md, spec, st = pod.get("metadata") or {}, pod.get("spec") or {}, pod.get("status") or {}
+    spec, st = pod.get("spec") or {}, pod.get("status") or {}
     subject = f"pod/{pod_ref(pod)}"
     evs = _sorted_events(events)
     brief = [_ev_brief(e) for e in evs][-8:]

@@ -38,7 +38,9 @@ def test_node_runs_probe_renders_findings_exit_1_and_deletes_pod(cluster, kubeco
     assert cluster.count("DELETE", DEBUG_POD) == 1
     ns, name, q = cluster.deleted[0]
     assert name == cluster.created[0]["metadata"]["name"] and q == {"gracePeriodSeconds": "0"}
-    # the pod was created from a manifest that validates (the same builder as test_debugpod)
+    # the body the client really sent is a valid Pod
+    import kubernetes_validate
+    kubernetes_validate.validate(cluster.created[0], "1.30", strict=True)
     assert cluster.created[0]["spec"]["nodeName"] == "gpu-1"
 
 
@@ -158,6 +160,24 @@ def test_pod_security_rejection(cluster, kubeconfig):
             in line)
     assert "Pod Security" in line
     assert cluster.deleted == []  # nothing was created, nothing to delete
+
+
+def test_rbac_forbids_creating_the_debug_pod(cluster, kubeconfig):
+    healthy_node(cluster)
+    cluster.forbid.append(("POST", re.compile(r"/pods$")))
+    r = run_cli("node", "gpu-1", "--kubeconfig", str(kubeconfig))
+    line = one_error_line(r.stderr)
+    assert r.returncode == 3 and "not allowed to create pods in namespace default" in line
+    assert "kubelet.config" in r.stdout  # the API-side findings are still shown
+
+
+def test_yaml_output(cluster, kubeconfig):
+    import yaml
+    wedged_node(cluster)
+    r = run_cli("node", "gpu-1", "--kubeconfig", str(kubeconfig), "--no-probe", "-o", "yaml")
+    doc = yaml.safe_load(r.stdout)
+    assert doc["exit_code"] == r.returncode == 1
+    assert "kubelet.admission_stalled" in {f["id"] for f in doc["findings"]}
 
 
 def test_image_not_pullable_is_launch_error_and_pod_deleted(cluster, kubeconfig):
