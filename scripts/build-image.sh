@@ -13,7 +13,8 @@
 #      (skipped when the image inputs are unchanged since the last save)
 #
 # Idempotent; needs root (debootstrap, container storage). Installs debootstrap, buildah,
-# podman, runc, skopeo and umoci with apt when missing. Prints the archive path on stdout.
+# podman, runc, skopeo, umoci and catatonit (podman kube play's pause) with apt when missing.
+# Prints the archive path on stdout.
 # Environment: GPU_DOCTOR_CACHE (default /var/cache/gpu-doctor), GPU_DOCTOR_MIRROR (override the
 # mirror), GPU_DOCTOR_IMAGE_NAME (extra tag, e.g. ghcr.io/acme/gpu-doctor-probe), FORCE=1.
 set -euo pipefail
@@ -38,7 +39,7 @@ esac
 
 # --- tools --------------------------------------------------------------------------------
 need=()
-for p in debootstrap buildah podman runc skopeo umoci python3-pip; do
+for p in debootstrap buildah podman runc skopeo umoci catatonit python3-pip; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || need+=("$p")
 done
 if [ ${#need[@]} -gt 0 ]; then

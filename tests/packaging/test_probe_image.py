@@ -7,7 +7,9 @@ from __future__ import annotations
 import json
 import os
 import secrets
+import shutil
 import subprocess
+import time
 from pathlib import Path
 
 import pytest
@@ -97,3 +99,51 @@ def test_probe_in_the_image_streams_a_complete_run_with_ebpf(image: Path):
 def _arch() -> str:
     out = subprocess.run(["dpkg", "--print-architecture"], capture_output=True, text=True)
     return out.stdout.strip() if out.returncode == 0 else os.uname().machine
+
+
+def test_the_plugins_debug_pod_manifest_runs_the_image(image: Path, tmp_path: Path):
+    """The Pod kubectl_gpudoctor creates (command, host mounts, privileged, memory limit), run by
+    `podman kube play` with the built image: the probe must complete within the pod's limits.
+    (podman 4.3's kube play keeps its own PID namespace despite hostPID; the podman run test
+    above covers --pid=host.)"""
+    import yaml
+
+    from kubectl_gpudoctor import debugpod
+
+    if shutil.which("catatonit") is None:
+        pytest.skip("podman kube play needs catatonit (scripts/build-image.sh installs it)")
+    pod = debugpod.manifest(os.uname().nodename, "gpu-doctor", secrets.token_hex(4), image=IMAGE,
+                            timeout_s=60, trace_s=2)
+    spec_file = tmp_path / "pod.yaml"
+    spec_file.write_text(yaml.safe_dump(pod))
+    conf = tmp_path / "containers.conf"
+    conf.write_text('[containers]\ndefault_ulimits = ["nofile=20000:20000", "nproc=32768:32768"]\n'
+                    '[engine]\nruntime = "runc"\n')
+    env = {**os.environ, "CONTAINERS_CONF": str(conf)}
+    container = f"{pod['metadata']['name']}-{debugpod.CONTAINER}"
+    try:
+        r = subprocess.run(["podman", "kube", "play", str(spec_file)], capture_output=True,
+                           text=True, env=env, timeout=120)
+        assert r.returncode == 0, r.stderr
+        deadline = time.monotonic() + 90
+        while time.monotonic() < deadline:
+            state = subprocess.run(["podman", "inspect", "--format", "{{.State.Status}}", container],
+                                   capture_output=True, text=True, timeout=30).stdout.strip()
+            if state in ("exited", "stopped"):
+                break
+            time.sleep(0.5)
+        else:
+            pytest.fail(f"the debug pod's probe did not finish in 90 s (state {state!r})")
+        limit = subprocess.run(["podman", "inspect", "--format", "{{.HostConfig.Memory}}", container],
+                               capture_output=True, text=True, timeout=30).stdout.strip()
+        assert int(limit) == 384 * 2**20  # the pod's memory limit was applied
+        logs = subprocess.run(["podman", "logs", container], capture_output=True, text=True, timeout=60)
+        records = [json.loads(line) for line in logs.stdout.splitlines() if line.startswith("{")]
+        assert records and records[-1]["kind"] == "summary" and records[-1]["complete"] is True, \
+            logs.stdout[-2000:] + logs.stderr[-2000:]
+        assert "probe.ebpf_unavailable" not in {rec.get("id") for rec in records}
+        code = subprocess.run(["podman", "inspect", "--format", "{{.State.ExitCode}}", container],
+                              capture_output=True, text=True, timeout=30).stdout.strip()
+        assert code in ("0", "1")  # not OOM-killed (137), not crashed
+    finally:
+        subprocess.run(["podman", "kube", "down", str(spec_file)], capture_output=True, env=env, timeout=120)
