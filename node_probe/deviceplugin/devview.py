@@ -9,6 +9,7 @@ times say which came first: the host node's ctime against the plugin's start tim
 from __future__ import annotations
 
 import os
+import re
 import stat
 import time
 from pathlib import Path
@@ -17,6 +18,9 @@ from .. import procfs
 
 NVIDIA_PREFIX = "nvidia"
 CAPS_DIR = "nvidia-caps"
+# Nodes a compute container (and so the plugin's device specs) needs. nvidia-modeset and the
+# NVSwitch nodes exist on hosts but are not injected for compute: their absence is normal.
+RELEVANT = re.compile(r"^(nvidiactl|nvidia-uvm|nvidia-uvm-tools|nvidia\d+|nvidia-caps/.+)$")
 
 
 def nvidia_nodes(dev_dir: Path) -> dict[str, os.stat_result]:
@@ -80,11 +84,11 @@ def process_start_time(pid: int, proc: Path = procfs.PROC) -> float | None:
 def compare(host_dev: Path, pid: int, proc: Path = procfs.PROC) -> dict | None:
     """Missing nodes in the plugin's /dev, with times; None if either view is unreadable or
     nothing is missing."""
-    host = nvidia_nodes(host_dev)
+    host = {n: st for n, st in nvidia_nodes(host_dev).items() if RELEVANT.match(n)}
     plugin_dev = proc / str(pid) / "root" / "dev"
     if not host or not os.path.isdir(plugin_dev):
         return None
-    mine = nvidia_nodes(plugin_dev)
+    mine = {n: st for n, st in nvidia_nodes(plugin_dev).items() if RELEVANT.match(n)}
     missing = sorted(set(host) - set(mine))
     if not missing:
         return None

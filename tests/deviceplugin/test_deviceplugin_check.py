@@ -3,6 +3,7 @@ processes serving the kubelet API on unix sockets under a temp kubelet dir."""
 import os
 import shutil
 import socket
+import stat
 import subprocess
 import textwrap
 
@@ -250,8 +251,11 @@ def test_plugin_with_a_private_dev_lacking_nvidia_uvm(host, start_plugin):
         pytest.skip("unshare (util-linux) not installed")
     dev = host.root / "dev"
     dev.mkdir()
-    for n in ("nvidia0", "nvidiactl", "nvidia-uvm"):
-        (dev / n).touch()
+    # real character device nodes, as on a GPU host (nothing drives these numbers here)
+    for n, (major, minor) in {"nvidia0": (195, 0), "nvidiactl": (195, 255),
+                              "nvidia-uvm": (509, 0), "nvidia-modeset": (195, 254)}.items():
+        os.mknod(dev / n, 0o600 | stat.S_IFCHR, os.makedev(major, minor))
+    # nvidia-modeset: on the host, never needed by compute containers, so not reported
     wrapper = ("unshare", "-m", "--propagation", "private", "sh", "-c", STALE_DEV, "sh")
     p = start_plugin("nvidia-gpu.sock", wrapper=wrapper)
     assert sorted(os.listdir(f"/proc/{p.pid}/root/dev")) != sorted(os.listdir("/dev"))
@@ -261,6 +265,8 @@ def test_plugin_with_a_private_dev_lacking_nvidia_uvm(host, start_plugin):
     assert [m["name"] for m in ev["missing"]] == ["nvidia-uvm"]
     assert ev["plugin_sees"] == ["nvidia0", "nvidiactl"]
     assert ev["missing"][0]["host_ctime"] and ev["plugin_started_at"]
+    assert (ev["missing"][0]["kind"], ev["missing"][0]["major"]) == ("char", 509)
+    assert ev["missing"][0]["created_after_plugin_start"] is False  # made before the plugin
     assert ev["pid"] == p.pid and f["severity"] == "warning"
     # the host's mount table is untouched (private propagation)
     assert "gd-dev" not in open("/proc/self/mounts").read()
