@@ -18,6 +18,7 @@ from .. import procfs
 
 NVIDIA_PREFIX = "nvidia"
 CAPS_DIR = "nvidia-caps"
+CLOCK_SLACK_S = 1.0
 # Nodes a compute container (and so the plugin's device specs) needs. nvidia-modeset and the
 # NVSwitch nodes exist on hosts but are not injected for compute: their absence is normal.
 RELEVANT = re.compile(r"^(nvidiactl|nvidia-uvm|nvidia-uvm-tools|nvidia\d+|nvidia-caps/.+)$")
@@ -105,7 +106,9 @@ def compare(host_dev: Path, pid: int, proc: Path = procfs.PROC) -> dict | None:
         if stat.S_ISCHR(st.st_mode):
             d["major"], d["minor"] = os.major(st.st_rdev), os.minor(st.st_rdev)
         if started is not None:
-            d["created_after_plugin_start"] = st.st_ctime > started
+            # start time is known to ~1 s (boot time has 1 s resolution): say so when closer
+            gap = st.st_ctime - started
+            d["created_after_plugin_start"] = None if abs(gap) < CLOCK_SLACK_S else gap > 0
         nodes.append(d)
     return {"missing": nodes, "plugin_sees": sorted(mine), "host_has": sorted(host),
             "plugin_started_at": _iso(started), "plugin_dev_ctime": _iso(plugin_dev_ctime)}
