@@ -15,7 +15,8 @@
  *   nvdev_events   ring buffer of struct nvdev_event (opens with their result, slow ioctls)
  *   nvdev_fds      (tgid, fd) -> path of device fds, following dup/dup2/dup3/fcntl(F_DUPFD*)
  *                  and close; the loader may seed it with fds opened before attach
- *   nvdev_inflight thread -> ioctl in progress (start time, fd, request)
+ *   nvdev_inflight thread -> its last ioctl on a tracked fd; in progress while ts != 0
+ *   nvdev_tgid_has_fds  tgid slot -> 1 if the process may hold a tracked fd (a prefilter)
  *   nvdev_stats    (tgid, fd, request) -> count, total/max latency, errors
  */
 #ifndef NVDEV_PREFIX
@@ -116,6 +117,19 @@ BPF_HASH(nvdev_fds, struct nvdev_fdkey, struct nvdev_fdval, 16384);
 BPF_HASH(nvdev_dup_pending, u64, struct nvdev_pending_dup, 4096);
 BPF_HASH(nvdev_inflight, u64, struct nvdev_call, 16384);
 BPF_HASH(nvdev_stats, struct nvdev_statkey, struct nvdev_stat, 8192);
+/* A cheap first filter for the hot syscalls (ioctl, close, dup*): "may this process hold a
+ * tracked fd?", by tgid slot (collisions only cost the exact lookup). Set on every tracked open
+ * (and by the loader for fds it seeds), never cleared. Array lookups are inlined by the
+ * verifier, so a process without device fds pays almost nothing beyond the tracepoint itself. */
+#define NVDEV_TGID_SLOTS 65536
+BPF_ARRAY(nvdev_tgid_has_fds, u8, NVDEV_TGID_SLOTS);
+
+static __always_inline int nvdev_may_have_fds(u32 tgid)
+{
+    u32 slot = tgid & (NVDEV_TGID_SLOTS - 1);
+    u8 *f = nvdev_tgid_has_fds.lookup(&slot);
+    return f && *f;
+}
 
 static __always_inline int nvdev_open_enter(const char *filename)
 {
@@ -151,6 +165,9 @@ static __always_inline int nvdev_open_exit(long ret)
         v.open_ns = p->ts;
         __builtin_memcpy(v.path, p->path, sizeof(v.path));
         nvdev_fds.update(&k, &v);
+        u32 slot = (u32)(id >> 32) & (NVDEV_TGID_SLOTS - 1);
+        u8 one = 1;
+        nvdev_tgid_has_fds.update(&slot, &one);
     }
     struct nvdev_event *e = nvdev_events.ringbuf_reserve(sizeof(struct nvdev_event));
     if (e) {
@@ -188,6 +205,8 @@ int nvdev_exit_open(struct nvdev_sys_exit *args)
 static __always_inline int nvdev_dup_enter(s32 oldfd, s32 newfd)
 {
     u64 id = bpf_get_current_pid_tgid();
+    if (!nvdev_may_have_fds(id >> 32))
+        return 0;
     struct nvdev_fdkey k = {.tgid = id >> 32, .fd = oldfd};
     int tracked = nvdev_fds.lookup(&k) != 0;
     if (!tracked && newfd >= 0) {
@@ -250,7 +269,10 @@ int nvdev_enter_fcntl(struct nvdev_sys_enter *args)
 
 int nvdev_enter_close(struct nvdev_sys_enter *args)
 {
-    struct nvdev_fdkey k = {.tgid = bpf_get_current_pid_tgid() >> 32, .fd = (s32)args->args[0]};
+    u32 tgid = bpf_get_current_pid_tgid() >> 32;
+    if (!nvdev_may_have_fds(tgid))
+        return 0;
+    struct nvdev_fdkey k = {.tgid = tgid, .fd = (s32)args->args[0]};
     nvdev_fds.delete(&k);
     return 0;
 }
@@ -260,19 +282,33 @@ int nvdev_enter_close(struct nvdev_sys_enter *args)
 int nvdev_enter_ioctl(struct nvdev_sys_enter *args)
 {
     u64 id = bpf_get_current_pid_tgid();
+    if (!nvdev_may_have_fds(id >> 32))
+        return 0;
     struct nvdev_fdkey k = {.tgid = id >> 32, .fd = (s32)args->args[0]};
     if (!nvdev_fds.lookup(&k))
         return 0;
-    struct nvdev_call c = {.ts = bpf_ktime_get_ns(), .fd = (s32)args->args[0], .cmd = (u32)args->args[1]};
-    nvdev_inflight.update(&id, &c);
+    /* One slot per thread, reused in place (a hash update + delete per call costs more);
+     * ts != 0 marks a call in flight. */
+    struct nvdev_call *c = nvdev_inflight.lookup(&id);
+    if (c) {
+        c->fd = (s32)args->args[0];
+        c->cmd = (u32)args->args[1];
+        c->ts = bpf_ktime_get_ns();
+    } else {
+        struct nvdev_call n = {.ts = bpf_ktime_get_ns(), .fd = (s32)args->args[0],
+                               .cmd = (u32)args->args[1]};
+        nvdev_inflight.update(&id, &n);
+    }
     return 0;
 }
 
 int nvdev_exit_ioctl(struct nvdev_sys_exit *args)
 {
     u64 id = bpf_get_current_pid_tgid();
+    if (!nvdev_may_have_fds(id >> 32))
+        return 0;
     struct nvdev_call *c = nvdev_inflight.lookup(&id);
-    if (!c)
+    if (!c || c->ts == 0)
         return 0;
     u64 now = bpf_ktime_get_ns();
     u64 dur = now - c->ts;
@@ -314,6 +350,6 @@ int nvdev_exit_ioctl(struct nvdev_sys_exit *args)
         }
     }
 out:
-    nvdev_inflight.delete(&id);
+    c->ts = 0;
     return 0;
 }

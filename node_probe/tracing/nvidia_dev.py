@@ -20,6 +20,7 @@ from .sources import cstring
 
 NAME = "nvidia_dev"
 PATH_LEN = 128
+TGID_SLOTS = 65536   # NVDEV_TGID_SLOTS in the .bpf.c
 EV_OPEN, EV_SLOW_IOCTL = 1, 2
 TRACEPOINTS = (   # (syscall tracepoint, program): one program may serve several
     ("sys_enter_openat", "nvdev_enter_open"), ("sys_exit_openat", "nvdev_exit_open"),
@@ -103,6 +104,8 @@ class NvidiaDev:
                 raw = target.encode()[:PATH_LEN - 1]
                 leaf.path = raw
                 fds[key] = leaf
+                slots = self.b[b"nvdev_tgid_has_fds"]
+                slots[slots.Key(pid & (TGID_SLOTS - 1))] = slots.Leaf(1)
                 self.seeded += 1
         return self.seeded
 
@@ -146,6 +149,8 @@ class NvidiaDev:
         ioctls.sort(key=lambda r: (-r["max_s"], r["pid"], r["request"]))
         inflight = []
         for k, v in self.b[b"nvdev_inflight"].items():
+            if v.ts == 0:
+                continue  # the thread's last call returned
             pid, tid = k.value >> 32, k.value & 0xFFFFFFFF
             if not (self.proc / str(pid) / "task" / str(tid)).exists():
                 continue  # the thread died inside the call (no exit tracepoint fires then)

@@ -106,7 +106,9 @@ def test_device_rules_rewritten_names_writer_and_text(bcc_ready, devices_cgroup,
 
     assert "195" not in (gpu / "devices.list").read_text()   # the kernel applied the rewrite
     found = {f["evidence"]["cgroup"]: f for f in findings(recs, "cgroup.device_rules_rewritten")}
-    assert set(found) == {"/" + gpu.name, "/" + gpu_rel.name}, found.keys()
+    # (other tests on this machine may rewrite their own cgroups meanwhile: look at ours only)
+    mine = {k for k in found if k in {"/" + gpu.name, "/" + gpu_rel.name, "/" + plain.name}}
+    assert mine == {"/" + gpu.name, "/" + gpu_rel.name}, found.keys()
     ev = found["/" + gpu.name]["evidence"]
     assert ev["writers"] == [{"pid": w1.pid, "comm": "sh"}]
     assert [(w["which"], w["text"]) for w in ev["writes"]] == [("deny", "a"),
@@ -118,7 +120,7 @@ def test_device_rules_rewritten_names_writer_and_text(bcc_ready, devices_cgroup,
                                                                ("allow", "c 1:3 rwm")]
     assert ev2["writers"] == [{"pid": w2.pid, "comm": "sh"}]
     live = events(recs, "cgroup.device_rule_write")
-    assert {e["data"]["pid"] for e in live} == {w1.pid, w2.pid, w3.pid}
+    assert {w1.pid, w2.pid, w3.pid} <= {e["data"]["pid"] for e in live}
 
 
 def test_nvml_init_blocked_in_other_mount_namespace(bcc_ready, children, probe, tmp_path):
