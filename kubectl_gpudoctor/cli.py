@@ -81,6 +81,10 @@ def _cluster_options(f: Callable) -> Callable:
                           "counts as stalled (default 120).")(f)
     f = click.option("--no-probe", is_flag=True, default=False,
                      help="API-side analysis only; do not start a debug pod.")(f)
+    f = click.option("--probe-namespace", default=None, envvar="GPU_DOCTOR_NAMESPACE",
+                     help="Namespace of the debug pod when it differs from -n (e.g. the "
+                          "privileged `gpu-doctor` namespace of deploy/rbac.yaml while "
+                          "`pod Y -n team`); env GPU_DOCTOR_NAMESPACE.")(f)
     return f
 
 
@@ -140,6 +144,9 @@ def pod_cmd(ctx: click.Context, name: str, **kw: Any) -> int:
               help="Refuse --probe on more nodes than this.")
 @click.option("--start-timeout", type=click.FloatRange(min=1), default=None,
               help="Seconds to wait for each debug pod to run (default 60).")
+@click.option("--probe-namespace", default=None, envvar="GPU_DOCTOR_NAMESPACE",
+              help="Namespace of the debug pods (default: -n / the context's); env "
+                   "GPU_DOCTOR_NAMESPACE.")
 @_common
 @click.pass_context
 def nodes_cmd(ctx: click.Context, selector: str | None, all_nodes: bool, probe: bool,
@@ -247,7 +254,8 @@ def _on_sigterm(signum, frame):
 def _settings(o: dict, namespace: str):
     from .diagnose import Settings
     from .debugpod import DEFAULT_IMAGE
-    return Settings(namespace=namespace, image=o.get("image") or DEFAULT_IMAGE,
+    return Settings(namespace=namespace, probe_namespace=o.get("probe_namespace"),
+                    image=o.get("image") or DEFAULT_IMAGE,
                     timeout_s=o["timeout"], trace_s=o["trace_seconds"],
                     start_timeout_s=o["start_timeout"], stall_threshold_s=o["stall_threshold"],
                     probe=not o.get("no_probe"), concurrency=o.get("concurrency") or 8)

@@ -30,7 +30,8 @@ PROXY_TIMEOUT_S = 10.0
 
 @dataclasses.dataclass
 class Settings:
-    namespace: str = "default"
+    namespace: str = "default"       # of `pod Y`, and of the debug pod unless probe_namespace
+    probe_namespace: str | None = None
     image: str = debugpod.DEFAULT_IMAGE
     timeout_s: float = 60.0          # node probe deadline (passed to the probe)
     trace_s: float = 5.0
@@ -100,6 +101,7 @@ def collect_node(kube: Kube, name: str, settings: Settings, out: Output,
                  node: dict | None = None) -> NodeView:
     """Everything the API server knows about one node, analysed. Degrades on partial RBAC."""
     t0 = time.monotonic()
+    out.say(f"reading {name}'s pods, Lease and kubelet state through the API server")
     node = node or _timed(out, "api.node", lambda: get_node(kube, name))
     now = now_utc()
     proxy = f"/api/v1/nodes/{name}/proxy"
@@ -221,7 +223,8 @@ def run_probe(kube: Kube, view: NodeView, settings: Settings, out: Output,
     check_id = f"node.probe/{name}" if fleet else "node.probe"
     subject = f"node/{name}"
     run_id = debugpod.new_run_id()
-    body = debugpod.manifest(name, settings.namespace, run_id, settings.image,
+    body = debugpod.manifest(name, settings.probe_namespace or settings.namespace, run_id,
+                             settings.image,
                              settings.timeout_s, settings.trace_s, focus_pods,
                              extra_args=settings.probe_args)
     pod = debugpod.DebugPod(kube, body, say=out.say)

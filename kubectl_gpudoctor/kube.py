@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import gc
 import json
+import os
 import threading
 from typing import Any, Iterator, Mapping, Sequence
 
@@ -57,17 +58,18 @@ class Kube:
         self._exc_types = _exception_types()
         cfg = kclient.Configuration()
         try:
+            kconfig.load_kube_config(config_file=kubeconfig, context=context,
+                                     client_configuration=cfg)
+        except (ConfigException, FileNotFoundError, TypeError, ValueError) as exc:
+            first = exc
             try:
-                kconfig.load_kube_config(config_file=kubeconfig, context=context,
-                                         client_configuration=cfg)
-            except (ConfigException, FileNotFoundError, TypeError):
                 if kubeconfig or context:
                     raise
-                kconfig.load_incluster_config(client_configuration=cfg)
-        except (ConfigException, FileNotFoundError, TypeError, ValueError) as exc:
-            where = kubeconfig or "$KUBECONFIG / ~/.kube/config"
-            msg = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-            raise errors.KubeconfigError(f"cannot load kubeconfig {where}: {msg}")
+                kconfig.load_incluster_config(client_configuration=cfg)  # running in a pod
+            except (ConfigException, FileNotFoundError, TypeError, ValueError):
+                where = kubeconfig or os.environ.get("KUBECONFIG") or "~/.kube/config"
+                msg = " ".join(str(first).split()) or type(first).__name__
+                raise errors.KubeconfigError(f"cannot load kubeconfig {where}: {msg}") from None
         cfg.retries = 0  # a down API server must fail fast, not retry for a minute
         self.host = cfg.host
         self.default_namespace = _context_namespace(kconfig, kubeconfig, context)

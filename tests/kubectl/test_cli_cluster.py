@@ -120,6 +120,21 @@ def test_pod_pending_on_wedged_node_explained(cluster, kubeconfig):
     assert cluster.created == []
 
 
+def test_pod_with_probe_namespace_runs_debug_pod_elsewhere(cluster, kubeconfig):
+    healthy_node(cluster)
+    cluster.namespaces["gpu-doctor"] = {}
+    cluster.log_chunks = [(DATA / "probe_stream.ndjson").read_bytes()]
+    r = run_cli("pod", "train-0", "-n", "ml", "--probe-namespace", "gpu-doctor",
+                "--kubeconfig", str(kubeconfig), "-o", "json")
+    assert r.returncode == 1, r.stderr
+    body = cluster.created[0]
+    assert body["metadata"]["namespace"] == "gpu-doctor"
+    uid = cluster.pods[("ml", "train-0")]["metadata"]["uid"]
+    cmd = body["spec"]["containers"][0]["command"]
+    assert cmd[cmd.index("--focus-pod") + 1] == uid  # node checks focused on the pod
+    assert cluster.deleted[0][0] == "gpu-doctor"
+
+
 def test_table_output_of_wedged_node(cluster, kubeconfig):
     wedged_node(cluster)
     r = run_cli("node", "gpu-1", "--kubeconfig", str(kubeconfig), "--start-timeout", "1")
