@@ -10,13 +10,14 @@
 #   3. buildah build of packaging/Containerfile on top, from a staged context holding only
 #      node_probe/ and bpf/  -> localhost/gpu-doctor-probe:<node_probe.__version__> (no network)
 #   4. podman save --format oci-archive -> dist/gpu-doctor-probe-<version>-<arch>.oci.tar
-#      (skipped when the image inputs are unchanged since the last save)
+#      naming the image <plugin's default repo>:<version> (skipped when inputs are unchanged)
 #
 # Idempotent; needs root (debootstrap, container storage). Installs debootstrap, buildah,
 # podman, runc, skopeo, umoci and catatonit (podman kube play's pause) with apt when missing.
 # Prints the archive path on stdout.
 # Environment: GPU_DOCTOR_CACHE (default /var/cache/gpu-doctor), GPU_DOCTOR_MIRROR (override the
-# mirror), GPU_DOCTOR_IMAGE_NAME (extra tag, e.g. ghcr.io/acme/gpu-doctor-probe), FORCE=1.
+# mirror), GPU_DOCTOR_IMAGE_NAME (the repository the archive names; default: the plugin's
+# DEFAULT_IMAGE_REPO), FORCE=1.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
@@ -125,9 +126,15 @@ fi
 
 # --- 3. build ---------------------------------------------------------------------------
 IMAGE=localhost/gpu-doctor-probe:$VERSION
+# The release name the plugin pulls by default (kubectl_gpudoctor/debugpod.py DEFAULT_IMAGE_REPO):
+# the archive carries it, so `ctr -n k8s.io images import` on a node gives exactly the image the
+# debug pod asks for (imagePullPolicy IfNotPresent), with no registry and no --image.
+RELEASE_REPO=${GPU_DOCTOR_IMAGE_NAME:-$(sed -n 's/^DEFAULT_IMAGE_REPO = "\(.*\)"/\1/p' kubectl_gpudoctor/debugpod.py 2>/dev/null)}
+RELEASE_REPO=${RELEASE_REPO:-ghcr.io/gpu-doctor/gpu-doctor-probe}
+RELEASE=$RELEASE_REPO:$VERSION
 mkdir -p dist
 OUT=dist/gpu-doctor-probe-$VERSION-$ARCH.oci.tar
-src_hash=$( { echo "$KEY"; cat packaging/Containerfile;
+src_hash=$( { echo "$KEY $RELEASE"; cat packaging/Containerfile;
               find node_probe bpf -type f ! -name '*.pyc' ! -path '*/__pycache__/*' -print0 | sort -z | xargs -0 sha256sum; } \
             | sha256sum | cut -c1-16)
 stamp=$OUT.inputs
@@ -141,8 +148,7 @@ trap 'rm -rf "$ctx"' EXIT
 tar -C "$ROOT" --exclude='__pycache__' --exclude='*.pyc' -cf - node_probe bpf | tar -C "$ctx" -xf -
 old_id=$(podman image inspect --format '{{.Id}}' "$IMAGE" 2>/dev/null || true)
 log "buildah build $IMAGE (base $BASE_IMAGE)"
-tags=(-t "$IMAGE")
-[ -n "${GPU_DOCTOR_IMAGE_NAME:-}" ] && tags+=(-t "$GPU_DOCTOR_IMAGE_NAME:$VERSION")
+tags=(-t "$IMAGE" -t "$RELEASE")
 buildah build --quiet --pull=never --isolation=chroot --build-arg "BASE=$BASE_IMAGE" \
   --label "org.opencontainers.image.version=$VERSION" \
   --label "org.opencontainers.image.source=https://github.com/gpu-doctor/kubectl-gpu-doctor" \
@@ -154,7 +160,7 @@ if [ -n "$old_id" ] && [ "$old_id" != "$new_id" ]; then podman image rm "$old_id
 
 # --- 4. save ----------------------------------------------------------------------------
 rm -f "$OUT.tmp"
-podman save --quiet --format oci-archive -o "$OUT.tmp" "$IMAGE"
+podman save --quiet --format oci-archive -o "$OUT.tmp" "$RELEASE"
 mv "$OUT.tmp" "$OUT"
 echo "$src_hash" > "$stamp"
 log "saved $OUT ($(du -m "$OUT" | cut -f1) MiB; image $(podman image inspect --format '{{.Size}}' "$IMAGE" | awk '{printf "%d MB", $1/1e6}')) in $(( $(date +%s) - t0 )) s"

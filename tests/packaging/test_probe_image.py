@@ -9,6 +9,7 @@ import os
 import secrets
 import shutil
 import subprocess
+import tempfile
 import time
 from pathlib import Path
 
@@ -53,6 +54,27 @@ def test_archive_is_an_oci_image_with_the_probe_entrypoint(image: Path):
     assert "PYTHONPATH=/opt/gpu-doctor" in config["Env"]
     assert config["Labels"]["org.opencontainers.image.version"] == __version__
     assert image.name == f"gpu-doctor-probe-{__version__}-{_arch()}.oci.tar"
+
+
+def test_archive_alone_runs_offline_from_an_empty_image_store(image: Path, tmp_path: Path):
+    """Air-gapped: the OCI archive is all a node needs. Loaded into an empty store it carries the
+    name the plugin pulls by default, and runs with no network and no pull."""
+    from kubectl_gpudoctor.debugpod import DEFAULT_IMAGE
+
+    runroot = Path(tempfile.mkdtemp(prefix="gd-run-"))  # podman wants a runroot under 50 chars
+    store = ["podman", "--root", str(tmp_path / "root"), "--runroot", str(runroot)]
+    try:
+        r = subprocess.run(store + ["load", "-q", "-i", str(image)], capture_output=True, text=True, timeout=300)
+        assert r.returncode == 0, r.stderr
+        assert DEFAULT_IMAGE in r.stdout
+        r = subprocess.run(store + ["run", "--rm", "--runtime", "runc", "--network", "none", "--pull", "never",
+                                    "--ulimit", "nofile=20000:20000", "--ulimit", "nproc=32768:32768",
+                                    DEFAULT_IMAGE, "--version"], capture_output=True, text=True, timeout=120)
+        assert r.returncode == 0, r.stderr
+        assert r.stdout.split() == ["gpu-doctor-probe", __version__]
+    finally:
+        subprocess.run(store + ["rmi", "-a", "-f"], capture_output=True, timeout=120)
+        shutil.rmtree(runroot, ignore_errors=True)
 
 
 def test_image_holds_the_probe_and_bpf_sources_and_nothing_else(image: Path):
