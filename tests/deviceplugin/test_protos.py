@@ -1,7 +1,9 @@
 """The committed stubs speak the kubelet's wire format: golden bytes written from the field
 numbers of k8s.io/kubelet's api.proto files (not from our .proto), method paths, and the
 stubs are what scripts/gen-protos.sh generates today."""
+import os
 import subprocess
+import sys
 from pathlib import Path
 
 from node_probe.kubeletapi import deviceplugin_v1beta1_pb2 as dp
@@ -72,5 +74,6 @@ def test_unknown_newer_fields_are_skipped():
 
 def test_committed_stubs_are_current():
     r = subprocess.run(["bash", str(REPO / "scripts" / "gen-protos.sh"), "--check"],
-                       capture_output=True, text=True, timeout=120, cwd=REPO)
+                       capture_output=True, text=True, timeout=120, cwd=REPO,
+                       env={**os.environ, "PYTHON": sys.executable})
     assert r.returncode == 0, r.stderr
