@@ -121,6 +121,18 @@ BPF_HASH(cgdev_dup_pending, u64, struct cgdev_pending_dup, 1024);
 BPF_HASH(cgdev_write_pending, u64, struct cgdev_pending_write, 1024);
 BPF_HASH(cgdev_bpf_pending, u64, struct cgdev_pending_bpf, 256);
 BPF_PERCPU_ARRAY(cgdev_scratch, struct cgdev_pending_open, 1);
+/* Prefilter for the hot syscalls (write, close, dup*): "may this process hold an fd on a
+ * devices.allow/deny file?" by tgid slot; set on such opens, never cleared. Array lookups are
+ * inlined, so other processes' writes cost almost nothing beyond the tracepoint itself. */
+#define CGDEV_TGID_SLOTS 65536
+BPF_ARRAY(cgdev_tgid_has_fds, u8, CGDEV_TGID_SLOTS);
+
+static __always_inline int cgdev_may_have_fds(u32 tgid)
+{
+    u32 slot = tgid & (CGDEV_TGID_SLOTS - 1);
+    u8 *f = cgdev_tgid_has_fds.lookup(&slot);
+    return f && *f;
+}
 
 /* 1 if s[end-n .. end) equals the n bytes of word (end = index of the terminating NUL). */
 static __always_inline int cgdev_ends_with(const char *s, int end, const char *word, int n)
@@ -181,6 +193,9 @@ static __always_inline int cgdev_open_exit(long ret)
         struct cgdev_fdkey k = {.tgid = id >> 32, .fd = (s32)ret};
         struct cgdev_fdval v = {.open_id = p->ts, .which = p->which};
         cgdev_fds.update(&k, &v);
+        u32 slot = (u32)(id >> 32) & (CGDEV_TGID_SLOTS - 1);
+        u8 one = 1;
+        cgdev_tgid_has_fds.update(&slot, &one);
     }
     struct cgdev_event *e = cgdev_events.ringbuf_reserve(sizeof(struct cgdev_event));
     if (e) {
@@ -220,6 +235,8 @@ int cgdev_exit_open(struct cgdev_sys_exit *args)
 static __always_inline int cgdev_dup_enter(s32 oldfd, s32 newfd)
 {
     u64 id = bpf_get_current_pid_tgid();
+    if (!cgdev_may_have_fds(id >> 32))
+        return 0;
     struct cgdev_fdkey k = {.tgid = id >> 32, .fd = oldfd};
     int tracked = cgdev_fds.lookup(&k) != 0;
     if (!tracked && newfd >= 0) {
@@ -280,7 +297,10 @@ int cgdev_enter_fcntl(struct cgdev_sys_enter *args)
 
 int cgdev_enter_close(struct cgdev_sys_enter *args)
 {
-    struct cgdev_fdkey k = {.tgid = bpf_get_current_pid_tgid() >> 32, .fd = (s32)args->args[0]};
+    u32 tgid = bpf_get_current_pid_tgid() >> 32;
+    if (!cgdev_may_have_fds(tgid))
+        return 0;
+    struct cgdev_fdkey k = {.tgid = tgid, .fd = (s32)args->args[0]};
     cgdev_fds.delete(&k);
     return 0;
 }
@@ -290,6 +310,8 @@ int cgdev_enter_close(struct cgdev_sys_enter *args)
 int cgdev_enter_write(struct cgdev_sys_enter *args)
 {
     u64 id = bpf_get_current_pid_tgid();
+    if (!cgdev_may_have_fds(id >> 32))
+        return 0;
     struct cgdev_fdkey k = {.tgid = id >> 32, .fd = (s32)args->args[0]};
     struct cgdev_fdval *v = cgdev_fds.lookup(&k);
     if (!v)
@@ -311,6 +333,8 @@ int cgdev_enter_write(struct cgdev_sys_enter *args)
 int cgdev_exit_write(struct cgdev_sys_exit *args)
 {
     u64 id = bpf_get_current_pid_tgid();
+    if (!cgdev_may_have_fds(id >> 32))
+        return 0;
     struct cgdev_pending_write *w = cgdev_write_pending.lookup(&id);
     if (!w)
         return 0;
