@@ -319,6 +319,25 @@ def _pod_not_started(out: Output, node: str, pod: debugpod.DebugPod,
     out.mark_incomplete("the debug pod never started, so node-side checks did not run")
 
 
+def node_not_found(node_name: str, pod: Mapping[str, Any]) -> Finding:
+    """The pod is bound to a node that no longer exists (deleted, or renamed on rejoin)."""
+    md = pod.get("metadata") or {}
+    ref = pod_ref(pod)
+    return catalog.make(
+        "node.not_found", "critical", f"node/{node_name}",
+        f"pod {ref} is bound to node {node_name}, which does not exist",
+        {"pod": ref, "phase": (pod.get("status") or {}).get("phase"),
+         "deletionTimestamp": md.get("deletionTimestamp"),
+         "owner": [o.get("kind") for o in md.get("ownerReferences") or ()] or None},
+        f"The node object was deleted (scale-down, replaced machine, a node that rejoined under "
+        f"another name). No kubelet will ever run or release this pod; kube-controller-manager's "
+        f"pod garbage collector removes pods of deleted nodes after a while. To free it now: "
+        f"`kubectl -n {md.get('namespace')} delete pod {md.get('name')} --grace-period=0 "
+        f"--force` (risk: if the machine still runs the containers under another node name, "
+        f"they keep running unmanaged until that kubelet cleans up).",
+        ("https://kubernetes.io/docs/concepts/workloads/pods/pod-lifecycle/#pod-garbage-collection",))
+
+
 # -- the commands ----------------------------------------------------------------------------
 
 def diagnose_node(kube: Kube, name: str, settings: Settings, out: Output,
@@ -346,7 +365,12 @@ def diagnose_pod(kube: Kube, namespace: str, name: str, settings: Settings, out:
     out.report.target["node"] = node_name
     view = None
     if node_name:
-        view = collect_node(kube, node_name, settings, out)
+        try:
+            node = get_node(kube, node_name)
+        except errors.NotFound:
+            out.finding(node_not_found(node_name, pod))
+            return
+        view = collect_node(kube, node_name, settings, out, node=node)
         out.findings(view.findings)
     out.findings(pod_status.analyze_pod(pod, evs, now_utc(), settings.stall_threshold_s))
     if not events_known:

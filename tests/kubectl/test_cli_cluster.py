@@ -300,3 +300,13 @@ def test_kubectl_plugin_completion_protocol_lists_nodes(cluster, kubeconfig):
     assert r.returncode == 0
     assert r.stdout.splitlines() == ["gpu-a1", "gpu-a2", ":4"]
     assert os.environ.get("KUBECONFIG") != str(kubeconfig)  # the test env was not touched
+
+
+def test_pod_bound_to_deleted_node_is_node_not_found(cluster, kubeconfig):
+    cluster.add_pod("ml", "orphan-0", "gpu-gone", gpus=1)
+    r = run_cli("pod", "orphan-0", "-n", "ml", "--kubeconfig", str(kubeconfig), "-o", "json")
+    doc = json.loads(r.stdout)
+    f = next(f for f in doc["findings"] if f["id"] == "node.not_found")
+    assert f["severity"] == "critical" and f["subject"] == "node/gpu-gone"
+    assert "--grace-period=0 --force" in f["remediation"]
+    assert r.returncode == 1 and cluster.created == []
