@@ -105,7 +105,8 @@ def trace_check(ctx):
     try:
         try:
             session.compile()
-            plugin = _plugin_targets(ctx, TARGETS_WAIT_S - (time.monotonic() - started))
+            # compiling took most of the second already; still give discovery a moment
+            plugin = _plugin_targets(ctx, max(0.25, TARGETS_WAIT_S - (time.monotonic() - started)))
             session.set_targets(t["pid"] for t in plugin)
             probes = session.attach()
         except Exception as exc:

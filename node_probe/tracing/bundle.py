@@ -67,7 +67,6 @@ class TracepointSet:
         self.attached: list[tuple[str, str, int]] = []  # (event, fn, perf fd)
         self.skipped: list[str] = []
         self._checked: dict[str, tuple[bool, str]] = {}
-        self.releasing: list[threading.Thread] = []
 
     def attach(self, pairs: Iterable[tuple[str, str]], required: Iterable[str] = ()) -> None:
         required = set(required)
@@ -92,10 +91,11 @@ class TracepointSet:
             self.attached.append((event, fn, fd))
 
     def detach(self, wait: bool = False) -> None:
-        """Stop every program now (PERF_EVENT_IOC_DISABLE, immediate) and release the perf
-        events. Releasing one waits for an RCU grace period under a kernel mutex (~30 ms each,
-        ~1 s for the whole set here), so by default it finishes in a background thread: the
-        programs no longer run, the probe does not wait."""
+        """Stop every program now (PERF_EVENT_IOC_DISABLE: immediate) and release the perf
+        events. Releasing one waits for RCU grace periods under a kernel mutex (~30-70 ms each,
+        about a second for the whole set here) and would otherwise delay either the verdict or
+        the probe's exit (the kernel releases them in exit too). So by default a short-lived
+        grandchild process inherits the fds and releases them; ours close at once."""
         fds = [fd for _event, _fn, fd in self.attached]
         self.attached.clear()
         for fd in fds:
@@ -103,22 +103,59 @@ class TracepointSet:
                 fcntl.ioctl(fd, PERF_EVENT_IOC_DISABLE, 0)
             except OSError:
                 pass
+        if not fds:
+            return
+        if wait or not _release_in_grandchild(fds):
+            _close_all(fds)
 
-        def close(fd: int) -> None:
-            try:
-                os.close(fd)
-            except OSError:
-                pass
 
-        # One thread per fd: the grace-period waits overlap (serial: ~2 s for the set here).
-        threads = [threading.Thread(target=close, args=(fd,), name="bpf-detach", daemon=True)
-                   for fd in fds]
-        for t in threads:
-            t.start()
-        if wait:
-            for t in threads:
-                t.join(10.0)
-        self.releasing = threads
+def _close_all(fds: list[int]) -> None:
+    """Close from parallel threads: the grace-period waits overlap."""
+    def close(fd: int) -> None:
+        try:
+            os.close(fd)
+        except OSError:
+            pass
+
+    threads = [threading.Thread(target=close, args=(fd,), daemon=True) for fd in fds]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(10.0)
+
+
+def _release_in_grandchild(fds: list[int]) -> bool:
+    """Hand the perf fds to a detached grandchild that closes them; True if it worked."""
+    try:
+        pid = os.fork()
+    except OSError:
+        return False
+    if pid == 0:  # child: only os.* calls, then _exit (other threads do not exist here)
+        try:
+            keep = sorted(fds)
+            lo = 0
+            for fd in keep:          # drop everything else (stdout above all: the reader of
+                os.closerange(lo, fd)  # our output must see EOF when the probe exits)
+                lo = fd + 1
+            os.closerange(lo, 65536)
+            if os.fork() == 0:
+                for fd in keep:
+                    try:
+                        os.close(fd)
+                    except OSError:
+                        pass
+        finally:
+            os._exit(0)
+    for fd in fds:
+        try:
+            os.close(fd)   # cheap: the grandchild still holds a reference
+        except OSError:
+            pass
+    try:
+        os.waitpid(pid, 0)
+    except ChildProcessError:
+        pass
+    return True
 
 
 def mono_to_wall(ts_ns: int, now_mono_ns: int | None = None, now_wall: float | None = None) -> float:

@@ -89,6 +89,7 @@ class TraceSession:
 
     def collect(self) -> dict:
         """Read everything out (call before close: the maps go with the BPF object)."""
+        t0 = time.monotonic()
         self.b.ring_buffer_consume()
         now = time.monotonic_ns()   # one "now" so waits and call durations compare
         out: dict = {"window_s": round(time.monotonic() - self.attached_at, 3)}
@@ -104,12 +105,14 @@ class TraceSession:
             if not c["returned"] and w is not None:
                 c["futex_wait_s"] = w["wait_s"]
                 c["stack"] = w.get("stack", [])
-        out["timings"] = dict(self.timings)
+        self.timings["collect_s"] = round(time.monotonic() - t0, 3)
+        out["timings"] = self.timings   # the same dict: close() adds close_s
         out["peak_rss_mib"] = round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)
         out["skipped_tracepoints"] = list(self.tps.skipped) if self.tps else []
         return out
 
     def close(self) -> None:
+        t0 = time.monotonic()
         if self.tps is not None:
             self.tps.detach()
         if self.b is not None:
@@ -118,3 +121,4 @@ class TraceSession:
             except Exception:
                 pass
             self.b = None
+        self.timings["close_s"] = round(time.monotonic() - t0, 3)

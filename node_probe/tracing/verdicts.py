@@ -109,13 +109,14 @@ def stall_findings(inflight: Iterable[Mapping[str, Any]], ioctls: Iterable[Mappi
 
 def _gpu_container(containers: Iterable[Mapping[str, Any]] | None, cgroup: str):
     """(container entry or None, is it a GPU container per the fact?) for a devices relpath."""
+    if not cgroup or cgroup == "/":
+        return None, False
     for c in containers or ():
-        path = str(c.get("cgroup_path") or "")
-        if not path:
-            continue
-        rel = path.rstrip("/")
-        if cgroup == rel or cgroup.endswith(rel) or rel.endswith(cgroup):
-            return c, any(c.get(k) for k in GPU_KEYS)
+        for key in ("cgroup_rel", "cgroup_path"):
+            rel = str(c.get(key) or "").rstrip("/")
+            if rel and rel != "/" and (cgroup == rel or cgroup.endswith(rel)
+                                       or rel.endswith(cgroup)):
+                return c, any(c.get(k) for k in GPU_KEYS)
     return None, False
 
 
