@@ -98,12 +98,15 @@ def trace_check(ctx):
 
     from ..tracing.session import TraceSession  # imports bcc lazily
     events = _Events(ctx)
-    session = TraceSession(dev_prefix=opts.dev_prefix, cgroup_dir=opts.cgroup_dir,
-                           tracefs=env.tracefs, targets=opts.trace_pids,
-                           futex_min_s=float(opts.extra.get("futex_min_s", FUTEX_MIN_S)),
-                           on_event=events)
+    session = None
+    probes: list[str] = []
+    plugin: list[dict] = []
     try:
         try:
+            session = TraceSession(dev_prefix=opts.dev_prefix, cgroup_dir=opts.cgroup_dir,
+                                   tracefs=env.tracefs, targets=opts.trace_pids,
+                                   futex_min_s=float(opts.extra.get("futex_min_s", FUTEX_MIN_S)),
+                                   on_event=events)
             session.compile()
             # compiling took most of the second already; still give discovery a moment
             plugin = _plugin_targets(ctx, max(0.25, TARGETS_WAIT_S - (time.monotonic() - started)))
@@ -112,7 +115,8 @@ def trace_check(ctx):
         except Exception as exc:
             reason = f"{type(exc).__name__}: {exc}"
             ctx.publish("trace.ready", {"available": False, "probes": [],
-                                        "target_pids": session.targets, "reason": reason})
+                                        "target_pids": session.targets if session else [],
+                                        "reason": reason})
             ctx.publish("trace.results", _empty_results("failed", error=reason))
             yield verdicts.unavailable_finding(
                 [f"compiling or attaching the BPF programs failed ({reason})"],
@@ -130,7 +134,8 @@ def trace_check(ctx):
         session.poll(time.monotonic() + window, ctx.cancelled)
         results = session.collect()
     finally:
-        session.close()
+        if session is not None:
+            session.close()
 
     results.update(available=True, probes=probes, target_pids=session.targets,
                    plugin_targets=plugin, bcc=env.to_dict())

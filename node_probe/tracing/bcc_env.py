@@ -76,7 +76,10 @@ def _tracefs(log: Log) -> tuple[str | None, str | None]:
     target = TRACEFS_CANDIDATES[0]
     if not os.path.isdir(target):
         return None, f"{target} does not exist (no sysfs tracing directory)"
-    res = subproc.run(["mount", "-t", "tracefs", "nodev", target], timeout_s=3.0)
+    try:
+        res = subproc.run(["mount", "-t", "tracefs", "nodev", target], timeout_s=3.0)
+    except OSError as exc:  # no mount(8) in the image
+        return None, f"tracefs not mounted and running mount(8) failed: {exc}"
     if res.returncode == 0 and os.path.isdir(os.path.join(target, "events")):
         log("info", f"tracefs was not mounted: mounted it at {target}", check="trace")
         return target, None

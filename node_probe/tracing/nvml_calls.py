@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Callable, Iterable
 
 from .. import hostfs, procfs
+from ..checks.nvml import LIB_DIRS   # where a driver's libnvidia-ml.so.1 lives, one list
 from .bundle import cstr, mono_to_wall
 
 NAME = "nvml_calls"
@@ -23,12 +24,6 @@ ENTRY_FN = {"nvmlInit_v2": "nvml_enter_init_v2", "nvmlInit": "nvml_enter_init",
 RETURN_FN = "nvml_return_any"
 EV_ENTER, EV_RETURN = 1, 2
 _LIB_RE = re.compile(r"/libnvidia-ml\.so(\.[0-9.]+)?$")
-LIB_DIRS = (
-    "usr/lib/x86_64-linux-gnu", "usr/lib/aarch64-linux-gnu", "usr/lib64", "usr/lib",
-    "lib/x86_64-linux-gnu", "lib/aarch64-linux-gnu", "lib64", "usr/local/nvidia/lib64",
-    "usr/local/nvidia/lib", "run/nvidia/driver/usr/lib/x86_64-linux-gnu",
-    "run/nvidia/driver/usr/lib64",
-)
 
 
 def find_library(pid: int, proc: Path = procfs.PROC) -> tuple[str | None, str | None, str]:
@@ -83,8 +78,10 @@ class NvmlCalls:
                 continue
             for func, fn in ENTRY_FN.items():
                 try:
-                    b.attach_uprobe(name=path, sym=func, fn_name=fn, pid=pid)
-                    b.attach_uretprobe(name=path, sym=func, fn_name=RETURN_FN, pid=pid)
+                    b.attach_uprobe(name=path.encode(), sym=func.encode(), fn_name=fn.encode(),
+                                    pid=pid)
+                    b.attach_uretprobe(name=path.encode(), sym=func.encode(),
+                                       fn_name=RETURN_FN.encode(), pid=pid)
                     rec["functions"].append(func)
                 except Exception as exc:  # symbol absent in this library version
                     rec["errors"].append(f"{func}: {exc}")

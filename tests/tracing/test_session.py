@@ -159,3 +159,27 @@ def test_nothing_stays_attached_after_close(bcc_ready, session_for, tmp_path):
     for fd in fds:          # closed here at once (a grandchild releases the perf events)
         with pytest.raises(OSError):
             os.fstat(fd)
+
+
+def test_wait_that_began_before_attach_is_found_with_its_stack(bcc_ready, children, session_for,
+                                                               tmp_path):
+    """Seed 000 as the probe usually meets it: the plugin is already stuck in nvmlInit_v2."""
+    from tests.fakes.nvml import build_fake_nvml
+    lib = build_fake_nvml(tmp_path / "lib", init="block")
+    child = children([str(build_helper("nvml_caller", "-ldl")), str(lib)])
+    pid = int(child.expect("ready").split()[1])
+    child.send()
+    child.expect("calling")
+    deadline = time.monotonic() + 5
+    while not (Path(f"/proc/{pid}/syscall").read_text().startswith("202 ")
+               or time.monotonic() > deadline):
+        time.sleep(0.02)
+    s = session_for(targets=[pid])
+    assert "nvml_calls" in s.attach()
+    s.poll(time.monotonic() + 0.6)
+    r = s.collect()
+    assert r["nvml_calls"] == []            # entered before the uprobes existed
+    mine = [w for w in r["futex_waits"] if w["pid"] == pid]
+    assert len(mine) == 1 and mine[0]["in_progress"] and mine[0]["started_before_trace"]
+    assert mine[0]["wait_s"] >= 0.5
+    assert any(f.startswith("nvmlInit_v2+") for f in mine[0]["stack"]), mine[0]["stack"]
