@@ -13,6 +13,8 @@ never admits it), and the pod is deleted on every path: success, error, timeout,
 from __future__ import annotations
 
 import secrets
+import signal
+import threading
 import time
 from typing import Any, Callable, Iterator, Mapping, Sequence
 
@@ -250,6 +252,11 @@ class DebugPod:
         """Delete with grace 0. Idempotent; never raises (it runs in finally and handlers)."""
         if self.deleted or not self.created:
             return self.deleted
+        # A second Ctrl-C must not cut the DELETE short: hold SIGINT/SIGTERM (main thread)
+        # until it is sent; they are delivered right after, and still end the run.
+        masked = threading.current_thread() is threading.main_thread()
+        if masked:
+            old = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})
         try:
             self.kube.request("DELETE", self.path, [("gracePeriodSeconds", "0")],
                               timeout=timeout_s)
@@ -258,6 +265,9 @@ class DebugPod:
             self.deleted = exc.status == 404
         except Exception:  # noqa: BLE001 - reported by the caller via `deleted`
             self.deleted = False
+        finally:
+            if masked:
+                signal.pthread_sigmask(signal.SIG_SETMASK, old)
         return self.deleted
 
 

@@ -310,3 +310,46 @@ def test_pod_bound_to_deleted_node_is_node_not_found(cluster, kubeconfig):
     assert f["severity"] == "critical" and f["subject"] == "node/gpu-gone"
     assert "--grace-period=0 --force" in f["remediation"]
     assert r.returncode == 1 and cluster.created == []
+
+
+def test_repeated_signals_still_delete_the_pod(cluster, kubeconfig):
+    """Ctrl-C hammered (then SIGTERM) while the pod is being followed: still one DELETE."""
+    healthy_node(cluster)
+    cluster.log_chunks = [(DATA / "probe_stream.ndjson").read_bytes()[:200]]
+    cluster.log_hang = True
+    p = popen_cli("node", "gpu-1", "--kubeconfig", str(kubeconfig))
+    try:
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and cluster.count(
+                "GET", r"/api/v1/namespaces/[^/]+/pods/gpu-doctor-[^/]+/log") == 0:
+            time.sleep(0.05)
+        for sig in (signal.SIGINT, signal.SIGINT, signal.SIGTERM, signal.SIGINT):
+            p.send_signal(sig)
+            time.sleep(0.01)
+        out, err = p.communicate(timeout=20)
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+    assert p.returncode == 130 and "Traceback" not in err
+    assert len(cluster.deleted) >= 1 and not [k for k in cluster.pods if k[1].startswith(
+        "gpu-doctor-")]
+
+
+def test_sigterm_while_waiting_for_the_pod_deletes_it(cluster, kubeconfig):
+    healthy_node(cluster)
+    cluster.debug_pod_mode = "pending"
+    p = popen_cli("node", "gpu-1", "--kubeconfig", str(kubeconfig), "--start-timeout", "60")
+    try:
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and not cluster.created:
+            time.sleep(0.05)
+        time.sleep(0.3)
+        p.send_signal(signal.SIGTERM)
+        out, err = p.communicate(timeout=20)
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+    assert p.returncode == 130 and "debug pod deleted" in one_error_line(err)
+    assert cluster.count("DELETE", DEBUG_POD) == 1
