@@ -114,7 +114,7 @@ if [ "$ARCHIVE" = 0 ]; then echo "$EXE"; exit 0; fi
 # --- archive: kubectl-gpu_doctor, _internal/, LICENSE at the top (krew-manifest.yaml `files`) ---
 # reproducible-ish: fixed owner, mtime and order, so an unchanged tree gives the same sha256
 tar -C "$BUNDLE" --sort=name --owner=0 --group=0 --numeric-owner --mtime='2020-01-01 00:00:00Z' \
-  -cf - $(cd "$BUNDLE" && ls -A) | gzip -n -9 > "$OUT.tmp"
+  -cf - $(cd "$BUNDLE" && ls -A) | gzip -n -6 > "$OUT.tmp"
 mv "$OUT.tmp" "$OUT"
 echo "$src_hash" > "$OUT.inputs"
 log "archive $OUT: $(du -m "$OUT" | cut -f1) MiB, sha256 $(sha256sum "$OUT" | cut -c1-64) ($(( $(date +%s) - t0 )) s)"
