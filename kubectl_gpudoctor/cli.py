@@ -26,7 +26,8 @@ from .output import FORMATS, Output
 PROG = "kubectl gpu-doctor"
 CONTEXT_SETTINGS = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
 _DEFAULTS = {"output": "table", "fail_on": "warning", "timeout": 60.0, "trace_seconds": 5.0,
-             "start_timeout": 60.0, "stall_threshold": 120.0, "concurrency": 8}
+             "start_timeout": 60.0, "stall_threshold": 120.0, "concurrency": 8,
+             "kubelet_timeout": 10.0}
 
 
 def _common(f: Callable) -> Callable:
@@ -73,7 +74,14 @@ def cli(ctx: click.Context, **kw: Any) -> None:
     ctx.obj = kw
 
 
+def _kubelet_timeout(f: Callable) -> Callable:
+    return click.option("--kubelet-timeout", type=click.FloatRange(min=0.1), default=None,
+                        help="Seconds to wait for each kubelet call proxied by the API server "
+                             "(goroutine dump, healthz, configz; default 10).")(f)
+
+
 def _cluster_options(f: Callable) -> Callable:
+    f = _kubelet_timeout(f)
     f = click.option("--start-timeout", type=click.FloatRange(min=1), default=None,
                      help="Seconds to wait for the debug pod to run (default 60).")(f)
     f = click.option("--stall-threshold", type=click.FloatRange(min=1), default=None,
@@ -147,6 +155,7 @@ def pod_cmd(ctx: click.Context, name: str, **kw: Any) -> int:
 @click.option("--probe-namespace", default=None, envvar="GPU_DOCTOR_NAMESPACE",
               help="Namespace of the debug pods (default: -n / the context's); env "
                    "GPU_DOCTOR_NAMESPACE.")
+@_kubelet_timeout
 @_common
 @click.pass_context
 def nodes_cmd(ctx: click.Context, selector: str | None, all_nodes: bool, probe: bool,
@@ -258,7 +267,8 @@ def _settings(o: dict, namespace: str):
                     image=o.get("image") or DEFAULT_IMAGE,
                     timeout_s=o["timeout"], trace_s=o["trace_seconds"],
                     start_timeout_s=o["start_timeout"], stall_threshold_s=o["stall_threshold"],
-                    probe=not o.get("no_probe"), concurrency=o.get("concurrency") or 8)
+                    probe=not o.get("no_probe"), concurrency=o.get("concurrency") or 8,
+                    kubelet_timeout_s=o["kubelet_timeout"])
 
 
 def _run_cluster(o: dict, target: dict, fn: Callable, pod_target: bool = False,

@@ -40,6 +40,7 @@ class Settings:
     probe: bool = True               # False: API-side analysis only
     probe_args: tuple[str, ...] = ()
     concurrency: int = 8
+    kubelet_timeout_s: float = PROXY_TIMEOUT_S  # per proxied kubelet call (dump, healthz, configz)
 
 
 @dataclasses.dataclass
@@ -111,11 +112,11 @@ def collect_node(kube: Kube, name: str, settings: Settings, out: Output,
         f_lease = pool.submit(kube.get_json,
                               f"/apis/coordination.k8s.io/v1/namespaces/kube-node-lease/"
                               f"leases/{name}")
-        f_configz = pool.submit(kube.get_json, f"{proxy}/configz", None, PROXY_TIMEOUT_S)
+        kt = settings.kubelet_timeout_s
+        f_configz = pool.submit(kube.get_json, f"{proxy}/configz", None, kt)
         f_gr = pool.submit(kube.get_text, f"{proxy}/debug/pprof/goroutine", [("debug", "2")],
-                           PROXY_TIMEOUT_S)
-        f_health = pool.submit(kube.get_text, f"{proxy}/healthz", [("verbose", "1")],
-                               PROXY_TIMEOUT_S)
+                           kt)
+        f_health = pool.submit(kube.get_text, f"{proxy}/healthz", [("verbose", "1")], kt)
         pods = _result(out, "api.pods", f_pods, t0)
         pods = list((pods or {}).get("items") or ())
         lease = _result(out, "api.lease", f_lease, t0, quiet_404=True)
@@ -251,13 +252,17 @@ def run_probe(kube: Kube, view: NodeView, settings: Settings, out: Output,
         out.say(f"probe running on {name}; following its output")
         deadline = time.monotonic() + settings.timeout_s + 30
         got_summary = False
-        for rec in stream.records(pod.follow_log(read_timeout_s=settings.timeout_s + 30)):
-            out.node_record(rec, node=name if fleet else None)
-            if rec.get("kind") == "summary":
-                got_summary = True
-            if time.monotonic() > deadline:
-                out.mark_incomplete("the probe ran past its deadline")
-                break
+        try:
+            for rec in stream.records(pod.follow_log(read_timeout_s=settings.timeout_s + 30)):
+                out.node_record(rec, node=name if fleet else None)
+                if rec.get("kind") == "summary":
+                    got_summary = True
+                if time.monotonic() > deadline:
+                    out.mark_incomplete("the probe ran past its deadline")
+                    break
+        except errors.StreamBroken as exc:
+            out.log("warning", f"{name}: {exc.one_line()}")
+            out.mark_incomplete(f"{exc.one_line()}{' on ' + name if fleet else ''}")
         if not got_summary:
             reason = _terminated_reason(kube, pod)
             out.mark_incomplete(f"the probe's output{' on ' + name if fleet else ''} ended "

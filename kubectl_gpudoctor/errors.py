@@ -70,6 +70,10 @@ class ApiError(ClusterError):
     """Another API error (5xx, 4xx we do not special-case)."""
 
 
+class StreamBroken(ClusterError):
+    """The debug pod's log stream ended abnormally (the run becomes incomplete, not an error)."""
+
+
 class ProbeIncomplete(GpuDoctorError):
     """The node probe ended without a summary (exit 4)."""
 

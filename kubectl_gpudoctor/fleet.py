@@ -17,7 +17,7 @@ from typing import Any, Callable, Mapping
 from . import analysis, errors
 from .analysis import capacity, goroutines
 from .analysis.common import events_by_uid, node_is_ready
-from .diagnose import PROXY_TIMEOUT_S, Settings, now_utc
+from .diagnose import Settings, now_utc
 from .kube import ApiStatus, Kube, raise_for
 from .output import Output
 
@@ -145,13 +145,13 @@ def _dumps(kube: Kube, names: list[str], settings: Settings, out: Output,
         base = f"/api/v1/nodes/{name}/proxy"
         try:
             text = kube.get_text(f"{base}/debug/pprof/goroutine", [("debug", "2")],
-                                 PROXY_TIMEOUT_S)
+                                 settings.kubelet_timeout_s)
         except ApiStatus as exc:
             return [goroutines.unavailable(name, exc.status, exc.message)]
         health = None
         try:
-            health = goroutines.parse_healthz(kube.get_text(f"{base}/healthz",
-                                                            [("verbose", "1")], PROXY_TIMEOUT_S))
+            health = goroutines.parse_healthz(kube.get_text(
+                f"{base}/healthz", [("verbose", "1")], settings.kubelet_timeout_s))
         except ApiStatus as exc:
             if exc.status == 500 and exc.body:
                 health = goroutines.parse_healthz(exc.body)

@@ -104,7 +104,16 @@ class Kube:
         except self._exc_types["api"] as exc:  # legacy REST layer raises on non-2xx
             raise ApiStatus(int(getattr(exc, "status", 0) or 0), str(getattr(exc, "reason", "")),
                             _text(getattr(exc, "body", "")), path) from None
+        except self._exc_types["read_timeout"]:
+            # connected, but no answer in time: for a proxied kubelet call that is evidence
+            # (the kubelet hangs), not a dead API server; callers see it as a 504
+            raise ApiStatus(504, "Timeout", f"no answer within {_fmt_timeout(timeout)}",
+                            path) from None
         except self._exc_types["transport"] as exc:
+            if isinstance(getattr(exc, "reason", None), self._exc_types["read_timeout"]):
+                # urllib3 wraps it in MaxRetryError once its (zero) retries are used up
+                raise ApiStatus(504, "Timeout", f"no answer within {_fmt_timeout(timeout)}",
+                                path) from None
             raise errors.ApiUnreachable(
                 f"cannot reach the API server at {self.host}: {_short(exc)}") from None
         if not 200 <= raw.status <= 299:
@@ -150,8 +159,11 @@ class Kube:
                 try:
                     chunk = raw.read1(chunk_size) if hasattr(raw, "read1") else raw.read(
                         chunk_size)
+                except self._exc_types["read_timeout"]:
+                    raise errors.StreamBroken(
+                        f"the log stream was silent for {_fmt_timeout(timeout)}") from None
                 except self._exc_types["transport"] as exc:
-                    raise errors.ApiUnreachable(f"log stream broke: {_short(exc)}") from None
+                    raise errors.StreamBroken(f"the log stream broke: {_short(exc)}") from None
                 if not chunk:
                     return
                 yield chunk
@@ -174,8 +186,14 @@ def _context_namespace(kconfig, kubeconfig: str | None, context: str | None) -> 
 def _exception_types() -> dict:
     import urllib3.exceptions
     from kubernetes.client.exceptions import ApiException
-    return {"api": ApiException,
+    return {"api": ApiException, "read_timeout": urllib3.exceptions.ReadTimeoutError,
             "transport": (urllib3.exceptions.HTTPError, OSError)}
+
+
+def _fmt_timeout(timeout: Any) -> str:
+    if isinstance(timeout, tuple):
+        timeout = timeout[-1]
+    return f"{float(timeout):g}s" if timeout else "the deadline"
 
 
 def _text(data: Any) -> str:

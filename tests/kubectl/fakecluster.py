@@ -97,6 +97,7 @@ class FakeCluster:
         self.log_chunk_delay_s = 0.0
         self.log_hang = False                # keep the log stream open after the chunks
         self.pod_security_enforce: dict[str, str] = {}  # ns -> level (rejects privileged)
+        self.slow: dict[str, float] = {}     # path -> seconds to wait before answering
         self.created: list[dict] = []
         self.deleted: list[tuple[str, str, dict]] = []  # (ns, name, query)
         self.list_cache: dict[tuple, bytes] = {}
@@ -293,10 +294,17 @@ class FakeCluster:
                 return self._status(403, "Forbidden",
                                     f'{path} is forbidden: User "tester" cannot {method.lower()} '
                                     f'resource at this path')
+        if path in self.slow:
+            return self._later(self.slow[path], method, path, q, request)
         try:
             return self._route(method, path, q, request)
         except KeyError as exc:
             return self._status(404, "NotFound", str(exc.args[0]))
+
+    async def _later(self, delay: float, method: str, path: str, q: dict,
+                     request: kmock.Request) -> Any:
+        await asyncio.sleep(delay)
+        return self._route(method, path, q, request)
 
     def _status(self, code: int, reason: str, message: str) -> kmock.Response:
         return kmock.Response(status=code, payload=status_body(code, reason, message))

@@ -353,3 +353,14 @@ def test_sigterm_while_waiting_for_the_pod_deletes_it(cluster, kubeconfig):
             p.wait()
     assert p.returncode == 130 and "debug pod deleted" in one_error_line(err)
     assert cluster.count("DELETE", DEBUG_POD) == 1
+
+
+def test_hung_kubelet_proxy_is_reported_not_fatal(cluster, kubeconfig):
+    healthy_node(cluster)
+    cluster.slow["/api/v1/nodes/gpu-1/proxy/debug/pprof/goroutine"] = 5.0
+    r = run_cli("node", "gpu-1", "--kubeconfig", str(kubeconfig), "--no-probe",
+                "--kubelet-timeout", "0.5", "-o", "json")
+    doc = json.loads(r.stdout)
+    f = next(f for f in doc["findings"] if f["id"] == "kubelet.goroutines_unavailable")
+    assert f["evidence"]["status"] == 504 and "did not answer" in f["title"]
+    assert r.returncode == 0 and r.stderr == ""
