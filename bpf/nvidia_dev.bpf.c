@@ -124,6 +124,10 @@ BPF_HASH(nvdev_stats, struct nvdev_statkey, struct nvdev_stat, 8192);
 #define NVDEV_TGID_SLOTS 65536
 BPF_ARRAY(nvdev_tgid_has_fds, u8, NVDEV_TGID_SLOTS);
 
+/* How many tracked ioctls are in flight right now (one counter): while none is, every
+ * ioctl exit on the node returns at once, without even asking who is calling. */
+BPF_ARRAY(nvdev_inflight_n, s64, 1);
+
 static __always_inline int nvdev_may_have_fds(u32 tgid)
 {
     u32 slot = tgid & (NVDEV_TGID_SLOTS - 1);
@@ -297,19 +301,29 @@ int nvdev_enter_ioctl(struct nvdev_sys_enter *args)
     } else {
         struct nvdev_call n = {.ts = bpf_ktime_get_ns(), .fd = (s32)args->args[0],
                                .cmd = (u32)args->args[1]};
-        nvdev_inflight.update(&id, &n);
+        if (nvdev_inflight.update(&id, &n) != 0)
+            return 0;
     }
+    u32 zero = 0;
+    s64 *n_inflight = nvdev_inflight_n.lookup(&zero);
+    if (n_inflight)
+        __sync_fetch_and_add(n_inflight, 1);
     return 0;
 }
 
 int nvdev_exit_ioctl(struct nvdev_sys_exit *args)
 {
+    u32 zero = 0;
+    s64 *n_inflight = nvdev_inflight_n.lookup(&zero);
+    if (!n_inflight || *n_inflight <= 0)
+        return 0;
     u64 id = bpf_get_current_pid_tgid();
     if (!nvdev_may_have_fds(id >> 32))
         return 0;
     struct nvdev_call *c = nvdev_inflight.lookup(&id);
     if (!c || c->ts == 0)
         return 0;
+    __sync_fetch_and_add(n_inflight, -1);
     u64 now = bpf_ktime_get_ns();
     u64 dur = now - c->ts;
     struct nvdev_statkey sk = {.tgid = id >> 32, .fd = c->fd, .cmd = c->cmd};

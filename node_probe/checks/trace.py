@@ -36,6 +36,7 @@ class _Events:
     def __init__(self, ctx) -> None:
         self.ctx = ctx
         self.counts: dict[str, int] = {}
+        self.in_nvml: set[tuple[int, int]] = set()   # threads inside an NVML init call
 
     def emit(self, name: str, subject: str, message: str, **data) -> None:
         n = self.counts.get(name, 0)
@@ -59,11 +60,16 @@ class _Events:
                       f"{r['cmd']} BPF_CGROUP_DEVICE on {r['cgroup'] or 'fd ' + str(r['target_fd'])}",
                       **r)
         elif program == "futex_wait" and kind == "long_wait":
-            self.emit("futex.long_wait", f"{who} tid {r['tid']}",
-                      f"futex wait of {r['wait_s']:.2f}s", **r)
+            # Idle runtime threads (Go's) sleep in futex all the time: live only when the
+            # thread is inside an NVML call; every long wait is in trace.results anyway.
+            if (r["pid"], r["tid"]) in self.in_nvml:
+                self.emit("futex.long_wait", f"{who} tid {r['tid']}",
+                          f"futex wait of {r['wait_s']:.2f}s inside an NVML call", **r)
         elif program == "nvml_calls" and kind == "entered":
+            self.in_nvml.add((r["pid"], r["tid"]))
             self.emit("nvml.entered", f"{who} tid {r['tid']}", f"entered {r['func']}", **r)
         elif program == "nvml_calls" and kind == "returned":
+            self.in_nvml.discard((r["pid"], r["tid"]))
             self.emit("nvml.returned", f"{who} tid {r['tid']}",
                       f"{r['func']} returned {r['ret']} after {r['duration_s']:.3f}s", **r)
 

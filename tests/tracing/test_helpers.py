@@ -97,3 +97,22 @@ def test_elf_symbols_of_libc():
     maps = stackscan.read_maps(os.getpid())
     name = stackscan.symbolize(os.getpid(), addr, maps)
     assert name is not None and "getpid" in name and "libc" in name
+
+
+def test_trace_pid_option_reaches_probe_options():
+    from node_probe import cli
+    opts = cli.options_from_args(cli.build_parser().parse_args(
+        ["--trace-pid", "5", "--trace-pid", "7", "--trace-seconds", "2"]))
+    assert opts.trace_pids == (5, 7) and opts.trace_s == 2
+
+
+def test_trace_seconds_zero_disables_without_a_finding():
+    from node_probe.checks import trace
+    from node_probe.context import ProbeContext, ProbeOptions
+    ctx = ProbeContext(ProbeOptions(trace_s=0), lambda rec: None)
+    assert list(trace.trace_check(ctx)) == []
+    ready = ctx.facts.get("trace.ready")
+    assert ready == {"available": False, "probes": [], "target_pids": [], "reason": "disabled"}
+    results = ctx.facts.get("trace.results")
+    assert results["available"] is False and results["nvml_calls"] == []
+    assert set(trace.RESULT_KEYS) <= set(results)
