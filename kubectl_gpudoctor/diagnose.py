@@ -158,7 +158,7 @@ def collect_node(kube: Kube, name: str, settings: Settings, out: Output,
     if gr_text is not None:
         findings += goroutines.analyze(name, gr_text, health)
     elif gr_err is not None:
-        findings.append(goroutines.unavailable(name, gr_err.status, gr_err.message))
+        findings.append(goroutines.unavailable(name, gr_err.status, gr_err.message, health))
     return NodeView(node, pods, lease, cfg, findings)
 
 

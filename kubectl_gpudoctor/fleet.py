@@ -143,11 +143,6 @@ def _dumps(kube: Kube, names: list[str], settings: Settings, out: Output,
 
     def one(name: str):
         base = f"/api/v1/nodes/{name}/proxy"
-        try:
-            text = kube.get_text(f"{base}/debug/pprof/goroutine", [("debug", "2")],
-                                 settings.kubelet_timeout_s)
-        except ApiStatus as exc:
-            return [goroutines.unavailable(name, exc.status, exc.message)]
         health = None
         try:
             health = goroutines.parse_healthz(kube.get_text(
@@ -155,6 +150,11 @@ def _dumps(kube: Kube, names: list[str], settings: Settings, out: Output,
         except ApiStatus as exc:
             if exc.status == 500 and exc.body:
                 health = goroutines.parse_healthz(exc.body)
+        try:
+            text = kube.get_text(f"{base}/debug/pprof/goroutine", [("debug", "2")],
+                                 settings.kubelet_timeout_s)
+        except ApiStatus as exc:
+            return [goroutines.unavailable(name, exc.status, exc.message, health)]
         return goroutines.analyze(name, text, health)
 
     by_name = {r["node"]: r for r in rows}

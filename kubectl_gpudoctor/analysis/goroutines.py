@@ -156,8 +156,12 @@ def analyze(node_name: str, dump_text: str,
                          title, evidence, remediation, REFS)]
 
 
-def unavailable(node_name: str, status: int | None, message: str) -> Finding:
-    """kubelet.goroutines_unavailable: say what would have made the dump readable."""
+def unavailable(node_name: str, status: int | None, message: str,
+                healthz: Mapping[str, Any] | None = None) -> Finding:
+    """kubelet.goroutines_unavailable: say what would have made the dump readable.
+
+    The kubelet's own health checks (when readable) still say whether its sync loop is
+    stuck, so they ride along in the evidence and the title."""
     if status == 403:
         why = "forbidden by RBAC"
         fix = ("Grant `get` on the `nodes/proxy` subresource (ClusterRole rule: apiGroups [\"\"], "
@@ -172,10 +176,17 @@ def unavailable(node_name: str, status: int | None, message: str) -> Finding:
     else:
         why = f"the kubelet did not answer ({status or 'no status'})"
         fix = "Retry, or run `kubectl gpu-doctor local` on the node."
+    failed = list((healthz or {}).get("failed") or ())
+    title = f"kubelet goroutine dump not readable: {why}"
+    if "syncloop" in failed:
+        title += "; the kubelet's /healthz?verbose reports [-]syncloop failed (its pod sync " \
+                 "loop is stuck)"
+    evidence: dict[str, Any] = {
+        "status": status, "message": message[:300],
+        "path": f"/api/v1/nodes/{node_name}/proxy/debug/pprof/goroutine?debug=2",
+        "needs": "get nodes/proxy"}
+    if healthz is not None:
+        evidence["healthz_failed"] = failed
     return catalog.make(
-        "kubelet.goroutines_unavailable", "info", f"node/{node_name}",
-        f"kubelet goroutine dump not readable: {why}",
-        {"status": status, "message": message[:300],
-         "path": f"/api/v1/nodes/{node_name}/proxy/debug/pprof/goroutine?debug=2",
-         "needs": "get nodes/proxy"},
+        "kubelet.goroutines_unavailable", "info", f"node/{node_name}", title, evidence,
         fix, ("https://kubernetes.io/docs/reference/access-authn-authz/kubelet-authn-authz/",))

@@ -153,3 +153,20 @@ def test_parse_time_variants():
     assert parse_time("2025-07-30T20:39:03Z").minute == 39
     assert parse_time("2025-07-30T20:39:03.123456789Z").microsecond == 123456
     assert parse_time("garbage") is None and parse_time(None) is None
+
+
+def test_goroutine_header_variants():
+    dump = ("goroutine 7 gp=0xc000007c00 m=nil [select, 42 minutes, locked to thread]:\n"
+            "k8s.io/kubernetes/pkg/kubelet/cm/devicemanager.(*ManagerImpl).Allocate(0x1)\n"
+            "\t/src/manager.go:370 +0x1b0\n\n"
+            "goroutine 8 [running]:\nmain.main()\n\t/x.go:1\n")
+    gs = goroutines.parse_dump(dump)
+    assert [(g.id, g.state, g.wait_minutes) for g in gs] == [(7, "select", 42), (8, "running", None)]
+    f = goroutines.analyze("n", dump)[0]
+    assert f.evidence["calls"] == {"Allocate": 1} and f.severity.value == "critical"
+
+
+def test_unavailable_dump_still_carries_syncloop_health():
+    f = goroutines.unavailable("n", 404, "404 page not found",
+                               goroutines.parse_healthz(HEALTHZ_SYNCLOOP_FAILED))
+    assert f.evidence["healthz_failed"] == ["syncloop"] and "syncloop failed" in f.title
