@@ -138,7 +138,10 @@ src_hash=$( { echo "$KEY $RELEASE"; cat packaging/Containerfile;
               find node_probe bpf -type f ! -name '*.pyc' ! -path '*/__pycache__/*' -print0 | sort -z | xargs -0 sha256sum; } \
             | sha256sum | cut -c1-16)
 stamp=$OUT.inputs
-if [ -s "$OUT" ] && [ "$(cat "$stamp" 2>/dev/null)" = "$src_hash" ] && podman image exists "$IMAGE" && [ -z "${FORCE:-}" ]; then
+# the stamp holds the inputs' hash and the image ID saved; another checkout building the same tag
+# changes the ID, and then this one rebuilds
+cur_id=$(podman image inspect --format '{{.Id}}' "$IMAGE" 2>/dev/null || true)
+if [ -s "$OUT" ] && [ "$(cat "$stamp" 2>/dev/null)" = "$src_hash $cur_id" ] && [ -z "${FORCE:-}" ]; then
   log "up to date: $OUT ($IMAGE, inputs $src_hash) in $(( $(date +%s) - t0 )) s"
   echo "$OUT"; exit 0
 fi
@@ -162,6 +165,6 @@ if [ -n "$old_id" ] && [ "$old_id" != "$new_id" ]; then podman image rm "$old_id
 rm -f "$OUT.tmp"
 podman save --quiet --format oci-archive -o "$OUT.tmp" "$RELEASE"
 mv "$OUT.tmp" "$OUT"
-echo "$src_hash" > "$stamp"
+echo "$src_hash $new_id" > "$stamp"
 log "saved $OUT ($(du -m "$OUT" | cut -f1) MiB; image $(podman image inspect --format '{{.Size}}' "$IMAGE" | awk '{printf "%d MB", $1/1e6}')) in $(( $(date +%s) - t0 )) s"
 echo "$OUT"
