@@ -155,13 +155,13 @@ def trace_check(ctx):
     ctx.publish("trace.results", results)
 
     containers = None
-    if results["cgroup_writes"]:  # only then does the container list matter
-        try:
+    if results["cgroup_writes"] or any(o.get("errno") == 1 for o in results["opens"]):
+        try:  # only then does the container list matter
             containers = ctx.wait_for("containers", timeout=CONTAINERS_WAIT_S)
         except FactUnavailable:
             pass
     stall_s = float(opts.extra.get("ioctl_stall_s", IOCTL_STALL_S))
-    yield from verdicts.eperm_findings(results["opens"])
+    yield from verdicts.eperm_findings(results["opens"], containers)
     yield from verdicts.stall_findings(results["ioctls_inflight"], results["ioctls"], stall_s,
                                        critical_pids=session.targets)
     yield from verdicts.rewrite_findings(

@@ -35,7 +35,26 @@ GPU_KEYS = ("gpu", "is_gpu", "gpus", "gpu_devices", "nvidia_devices", "expected_
             "nvidia_visible_devices")
 
 
-def eperm_findings(opens: Iterable[Mapping[str, Any]]) -> list:
+def _container_of(containers, pid: int, cgroup: str | None):
+    """The containers-fact entry holding this pid (or this devices cgroup), if any."""
+    for c in containers or ():
+        if pid in (c.get("pids") or ()):
+            return c
+    if cgroup:
+        return _gpu_container(containers, cgroup)[0]
+    return None
+
+
+def _who(container) -> str:
+    if not container:
+        return ""
+    if container.get("pod"):
+        return (f" in {container.get('namespace') or '?'}/{container['pod']}"
+                f" container {container.get('container') or '?'}")
+    return f" in container {str(container.get('container_id', ''))[:13]}"
+
+
+def eperm_findings(opens: Iterable[Mapping[str, Any]], containers=None) -> list:
     """container.nvidia_eperm: one finding per process whose device opens failed with EPERM."""
     by_pid: "OrderedDict[int, list]" = OrderedDict()
     for o in opens:
@@ -52,11 +71,15 @@ def eperm_findings(opens: Iterable[Mapping[str, Any]]) -> list:
         cgroups = items[0].get("cgroup") or {}
         cg = cgroups.get("devices") or cgroups.get("")
         names = ", ".join(devices)
+        container = _container_of(containers, pid, cg)
         out.append(catalog.make(
             "container.nvidia_eperm", "critical", f"pid {pid} ({comm})",
-            f"{comm} (pid {pid}) was denied {names} by its device cgroup "
+            f"{comm} (pid {pid}){_who(container)} was denied {names} by its device cgroup "
             f"({len(items)} EPERM open{'s' if len(items) != 1 else ''})",
             evidence={"pid": pid, "comm": comm, "errno": errno.EPERM,
+                      "container": {k: container.get(k) for k in (
+                          "namespace", "pod", "container", "pod_uid", "container_id",
+                          "cgroup_path")} if container else None,
                       "count": len(items), "devices": list(devices.values()),
                       "cgroup": cg, "cgroup_id": items[0].get("cgroup_id"),
                       "tids": sorted({o["tid"] for o in items}),

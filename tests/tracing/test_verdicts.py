@@ -105,3 +105,11 @@ def test_unavailable_finding_says_what_and_how():
     f = verdicts.unavailable_finding(["no bcc"], ["apt-get install python3-bpfcc"], {"k": 1})
     assert f.id == "probe.ebpf_unavailable" and "no bcc" in f.title
     assert "apt-get install python3-bpfcc" in f.remediation
+
+
+def test_eperm_names_the_container_from_the_fact():
+    fact = [{"pod_uid": "u1", "container_id": "c0ffee", "cgroup_path": "/x", "pids": [10],
+             "namespace": "ml", "pod": "trainer-0", "container": "main", "gpu": True}]
+    found = verdicts.eperm_findings([_open(10, "/dev/nvidia-uvm", errno.EPERM)], fact)
+    assert "ml/trainer-0 container main" in found[0].title
+    assert found[0].evidence["container"]["pod"] == "trainer-0"
