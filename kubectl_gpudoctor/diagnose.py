@@ -106,7 +106,7 @@ def collect_node(kube: Kube, name: str, settings: Settings, out: Output,
     node = node or _timed(out, "api.node", lambda: get_node(kube, name))
     now = now_utc()
     proxy = f"/api/v1/nodes/{name}/proxy"
-    with cf.ThreadPoolExecutor(max_workers=5, thread_name_prefix="api") as pool:
+    with cf.ThreadPoolExecutor(max_workers=8, thread_name_prefix="api") as pool:
         f_pods = pool.submit(kube.get_json, "/api/v1/pods",
                              [("fieldSelector", f"spec.nodeName={name}")])
         f_lease = pool.submit(kube.get_json,
@@ -117,6 +117,11 @@ def collect_node(kube: Kube, name: str, settings: Settings, out: Output,
         f_gr = pool.submit(kube.get_text, f"{proxy}/debug/pprof/goroutine", [("debug", "2")],
                            kt)
         f_health = pool.submit(kube.get_text, f"{proxy}/healthz", [("verbose", "1")], kt)
+        # Warning events of all pods in one list (admission errors, HAMi's `device number not
+        # matched`), kept for the pods on this node; optional
+        f_warn = pool.submit(kube.get_json, "/api/v1/events",
+                             [("fieldSelector", "type=Warning,involvedObject.kind=Pod"),
+                              ("resourceVersion", "0")], 30)
         pods = _result(out, "api.pods", f_pods, t0)
         pods = list((pods or {}).get("items") or ())
         lease = _result(out, "api.lease", f_lease, t0, quiet_404=True)
@@ -133,6 +138,15 @@ def collect_node(kube: Kube, name: str, settings: Settings, out: Output,
             except (ApiStatus, errors.GpuDoctorError) as exc:
                 events_known = False
                 out.log("warning", f"cannot read events of {pod_ref(p)}: {_why(exc)}")
+        warn = _result(out, "api.warning_events", f_warn, t0, quiet=True)
+        uids = {(p.get("metadata") or {}).get("uid") for p in pods}
+        for ev in (warn or {}).get("items") or ():
+            uid = (ev.get("involvedObject") or {}).get("uid")
+            if uid in uids:
+                have = index.setdefault(uid, [])
+                if all(e.get("metadata", {}).get("name") != ev.get("metadata", {}).get("name")
+                       for e in have):
+                    have.append(ev)
         configz = _result(out, "api.kubelet_configz", f_configz, t0, quiet=True)
         cfg = kubelet_config.extract(configz)
         health_text = _result(out, "api.kubelet_healthz", f_health, t0, quiet=True,

@@ -364,3 +364,22 @@ def test_hung_kubelet_proxy_is_reported_not_fatal(cluster, kubeconfig):
     f = next(f for f in doc["findings"] if f["id"] == "kubelet.goroutines_unavailable")
     assert f["evidence"]["status"] == 504 and "did not answer" in f["title"]
     assert r.returncode == 0 and r.stderr == ""
+
+
+def test_hami_analysis_is_wired_in_with_warning_events(cluster, kubeconfig):
+    import datetime as dt
+    cluster.add_node("gpu-1")
+    p = cluster.add_pod("ml", "vgpu-0", "gpu-1", phase="Failed", gpus=1, extra_status={
+        "reason": "UnexpectedAdmissionError",
+        "message": "Pod was rejected: Allocate failed due to device number not matched, "
+                   "which is unexpected"})
+    p["metadata"]["annotations"] = {"hami.io/vgpu-node": "gpu-1",
+                                    "hami.io/bind-phase": "allocating"}
+    cluster.add_event(p, "Warning", "UnexpectedAdmissionError",
+                      "Allocate failed due to device number not matched, which is unexpected",
+                      "kubelet", dt.datetime.now(dt.timezone.utc), host="gpu-1")
+    r = run_cli("node", "gpu-1", "--kubeconfig", str(kubeconfig), "--no-probe", "-o", "json")
+    ids = {f["id"] for f in json.loads(r.stdout)["findings"]}
+    assert "hami.allocation_mismatch" in ids and r.returncode == 1
+    # one Warning-events list instead of one call per pod
+    assert cluster.count("GET", r"/api/v1/events") == 1
