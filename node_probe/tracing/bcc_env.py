@@ -10,7 +10,9 @@ and a mounted tracefs (mounted here when absent, and said so in a log record). C
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import os
+import shutil
 import tempfile
 from pathlib import Path
 from typing import Callable
@@ -103,7 +105,10 @@ def _headers(host_root: Path, release: str, log: Log) -> tuple[str | None, str |
     if _has_headers(build):
         return str(build), None, str(build)
     if build is not None and _has_headers(source):
-        dest = Path(tempfile.gettempdir()) / f"gpu-doctor-kheaders-{release}"
+        key = hashlib.sha256(f"{build}\0{source}".encode()).hexdigest()[:12]
+        dest = Path(tempfile.gettempdir()) / f"gpu-doctor-kheaders-{release}-{key}"
+        if dest.exists() and not _has_headers(dest):   # stale links from an older tree
+            shutil.rmtree(dest, ignore_errors=True)
         merged_tree(build, source, dest)
         log("info", f"kernel headers are split ({build}, {source}): merged them for BCC "
                     f"at {dest}", check="trace")

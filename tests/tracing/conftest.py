@@ -156,12 +156,15 @@ def children():
 class ProbeRun:
     """`python -m node_probe --only trace -o jsonl ...` as a child; records read as they come."""
 
-    def __init__(self, args, python: str | None = None, env: dict | None = None) -> None:
+    def __init__(self, args, python: str | None = None, env: dict | None = None,
+                 wrapper: list[str] | None = None) -> None:
         python = python or sys.executable
         e = dict(os.environ)
         e["PYTHONPATH"] = str(REPO) + os.pathsep + e.get("PYTHONPATH", "")
+        e.pop("BCC_KERNEL_SOURCE", None)
         e.update(env or {})
-        self.proc = subprocess.Popen([python, "-m", "node_probe", "-o", "jsonl", *args],
+        self.proc = subprocess.Popen([*(wrapper or []), python, "-m", "node_probe", "-o", "jsonl",
+                                      *args],
                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                                      cwd=str(REPO), env=e, start_new_session=True)
         self.records: list[dict] = []

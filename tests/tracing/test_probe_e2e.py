@@ -197,3 +197,36 @@ def test_without_bcc_the_probe_completes_with_ebpf_unavailable(probe):
     assert summary["checks"] == [{"id": "trace", "status": "ok",
                                   "duration_s": summary["checks"][0]["duration_s"]}]
     assert time.monotonic() - t0 < 20
+
+
+def test_split_headers_under_host_root_are_merged_for_bcc(bcc_ready, probe, tmp_path):
+    """The debug pod's case: no headers in the probe's own /lib/modules, the host's under
+    --host-root, split in Debian's -amd64 (build) and -common (source) directories."""
+    release = os.uname().release
+    build = Path(f"/lib/modules/{release}/build")
+    source = Path(f"/lib/modules/{release}/source")
+    if not (build.is_symlink() and source.is_symlink()):
+        pytest.skip("this test needs /lib/modules/$(uname -r)/{build,source} symlinks")
+    host = tmp_path / "host"
+    mods = host / "lib/modules" / release
+    mods.mkdir(parents=True)
+    (mods / "build").symlink_to(os.readlink(build))     # absolute, as on the host
+    (mods / "source").symlink_to(os.readlink(source))
+    (host / "usr/src").mkdir(parents=True)
+    # Inside a private mount namespace: hide our /lib/modules, show /usr/src under the host.
+    script = (f"mount -t tmpfs none /lib/modules && mount --bind /usr/src {host}/usr/src && "
+              'exec "$0" "$@"')
+    run = probe("--only", "trace", "--trace-seconds", "1", "--host-root", str(host),
+                wrapper=["unshare", "-m", "--propagation", "private", "sh", "-c", script])
+    try:
+        recs = run.finish(timeout=60)
+    finally:  # the merged tree links into tmp_path: do not leave it behind
+        import hashlib, shutil, tempfile
+        key = hashlib.sha256(f"{host}{os.readlink(build)}\0{host}{os.readlink(source)}"
+                             .encode()).hexdigest()[:12]
+        shutil.rmtree(Path(tempfile.gettempdir()) / f"gpu-doctor-kheaders-{release}-{key}",
+                      ignore_errors=True)
+    assert not findings(recs, "probe.ebpf_unavailable"), findings(recs, "probe.ebpf_unavailable")
+    assert any(r.get("kind") == "progress" and r.get("phase") == "trace" for r in recs)
+    logs = [r["message"] for r in recs if r.get("kind") == "log"]
+    assert any("merged them for BCC" in m for m in logs), logs
