@@ -171,7 +171,10 @@ def nodes_cmd(ctx: click.Context, selector: str | None, all_nodes: bool, probe: 
                                    max_probes=max_probes, on_pod=reg))
     return _run_cluster(o, {"kind": "nodes", "name": selector or
                             ("all nodes" if all_nodes else "GPU nodes"), "node": None}, go,
-                        pre_table=lambda: fleet.table(rows_box) if rows_box else "")
+                        pre_table=lambda: fleet.table(rows_box) if rows_box else (
+                            "No nodes matched " + (f"-l {selector}" if selector else
+                                                   "(no node has GPUs; --all shows every node)")
+                            + ".\n\n"))
 
 
 @cli.command("local", context_settings=CONTEXT_SETTINGS)

@@ -104,3 +104,11 @@ def test_ctrl_c_during_nodes_probe_deletes_every_pod(cluster, kubeconfig):
     assert sorted(n for _, n, _ in cluster.deleted) == sorted(
         b["metadata"]["name"] for b in cluster.created) and len(cluster.created) == 3
     assert json.loads(out)["exit_code"] == 130
+
+
+def test_nodes_on_a_cluster_without_gpus(cluster, kubeconfig):
+    cluster.add_node("cpu-1", gpus=0)
+    r = run_cli("nodes", "--kubeconfig", str(kubeconfig))
+    assert r.returncode == 0 and "No nodes matched (no node has GPUs" in r.stdout
+    r = run_cli("nodes", "--all", "--kubeconfig", str(kubeconfig))
+    assert r.returncode == 0 and "cpu-1" in r.stdout
