@@ -59,6 +59,10 @@ def _opts(ctx: click.Context, local: dict) -> dict:
     merged = dict(_DEFAULTS)
     for src in (ctx.obj or {}), local:
         merged.update({k: v for k, v in src.items() if v is not None})
+    if merged["trace_seconds"] >= merged["timeout"]:
+        raise click.UsageError(
+            f"--trace-seconds ({merged['trace_seconds']:g}) must be shorter than --timeout "
+            f"({merged['timeout']:g}): the trace window runs inside the probe's deadline")
     return merged
 
 

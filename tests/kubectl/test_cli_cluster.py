@@ -229,6 +229,8 @@ def test_bad_kubeconfig_and_usage_errors(tmp_path):
     assert r.returncode == 2 and one_error_line(r.stderr)
     r = run_cli("frobnicate")
     assert r.returncode == 2 and one_error_line(r.stderr)
+    r = run_cli("node", "x", "--trace-seconds", "30", "--timeout", "20")
+    assert r.returncode == 2 and "--trace-seconds" in one_error_line(r.stderr)
 
 
 def test_goroutines_forbidden_is_an_info_finding_naming_the_permission(cluster, kubeconfig):
