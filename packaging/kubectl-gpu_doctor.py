@@ -1,9 +1,27 @@
 """Entry script PyInstaller freezes into the `kubectl-gpu_doctor` executable (scripts/build-plugin.sh).
 
-kubectl_gpudoctor.cli.entrypoint also dispatches the frozen executable's hidden re-entry
-arguments (`__probe`, `__run_module`) used by `local` mode and by node_probe's child processes.
+A frozen build has no `python -m`, so it re-enters itself for the node probe's children:
+  kubectl-gpu_doctor __run_module MODULE ARGS...  (node_probe.subproc.python_module_argv: the
+      NVML child, the cgroup access helper) -> runs MODULE as __main__ here;
+  kubectl-gpu_doctor __probe ARGS...              (`local` mode) -> kubectl_gpudoctor.cli handles it.
+Everything else goes to the click CLI.
 """
-from kubectl_gpudoctor.cli import entrypoint
+import runpy
+import sys
+
+
+def main() -> None:
+    if len(sys.argv) >= 3 and sys.argv[1] == "__run_module":
+        module = sys.argv[2]
+        if not module.startswith("node_probe."):  # only the probe's own helper modules
+            sys.exit(f"kubectl-gpu_doctor: refusing to run module {module!r}")
+        sys.argv = [module, *sys.argv[3:]]
+        runpy.run_module(module, run_name="__main__", alter_sys=True)
+        sys.exit(0)
+    from kubectl_gpudoctor.cli import entrypoint
+
+    entrypoint()
+
 
 if __name__ == "__main__":
-    entrypoint()
+    main()

@@ -79,3 +79,25 @@ def test_archive_layout(unpacked_plugin: Path):
     assert bundled and bundled == sorted(p.name for p in (REPO / "bpf").glob("*.bpf.c"))
     assert not (internal / "bcc").exists()  # bcc is the host's (libbcc + kernel headers), never bundled
     assert list(internal.glob("libpython3*.so*"))  # carries its own interpreter: no system Python needed
+
+
+def test_frozen_plugin_runs_the_probes_child_processes(krew_root: Path, tmp_path: Path):
+    """node_probe runs NVML in a child (`python -m node_probe.nvml_child`); frozen, that child is
+    the executable re-entered with `__run_module`. With a real (fake-driver) libnvidia-ml.so.1
+    under --host-root, the frozen plugin must reach the same verdict as the source tree."""
+    from tests.fakes.nvml import H20_MIXED, build_fake_nvml
+
+    host = tmp_path / "host"
+    build_fake_nvml(host / "usr/lib/x86_64-linux-gnu", driver_version="570.158.01", gpus=H20_MIXED)
+    args = ["--host-root", str(host), "--only", "nvml", "--only", "driver", "-o", "json"]
+    source = subprocess.run([sys.executable, "-m", "node_probe", *args], cwd=REPO,
+                            capture_output=True, text=True, timeout=120)
+    frozen = kubectl(krew_root, "gpu-doctor", "local", "--trace-seconds", "0", *args, timeout_s=120)
+    want, got = json.loads(source.stdout), json.loads(frozen.stdout)
+
+    def verdict(doc: dict) -> tuple:
+        return (sorted((f["id"], f["severity"]) for f in doc["findings"]),
+                sorted((c["id"], c["status"]) for c in doc["checks"]))
+
+    assert ("driver.known_bad", "critical") in verdict(want)[0]  # the fixture really is seed 000
+    assert verdict(got) == verdict(want), frozen.stderr
