@@ -224,7 +224,13 @@ int cgdev_enter_open(struct cgdev_sys_enter *args)
     return cgdev_open_enter((int)args->args[0], (const char *)args->args[1]);
 }
 
-/* attached to sys_exit_openat and sys_exit_openat2 */
+/* attached to sys_enter_open where it exists (x86_64; old C libraries) */
+int cgdev_enter_open_legacy(struct cgdev_sys_enter *args)
+{
+    return cgdev_open_enter(-100 /* AT_FDCWD */, (const char *)args->args[0]);
+}
+
+/* attached to sys_exit_openat, sys_exit_openat2 and sys_exit_open */
 int cgdev_exit_open(struct cgdev_sys_exit *args)
 {
     return cgdev_open_exit(args->ret);

@@ -198,7 +198,13 @@ int nvdev_enter_open(struct nvdev_sys_enter *args)
     return nvdev_open_enter((const char *)args->args[1]);
 }
 
-/* attached to sys_exit_openat and sys_exit_openat2 */
+/* attached to sys_enter_open where it exists (x86_64; glibc < 2.26, e.g. CentOS 7 images) */
+int nvdev_enter_open_legacy(struct nvdev_sys_enter *args)
+{
+    return nvdev_open_enter((const char *)args->args[0]);
+}
+
+/* attached to sys_exit_openat, sys_exit_openat2 and sys_exit_open */
 int nvdev_exit_open(struct nvdev_sys_exit *args)
 {
     return nvdev_open_exit(args->ret);

@@ -28,6 +28,7 @@ NVIDIA_MAJOR = 195
 TRACEPOINTS = (   # (syscall tracepoint, program): one program may serve several
     ("sys_enter_openat", "cgdev_enter_open"), ("sys_exit_openat", "cgdev_exit_open"),
     ("sys_enter_openat2", "cgdev_enter_open"), ("sys_exit_openat2", "cgdev_exit_open"),
+    ("sys_enter_open", "cgdev_enter_open_legacy"), ("sys_exit_open", "cgdev_exit_open"),
     ("sys_enter_dup", "cgdev_enter_dup"), ("sys_exit_dup", "cgdev_exit_dup"),
     ("sys_enter_dup2", "cgdev_enter_dup2"), ("sys_exit_dup2", "cgdev_exit_dup"),
     ("sys_enter_dup3", "cgdev_enter_dup2"), ("sys_exit_dup3", "cgdev_exit_dup"),

@@ -25,6 +25,7 @@ EV_OPEN, EV_SLOW_IOCTL = 1, 2
 TRACEPOINTS = (   # (syscall tracepoint, program): one program may serve several
     ("sys_enter_openat", "nvdev_enter_open"), ("sys_exit_openat", "nvdev_exit_open"),
     ("sys_enter_openat2", "nvdev_enter_open"), ("sys_exit_openat2", "nvdev_exit_open"),
+    ("sys_enter_open", "nvdev_enter_open_legacy"), ("sys_exit_open", "nvdev_exit_open"),
     ("sys_enter_dup", "nvdev_enter_dup"), ("sys_exit_dup", "nvdev_exit_dup"),
     ("sys_enter_dup2", "nvdev_enter_dup2"), ("sys_exit_dup2", "nvdev_exit_dup"),
     ("sys_enter_dup3", "nvdev_enter_dup2"), ("sys_exit_dup3", "nvdev_exit_dup"),

@@ -183,3 +183,64 @@ def test_wait_that_began_before_attach_is_found_with_its_stack(bcc_ready, childr
     assert len(mine) == 1 and mine[0]["in_progress"] and mine[0]["started_before_trace"]
     assert mine[0]["wait_s"] >= 0.5
     assert any(f.startswith("nvmlInit_v2+") for f in mine[0]["stack"]), mine[0]["stack"]
+
+
+LEGACY_OPEN = r"""
+import ctypes, os, sys
+libc = ctypes.CDLL(None, use_errno=True)
+print("ready", os.getpid(), flush=True)
+sys.stdin.readline()
+# open(2) itself, as C libraries before glibc 2.26 (CentOS 7 images) call it
+fd = libc.syscall(2, sys.argv[1].encode(), os.O_RDONLY)   # __NR_open on x86_64
+print("fd", fd, ctypes.get_errno(), flush=True)
+sys.stdin.readline()
+"""
+
+
+def test_legacy_open_syscall_is_traced(bcc_ready, children, session_for, tmp_path):
+    if os.uname().machine != "x86_64":
+        pytest.skip("open(2) exists as a syscall only on x86_64 here")
+    ctl = tmp_path / "nvidia-legacy"
+    ctl.write_bytes(b"x")
+    child = children([sys.executable, "-c", LEGACY_OPEN, str(ctl)])
+    pid = int(child.expect("ready").split()[1])
+    s = session_for()
+    s.attach()
+    assert ("sys_enter_open", "nvdev_enter_open_legacy") in [(e, f) for e, f, _ in s.tps.attached]
+    child.send()
+    fd = int(child.expect("fd").split()[1])
+    s.poll(time.monotonic() + 0.3)
+    r = s.collect()
+    assert [(o["path"], o["fd"], o["errno"]) for o in r["opens"] if o["pid"] == pid] == [
+        (str(ctl), fd, 0)]
+
+
+DIRFD_WRITER = r"""
+import os, sys
+d = os.open(sys.argv[1], os.O_RDONLY | os.O_DIRECTORY)
+print("ready", flush=True)
+sys.stdin.readline()
+for name, text in (("devices.deny", b"a"), ("devices.allow", b"c 1:3 rwm")):
+    fd = os.open(name, os.O_WRONLY, dir_fd=d)       # openat(dirfd, relative), as runc does
+    os.write(fd, text)
+    os.close(fd)
+print("done", flush=True)
+sys.stdin.readline()
+"""
+
+
+def test_rule_writes_relative_to_a_directory_fd_resolve(bcc_ready, children, devices_cgroup,
+                                                        session_for):
+    cg = devices_cgroup("dirfd")
+    child = children([sys.executable, "-c", DIRFD_WRITER, str(cg)])
+    child.expect("ready")
+    s = session_for()
+    s.attach()
+    child.send()
+    child.expect("done")
+    s.poll(time.monotonic() + 0.3)
+    r = s.collect()
+    mine = [w for w in r["cgroup_writes"] if w["pid"] == child.proc.pid]
+    assert [(w["which"], w["text"], w["cgroup"], w["ret"]) for w in mine] == [
+        ("deny", "a", "/" + cg.name, 1), ("allow", "c 1:3 rwm", "/" + cg.name, 9)]
+    assert mine[0]["path"] == str(cg / "devices.deny")
