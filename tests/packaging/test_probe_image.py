@@ -16,6 +16,8 @@ from pathlib import Path
 import pytest
 
 from node_probe import __version__
+from tests.deviceplugin.conftest import GPU_A, host, podres, start_plugin  # noqa: F401 - fixtures
+from tests.fakes.nvml import build_fake_nvml
 from tests.packaging.conftest import REPO
 
 pytestmark = [pytest.mark.image, pytest.mark.slow, pytest.mark.root, pytest.mark.bcc]
@@ -121,6 +123,32 @@ def test_probe_in_the_image_streams_a_complete_run_with_ebpf(image: Path):
 def _arch() -> str:
     out = subprocess.run(["dpkg", "--print-architecture"], capture_output=True, text=True)
     return out.stdout.strip() if out.returncode == 0 else os.uname().machine
+
+
+def test_image_diagnoses_seed_000_with_all_bcc_programs(image: Path, host, start_plugin, podres, tmp_path: Path):
+    """Seed 000 on this host, diagnosed by the image: a real gRPC device plugin whose
+    GetPreferredAllocation calls nvmlInit_v2 of a libnvidia-ml.so.1 that blocks on a futex
+    (driver 570.158.01, MIG beside a full GPU). The probe in the container must compile and
+    attach every BCC program (uprobes on the plugin's NVML included) and name the stuck thread."""
+    host.driver_version("570.158.01")
+    lib = build_fake_nvml(tmp_path / "plugin-lib", init="block")
+    plugin = start_plugin("nvidia-gpu.sock", mode="nvml-block", nvml_lib=lib,
+                          devices=(GPU_A, "MIG-e76cc178-e1f3-5596-a9e1-84fa6bffa030"))
+    podres([])
+    r = podman_run("--host-root", f"/host{host.root}", "--only", "deviceplugin", "--only", "trace",
+                   "--timeout", "25", "-o", "jsonl")
+    records = [json.loads(line) for line in r.stdout.splitlines() if line.strip()]
+    assert records and records[-1]["kind"] == "summary" and records[-1]["complete"], r.stderr[-2000:]
+    (attached,) = [rec for rec in records if rec["kind"] == "progress" and rec.get("phase") == "trace"]
+    assert set(attached["probes"]) >= {"nvidia_dev", "cgroup_devices", "futex_wait", "nvml_calls"}
+    assert attached["target_pids"] == [plugin.pid]
+    findings = {rec["id"]: rec for rec in records if rec["kind"] == "finding"}
+    assert "probe.ebpf_unavailable" not in findings
+    blocked = findings["deviceplugin.blocked_in_nvml"]
+    assert blocked["severity"] == "critical" and blocked["evidence"]["pid"] == plugin.pid
+    (thread,) = blocked["evidence"]["threads"]
+    assert "ebpf uprobe" in thread["sources"] and thread["func"] == "nvmlInit_v2"
+    assert "Allocate" not in plugin.calls()  # read-only RPCs only
 
 
 def test_the_plugins_debug_pod_manifest_runs_the_image(image: Path, tmp_path: Path):
