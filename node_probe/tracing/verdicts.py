@@ -77,9 +77,9 @@ def eperm_findings(opens: Iterable[Mapping[str, Any]], containers=None) -> list:
             f"{comm} (pid {pid}){_who(container)} was denied {names} by its device cgroup "
             f"({len(items)} EPERM open{'s' if len(items) != 1 else ''})",
             evidence={"pid": pid, "comm": comm, "errno": errno.EPERM,
-                      "container": {k: container.get(k) for k in (
+                      **({"container": {k: container.get(k) for k in (
                           "namespace", "pod", "container", "pod_uid", "container_id",
-                          "cgroup_path")} if container else None,
+                          "cgroup_path")}} if container else {}),
                       "count": len(items), "devices": list(devices.values()),
                       "cgroup": cg, "cgroup_id": items[0].get("cgroup_id"),
                       "tids": sorted({o["tid"] for o in items}),
