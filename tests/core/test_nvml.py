@@ -22,7 +22,8 @@ def host_with_lib(tmp_path: Path, **cfg) -> Path:
 
 def test_no_driver_on_this_host_is_info_not_failure():
     run = run_probe("--trace-seconds", "0")
-    assert run.returncode == 0, run.stderr
+    assert not run.actionable(), run.actionable()
+    assert run.returncode == run.expected_exit(), run.stderr
     f = run.findings("nvml.unavailable")
     assert f and f[0]["severity"] == "info"
     assert run.summary["complete"] is True
