@@ -50,28 +50,7 @@ if [ ${#need[@]} -gt 0 ]; then
 fi
 
 # --- the Debian mirror apt uses -----------------------------------------------------------
-mirror_from_apt() {
-  # deb822 (*.sources): the URIs of a stanza whose Suites has $SUITE; one-line (*.list): deb URI SUITE
-  local f
-  for f in /etc/apt/sources.list.d/*.sources /etc/apt/sources.list /etc/apt/sources.list.d/*.list; do
-    [ -f "$f" ] || continue
-    case "$f" in
-      *.sources)
-        awk -v suite="$SUITE" '
-          BEGIN { RS=""; FS="\n" }
-          { uri=""; ok=0
-            for (i=1;i<=NF;i++) {
-              if ($i ~ /^URIs:/)   { split($i,a,/[ \t]+/); uri=a[2] }
-              if ($i ~ /^Suites:/) { n=split($i,s,/[ \t]+/); for (j=2;j<=n;j++) if (s[j]==suite) ok=1 }
-            }
-            if (ok && uri!="") { print uri; exit } }' "$f" ;;
-      *)
-        awk -v suite="$SUITE" '$1=="deb" { for (i=2;i<=NF;i++) if ($i !~ /^\[/ ) { if ($(i+1)==suite) { print $i; exit } else break } }' "$f" ;;
-    esac
-  done | head -n1
-}
-MIRROR=${GPU_DOCTOR_MIRROR:-$(mirror_from_apt)}
-MIRROR=${MIRROR:-http://deb.debian.org/debian}
+MIRROR=${GPU_DOCTOR_MIRROR:-$(bash scripts/debian-mirror.sh "$SUITE")}
 
 # --- 1. base rootfs (cached) --------------------------------------------------------------
 pkgs=$(grep -v -e '^#' -e '^[[:space:]]*$' packaging/base-packages.txt | paste -sd, -)

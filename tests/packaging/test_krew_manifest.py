@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import io
+import os
 import subprocess
 import sys
 import tarfile
@@ -71,7 +72,10 @@ def test_rules_catch_what_krew_rejects():
 
 def test_filled_manifest_from_the_built_archive(plugin_archive: Path, unpacked_plugin: Path, tmp_path: Path):
     out = tmp_path / "gpu-doctor.yaml"
-    r = fill("--allow-missing", "--out", str(out))
+    dist = tmp_path / "dist"  # only the archive built here, whatever else dist/ holds
+    dist.mkdir()
+    os.link(plugin_archive, dist / plugin_archive.name)
+    r = fill("--allow-missing", "--dist", str(dist), "--out", str(out))
     assert r.returncode == 0, r.stderr
     # the platforms that cannot be built on this machine are left out and named, never faked
     for missing in ("linux/arm64", "darwin/amd64", "darwin/arm64"):
@@ -92,7 +96,10 @@ def test_filled_manifest_from_the_built_archive(plugin_archive: Path, unpacked_p
 
 
 def test_fill_refuses_missing_platforms_without_allow_missing(plugin_archive: Path, tmp_path: Path):
-    r = fill("--out", str(tmp_path / "gpu-doctor.yaml"))
+    dist = tmp_path / "dist"
+    dist.mkdir()
+    os.link(plugin_archive, dist / plugin_archive.name)
+    r = fill("--dist", str(dist), "--out", str(tmp_path / "gpu-doctor.yaml"))
     assert r.returncode != 0
     assert "darwin/arm64" in r.stderr and not (tmp_path / "gpu-doctor.yaml").exists()
 
