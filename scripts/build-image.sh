@@ -94,6 +94,12 @@ if [ ! -s "$BASE_TAR" ] || [ -n "${FORCE:-}" ]; then
   mv "$BASE_TAR.tmp" "$BASE_TAR"
   cleanup_rootfs; trap - EXIT
   log "base cached: $BASE_TAR ($(du -m "$BASE_TAR" | cut -f1) MiB)"
+  for old in "$CACHE"/base-*.tar; do  # bases for older inputs, and their imported images
+    [ "$old" = "$BASE_TAR" ] && continue
+    okey=$(basename "$old" .tar); okey=${okey#base-}
+    podman image rm -f "localhost/gpu-doctor-base:$okey" >/dev/null 2>&1 || true
+    rm -f "$old" "$CACHE/debootstrap-$okey.log"
+  done
   podman image rm -f "$BASE_IMAGE" >/dev/null 2>&1 || true
 fi
 

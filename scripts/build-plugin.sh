@@ -55,6 +55,8 @@ VENV=$CACHE/plugin-venv-$KEY
 if [ ! -f "$VENV/.complete" ]; then
   log "creating build venv $VENV (Python $pyver)"
   mkdir -p "$CACHE"; rm -rf "$VENV"
+  # venvs for older inputs are dead weight (~250 MB each)
+  find "$CACHE" -maxdepth 1 -name 'plugin-venv-*' ! -name "plugin-venv-$KEY" -exec rm -rf {} + 2>/dev/null || true
   "$PY" -m venv "$VENV"
   deps=$("$PY" - <<'EOF'
 import tomllib
