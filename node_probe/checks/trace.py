@@ -139,12 +139,14 @@ def trace_check(ctx):
         window = ctx.budget(opts.trace_s, reserve=1.0)
         session.poll(time.monotonic() + window, ctx.cancelled)
         results = session.collect()
+        results.update(available=True, probes=probes, target_pids=session.targets,
+                       plugin_targets=plugin, bcc=env.to_dict())
+        # published before detaching: checks waiting on it should not wait for the kernel
+        ctx.publish("trace.results", results)
     finally:
         if session is not None:
             session.close()
 
-    results.update(available=True, probes=probes, target_pids=session.targets,
-                   plugin_targets=plugin, bcc=env.to_dict())
     for c in results["nvml_calls"]:
         if not c["returned"]:
             futex = (f", thread asleep in futex() for {c['futex_wait_s']:.2f}s"
@@ -152,7 +154,8 @@ def trace_check(ctx):
             events.emit("nvml.call_blocked", f"pid {c['pid']} ({c['comm']}) tid {c['tid']}",
                         f"{c['func']} entered {c['duration_s']:.2f}s ago and has not returned"
                         + futex, **c)
-    ctx.publish("trace.results", results)
+    ctx.log("debug", "trace window done", check="trace", timings=results["timings"],
+            window_s=results["window_s"], since_start_s=round(time.monotonic() - started, 3))
 
     containers = None
     if results["cgroup_writes"] or any(o.get("errno") == 1 for o in results["opens"]):

@@ -13,6 +13,7 @@ import fcntl
 import os
 import re
 import threading
+import time
 from pathlib import Path
 from typing import Iterable
 
@@ -125,32 +126,55 @@ def _close_all(fds: list[int]) -> None:
 
 
 def _release_in_grandchild(fds: list[int]) -> bool:
-    """Hand the perf fds to a detached grandchild that closes them; True if it worked."""
+    """Hand the perf fds to a detached grandchild that closes them; True if it worked. The
+    grandchild waits until we have closed our copies (EOF on a pipe), so that its closes are
+    the last references and the slow release happens there, never here."""
+    try:
+        rd, wr = os.pipe()
+    except OSError:
+        return False
     try:
         pid = os.fork()
     except OSError:
+        os.close(rd)
+        os.close(wr)
         return False
     if pid == 0:  # child: only os.* calls, then _exit (other threads do not exist here)
         try:
-            keep = sorted(fds)
+            keep = sorted({*fds, rd})
             lo = 0
-            for fd in keep:          # drop everything else (stdout above all: the reader of
-                os.closerange(lo, fd)  # our output must see EOF when the probe exits)
-                lo = fd + 1
+            for fd in keep:            # drop everything else, the pipe's write end and our
+                os.closerange(lo, fd)  # stdout above all (the reader of the probe's output
+                lo = fd + 1            # must see EOF when the probe exits)
             os.closerange(lo, 65536)
+            me = os.getpid()
             if os.fork() == 0:
-                for fd in keep:
+                try:
+                    os.read(rd, 1)     # EOF once the parent has closed its copies
+                except OSError:
+                    pass
+                while os.getppid() == me:   # and the child (which closes its copies first)
+                    time.sleep(0.002)
+                for fd in fds:
+                    try:
+                        os.close(fd)
+                    except OSError:
+                        pass
+            else:
+                for fd in fds:         # cheap here: the grandchild still holds them
                     try:
                         os.close(fd)
                     except OSError:
                         pass
         finally:
             os._exit(0)
+    os.close(rd)
     for fd in fds:
         try:
             os.close(fd)   # cheap: the grandchild still holds a reference
         except OSError:
             pass
+    os.close(wr)
     try:
         os.waitpid(pid, 0)
     except ChildProcessError:

@@ -115,6 +115,7 @@ class TraceSession:
         t0 = time.monotonic()
         if self.tps is not None:
             self.tps.detach()
+        self.timings["detach_s"] = round(time.monotonic() - t0, 3)
         if self.b is not None:
             try:
                 self.b.cleanup()   # uprobes, ring buffers, program fds
