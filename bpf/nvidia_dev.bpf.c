@@ -17,7 +17,8 @@
  *                  and close; the loader may seed it with fds opened before attach
  *   nvdev_inflight thread -> its last ioctl on a tracked fd; in progress while ts != 0
  *   nvdev_tgid_has_fds  tgid slot -> 1 if the process may hold a tracked fd (a prefilter)
- *   nvdev_stats    (tgid, fd, request) -> count, total/max latency, errors
+ *   nvdev_stats    (tgid, fd, request) -> count, total/max latency, errors (per CPU)
+ *   nvdev_statinfo (tgid, fd, request) -> comm and path
  */
 #ifndef NVDEV_PREFIX
 #define NVDEV_PREFIX "/dev/nvidia"
@@ -88,11 +89,14 @@ struct nvdev_statkey {
     u32 pad;
 };
 
-struct nvdev_stat {
+struct nvdev_stat {      /* per CPU: no atomics on the traced path; the loader sums */
     u64 count;
     u64 total_ns;
     u64 max_ns;
     u64 errors;
+};
+
+struct nvdev_statinfo {  /* once per (tgid, fd, request), shared by all CPUs */
     char comm[16];
     char path[NVDEV_PATH_LEN];
 };
@@ -116,7 +120,9 @@ BPF_HASH(nvdev_open_pending, u64, struct nvdev_pending_open, 4096);
 BPF_HASH(nvdev_fds, struct nvdev_fdkey, struct nvdev_fdval, 16384);
 BPF_HASH(nvdev_dup_pending, u64, struct nvdev_pending_dup, 4096);
 BPF_HASH(nvdev_inflight, u64, struct nvdev_call, 16384);
-BPF_HASH(nvdev_stats, struct nvdev_statkey, struct nvdev_stat, 8192);
+BPF_PERCPU_HASH(nvdev_stats, struct nvdev_statkey, struct nvdev_stat, 2048);
+BPF_HASH(nvdev_statinfo, struct nvdev_statkey, struct nvdev_statinfo, 2048);
+BPF_PERCPU_ARRAY(nvdev_info_scratch, struct nvdev_statinfo, 1);   /* off the 512-byte stack */
 /* A cheap first filter for the hot syscalls (ioctl, close, dup*): "may this process hold a
  * tracked fd?", by tgid slot (collisions only cost the exact lookup). Set on every tracked open
  * (and by the loader for fds it seeds), never cleared. Array lookups are inlined by the
@@ -335,23 +341,31 @@ int nvdev_exit_ioctl(struct nvdev_sys_exit *args)
     struct nvdev_statkey sk = {.tgid = id >> 32, .fd = c->fd, .cmd = c->cmd};
     struct nvdev_stat *s = nvdev_stats.lookup(&sk);
     if (!s) {
-        struct nvdev_stat init = {};
-        bpf_get_current_comm(init.comm, sizeof(init.comm));
-        struct nvdev_fdkey k = {.tgid = id >> 32, .fd = c->fd};
-        struct nvdev_fdval *v = nvdev_fds.lookup(&k);
-        if (v)
-            __builtin_memcpy(init.path, v->path, sizeof(init.path));
-        nvdev_stats.update(&sk, &init);
+        struct nvdev_stat zero_stat = {};
+        nvdev_stats.update(&sk, &zero_stat);
         s = nvdev_stats.lookup(&sk);
         if (!s)
             goto out;
     }
-    __sync_fetch_and_add(&s->count, 1);
-    __sync_fetch_and_add(&s->total_ns, dur);
+    if (s->count == 0 && !nvdev_statinfo.lookup(&sk)) {   /* first call of this kind */
+        struct nvdev_statinfo *info = nvdev_info_scratch.lookup(&zero);
+        if (info) {
+            bpf_get_current_comm(info->comm, sizeof(info->comm));
+            struct nvdev_fdkey k = {.tgid = id >> 32, .fd = c->fd};
+            struct nvdev_fdval *v = nvdev_fds.lookup(&k);
+            if (v)
+                __builtin_memcpy(info->path, v->path, sizeof(info->path));
+            else
+                __builtin_memset(info->path, 0, sizeof(info->path));
+            nvdev_statinfo.update(&sk, info);
+        }
+    }
+    s->count++;
+    s->total_ns += dur;
     if (dur > s->max_ns)
         s->max_ns = dur;
     if (args->ret < 0)
-        __sync_fetch_and_add(&s->errors, 1);
+        s->errors++;
     if (dur >= NVDEV_SLOW_NS) {
         struct nvdev_event *e = nvdev_events.ringbuf_reserve(sizeof(struct nvdev_event));
         if (e) {
@@ -365,7 +379,11 @@ int nvdev_exit_ioctl(struct nvdev_sys_exit *args)
             e->fd = c->fd;
             e->cmd = c->cmd;
             bpf_get_current_comm(e->comm, sizeof(e->comm));
-            __builtin_memcpy(e->path, s->path, sizeof(e->path));
+            struct nvdev_statinfo *info = nvdev_statinfo.lookup(&sk);
+            if (info)
+                __builtin_memcpy(e->path, info->path, sizeof(e->path));
+            else
+                __builtin_memset(e->path, 0, sizeof(e->path));
             nvdev_events.ringbuf_submit(e, 0);
         }
     }

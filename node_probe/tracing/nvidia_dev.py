@@ -139,14 +139,18 @@ class NvidiaDev:
         now = time.monotonic_ns() if now is None else now
         fds = {(k.tgid, k.fd): cstr(v.path) for k, v in self.b[b"nvdev_fds"].items()}
         ioctls = []
-        for k, v in self.b[b"nvdev_stats"].items():
-            count = int(v.count)
-            ioctls.append({"pid": k.tgid, "comm": cstr(v.comm), "fd": k.fd,
-                           "path": cstr(v.path) or fds.get((k.tgid, k.fd), ""),
+        infos = {(k.tgid, k.fd, k.cmd): v for k, v in self.b[b"nvdev_statinfo"].items()}
+        for k, per_cpu in self.b[b"nvdev_stats"].items():
+            count = sum(int(v.count) for v in per_cpu)
+            total = sum(int(v.total_ns) for v in per_cpu)
+            info = infos.get((k.tgid, k.fd, k.cmd))
+            ioctls.append({"pid": k.tgid, "comm": cstr(info.comm) if info else "", "fd": k.fd,
+                           "path": (cstr(info.path) if info else "") or fds.get((k.tgid, k.fd), ""),
                            "request": k.cmd, "request_hex": f"0x{k.cmd:08x}", "count": count,
-                           "total_s": round(v.total_ns / 1e9, 6),
-                           "mean_s": round(v.total_ns / 1e9 / count, 9) if count else 0.0,
-                           "max_s": round(v.max_ns / 1e9, 6), "errors": int(v.errors)})
+                           "total_s": round(total / 1e9, 6),
+                           "mean_s": round(total / 1e9 / count, 9) if count else 0.0,
+                           "max_s": round(max(int(v.max_ns) for v in per_cpu) / 1e9, 6),
+                           "errors": sum(int(v.errors) for v in per_cpu)})
         ioctls.sort(key=lambda r: (-r["max_s"], r["pid"], r["request"]))
         inflight = []
         for k, v in self.b[b"nvdev_inflight"].items():
