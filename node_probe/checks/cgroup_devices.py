@@ -16,10 +16,11 @@ from pathlib import Path
 from typing import Any, Iterable, Sequence
 
 from .. import (catalog, cgroup_rules, containers, device_checkpoint, kubeletconfig,
-               nvidia_devices, procfs, registry)
+               nvidia_devices, registry)
 from ..deviceplugin import devview
 from ..context import FactUnavailable
 from ..registry import check
+from .kubelet import device_specs_setting
 
 REFS_SPECS = ("https://github.com/kubernetes/kubernetes/issues/77073",
               "https://github.com/NVIDIA/k8s-device-plugin#configuration-option-details")
@@ -139,7 +140,8 @@ def _names(items: Iterable) -> set[str]:
 
 
 def plugin_passes_specs(targets: Sequence[dict] | None, proc: Path) -> bool | None:
-    """Whether the NVIDIA device plugin process runs with device specs (None: unknown)."""
+    """Whether the NVIDIA device plugin process runs with device specs (None: unknown).
+    The flag/env/config-file reading is the kubelet check's (one reader for both checks)."""
     seen = None
     for t in targets or ():
         res = str(t.get("resource") or "")
@@ -148,17 +150,8 @@ def plugin_passes_specs(targets: Sequence[dict] | None, proc: Path) -> bool | No
         pid = t.get("pid")
         if not isinstance(pid, int):
             continue
-        env = procfs.read_environ(pid, proc)
-        args = procfs.read_cmdline(pid, proc)
-        val = env.get("PASS_DEVICE_SPECS")
-        flag = next((a.split("=", 1)[1] if "=" in a else "true" for a in args
-                     if a.startswith("--pass-device-specs")), None)
-        v = flag if flag is not None else val
-        if v is None:
-            seen = False if seen is None else seen
-        else:
-            on = v.strip().lower() in ("1", "true", "yes")
-            seen = on if seen is None else (seen and on)
+        on = bool(device_specs_setting(pid, proc)["pass_device_specs"])
+        seen = on if seen is None else (seen and on)
     return seen
 
 
