@@ -110,7 +110,8 @@ def _device_ids(raw) -> tuple[str, ...]:
     return ()
 
 
-def parse(text: str) -> list[Entry]:
+def parse_doc(text: str) -> tuple[list[Entry], dict[str, list[str]]]:
+    """(entries, registered devices {resource: [ids]}) of the checkpoint's JSON text."""
     doc = json.loads(text)
     data = (doc or {}).get("Data") or {}
     out = []
@@ -127,17 +128,30 @@ def parse(text: str) -> list[Entry]:
                          container=str(e.get("ContainerName", "")),
                          resource=str(e.get("ResourceName", "")),
                          device_ids=_device_ids(e.get("DeviceIDs")), alloc=alloc))
-    return out
+    registered = {str(res): [str(i) for i in ids]
+                  for res, ids in (data.get("RegisteredDevices") or {}).items()
+                  if isinstance(ids, list)}
+    return out, registered
+
+
+def parse(text: str) -> list[Entry]:
+    return parse_doc(text)[0]
+
+
+def read(kubelet_dir: Path) -> tuple[list[Entry], dict[str, list[str]]] | None:
+    """(entries, registered devices) of the checkpoint, or None when absent or unreadable."""
+    try:
+        with open(Path(kubelet_dir) / CHECKPOINT, "rb") as f:
+            text = f.read(MAX_BYTES).decode("utf-8", "replace")
+        return parse_doc(text)
+    except (OSError, ValueError, AttributeError):
+        return None
 
 
 def load(kubelet_dir: Path) -> list[Entry] | None:
     """Entries of the checkpoint, or None when it is absent or unreadable."""
-    try:
-        with open(Path(kubelet_dir) / CHECKPOINT, "rb") as f:
-            text = f.read(MAX_BYTES).decode("utf-8", "replace")
-        return parse(text)
-    except (OSError, ValueError, AttributeError):
-        return None
+    got = read(kubelet_dir)
+    return None if got is None else got[0]
 
 
 def index(entries: list[Entry] | None) -> dict[tuple[str, str], list[Entry]]:

@@ -12,16 +12,14 @@ process's cgroup path, the resource name from the kubelet's checkpoint or the so
 from __future__ import annotations
 
 import dataclasses
-import json
 import os
 import re
 import stat
 from pathlib import Path
 
-from .. import procfs
+from .. import device_checkpoint, procfs
 
 KUBELET_SOCKET = "kubelet.sock"
-CHECKPOINT = "kubelet_internal_checkpoint"
 _ACCEPTCON = 0x00010000
 _POD_UID_RE = re.compile(
     r"pod([0-9a-f]{8}[-_][0-9a-f]{4}[-_][0-9a-f]{4}[-_][0-9a-f]{4}[-_][0-9a-f]{12})")
@@ -204,34 +202,17 @@ def resource_from_socket_name(name: str) -> str | None:
 
 
 def read_checkpoint(kubelet_dir: Path) -> dict:
-    """The kubelet's device manager checkpoint: {"registered": {resource: [ids]},
-    "allocations": [{"pod_uid","container","resource","device_ids"}]} ({} if absent)."""
-    p = Path(kubelet_dir) / "device-plugins" / CHECKPOINT
-    try:
-        doc = json.loads(p.read_text())
-    except (OSError, ValueError):
+    """The kubelet's device manager checkpoint (parsed by node_probe.device_checkpoint):
+    {"registered": {resource: [ids]}, "allocations": [{"pod_uid","container","resource",
+    "device_ids"}]} ({} if absent or unreadable)."""
+    got = device_checkpoint.read(kubelet_dir)
+    if got is None:
         return {}
-    data = doc.get("Data") if isinstance(doc, dict) else None
-    if not isinstance(data, dict):
-        return {}
-    reg = {}
-    for res, ids in (data.get("RegisteredDevices") or {}).items():
-        if isinstance(ids, list):
-            reg[str(res)] = [str(i) for i in ids]
-    allocs = []
-    for e in data.get("PodDeviceEntries") or ():
-        if not isinstance(e, dict):
-            continue
-        ids = e.get("DeviceIDs")
-        if isinstance(ids, dict):  # numa node -> ids (kubelet >= 1.20)
-            flat = [str(i) for v in ids.values() if isinstance(v, list) for i in v]
-        elif isinstance(ids, list):
-            flat = [str(i) for i in ids]
-        else:
-            flat = []
-        allocs.append({"pod_uid": e.get("PodUID"), "container": e.get("ContainerName"),
-                       "resource": e.get("ResourceName"), "device_ids": flat})
-    return {"registered": reg, "allocations": allocs}
+    entries, registered = got
+    return {"registered": registered,
+            "allocations": [{"pod_uid": e.pod_uid, "container": e.container,
+                             "resource": e.resource, "device_ids": list(e.device_ids)}
+                            for e in entries]}
 
 
 def discover(kubelet_dir: Path, proc: Path = procfs.PROC) -> list[PluginTarget]:
