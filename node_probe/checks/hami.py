@@ -23,6 +23,7 @@ from typing import Any, Iterable, Mapping, Sequence
 
 from .. import catalog, hostfs, procfs, registry
 from ..context import FactUnavailable
+from ..deviceplugin import discovery
 from ..protocol import Finding
 from ..registry import check
 
@@ -237,17 +238,6 @@ def verdict(res: Mapping[str, Any]) -> tuple[str, str] | None:
                  + ("" if not hard else " (GPU memory/SM limits not enforced)"))
 
 
-POD_UID_RE = re.compile(r"pod([0-9a-f]{8}[-_][0-9a-f]{4}[-_][0-9a-f]{4}[-_][0-9a-f]{4}[-_][0-9a-f]{12})")
-
-
-def _pod_uid_from_cgroup(pid: int, proc: Path) -> str | None:
-    for path in procfs.read_cgroups(pid, proc).values():
-        m = POD_UID_RE.search(path)
-        if m:
-            return m.group(1).replace("_", "-")
-    return None
-
-
 def discover(proc: Path, containers_fact: Sequence[Mapping[str, Any]] | None,
              focus_pods: Sequence[str] = ()) -> list[dict]:
     """HAMi-managed containers: processes whose environment has HAMi's keys, grouped by their
@@ -271,7 +261,7 @@ def discover(proc: Path, containers_fact: Sequence[Mapping[str, Any]] | None,
             meta = by_pid.get(pid)
             g = groups[key] = {"pids": [], "env": env, "meta": dict(meta) if meta else None,
                                "pod_uid": (meta or {}).get("pod_uid")
-                               or _pod_uid_from_cgroup(pid, proc)}
+                               or discovery.pod_of(pid, proc)[0]}
         g["pids"].append(pid)
         if g["meta"] is None and pid in by_pid:
             g["meta"] = dict(by_pid[pid])
