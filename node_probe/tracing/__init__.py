@@ -4,4 +4,23 @@ Why a package: the kernel side (bpf/<name>.bpf.c) and the user side (a loader th
 with -D cflags, attaches, reads the ring buffer and returns plain dicts) must stay small and
 separate, and everything that needs `bcc` is imported lazily from here, so the probe runs
 without BCC (DESIGN.md section 2) and reports `probe.ebpf_unavailable` instead.
+
+Layout: bcc_env (can BCC run: module, headers, tracefs), sources (where bpf/ is), bundle (one
+compile for all programs, syscall tracepoint attach/detach), one loader per program
+(nvidia_dev, cgroup_devices, futex_wait, nvml_calls), stackscan (what a blocked thread is
+inside, from /proc), session (one trace window), verdicts (results -> findings).
+
+Known limits, by design or for now:
+- Only syscall tracepoint arguments, user memory and BPF helpers are read: no kernel structs
+  (headers on a node may not match its kernel). Hence paths are what the caller passed: a
+  relative devices.allow path or a cgroup v2 target fd is resolved from /proc while the writer
+  is alive (best effort), and a device opened through another path (/dev/char/195:0) or
+  relative to /dev is not matched by the prefix.
+- fds closed by close_range(2) or by exec of O_CLOEXEC fds stay in the fd maps; an ioctl on a
+  reused fd number of that process could then be attributed to the old path.
+- Calls and waits that began before the programs attached are invisible to BPF; futex waits
+  of target threads are still found from /proc/PID/task/TID/syscall (with a stack scan), ioctls
+  are not (the device-plugin check reads such threads itself).
+- User stacks from BPF stop at the first frame without a frame pointer (glibc); in-progress
+  waits get a heuristic stack scan instead (stackscan.py).
 """

@@ -24,6 +24,7 @@ TRACEPOINTS = (("sys_enter_futex", "futex_enter"), ("sys_exit_futex", "futex_exi
 FUTEX_NR = {"x86_64": 202, "aarch64": 98}.get(platform.machine())
 MAX_WAITS = 500
 MAX_SCANS = 32
+SCAN_BUDGET_S = 0.5   # stack scans of in-progress waits (first ELF parse of a big binary)
 
 
 class FutexWait:
@@ -115,9 +116,11 @@ class FutexWait:
         order = [k for k in dict.fromkeys(scan_tids) if k in in_progress]
         order += [k for k in sorted(in_progress, key=lambda k: -in_progress[k]["wait_s"])
                   if k not in order]
+        scan_deadline = time.monotonic() + SCAN_BUDGET_S
         for i, key in enumerate(order):
             rec = in_progress[key]
-            scanned = stackscan.scan(*key, proc=self.proc) if i < MAX_SCANS else None
+            scanned = (stackscan.scan(*key, proc=self.proc)
+                       if i < MAX_SCANS and time.monotonic() < scan_deadline else None)
             rec["stack"] = scanned["frames"] if scanned else []
             rec["stack_source"] = "stack-scan" if scanned else None
             waits.append(rec)
