@@ -16,8 +16,10 @@ Known limits, by design or for now:
   relative devices.allow path or a cgroup v2 target fd is resolved from /proc while the writer
   is alive (best effort), and a device opened through another path (/dev/char/195:0) or
   relative to /dev is not matched by the prefix.
-- fds closed by close_range(2) or by exec of O_CLOEXEC fds stay in the fd maps; an ioctl on a
-  reused fd number of that process could then be attributed to the old path.
+- fds are tracked per process: a child forked during the window inherits device fds the maps
+  do not know (processes that exist at attach time are seeded from /proc/PID/fd). fds closed
+  by close_range(2) or by exec of O_CLOEXEC fds stay in the maps; an ioctl on a reused fd
+  number of that process could then be attributed to the old path.
 - Calls and waits that began before the programs attached are invisible to BPF; futex waits
   of target threads are still found from /proc/PID/task/TID/syscall (with a stack scan), ioctls
   are not (the device-plugin check reads such threads itself).
