@@ -116,3 +116,17 @@ def test_trace_seconds_zero_disables_without_a_finding():
     results = ctx.facts.get("trace.results")
     assert results["available"] is False and results["nvml_calls"] == []
     assert set(trace.RESULT_KEYS) <= set(results)
+
+
+def test_missing_headers_are_named_with_the_fix(monkeypatch, tmp_path):
+    monkeypatch.setenv("BCC_KERNEL_SOURCE", str(tmp_path / "no-headers"))
+    env = bcc_env.check(tmp_path, lambda *a, **k: None)
+    assert not env.ok
+    assert any("BCC_KERNEL_SOURCE" in m and "kconfig.h" in m for m in env.missing)
+    assert any("linux-headers-" in r and "/usr/src" in r for r in env.remedies)
+
+
+def test_missing_tracefs_is_named(monkeypatch, tmp_path):
+    monkeypatch.setattr(bcc_env, "TRACEFS_CANDIDATES", (str(tmp_path / "nope"),))
+    path, err = bcc_env._tracefs(lambda *a, **k: None)
+    assert path is None and "does not exist" in err
