@@ -265,7 +265,10 @@ def decode_pod_devices(value: str) -> list[list[dict]]:
 def parse_bind_time(value: str) -> dt.datetime | None:
     text = (value or "").strip()
     if text.isdigit():
-        return dt.datetime.fromtimestamp(int(text), tz=dt.timezone.utc)
+        try:
+            return dt.datetime.fromtimestamp(int(text), tz=dt.timezone.utc)
+        except (OverflowError, OSError, ValueError):  # out of range: as unreadable as garbage
+            return None
     return parse_scheduler_time(text)
 
 

@@ -277,6 +277,16 @@ def test_success_with_devices_left_to_allocate():
     assert f.severity.value == "warning" and "still in" in f.title
 
 
+def test_out_of_range_bind_time_is_unknown_not_a_crash():
+    assert hami.parse_bind_time("99999999999999999999") is None
+    p = pod("far", annotations={
+        hami.ALLOCATED_KEY: f"{UUID_A},NVIDIA,3000,30:;", hami.TO_ALLOCATE_KEY: f"{UUID_A},NVIDIA,3000,30:;",
+        hami.BIND_PHASE_KEY: "allocating", hami.BIND_TIME_KEY: "99999999999999999999"})
+    ok = pod("ok", phase="Running", annotations={hami.ALLOCATED_KEY: "GPU-x,NVIDIA:;"})
+    # the far pod's age is unknown (no verdict on it), and the other pod is still judged
+    assert [f.subject for f in _pods(p, ok)] == ["pod/default/ok"]
+
+
 def test_undecodable_pod_annotation():
     p = pod("bad", annotations={hami.ALLOCATED_KEY: "GPU-x,NVIDIA:;"})
     (f,) = _pods(p)
