@@ -140,9 +140,18 @@ def parse_config(text: str) -> dict:
     try:
         return parse_yaml(text)
     except YamlError as exc:
-        flat = {k: _scalar(v) for k, v in _FLAT_RE.findall(text)}
+        flat = {k: _flat_scalar(v) for k, v in _FLAT_RE.findall(text)}
         flat["_parse_error"] = str(exc)
         return flat
+
+
+def _flat_scalar(text: str):
+    """_scalar for the fallback: a value it cannot read stays raw text, so one odd line does
+    not lose the policy keys on the others."""
+    try:
+        return _scalar(text)
+    except YamlError:
+        return text.strip()
 
 
 def flag_value(argv: list[str], flag: str) -> str | None:

@@ -79,6 +79,12 @@ def test_unparseable_yaml_still_yields_top_level_scalars():
     assert "_parse_error" in doc
 
 
+def test_fallback_survives_a_value_it_cannot_read():
+    doc = kc.parse_config("cpuManagerPolicy: static\nodd: 'unterminated\ncgroupDriver: systemd\n")
+    assert doc["cpuManagerPolicy"] == "static" and doc["cgroupDriver"] == "systemd"
+    assert "_parse_error" in doc
+
+
 def test_flag_values():
     argv = ["/usr/bin/kubelet", "--config=/a.yaml", "--v", "2", "--config", "/b.yaml",
             "--feature-gates=A=true,B=false"]
