@@ -144,7 +144,7 @@ def read(kubelet_dir: Path) -> tuple[list[Entry], dict[str, list[str]]] | None:
         with open(Path(kubelet_dir) / CHECKPOINT, "rb") as f:
             text = f.read(MAX_BYTES).decode("utf-8", "replace")
         return parse_doc(text)
-    except (OSError, ValueError, AttributeError):
+    except (OSError, ValueError, AttributeError, TypeError):  # absent, not JSON, wrong shape
         return None
 
 

@@ -50,6 +50,10 @@ def test_missing_or_garbage_checkpoint(tmp_path):
     (tmp_path / "device-plugins").mkdir()
     (tmp_path / "device-plugins/kubelet_internal_checkpoint").write_text("{not json")
     assert dc.load(tmp_path) is None
+    for shape in ('[1]', '{"Data": 1}', '{"Data": {"PodDeviceEntries": 1}}',
+                  '{"Data": {"RegisteredDevices": [1]}}'):
+        (tmp_path / "device-plugins/kubelet_internal_checkpoint").write_text(shape)
+        assert dc.load(tmp_path) is None, shape
 
 
 @pytest.mark.root
