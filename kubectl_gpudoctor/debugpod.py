@@ -153,6 +153,7 @@ class DebugPod:
         self.node = self.body["spec"]["nodeName"]
         self.say = say
         self.created = False
+        self.in_doubt = False  # POSTed, no answer (Ctrl-C, timeout): the pod may exist
         self.deleted = False
         self.last: dict = {}
 
@@ -161,9 +162,12 @@ class DebugPod:
         return f"/api/v1/namespaces/{self.namespace}/pods/{self.name}"
 
     def create(self) -> None:
+        self.in_doubt = True
         try:
             self.kube.post_json(f"/api/v1/namespaces/{self.namespace}/pods", self.body)
         except ApiStatus as exc:
+            # an answer: the pod was not created, unless the answer is a timeout (504)
+            self.in_doubt = exc.status == 504
             msg = exc.message
             if exc.status == 403 and "PodSecurity" in msg:
                 raise errors.PodSecurityRejected(
@@ -182,7 +186,7 @@ class DebugPod:
             if exc.status == 409:
                 raise errors.LaunchFailed(f"a pod named {self.name} already exists") from None
             raise_for(exc, f"debug pod {self.namespace}/{self.name}")
-        self.created = True
+        self.created, self.in_doubt = True, False
         self.say(f"created debug pod {self.namespace}/{self.name} on {self.node}")
 
     def wait_running(self, timeout_s: float, poll_s: float = 1.0,
@@ -249,8 +253,9 @@ class DebugPod:
             raise_for(exc, f"log of debug pod {self.name}")
 
     def delete(self, timeout_s: float = 5.0) -> bool:
-        """Delete with grace 0. Idempotent; never raises (it runs in finally and handlers)."""
-        if self.deleted or not self.created:
+        """Delete with grace 0. Idempotent; never raises (it runs in finally and handlers).
+        Also sent when the create was never answered: the pod may exist (404 = it does not)."""
+        if self.deleted or not (self.created or self.in_doubt):
             return self.deleted
         # A second Ctrl-C must not cut the DELETE short: hold SIGINT/SIGTERM (main thread)
         # until it is sent; they are delivered right after, and still end the run.

@@ -283,7 +283,7 @@ def run_probe(kube: Kube, view: NodeView, settings: Settings, out: Output,
                                 f"without a summary" + (f" ({reason})" if reason else ""))
         out.check(check_id, "ok" if got_summary else "error", time.monotonic() - t0)
     finally:
-        if pod.created:
+        if pod.created or pod.in_doubt:
             if pod.delete():
                 out.say(f"deleted debug pod {pod.namespace}/{pod.name}")
             else:

@@ -98,6 +98,7 @@ class FakeCluster:
         self.log_hang = False                # keep the log stream open after the chunks
         self.pod_security_enforce: dict[str, str] = {}  # ns -> level (rejects privileged)
         self.slow: dict[str, float] = {}     # path -> seconds to wait before answering
+        self.slow_reply: dict[str, float] = {}  # path -> act at once, answer this much later
         self.created: list[dict] = []
         self.deleted: list[tuple[str, str, dict]] = []  # (ns, name, query)
         self.list_cache: dict[tuple, bytes] = {}
@@ -296,6 +297,8 @@ class FakeCluster:
                                     f'resource at this path')
         if path in self.slow:
             return self._later(self.slow[path], method, path, q, request)
+        if path in self.slow_reply:
+            return self._reply_later(self.slow_reply[path], method, path, q, request)
         try:
             return self._route(method, path, q, request)
         except KeyError as exc:
@@ -305,6 +308,16 @@ class FakeCluster:
                      request: kmock.Request) -> Any:
         await asyncio.sleep(delay)
         return self._route(method, path, q, request)
+
+    async def _reply_later(self, delay: float, method: str, path: str, q: dict,
+                           request: kmock.Request) -> Any:
+        """The request takes effect now; its answer is lost in a slow network or webhook."""
+        try:
+            resp = self._route(method, path, q, request)
+        except KeyError as exc:
+            resp = self._status(404, "NotFound", str(exc.args[0]))
+        await asyncio.sleep(delay)
+        return resp
 
     def _status(self, code: int, reason: str, message: str) -> kmock.Response:
         return kmock.Response(status=code, payload=status_body(code, reason, message))

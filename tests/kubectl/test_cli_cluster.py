@@ -357,6 +357,28 @@ def test_sigterm_while_waiting_for_the_pod_deletes_it(cluster, kubeconfig):
     assert cluster.count("DELETE", DEBUG_POD) == 1
 
 
+def test_ctrl_c_while_the_create_is_unanswered_still_deletes_the_pod(cluster, kubeconfig):
+    """The API server created the pod but its answer has not arrived (slow webhook, lost
+    reply) when the user presses Ctrl-C: the pod may exist, so it is deleted all the same."""
+    healthy_node(cluster)
+    cluster.slow_reply["/api/v1/namespaces/default/pods"] = 20.0
+    p = popen_cli("node", "gpu-1", "--kubeconfig", str(kubeconfig))
+    try:
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and not cluster.created:
+            time.sleep(0.05)
+        time.sleep(0.3)
+        p.send_signal(signal.SIGINT)
+        out, err = p.communicate(timeout=20)
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+    assert p.returncode == 130 and "Traceback" not in err
+    assert cluster.created and cluster.count("DELETE", DEBUG_POD) == 1
+    assert not [k for k in cluster.pods if k[1].startswith("gpu-doctor-")]
+
+
 def test_hung_kubelet_proxy_is_reported_not_fatal(cluster, kubeconfig):
     healthy_node(cluster)
     cluster.slow["/api/v1/nodes/gpu-1/proxy/debug/pprof/goroutine"] = 5.0
