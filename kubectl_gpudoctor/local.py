@@ -10,12 +10,17 @@ entrypoint` dispatches straight to node_probe.cli.main.
 from __future__ import annotations
 
 import os
+import select
 import signal
 import subprocess
 import sys
+import time
 from typing import Iterator, Sequence
 
 PROBE_ARGV0 = "__probe"
+DEFAULT_TIMEOUT_S = 30.0   # the probe's own --timeout default
+GRACE_S = 10.0             # past its --timeout the probe is stuck (or a child holds stdout)
+TERM_GRACE_S = 2.0         # after SIGTERM: time for its incomplete summary
 
 
 def probe_command(args: Sequence[str]) -> list[str]:
@@ -33,15 +38,35 @@ class ProbeProcess:
         env["PYTHONUNBUFFERED"] = "1"
         self.proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stdin=subprocess.DEVNULL,
                                      env=env, start_new_session=True)
+        self.deadline_s = _timeout_arg(args) + GRACE_S
 
     def chunks(self) -> Iterator[bytes]:
+        """Its stdout as it comes, until EOF or the deadline: then SIGTERM, a short grace for
+        its incomplete summary, SIGKILL, and the stream ends (the run is incomplete)."""
         assert self.proc.stdout is not None
         fd = self.proc.stdout.fileno()
+        end, termed = time.monotonic() + self.deadline_s, False
         while True:
+            left = end - time.monotonic()
+            if left <= 0:
+                if termed:
+                    self.stop()
+                    return
+                self._signal(signal.SIGTERM)
+                end, termed = time.monotonic() + TERM_GRACE_S, True
+                continue
+            if not select.select([fd], [], [], left)[0]:
+                continue
             chunk = os.read(fd, 65536)
             if not chunk:
                 return
             yield chunk
+
+    def _signal(self, sig: int) -> None:
+        try:
+            os.killpg(self.proc.pid, sig)
+        except ProcessLookupError:
+            pass
 
     def wait(self, timeout_s: float) -> int | None:
         try:
@@ -60,3 +85,17 @@ class ProbeProcess:
                 return
             if self.wait(grace) is not None:
                 return
+
+
+def _timeout_arg(args: Sequence[str]) -> float:
+    """The --timeout the probe was given (its default when absent)."""
+    value = DEFAULT_TIMEOUT_S
+    for i, a in enumerate(args):
+        try:
+            if a == "--timeout" and i + 1 < len(args):
+                value = float(args[i + 1])
+            elif a.startswith("--timeout="):
+                value = float(a.split("=", 1)[1])
+        except ValueError:
+            pass
+    return value

@@ -67,6 +67,33 @@ def test_frozen_reentry_runs_the_probe():
     assert cmd[1:3] == ["-m", "node_probe"]
 
 
+def test_local_probe_that_never_ends_is_stopped_at_its_deadline(monkeypatch):
+    """A probe stuck past its --timeout (or a child of it holding stdout open) must not hang
+    `local`: the stream ends after the grace, the process group is killed."""
+    import threading
+    stuck = ("import signal, sys, time\n"
+             "signal.signal(signal.SIGTERM, signal.SIG_IGN)\n"
+             "sys.stdout.write('{\"schema\": \"gpu-doctor/v1\", \"kind\": \"log\"}\\n')\n"
+             "sys.stdout.flush()\n"
+             "time.sleep(600)\n")
+    monkeypatch.setattr(local, "probe_command", lambda args: [sys.executable, "-c", stuck])
+    monkeypatch.setattr(local, "GRACE_S", 0.5)
+    monkeypatch.setattr(local, "TERM_GRACE_S", 0.5)
+    p = local.ProbeProcess(["--timeout", "1"])
+    got: list[bytes] = []
+    reader = threading.Thread(target=lambda: got.extend(p.chunks()), daemon=True)
+    reader.start()
+    reader.join(60)
+    try:
+        assert not reader.is_alive(), "chunks() did not end at the deadline"
+        assert b"gpu-doctor/v1" in b"".join(got)
+        assert p.proc.wait(timeout=10) == -9  # SIGTERM ignored: killed
+    finally:
+        if p.proc.poll() is None:
+            p.proc.kill()
+            p.proc.wait()
+
+
 def test_bad_option_one_line():
     r = run_cli("nodes", "--concurrency", "0")
     assert r.returncode == 2 and "concurrency" in one_error_line(r.stderr)
