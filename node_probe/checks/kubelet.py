@@ -14,7 +14,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from .. import catalog, kubeletconfig, procfs
+from .. import catalog, hostfs, kubeletconfig, procfs
 from ..deviceplugin import discovery
 from ..registry import check
 
@@ -68,12 +68,10 @@ def device_specs_setting(pid: int, proc: Path) -> dict:
     cfg_path = kubeletconfig.flag_value(argv, "--config-file") or env.get("CONFIG_FILE")
     cfg_v = None
     if cfg_path:
-        try:
-            text = (proc / str(pid) / "root" / cfg_path.lstrip("/")).read_text(errors="replace")
-            m = _PASS_RE.search(text)
-            cfg_v = _truthy(m.group(1)) if m else None
-        except OSError:
-            pass
+        # inside the plugin's root: its absolute symlinks resolve there, not in ours
+        text = hostfs.read_text(proc / str(pid) / "root", cfg_path)
+        m = _PASS_RE.search(text) if text is not None else None
+        cfg_v = _truthy(m.group(1)) if m else None
     # the plugin's precedence: flag, then environment, then config file
     effective = next((v for v in (flag, env_v, cfg_v) if v is not None), False)
     return {"pass_device_specs": effective, "flag": flag, "env_PASS_DEVICE_SPECS":
