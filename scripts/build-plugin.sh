@@ -15,9 +15,10 @@
 # executable); bcc is never bundled (it needs the host's libbcc and kernel headers).
 #
 # Platforms: PyInstaller cannot cross-compile. This script builds the archive for the machine it
-# runs on (here linux/amd64). darwin/amd64, darwin/arm64 and linux/arm64 archives must be built by
-# running this same script on those machines (e.g. CI runners macos-13, macos-14,
-# ubuntu-24.04-arm); scripts/fill-krew-manifest.py then fills each platform's uri and sha256.
+# runs on (here linux/amd64). linux/arm64: scripts/build-plugin-arm64.sh runs this script in an
+# arm64 chroot under qemu on an amd64 machine (or run it on an arm64 machine). darwin/amd64 and
+# darwin/arm64 cannot be built on Linux at all: run this script on macOS (e.g. CI runners
+# macos-13, macos-14). scripts/fill-krew-manifest.py then fills each platform's uri and sha256.
 #
 # Usage: scripts/build-plugin.sh [--kind onedir|onefile] [--no-archive] [--venv-only]
 #   --kind onefile   build the single-file variant instead (for bench/plugin_artifacts.py)
