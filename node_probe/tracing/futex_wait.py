@@ -9,7 +9,6 @@ stacks stop at glibc. Nothing is attached when there are no targets (futex() is 
 """
 from __future__ import annotations
 
-import os
 import platform
 import time
 from pathlib import Path

@@ -6,7 +6,6 @@ the benchmark can drive exactly what the probe runs. Nothing stays attached afte
 """
 from __future__ import annotations
 
-import os
 import resource
 import time
 from pathlib import Path

@@ -4,9 +4,7 @@ from __future__ import annotations
 import ctypes
 import os
 import subprocess
-import sys
 import threading
-from pathlib import Path
 
 import pytest
 

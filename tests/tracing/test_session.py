@@ -8,7 +8,6 @@ the syscall tracepoint layout check against this kernel's tracefs.
 from __future__ import annotations
 
 import os
-import subprocess
 import sys
 import time
 from pathlib import Path

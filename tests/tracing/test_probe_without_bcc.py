@@ -1,0 +1,29 @@
+"""Without BCC the probe still completes and says what is missing (no root, no BCC needed)."""
+from __future__ import annotations
+
+import os
+import subprocess
+import time
+
+import pytest
+
+from tests.tracing.conftest import findings
+
+
+def test_without_bcc_the_probe_completes_with_ebpf_unavailable(probe):
+    py = "/root/.pyenv/versions/3.11.7/bin/python3"
+    if not os.access(py, os.X_OK):
+        pytest.skip(f"{py} (a Python without bcc) is not installed here")
+    if subprocess.run([py, "-c", "import bcc"], capture_output=True).returncode == 0:
+        pytest.skip(f"{py} has bcc, so it cannot show the missing-BCC path")
+    t0 = time.monotonic()
+    recs = probe("--only", "trace", "--trace-seconds", "3", python=py).finish()
+    found = findings(recs, "probe.ebpf_unavailable")
+    assert len(found) == 1
+    assert "bcc" in found[0]["title"]
+    assert "apt-get install python3-bpfcc" in found[0]["remediation"]
+    summary = recs[-1]
+    assert summary["kind"] == "summary" and summary["complete"] is True
+    assert summary["checks"] == [{"id": "trace", "status": "ok",
+                                  "duration_s": summary["checks"][0]["duration_s"]}]
+    assert time.monotonic() - t0 < 20
