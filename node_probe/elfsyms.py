@@ -62,6 +62,10 @@ class ElfSymbols:
 
 
 def _read(f: BinaryIO, off: int, size: int) -> bytes:
+    # offsets and sizes come from the file itself: a corrupt one must be an ElfError, not a
+    # seek ValueError or a read of 2**60 bytes
+    if off < 0 or size < 0 or off + size > os.fstat(f.fileno()).st_size:
+        raise ElfError("truncated ELF file")
     f.seek(off)
     data = f.read(size)
     if len(data) != size:

@@ -8,6 +8,7 @@ import subprocess
 import sys
 import textwrap
 import time
+from pathlib import Path
 
 import pytest
 
@@ -132,6 +133,20 @@ def test_elf_reader_rejects_non_elf(tmp_path):
     f.write_bytes(b"not an elf" * 10)
     with pytest.raises(elfsyms.ElfError):
         elfsyms.read_function_symbols(f)
+
+
+def test_elf_reader_rejects_corrupt_offsets(tmp_path):
+    """A library with a corrupt section-header offset (a mangled or half-written file) is an
+    ElfError the thread view reports, not a ValueError from seek() that crashes the check."""
+    import struct
+    data = bytearray(Path(sys.executable).resolve().read_bytes()[:4096])
+    assert data[:4] == b"\x7fELF"
+    for shoff in (1 << 63, len(data) + 4096):
+        struct.pack_into("<Q", data, 0x28, shoff)   # e_shoff
+        f = tmp_path / "libnvidia-ml.so.1"
+        f.write_bytes(bytes(data))
+        with pytest.raises(elfsyms.ElfError):
+            elfsyms.read_function_symbols(f)
 
 
 @pytest.mark.skipif(os.uname().machine != "x86_64", reason="syscall numbers below are x86_64")
