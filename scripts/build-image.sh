@@ -31,7 +31,11 @@ t0=$(date +%s)
 
 VERSION=$(sed -n 's/^__version__ = "\(.*\)"/\1/p' node_probe/__init__.py)
 [ -n "$VERSION" ] || { log "cannot read __version__ from node_probe/__init__.py"; exit 1; }
-ARCH=$(dpkg --print-architecture)
+HOST_ARCH=$(dpkg --print-architecture)
+# GPU_DOCTOR_ARCH=arm64 on an amd64 machine builds the arm64 image under qemu-user (binfmt_misc):
+# debootstrap's second stage and the import check run emulated; slow, a release step.
+ARCH=${GPU_DOCTOR_ARCH:-$HOST_ARCH}
+FOREIGN=0; [ "$ARCH" != "$HOST_ARCH" ] && FOREIGN=1
 case "$ARCH" in
   amd64) WHEEL_PLATFORMS=(manylinux_2_28_x86_64 manylinux_2_17_x86_64 manylinux2014_x86_64) ;;
   arm64) WHEEL_PLATFORMS=(manylinux_2_28_aarch64 manylinux_2_17_aarch64 manylinux2014_aarch64) ;;
@@ -40,13 +44,22 @@ esac
 
 # --- tools --------------------------------------------------------------------------------
 need=()
-for p in debootstrap buildah podman runc skopeo umoci catatonit python3-pip; do
+tools=(debootstrap buildah podman runc skopeo umoci catatonit python3-pip)
+[ "$FOREIGN" = 1 ] && tools+=(qemu-user-static binfmt-support)
+for p in "${tools[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || need+=("$p")
 done
 if [ ${#need[@]} -gt 0 ]; then
   log "installing ${need[*]}"
   if [ -z "$(ls -A /var/lib/apt/lists 2>/dev/null | grep -v -e lock -e partial)" ]; then apt-get update -qq; fi
   DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
+fi
+
+if [ "$FOREIGN" = 1 ]; then
+  qarch=$( [ "$ARCH" = arm64 ] && echo aarch64 || echo x86_64 )
+  mountpoint -q /proc/sys/fs/binfmt_misc || mount -t binfmt_misc binfmt_misc /proc/sys/fs/binfmt_misc
+  [ -e "/proc/sys/fs/binfmt_misc/qemu-$qarch" ] || update-binfmts --enable "qemu-$qarch" >/dev/null 2>&1 || true
+  [ -e "/proc/sys/fs/binfmt_misc/qemu-$qarch" ] || { log "qemu-$qarch is not registered with binfmt_misc"; exit 1; }
 fi
 
 # --- the Debian mirror apt uses -----------------------------------------------------------
@@ -68,8 +81,13 @@ if [ ! -s "$BASE_TAR" ] || [ -n "${FORCE:-}" ]; then
   trap cleanup_rootfs EXIT
   log "debootstrap --variant=minbase $SUITE ($ARCH) from $MIRROR with $pkgs"
   tb=$(date +%s)
-  debootstrap --variant=minbase --arch="$ARCH" --include="$pkgs" "$SUITE" "$rootfs" "$MIRROR" >"$CACHE/debootstrap-$KEY.log" 2>&1 \
+  foreign=(); [ "$FOREIGN" = 1 ] && foreign=(--foreign)
+  debootstrap --variant=minbase --arch="$ARCH" "${foreign[@]}" --include="$pkgs" "$SUITE" "$rootfs" "$MIRROR" >"$CACHE/debootstrap-$KEY.log" 2>&1 \
     || { log "debootstrap failed, see $CACHE/debootstrap-$KEY.log"; tail -n 20 "$CACHE/debootstrap-$KEY.log" >&2; exit 1; }
+  if [ "$FOREIGN" = 1 ]; then
+    chroot "$rootfs" /debootstrap/debootstrap --second-stage >>"$CACHE/debootstrap-$KEY.log" 2>&1 \
+      || { log "second stage failed, see $CACHE/debootstrap-$KEY.log"; exit 1; }
+  fi
   log "debootstrap done in $(( $(date +%s) - tb )) s"
 
   # The probe's wheels, for the image's own Python (bookworm: CPython 3.11) and platform,
@@ -92,13 +110,15 @@ if [ ! -s "$BASE_TAR" ] || [ -n "${FORCE:-}" ]; then
   find "$rootfs/usr/local/lib" -name __pycache__ -prune -exec rm -rf {} +
   tar -C "$rootfs" --numeric-owner --xattrs -cf "$BASE_TAR.tmp" .
   mv "$BASE_TAR.tmp" "$BASE_TAR"
+  echo "$ARCH" > "$CACHE/base-$KEY.arch"
   cleanup_rootfs; trap - EXIT
   log "base cached: $BASE_TAR ($(du -m "$BASE_TAR" | cut -f1) MiB)"
   for old in "$CACHE"/base-*.tar; do  # bases for older inputs, and their imported images
     [ "$old" = "$BASE_TAR" ] && continue
     okey=$(basename "$old" .tar); okey=${okey#base-}
+    [ "$(cat "$CACHE/base-$okey.arch" 2>/dev/null || echo "$HOST_ARCH")" = "$ARCH" ] || continue  # other arch
     podman image rm -f "localhost/gpu-doctor-base:$okey" >/dev/null 2>&1 || true
-    rm -f "$old" "$CACHE/debootstrap-$okey.log"
+    rm -f "$old" "$CACHE/debootstrap-$okey.log" "$CACHE/base-$okey.arch"
   done
   podman image rm -f "$BASE_IMAGE" >/dev/null 2>&1 || true
 fi
@@ -106,17 +126,19 @@ fi
 # --- 2. import --------------------------------------------------------------------------
 if ! podman image exists "$BASE_IMAGE"; then
   log "podman import $BASE_TAR as $BASE_IMAGE"
-  podman import --quiet "$BASE_TAR" "$BASE_IMAGE" >/dev/null
+  podman import --quiet --arch "$ARCH" "$BASE_TAR" "$BASE_IMAGE" >/dev/null
 fi
 
 # --- 3. build ---------------------------------------------------------------------------
 IMAGE=localhost/gpu-doctor-probe:$VERSION
+[ "$FOREIGN" = 1 ] && IMAGE=$IMAGE-$ARCH  # keep the host's image under the plain tag
 # The release name the plugin pulls by default (kubectl_gpudoctor/debugpod.py DEFAULT_IMAGE_REPO):
 # the archive carries it, so `ctr -n k8s.io images import` on a node gives exactly the image the
 # debug pod asks for (imagePullPolicy IfNotPresent), with no registry and no --image.
 RELEASE_REPO=${GPU_DOCTOR_IMAGE_NAME:-$(sed -n 's/^DEFAULT_IMAGE_REPO = "\(.*\)"/\1/p' kubectl_gpudoctor/debugpod.py 2>/dev/null)}
 RELEASE_REPO=${RELEASE_REPO:-ghcr.io/gpu-doctor/gpu-doctor-probe}
 RELEASE=$RELEASE_REPO:$VERSION
+LOCAL_RELEASE=$RELEASE; [ "$FOREIGN" = 1 ] && LOCAL_RELEASE=$RELEASE-$ARCH
 mkdir -p dist
 OUT=dist/gpu-doctor-probe-$VERSION-$ARCH.oci.tar
 src_hash=$( { echo "$KEY $RELEASE"; cat packaging/Containerfile;
@@ -136,8 +158,8 @@ trap 'rm -rf "$ctx"' EXIT
 tar -C "$ROOT" --exclude='__pycache__' --exclude='*.pyc' -cf - node_probe bpf | tar -C "$ctx" -xf -
 old_id=$(podman image inspect --format '{{.Id}}' "$IMAGE" 2>/dev/null || true)
 log "buildah build $IMAGE (base $BASE_IMAGE)"
-tags=(-t "$IMAGE" -t "$RELEASE")
-buildah build --quiet --pull=never --isolation=chroot --build-arg "BASE=$BASE_IMAGE" \
+tags=(-t "$IMAGE" -t "$LOCAL_RELEASE")
+buildah build --quiet --pull=never --isolation=chroot --arch "$ARCH" --build-arg "BASE=$BASE_IMAGE" \
   --label "org.opencontainers.image.version=$VERSION" \
   --label "org.opencontainers.image.source=https://github.com/gpu-doctor/kubectl-gpu-doctor" \
   --label "org.opencontainers.image.licenses=Apache-2.0" \
@@ -148,7 +170,11 @@ if [ -n "$old_id" ] && [ "$old_id" != "$new_id" ]; then podman image rm "$old_id
 
 # --- 4. save ----------------------------------------------------------------------------
 rm -f "$OUT.tmp"
-podman save --quiet --format oci-archive -o "$OUT.tmp" "$RELEASE"
+if [ "$FOREIGN" = 1 ]; then  # the archive names it $RELEASE whatever the local tag
+  skopeo copy -q "containers-storage:$IMAGE" "oci-archive:$OUT.tmp:$RELEASE" 2>/dev/null
+else
+  podman save --quiet --format oci-archive -o "$OUT.tmp" "$RELEASE"
+fi
 mv "$OUT.tmp" "$OUT"
 echo "$src_hash $new_id" > "$stamp"
 log "saved $OUT ($(du -m "$OUT" | cut -f1) MiB; image $(podman image inspect --format '{{.Size}}' "$IMAGE" | awk '{printf "%d MB", $1/1e6}')) in $(( $(date +%s) - t0 )) s"
