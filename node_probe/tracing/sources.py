@@ -2,11 +2,13 @@
 
 Why: the sources are data, not Python; the image copies `bpf/` next to `node_probe` at
 /opt/gpu-doctor/{node_probe,bpf}, a checkout has them at the repository root, and tests or
-operators can point elsewhere with GPU_DOCTOR_BPF_DIR.
+operators can point elsewhere with GPU_DOCTOR_BPF_DIR. A wheel installs them as data under
+<prefix>/share/gpu-doctor/bpf.
 """
 from __future__ import annotations
 
 import os
+import sys
 from pathlib import Path
 
 import node_probe
@@ -18,7 +20,11 @@ def bpf_dir() -> Path:
     env = os.environ.get(ENV)
     if env:
         return Path(env)
-    return Path(node_probe.__file__).resolve().parent.parent / "bpf"
+    beside = Path(node_probe.__file__).resolve().parent.parent / "bpf"
+    if beside.is_dir():
+        return beside
+    installed = Path(sys.prefix) / "share" / "gpu-doctor" / "bpf"
+    return installed if installed.is_dir() else beside
 
 
 def source_path(name: str) -> Path:
