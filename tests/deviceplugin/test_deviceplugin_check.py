@@ -173,8 +173,7 @@ def test_stuck_thread_without_any_rpc_timeout_is_confirmed_by_two_samples(
 @pytest.mark.bcc
 @pytest.mark.slow
 def test_blocked_in_nvml_seen_by_ebpf(host, start_plugin, podres, tmp_path):
-    if not any(c.id == "trace" for c in registry.all_checks()):
-        pytest.skip("the eBPF trace check (issue 3) is not in this tree")
+    assert any(c.id == "trace" for c in registry.all_checks()), "the eBPF trace check is gone"
     p = _blocked_setup(host, start_plugin, podres, tmp_path)
     run = run_probe(*host.args("--only", "deviceplugin", "--only", "trace", "--timeout", "25"),
                     timeout=60)
