@@ -50,7 +50,7 @@ class CgroupRef:
 
     pod_uid: str
     container_id: str
-    qos: str                # guaranteed | burstable | besteffort
+    qos: str                # guaranteed | burstable | besteffort | unknown (see below)
     driver: str             # cgroupfs | systemd
     runtime: str | None     # containerd | cri-o | docker | None (bare id: containerd or docker)
     rel: str                # the container's cgroup path relative to the hierarchy root
@@ -64,18 +64,25 @@ def parse_cgroup_path(rel: str) -> CgroupRef | None:
     """Parse a cgroup path (relative to its hierarchy root, as in /proc/PID/cgroup) into the
     pod and container it belongs to. Paths below the container level (a container that makes
     its own sub-cgroups) map to their container. Returns None for anything that is not a
-    container of a kubelet pod (pod-level cgroups, conmon scopes, system services)."""
+    container of a kubelet pod (pod-level cgroups, conmon scopes, system services).
+    A path read from inside another cgroup namespace (the debug pod's, on cgroup v2) starts
+    with '..' and may hide the kubepods and QoS levels: the pod is then found below the last
+    '..', and the QoS is 'unknown' unless a QoS level is still visible."""
     parts = [p for p in rel.strip("/").split("/") if p]
     root_i = next((i for i, p in enumerate(parts) if "kubepods" in p), None)
+    qos = "guaranteed"
+    if root_i is None and parts[:1] == [".."]:
+        root_i = max(i for i, p in enumerate(parts) if p == "..")
+        qos = "unknown"
     if root_i is None:
         return None
-    qos, driver, pod_i, uid = "guaranteed", None, None, None
+    driver, pod_i, uid = None, None, None
     for i in range(root_i, len(parts)):
         p = parts[i]
         m = _POD_SYSTEMD.match(p)
         if m:
             driver, pod_i, uid = "systemd", i, m.group(2)
-            qos = m.group(1) or "guaranteed"
+            qos = m.group(1) or "guaranteed"    # the pod slice's own name has its QoS
             break
         m = _POD_CGROUPFS.match(p)
         if m and i > root_i:
@@ -102,6 +109,15 @@ def parse_cgroup_path(rel: str) -> CgroupRef | None:
     runtime = _RUNTIMES.get(prefix or "")
     return CgroupRef(pod_uid=normalize_uid(uid), container_id=cid, qos=qos, driver=driver,
                      runtime=runtime, rel="/" + "/".join(parts[:pod_i + 2]))
+
+
+def pod_of_pid(pid: int, proc: Path = procfs.PROC) -> CgroupRef | None:
+    """The pod container a process runs in, from /proc/PID/cgroup (None outside pods)."""
+    for path in procfs.read_cgroups(pid, proc).values():
+        ref = parse_cgroup_path(path)
+        if ref is not None:
+            return ref
+    return None
 
 
 # -- where the hierarchy is ---------------------------------------------------------------

@@ -13,17 +13,13 @@ from __future__ import annotations
 
 import dataclasses
 import os
-import re
 import stat
 from pathlib import Path
 
-from .. import device_checkpoint, procfs
+from .. import containers, device_checkpoint, procfs
 
 KUBELET_SOCKET = "kubelet.sock"
 _ACCEPTCON = 0x00010000
-_POD_UID_RE = re.compile(
-    r"pod([0-9a-f]{8}[-_][0-9a-f]{4}[-_][0-9a-f]{4}[-_][0-9a-f]{4}[-_][0-9a-f]{12})")
-_CONTAINER_ID_RE = re.compile(r"([0-9a-f]{64})")
 
 
 @dataclasses.dataclass
@@ -181,15 +177,8 @@ def find_owners(sockets: list[Path], proc: Path = procfs.PROC) -> dict[Path, tup
 
 def pod_of(pid: int, proc: Path = procfs.PROC) -> tuple[str | None, str | None]:
     """(pod UID, container id) from the process's cgroup path, if it runs in a pod."""
-    uid = cid = None
-    for path in procfs.read_cgroups(pid, proc).values():
-        m = _POD_UID_RE.search(path)
-        if m and uid is None:
-            uid = m.group(1).replace("_", "-")
-        c = _CONTAINER_ID_RE.findall(path)
-        if c and cid is None:
-            cid = c[-1]
-    return uid, cid
+    ref = containers.pod_of_pid(pid, proc)
+    return (ref.pod_uid, ref.container_id) if ref else (None, None)
 
 
 def resource_from_socket_name(name: str) -> str | None:

@@ -51,6 +51,21 @@ def test_sub_cgroup_maps_to_its_container():
     assert ref.rel.endswith(f"cri-containerd-{CID}.scope")
 
 
+@pytest.mark.parametrize("path,qos,driver", [
+    # /proc/PID/cgroup read from inside a debug pod's own cgroup namespace (cgroup v2): the
+    # levels above the probe's container show as '..'
+    (f"/../../pod{UID}/{CID}", "unknown", "cgroupfs"),              # same QoS class as ours
+    (f"/../../../burstable/pod{UID}/{CID}", "burstable", "cgroupfs"),
+    (f"/../../../kubepods-burstable-pod{UID_}.slice/cri-containerd-{CID}.scope", "burstable",
+     "systemd"),
+    (f"/../../kubepods-pod{UID_}.slice/cri-containerd-{CID}.scope", "guaranteed", "systemd"),
+])
+def test_paths_relative_to_another_cgroup_namespace(path, qos, driver):
+    ref = parse_cgroup_path(path)
+    assert ref is not None and (ref.pod_uid, ref.container_id) == (UID, CID)
+    assert (ref.qos, ref.driver) == (qos, driver)
+
+
 @pytest.mark.parametrize("path", [
     "/", "/system.slice/containerd.service", "/kubepods", "/kubepods/burstable",
     f"/kubepods/burstable/pod{UID}",                                  # pod level
@@ -59,6 +74,7 @@ def test_sub_cgroup_maps_to_its_container():
     f"crio-conmon-{CID}.scope",                                       # conmon, not the container
     f"/user.slice/user-0.slice/session-1.scope",
     f"/kubepods/burstable/pod{UID}/not-a-container",
+    "/../../system.slice/containerd.service", "/..", f"/../pod{UID}",
 ])
 def test_not_containers(path):
     assert parse_cgroup_path(path) is None

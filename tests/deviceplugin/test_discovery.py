@@ -71,6 +71,10 @@ def test_pod_uid_and_container_from_cgroup_paths(tmp_path):
              f"{uid.replace('-', '_')}.slice/cri-containerd-{cid}.scope\n",
         102: f"12:devices:/kubepods/burstable/pod{uid}/{cid}\n0::/\n",
         103: "0::/system.slice/kubelet.service\n",
+        # read from inside the debug pod's cgroup namespace (cgroup v2, cgroupfs driver)
+        104: f"0::/../../../burstable/pod{uid}/{cid}\n",
+        # a static pod: its UID is a 32-hex hash
+        105: f"0::/kubepods/burstable/pod{'b' * 32}/{cid}\n",
     }
     for pid, text in cases.items():
         (tmp_path / str(pid)).mkdir()
@@ -78,6 +82,8 @@ def test_pod_uid_and_container_from_cgroup_paths(tmp_path):
     assert discovery.pod_of(101, tmp_path) == (uid, cid)
     assert discovery.pod_of(102, tmp_path) == (uid, cid)
     assert discovery.pod_of(103, tmp_path) == (None, None)
+    assert discovery.pod_of(104, tmp_path) == (uid, cid)
+    assert discovery.pod_of(105, tmp_path) == ("b" * 32, cid)
 
 
 def test_resource_from_socket_name():
