@@ -21,9 +21,8 @@ import re
 from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
 
-from .. import catalog, hostfs, procfs, registry
+from .. import catalog, containers, hostfs, procfs, registry
 from ..context import FactUnavailable
-from ..deviceplugin import discovery
 from ..protocol import Finding
 from ..registry import check
 
@@ -259,9 +258,12 @@ def discover(proc: Path, containers_fact: Sequence[Mapping[str, Any]] | None,
         g = groups.get(key)
         if g is None:
             meta = by_pid.get(pid)
+            uid = (meta or {}).get("pod_uid")
+            if uid is None:
+                ref = containers.pod_of_pid(pid, proc)
+                uid = ref.pod_uid if ref else None
             g = groups[key] = {"pids": [], "env": env, "meta": dict(meta) if meta else None,
-                               "pod_uid": (meta or {}).get("pod_uid")
-                               or discovery.pod_of(pid, proc)[0]}
+                               "pod_uid": uid}
         g["pids"].append(pid)
         if g["meta"] is None and pid in by_pid:
             g["meta"] = dict(by_pid[pid])
