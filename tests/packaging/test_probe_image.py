@@ -197,3 +197,42 @@ def test_the_plugins_debug_pod_manifest_runs_the_image(image: Path, tmp_path: Pa
         assert code in ("0", "1")  # not OOM-killed (137), not crashed
     finally:
         subprocess.run(["podman", "kube", "down", str(spec_file)], capture_output=True, env=env, timeout=120)
+
+
+ARM64_IMAGE = REPO / "dist" / f"gpu-doctor-probe-{__version__}-arm64.oci.tar"
+
+
+@pytest.mark.skipif(not ARM64_IMAGE.exists(), reason="no arm64 image archive in dist/: it is a release "
+                    "step (sudo GPU_DOCTOR_ARCH=arm64 scripts/build-image.sh, under qemu), not CI")
+def test_arm64_image_archive(tmp_path: Path):
+    """The arm64 archive: an arm64 image named like the amd64 one; where qemu-aarch64 is
+    registered, it runs (emulated) and its Python has grpc, protobuf, pynvml and bcc. BCC
+    programs are not compiled under emulation: that needs a real arm64 kernel."""
+    from kubectl_gpudoctor.debugpod import DEFAULT_IMAGE
+
+    r = subprocess.run(["skopeo", "inspect", "--config", f"oci-archive:{ARM64_IMAGE}"],
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    config = json.loads(r.stdout)
+    assert config["architecture"] == "arm64" and config["os"] == "linux"
+    assert config["config"]["Entrypoint"] == ["python3", "-m", "node_probe"]
+    if not Path("/proc/sys/fs/binfmt_misc/qemu-aarch64").exists():
+        pytest.skip("cannot run arm64 containers here (no qemu-aarch64 binfmt handler)")
+    runroot = Path(tempfile.mkdtemp(prefix="gd-run-"))
+    store = ["podman", "--root", str(tmp_path / "root"), "--runroot", str(runroot)]
+    run = store + ["run", "--rm", "--arch", "arm64", "--runtime", "runc", "--network", "none",
+                   "--pull", "never", "--ulimit", "nofile=20000:20000", "--ulimit", "nproc=32768:32768"]
+    try:
+        r = subprocess.run(store + ["load", "-q", "-i", str(ARM64_IMAGE)], capture_output=True, text=True,
+                           timeout=300)
+        assert r.returncode == 0 and DEFAULT_IMAGE in r.stdout, r.stderr
+        r = subprocess.run(run + ["--entrypoint", "python3", DEFAULT_IMAGE, "-c",
+                                  "import platform, grpc, google.protobuf, pynvml, bcc; print(platform.machine())"],
+                           capture_output=True, text=True, timeout=300)
+        assert r.returncode == 0, r.stderr[-2000:]
+        assert r.stdout.strip() == "aarch64"
+        r = subprocess.run(run + [DEFAULT_IMAGE, "--list-checks"], capture_output=True, text=True, timeout=300)
+        assert r.returncode == 0 and "trace" in r.stdout, r.stderr[-2000:]
+    finally:
+        subprocess.run(store + ["rmi", "-a", "-f"], capture_output=True, timeout=120)
+        shutil.rmtree(runroot, ignore_errors=True)
