@@ -6,8 +6,10 @@ driven by the real kubernetes client, so exit codes, stderr lines and signals ar
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -51,6 +53,25 @@ def popen_cli(*args: str) -> subprocess.Popen:
     return subprocess.Popen([sys.executable, "-m", "kubectl_gpudoctor", *args],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             env=cli_env(), cwd=str(REPO))
+
+
+def interrupt_when(p: subprocess.Popen, ready, signals=(signal.SIGINT,), settle_s: float = 0.0,
+                   gap_s: float = 0.0, wait_s: float = 30.0) -> tuple[str, str]:
+    """Wait (at most wait_s) until `ready()` holds, let it settle, send `signals` to the CLI
+    process, and return its (stdout, stderr); the process is killed on any failure."""
+    try:
+        deadline = time.monotonic() + wait_s
+        while time.monotonic() < deadline and not ready():
+            time.sleep(0.05)
+        time.sleep(settle_s)
+        for sig in signals:
+            p.send_signal(sig)
+            time.sleep(gap_s)
+        return p.communicate(timeout=20)
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
 
 
 def one_error_line(stderr: str) -> str:

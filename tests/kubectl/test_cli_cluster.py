@@ -12,11 +12,12 @@ import pytest
 
 from node_probe.protocol import SCHEMA
 
-from .conftest import DATA, one_error_line, popen_cli, run_cli
+from .conftest import DATA, interrupt_when, one_error_line, popen_cli, run_cli
 from .fakecluster import cut_odd
 from .kubelet_dump import HEALTHZ_SYNCLOOP_FAILED, healthy_kubelet_dump, wedged_kubelet_dump
 
 DEBUG_POD = r"/api/v1/namespaces/[^/]+/pods/gpu-doctor-[^/]+"
+LOG = DEBUG_POD + "/log"
 
 
 def healthy_node(cluster, name="gpu-1"):
@@ -320,19 +321,9 @@ def test_repeated_signals_still_delete_the_pod(cluster, kubeconfig):
     cluster.log_chunks = [(DATA / "probe_stream.ndjson").read_bytes()[:200]]
     cluster.log_hang = True
     p = popen_cli("node", "gpu-1", "--kubeconfig", str(kubeconfig))
-    try:
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline and cluster.count(
-                "GET", r"/api/v1/namespaces/[^/]+/pods/gpu-doctor-[^/]+/log") == 0:
-            time.sleep(0.05)
-        for sig in (signal.SIGINT, signal.SIGINT, signal.SIGTERM, signal.SIGINT):
-            p.send_signal(sig)
-            time.sleep(0.01)
-        out, err = p.communicate(timeout=20)
-    finally:
-        if p.poll() is None:
-            p.kill()
-            p.wait()
+    out, err = interrupt_when(
+        p, lambda: cluster.count("GET", LOG) > 0,
+        (signal.SIGINT, signal.SIGINT, signal.SIGTERM, signal.SIGINT), gap_s=0.01)
     assert p.returncode == 130 and "Traceback" not in err
     assert len(cluster.deleted) >= 1 and not [k for k in cluster.pods if k[1].startswith(
         "gpu-doctor-")]
@@ -342,17 +333,7 @@ def test_sigterm_while_waiting_for_the_pod_deletes_it(cluster, kubeconfig):
     healthy_node(cluster)
     cluster.debug_pod_mode = "pending"
     p = popen_cli("node", "gpu-1", "--kubeconfig", str(kubeconfig), "--start-timeout", "60")
-    try:
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline and not cluster.created:
-            time.sleep(0.05)
-        time.sleep(0.3)
-        p.send_signal(signal.SIGTERM)
-        out, err = p.communicate(timeout=20)
-    finally:
-        if p.poll() is None:
-            p.kill()
-            p.wait()
+    out, err = interrupt_when(p, lambda: cluster.created, (signal.SIGTERM,), settle_s=0.3)
     assert p.returncode == 130 and "debug pod deleted" in one_error_line(err)
     assert cluster.count("DELETE", DEBUG_POD) == 1
 
@@ -363,17 +344,7 @@ def test_ctrl_c_while_the_create_is_unanswered_still_deletes_the_pod(cluster, ku
     healthy_node(cluster)
     cluster.slow_reply["/api/v1/namespaces/default/pods"] = 20.0
     p = popen_cli("node", "gpu-1", "--kubeconfig", str(kubeconfig))
-    try:
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline and not cluster.created:
-            time.sleep(0.05)
-        time.sleep(0.3)
-        p.send_signal(signal.SIGINT)
-        out, err = p.communicate(timeout=20)
-    finally:
-        if p.poll() is None:
-            p.kill()
-            p.wait()
+    out, err = interrupt_when(p, lambda: cluster.created, settle_s=0.3)
     assert p.returncode == 130 and "Traceback" not in err
     assert cluster.created and cluster.count("DELETE", DEBUG_POD) == 1
     assert not [k for k in cluster.pods if k[1].startswith("gpu-doctor-")]

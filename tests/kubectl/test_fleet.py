@@ -80,25 +80,13 @@ def test_nodes_probe_refuses_too_many(cluster, kubeconfig):
 
 
 def test_ctrl_c_during_nodes_probe_deletes_every_pod(cluster, kubeconfig):
-    import signal
-    import time
-
-    from .conftest import DATA, one_error_line, popen_cli
+    from .conftest import DATA, interrupt_when, one_error_line, popen_cli
     build_fleet(cluster, 3, 3)
     cluster.log_chunks = [(DATA / "probe_stream.ndjson").read_bytes()[:300]]
     cluster.log_hang = True
     p = popen_cli("nodes", "--probe", "--kubeconfig", str(kubeconfig), "-o", "json")
-    try:
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline and cluster.count(
-                "GET", r"/api/v1/namespaces/[^/]+/pods/gpu-doctor-[^/]+/log") < 3:
-            time.sleep(0.05)
-        p.send_signal(signal.SIGINT)
-        out, err = p.communicate(timeout=20)
-    finally:
-        if p.poll() is None:
-            p.kill()
-            p.wait()
+    out, err = interrupt_when(p, lambda: cluster.count(
+        "GET", r"/api/v1/namespaces/[^/]+/pods/gpu-doctor-[^/]+/log") >= 3)
     assert p.returncode == 130
     assert "3 debug pods deleted" in one_error_line(err)
     assert sorted(n for _, n, _ in cluster.deleted) == sorted(
