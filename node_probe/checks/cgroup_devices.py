@@ -65,10 +65,7 @@ def _kubelet_config(ctx) -> dict | None:
 
 
 def _stale_dev_view(ctx, targets) -> list | None:
-    """Device names missing from the NVIDIA device plugin's /dev (fact, else computed)."""
-    stale = _fact(ctx, "deviceplugin.stale_dev_view", 1.0)
-    if stale is not None:
-        return stale
+    """Device names missing from the NVIDIA device plugin's /dev (None: no plugin to ask)."""
     missing, seen = [], False
     for t in targets or ():
         if not isinstance(t.get("pid"), int) or \
