@@ -5,11 +5,14 @@ or tracing it, the probe compares the return addresses on the thread's stack wit
 ranges of nvmlInit/nvmlInit_v2/nvmlInitWithFlags in the process's mapped libnvidia-ml.so.1. The
 real library is stripped but exports those names in .dynsym; .symtab is used too when present
 (it names static helpers, as in the test library). ELF64 little-endian only (x86_64, aarch64).
+symbolize() names any code address of a process the same way (the eBPF trace uses it for the
+stacks of threads blocked in futex()); symbols are cached per file.
 """
 from __future__ import annotations
 
 import bisect
 import dataclasses
+import functools
 import os
 import struct
 from pathlib import Path
@@ -38,6 +41,18 @@ class Symbol:
 class ElfSymbols:
     functions: tuple[Symbol, ...]  # sorted by value
     first_load_vaddr: int          # p_vaddr of the first PT_LOAD, page-aligned down
+    loads: tuple[tuple[int, int, int], ...] = ()  # PT_LOAD (p_offset, p_vaddr, p_filesz)
+
+    @functools.cached_property
+    def _starts(self) -> list[int]:
+        return [s.value for s in self.functions]
+
+    def vaddr(self, file_offset: int) -> int | None:
+        """Link-time address of a file offset (through the PT_LOAD segment that holds it)."""
+        for p_offset, p_vaddr, p_filesz in self.loads:
+            if p_offset <= file_offset < p_offset + max(p_filesz, 1):
+                return file_offset - p_offset + p_vaddr
+        return None
 
     def find(self, name: str) -> Symbol | None:
         for s in self.functions:
@@ -47,8 +62,7 @@ class ElfSymbols:
 
     def lookup(self, vaddr: int) -> tuple[Symbol, int] | None:
         """The function containing link-time address `vaddr` and the offset into it."""
-        starts = [s.value for s in self.functions]
-        i = bisect.bisect_right(starts, vaddr) - 1
+        i = bisect.bisect_right(self._starts, vaddr) - 1
         while i >= 0:
             s = self.functions[i]
             end = s.value + s.size if s.size else (
@@ -84,16 +98,19 @@ def read_function_symbols(path: str | os.PathLike) -> ElfSymbols:
         (e_phoff, e_shoff) = struct.unpack_from("<QQ", ident, 32)
         (e_phentsize, e_phnum, e_shentsize, e_shnum, e_shstrndx) = struct.unpack_from(
             "<HHHHH", ident, 54)
+        if (e_phnum and e_phentsize < 56) or (e_shnum and e_shentsize < 64):
+            raise ElfError("corrupt ELF header (entry sizes)")
         first_load = 0
+        loads = []
         if e_phoff and e_phnum:
             ph = _read(f, e_phoff, e_phentsize * e_phnum)
-            loads = []
             for i in range(e_phnum):
-                p_type, _flags, _off, p_vaddr = struct.unpack_from("<IIQQ", ph, i * e_phentsize)
+                p_type, _flags, p_off, p_vaddr, _paddr, p_filesz = struct.unpack_from(
+                    "<IIQQQQ", ph, i * e_phentsize)
                 if p_type == PT_LOAD:
-                    loads.append(p_vaddr)
+                    loads.append((p_off, p_vaddr, p_filesz))
             if loads:
-                first_load = min(loads) & ~0xFFF
+                first_load = min(v for _o, v, _s in loads) & ~0xFFF
         if not e_shoff or not e_shnum:
             raise ElfError("no section headers")
         sh = _read(f, e_shoff, e_shentsize * e_shnum)
@@ -120,7 +137,7 @@ def read_function_symbols(path: str | os.PathLike) -> ElfSymbols:
                 if nm:
                     syms.setdefault((nm, st_value), Symbol(nm, st_value, st_size))
     funcs = tuple(sorted(syms.values(), key=lambda s: (s.value, s.name)))
-    return ElfSymbols(funcs, first_load)
+    return ElfSymbols(funcs, first_load, tuple(loads))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -203,4 +220,48 @@ def load_image(pid: int, maps: Iterable[Mapping], basename_prefix: str,
         return LoadedImage(target.path.removesuffix(" (deleted)"), str(c), base, ranges, syms)
     if last_err is not None:
         raise last_err
+    return None
+
+
+_SYMBOL_CACHE: dict[tuple[int, int, int, int], ElfSymbols | None] = {}
+_SYMBOL_CACHE_MAX = 256
+
+
+def mapped_symbols(pid: int, m: Mapping, proc: Path = Path("/proc")) -> ElfSymbols | None:
+    """Symbols of the file behind mapping `m` (via /proc/PID/map_files, else /proc/PID/root +
+    path), cached per file; None if it cannot be read or is not an ELF64 LE file."""
+    candidates = [proc / str(pid) / "map_files" / f"{m.start:x}-{m.end:x}"]
+    if m.path.startswith("/"):
+        candidates.append(proc / str(pid) / "root" / m.path.lstrip("/"))
+    for c in candidates:
+        try:
+            st = os.stat(c)
+        except OSError:
+            continue
+        key = (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
+        if key not in _SYMBOL_CACHE:
+            if len(_SYMBOL_CACHE) >= _SYMBOL_CACHE_MAX:
+                _SYMBOL_CACHE.clear()
+            try:
+                _SYMBOL_CACHE[key] = read_function_symbols(c)
+            except (OSError, ElfError, struct.error):
+                _SYMBOL_CACHE[key] = None
+        return _SYMBOL_CACHE[key]
+    return None
+
+
+def symbolize(pid: int, addr: int, maps: Iterable[Mapping],
+              proc: Path = Path("/proc")) -> str | None:
+    """"func+0xoff (lib)" for a code address of process pid, "lib+0xfileoff" when no symbol
+    covers it, None when addr is in no executable mapping."""
+    for m in maps:
+        if m.start <= addr < m.end and "x" in m.perms:
+            lib = os.path.basename(m.path) or m.path or "?"
+            file_off = addr - m.start + m.offset
+            syms = mapped_symbols(pid, m, proc) if m.path.startswith("/") else None
+            va = syms.vaddr(file_off) if syms else None
+            hit = syms.lookup(va) if syms and va is not None else None
+            if hit:
+                return f"{hit[0].name}+0x{hit[1]:x} ({lib})"
+            return f"{lib}+0x{file_off:x}"
     return None

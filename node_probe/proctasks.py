@@ -8,6 +8,10 @@ its user stack, read from /proc/PID/mem starting at the stack pointer, are compa
 address ranges of nvmlInit/nvmlInit_v2/nvmlInitWithFlags in the libnvidia-ml.so.1 the process
 has mapped. Reading /proc/PID/mem needs ptrace access (root in the debug pod); without it the
 view still has states and syscalls. Nothing here writes to or signals the process.
+symbolic_stack() is the same scan for any blocked thread (the eBPF trace names the functions a
+thread asleep in futex() is inside, because BPF user stacks stop at glibc): every word that
+points just after a call instruction in an executable mapping, symbolized (a heuristic: stale
+words can show up, so callers treat the frames as evidence, not proof).
 """
 from __future__ import annotations
 
@@ -118,6 +122,13 @@ def parse_syscall_file(text: str) -> tuple[int | None, tuple[int, ...], int | No
     return nr, args, sp, pc
 
 
+def read_syscall(pid: int, tid: int, proc: Path = PROC
+                 ) -> tuple[int | None, tuple[int, ...], int | None, int | None]:
+    """parse_syscall_file() of /proc/PID/task/TID/syscall; nr None if unreadable or running."""
+    text = _read_text(proc / str(pid) / "task" / str(tid) / "syscall")
+    return parse_syscall_file(text) if text is not None else (None, (), None, None)
+
+
 def _fd_target(pid: int, fd: int, proc: Path) -> str | None:
     if fd < 0 or fd > 1 << 20:
         return None
@@ -134,18 +145,77 @@ def _stack_mapping(maps: list[elfsyms.Mapping], sp: int) -> elfsyms.Mapping | No
     return None
 
 
+def _open_mem(pid: int, tid: int, proc: Path):
+    return open(proc / str(pid) / "task" / str(tid) / "mem", "rb", buffering=0)
+
+
+def _read_stack(mem, sp: int, maps: list[elfsyms.Mapping], limit: int) -> bytes:
+    """The bytes from sp (8-aligned) up to the end of its mapping, at most `limit`."""
+    m = _stack_mapping(maps, sp)
+    end = min(m.end if m else sp + 64 * 1024, sp + limit)
+    start = sp & ~7
+    mem.seek(start)
+    return mem.read(end - start)
+
+
+def _after_call(mem, addr: int) -> bool:
+    """x86-64: is addr preceded by a call instruction? (other arches: accept)"""
+    if platform.machine() not in ("x86_64", "AMD64"):
+        return True
+    try:
+        mem.seek(addr - 7)
+        b = mem.read(7)
+    except (OSError, ValueError, OverflowError):
+        return False
+    if len(b) != 7:
+        return False
+    if b[2] == 0xE8:                      # call rel32
+        return True
+    for back in (2, 3, 4, 6, 7):          # call r/m64: FF /2 with various ModRM forms
+        i = 7 - back
+        if b[i] == 0xFF and (b[i + 1] >> 3) & 7 == 2:
+            return True
+    return False
+
+
+def symbolic_stack(pid: int, tid: int, proc: Path = PROC, max_bytes: int = 64 * 1024,
+                   max_frames: int = 24) -> dict | None:
+    """{"syscall": nr, "frames": [...]} for a thread blocked in a syscall (innermost first:
+    the PC, then the return addresses found on the stack); None when the thread is running,
+    not in a syscall or cannot be read."""
+    nr, _args, sp, pc = read_syscall(pid, tid, proc)
+    if nr is None or nr < 0 or sp is None or pc is None:
+        return None
+    maps = elfsyms.read_maps(pid, proc)
+    frames = []
+    first = elfsyms.symbolize(pid, pc, maps, proc)
+    if first:
+        frames.append(first)
+    try:
+        with _open_mem(pid, tid, proc) as mem:
+            data = _read_stack(mem, sp, maps, max_bytes)
+            for (word,) in struct.iter_unpack("<Q", data[: len(data) // 8 * 8]):
+                if word < 4096:
+                    continue
+                name = elfsyms.symbolize(pid, word, maps, proc)
+                if name and _after_call(mem, word):
+                    if not frames or frames[-1] != name:
+                        frames.append(name)
+                    if len(frames) >= max_frames:
+                        break
+    except (OSError, ValueError, OverflowError):
+        pass
+    return {"syscall": nr, "frames": frames}
+
+
 def scan_stack(pid: int, tid: int, sp: int, maps: list[elfsyms.Mapping],
                image: elfsyms.LoadedImage, proc: Path = PROC,
                limit: int = STACK_SCAN_BYTES) -> tuple[str | None, tuple[str, ...], str]:
     """Words from sp upward that point into the library's code: (outermost nvmlInit* or None,
     symbolized frames inner-first, status)."""
-    m = _stack_mapping(maps, sp)
-    end = min(m.end if m else sp + 64 * 1024, sp + limit)
-    start = sp & ~7
     try:
-        with open(proc / str(pid) / "task" / str(tid) / "mem", "rb", buffering=0) as f:
-            f.seek(start)
-            data = f.read(end - start)
+        with _open_mem(pid, tid, proc) as mem:
+            data = _read_stack(mem, sp, maps, limit)
     except (OSError, OverflowError, ValueError) as exc:
         return None, (), f"unreadable: {type(exc).__name__}: {exc}"
     init_ranges = []
@@ -193,14 +263,12 @@ def process_threads(pid: int, proc: Path = PROC, scan_nvml: bool = True) -> list
         if wchan == "0":
             wchan = None
         tv = ThreadView(tid=tid, comm=st["comm"], state=st["state"], wchan=wchan)
-        text = _read_text(tdir / "syscall")
-        if text is not None:
-            nr, args, sp, pc = parse_syscall_file(text)
-            tv.syscall_nr, tv.args, tv.sp, tv.pc = nr, args, sp, pc
-            if nr is not None and nr >= 0:
-                tv.syscall = syscall_name(nr, machine)
-                if tv.syscall in _FD_SYSCALLS and args:
-                    tv.fd_path = _fd_target(pid, args[0], proc)
+        nr, args, sp, pc = read_syscall(pid, tid, proc)
+        tv.syscall_nr, tv.args, tv.sp, tv.pc = nr, args, sp, pc
+        if nr is not None and nr >= 0:
+            tv.syscall = syscall_name(nr, machine)
+            if tv.syscall in _FD_SYSCALLS and args:
+                tv.fd_path = _fd_target(pid, args[0], proc)
         if scan_nvml:
             if image is None:
                 tv.stack_scan = image_err
