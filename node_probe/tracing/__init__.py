@@ -7,8 +7,9 @@ without BCC (DESIGN.md section 2) and reports `probe.ebpf_unavailable` instead.
 
 Layout: bcc_env (can BCC run: module, headers, tracefs), sources (where bpf/ is), bundle (one
 compile for all programs, syscall tracepoint attach/detach), one loader per program
-(nvidia_dev, cgroup_devices, futex_wait, nvml_calls), stackscan (what a blocked thread is
-inside, from /proc), session (one trace window), verdicts (results -> findings).
+(nvidia_dev, cgroup_devices, futex_wait, nvml_calls), session (one trace window), verdicts
+(results -> findings). What a blocked thread is inside, from /proc, comes from
+node_probe.proctasks and node_probe.elfsyms (shared with the device-plugin check).
 
 Known limits, by design or for now:
 - Only syscall tracepoint arguments, user memory and BPF helpers are read: no kernel structs
@@ -24,5 +25,5 @@ Known limits, by design or for now:
   of target threads are still found from /proc/PID/task/TID/syscall (with a stack scan), ioctls
   are not (the device-plugin check reads such threads itself).
 - User stacks from BPF stop at the first frame without a frame pointer (glibc); in-progress
-  waits get a heuristic stack scan instead (stackscan.py).
+  waits get a heuristic stack scan instead (proctasks.symbolic_stack).
 """

@@ -4,8 +4,8 @@ Why: "the thread that entered nvmlInit_v2 is asleep in futex() for 4.8 s" is wha
 hung library from a slow one. The kernel side filters by tgid (a map filled here) and only
 captures user stacks for long waits; waits still in progress at the end are read from its
 map, and threads that were already asleep in futex() before the probe attached are found in
-/proc/PID/task/TID/syscall. In-progress waits get a stack scan (stackscan.py) because BPF user
-stacks stop at glibc. Nothing is attached when there are no targets (futex() is hot).
+/proc/PID/task/TID/syscall. In-progress waits get a stack scan (proctasks.symbolic_stack)
+because BPF user stacks stop at glibc. Nothing is attached when there are no targets (futex() is hot).
 """
 from __future__ import annotations
 
@@ -14,8 +14,7 @@ import time
 from pathlib import Path
 from typing import Callable, Iterable
 
-from .. import procfs
-from . import stackscan
+from .. import procfs, proctasks
 from .bundle import cstr, mono_to_wall, TracepointSet
 
 NAME = "futex_wait"
@@ -105,12 +104,12 @@ class FutexWait:
                 for tid in procfs.tids(pid, self.proc):
                     if (pid, tid) in in_progress:
                         continue
-                    sc = stackscan.thread_syscall(pid, tid, self.proc)
-                    if sc and sc["nr"] == FUTEX_NR and (sc["args"][1] & 0x7F) in (0, 6, 9, 11, 13):
+                    nr, args, _sp, _pc = proctasks.read_syscall(pid, tid, self.proc)
+                    if nr == FUTEX_NR and len(args) > 1 and (args[1] & 0x7F) in (0, 6, 9, 11, 13):
                         in_progress[(pid, tid)] = {
                             "pid": pid, "tid": tid, "comm": _comm(self.proc, pid, tid),
                             "wait_s": round(window, 6), "in_progress": True,
-                            "op": sc["args"][1], "uaddr": f"0x{sc['args'][0]:x}",
+                            "op": args[1], "uaddr": f"0x{args[0]:x}",
                             "started_before_trace": True}
         order = [k for k in dict.fromkeys(scan_tids) if k in in_progress]
         order += [k for k in sorted(in_progress, key=lambda k: -in_progress[k]["wait_s"])
@@ -118,7 +117,7 @@ class FutexWait:
         scan_deadline = time.monotonic() + SCAN_BUDGET_S
         for i, key in enumerate(order):
             rec = in_progress[key]
-            scanned = (stackscan.scan(*key, proc=self.proc)
+            scanned = (proctasks.symbolic_stack(*key, proc=self.proc)
                        if i < MAX_SCANS and time.monotonic() < scan_deadline else None)
             rec["stack"] = scanned["frames"] if scanned else []
             rec["stack_source"] = "stack-scan" if scanned else None

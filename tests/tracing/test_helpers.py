@@ -8,7 +8,8 @@ import threading
 
 import pytest
 
-from node_probe.tracing import bcc_env, bundle, sources, stackscan
+from node_probe import elfsyms, proctasks
+from node_probe.tracing import bcc_env, bundle, sources
 
 
 def test_cstring_escapes_for_a_define():
@@ -75,7 +76,7 @@ def test_stack_scan_finds_the_blocked_function(tmp_path):
     try:
         assert p.stdout.readline().strip() == "ready"
         for _ in range(100):
-            res = stackscan.scan(p.pid, p.pid)
+            res = proctasks.symbolic_stack(p.pid, p.pid)
             if res is not None:
                 break
             threading.Event().wait(0.02)
@@ -92,8 +93,8 @@ def test_stack_scan_finds_the_blocked_function(tmp_path):
 def test_elf_symbols_of_libc():
     libc = ctypes.CDLL(None)
     addr = ctypes.cast(libc.getpid, ctypes.c_void_p).value
-    maps = stackscan.read_maps(os.getpid())
-    name = stackscan.symbolize(os.getpid(), addr, maps)
+    maps = elfsyms.read_maps(os.getpid())
+    name = elfsyms.symbolize(os.getpid(), addr, maps)
     assert name is not None and "getpid" in name and "libc" in name
 
 
