@@ -195,6 +195,15 @@ class LoadedImage:
         return f"{sym.name}+{off:#x}"
 
 
+def _file_of(pid: int, m: Mapping, proc: Path) -> list[Path]:
+    """Where the probe can read the file behind mapping m: /proc/PID/map_files (the exact file,
+    across mount namespaces), else the path under /proc/PID/root."""
+    out = [proc / str(pid) / "map_files" / f"{m.start:x}-{m.end:x}"]
+    if m.path.startswith("/"):
+        out.append(proc / str(pid) / "root" / m.path.lstrip("/"))
+    return out
+
+
 def load_image(pid: int, maps: Iterable[Mapping], basename_prefix: str,
                proc: Path = Path("/proc")) -> LoadedImage | None:
     """Find the first mapped file whose basename starts with `basename_prefix` and read its
@@ -207,8 +216,7 @@ def load_image(pid: int, maps: Iterable[Mapping], basename_prefix: str,
     mine = [m for m in maps if m.path == target.path and m.inode == target.inode]
     base = min(m.start - m.offset for m in mine)
     ranges = tuple((m.start, m.end) for m in mine if "x" in m.perms)
-    candidates = [proc / str(pid) / "map_files" / f"{m.start:x}-{m.end:x}" for m in mine[:1]]
-    candidates.append(proc / str(pid) / "root" / target.path.lstrip("/"))
+    candidates = _file_of(pid, mine[0], proc)
     last_err: Exception | None = None
     for c in candidates:
         try:
@@ -230,10 +238,7 @@ _SYMBOL_CACHE_MAX = 256
 def mapped_symbols(pid: int, m: Mapping, proc: Path = Path("/proc")) -> ElfSymbols | None:
     """Symbols of the file behind mapping `m` (via /proc/PID/map_files, else /proc/PID/root +
     path), cached per file; None if it cannot be read or is not an ELF64 LE file."""
-    candidates = [proc / str(pid) / "map_files" / f"{m.start:x}-{m.end:x}"]
-    if m.path.startswith("/"):
-        candidates.append(proc / str(pid) / "root" / m.path.lstrip("/"))
-    for c in candidates:
+    for c in _file_of(pid, m, proc):
         try:
             st = os.stat(c)
         except OSError:

@@ -149,6 +149,34 @@ def test_elf_reader_rejects_corrupt_offsets(tmp_path):
             elfsyms.read_function_symbols(f)
 
 
+def test_elf_reader_rejects_corrupt_entry_sizes(tmp_path):
+    """Header entry sizes smaller than ELF64's (a mangled file) are an ElfError, not a
+    struct.error from unpacking a short program/section header."""
+    import struct
+    data = bytearray(Path(sys.executable).resolve().read_bytes()[:4096])
+    for field in (0x36, 0x3A):                       # e_phentsize, e_shentsize
+        bad = bytearray(data)
+        struct.pack_into("<H", bad, field, 8)
+        f = tmp_path / "libnvidia-ml.so.1"
+        f.write_bytes(bytes(bad))
+        with pytest.raises(elfsyms.ElfError, match="entry sizes"):
+            elfsyms.read_function_symbols(f)
+
+
+def test_symbolize_names_an_exported_function_and_nothing_outside_code():
+    """The generic symbolizer (used for blocked threads' stacks) agrees with the ELF reader on
+    this process's own python binary, and a stack or unmapped address is not code."""
+    import ctypes
+    pid = os.getpid()
+    maps = elfsyms.read_maps(pid)
+    addr = ctypes.cast(ctypes.pythonapi.PyList_New, ctypes.c_void_p).value
+    name = elfsyms.symbolize(pid, addr, maps)
+    assert name is not None and name.startswith("PyList_New+0x0 ("), name
+    stack = next(m for m in maps if m.path == "[stack]")
+    assert elfsyms.symbolize(pid, stack.start, maps) is None
+    assert elfsyms.symbolize(pid, 8, maps) is None
+
+
 @pytest.mark.skipif(os.uname().machine != "x86_64", reason="syscall numbers below are x86_64")
 def test_ioctl_on_nvidiactl_from_a_recorded_proc_tree(tmp_path):
     """A thread of a real driver hang sits in ioctl(fd -> /dev/nvidiactl). No driver here, so
