@@ -29,6 +29,9 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
 CACHE=${GPU_DOCTOR_CACHE:-/var/cache/gpu-doctor}
+if ! mkdir -p "$CACHE" 2>/dev/null || [ ! -w "$CACHE" ]; then  # not root: a per-user cache
+  CACHE=${XDG_CACHE_HOME:-$HOME/.cache}/gpu-doctor
+fi
 PY=${GPU_DOCTOR_BUILD_PYTHON:-/usr/bin/python3}
 KIND=onedir
 ARCHIVE=1
