@@ -186,7 +186,8 @@ class DebugPod:
             if exc.status == 409:
                 raise errors.LaunchFailed(f"a pod named {self.name} already exists") from None
             raise_for(exc, f"debug pod {self.namespace}/{self.name}")
-        self.created, self.in_doubt = True, False
+        # created, whatever a DELETE sent meanwhile (from another thread) was told
+        self.created, self.in_doubt, self.deleted = True, False, False
         self.say(f"created debug pod {self.namespace}/{self.name} on {self.node}")
 
     def wait_running(self, timeout_s: float, poll_s: float = 1.0,

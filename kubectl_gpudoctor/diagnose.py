@@ -256,6 +256,8 @@ def run_probe(kube: Kube, view: NodeView, settings: Settings, out: Output,
         out.say(f"the kubelet on {name} is not admitting pods; giving the debug pod "
                 f"{start_timeout:.0f}s")
     try:
+        if cancelled():  # `nodes --probe` interrupted before this worker began
+            raise errors.Interrupted("interrupted")
         pod.create()
         try:
             pod.wait_running(start_timeout, cancelled=cancelled)

@@ -19,6 +19,8 @@ from .analysis import capacity, goroutines
 from .analysis.common import events_by_uid, node_is_ready
 from .diagnose import Settings, now_utc
 from .kube import ApiStatus, Kube, raise_for
+
+INTERRUPT_GRACE_S = 5.0  # after Ctrl-C, how long to wait for creates still unanswered
 from .output import Output
 
 FLAG_FOR_DUMP = ("kubelet.admission_stalled",)
@@ -110,11 +112,18 @@ def _probe_all(kube: Kube, nodes: list[dict], by_node: dict, settings: Settings,
     pool = cf.ThreadPoolExecutor(max_workers=max(1, settings.concurrency),
                                  thread_name_prefix="probe")
     futs = {}
+    pods: list = []  # every debug pod a worker made (to see which creates are unanswered)
+
+    def track(pod) -> None:
+        if pod is not None:
+            pods.append(pod)
+        on_pod(pod)
+
     try:
         for n in nodes:
             name = n["metadata"]["name"]
             view = NodeView(n, by_node.get(name, []), None, None, [])
-            futs[pool.submit(run_probe, kube, view, settings, out, (), stop.is_set, on_pod,
+            futs[pool.submit(run_probe, kube, view, settings, out, (), stop.is_set, track,
                              True)] = name
         for fut in cf.as_completed(futs):
             try:
@@ -126,6 +135,11 @@ def _probe_all(kube: Kube, nodes: list[dict], by_node: dict, settings: Settings,
     except BaseException:
         stop.set()  # workers waiting for their pod to start give up; the caller deletes pods
         pool.shutdown(wait=False, cancel_futures=True)
+        # A create still with the API server (slow admission webhook) may land after a DELETE
+        # sent now: wait for the answers (bounded) so the caller's DELETEs come after them.
+        end = time.monotonic() + INTERRUPT_GRACE_S
+        while any(p.in_doubt for p in list(pods)) and time.monotonic() < end:
+            time.sleep(0.05)
         raise
     pool.shutdown(wait=True)
     by_name = {r["node"]: r for r in rows}

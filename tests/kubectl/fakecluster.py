@@ -306,8 +306,11 @@ class FakeCluster:
 
     async def _later(self, delay: float, method: str, path: str, q: dict,
                      request: kmock.Request) -> Any:
-        await asyncio.sleep(delay)
-        return self._route(method, path, q, request)
+        async def act() -> Any:
+            await asyncio.sleep(delay)
+            return self._route(method, path, q, request)
+        # like a real API server, finish the request even if the client hangs up meanwhile
+        return await asyncio.shield(asyncio.ensure_future(act()))
 
     async def _reply_later(self, delay: float, method: str, path: str, q: dict,
                            request: kmock.Request) -> Any:

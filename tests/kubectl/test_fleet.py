@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import time
 
 import pytest
 
@@ -71,6 +72,21 @@ def test_nodes_probe_runs_debug_pods_in_parallel_and_deletes_them(cluster, kubec
     assert hang == {f"node/{n}" for n in names}  # node-side subjects qualified per node
     assert {f"{n}/nvml" for n in names} <= {c["id"] for c in doc["checks"]}
     assert doc["summary"]["complete"] is True
+
+
+def test_ctrl_c_while_debug_pods_are_being_created_leaves_none(cluster, kubeconfig):
+    """Ctrl-C while the API server is still working on the creates (a slow admission webhook):
+    the workers get their answers, see the interrupt and delete their pods before exit."""
+    from .conftest import interrupt_when, popen_cli
+    build_fleet(cluster, 3, 3)
+    cluster.slow["/api/v1/namespaces/default/pods"] = 1.5
+    p = popen_cli("nodes", "--probe", "--kubeconfig", str(kubeconfig), "-o", "json")
+    out, err = interrupt_when(
+        p, lambda: cluster.count("POST", "/api/v1/namespaces/default/pods") >= 3, settle_s=0.2)
+    assert p.returncode == 130 and "Traceback" not in err
+    time.sleep(2.0)  # any create still pending in the fake has landed by now
+    assert len(cluster.created) == 3
+    assert not [k for k in cluster.pods if k[1].startswith("gpu-doctor-")], cluster.deleted
 
 
 def test_nodes_probe_refuses_too_many(cluster, kubeconfig):
