@@ -3,33 +3,16 @@
 Why a package of pure functions: the same analyses run for one node (`node X`, `pod Y`) and
 for a thousand (`nodes`), and tests feed them recorded API objects without any server. The
 collectors (diagnose.py, fleet.py) fetch; these only judge.
-
-hami.py and memory.py are written by the HAMi/memory engineer; they are imported defensively so
-the client keeps working if one is missing or broken (the failure is reported, not hidden).
 """
 from __future__ import annotations
 
 import datetime as dt
-import importlib
 from typing import Any, Mapping, Sequence
 
 from node_probe.protocol import Finding
 
-from . import admission, capacity, goroutines, kubelet_config, pod_status  # noqa: F401
-
-OPTIONAL_ERRORS: dict[str, str] = {}
-
-
-def _optional(name: str):
-    try:
-        return importlib.import_module(f"{__name__}.{name}")
-    except Exception as exc:  # noqa: BLE001 - a missing/broken optional analysis is reported
-        OPTIONAL_ERRORS[name] = f"{type(exc).__name__}: {exc}"
-        return None
-
-
-hami = _optional("hami")
-memory = _optional("memory")
+from . import (admission, capacity, goroutines, hami, kubelet_config,  # noqa: F401
+               memory, pod_status)
 
 
 def node_objects(node: Mapping[str, Any], pods_on_node: Sequence[Mapping[str, Any]],
@@ -53,11 +36,7 @@ def node_objects(node: Mapping[str, Any], pods_on_node: Sequence[Mapping[str, An
     run("admission", lambda: admission.analyze_node(node, pods_on_node, events, lease, now,
                                                     threshold_s, events_known))
     run("capacity", capacity.analyze_node, node)
-    if hami is not None:
-        run("hami", lambda: hami.analyze_node(node, list(pods_on_node), list(ev_list), now))
-    if memory is not None:
-        run("memory", lambda: memory.analyze_node(node, list(pods_on_node),
-                                                  dict(kubelet_cfg) if kubelet_cfg else None))
-    for name, err in OPTIONAL_ERRORS.items():
-        errs.append(f"analysis {name} unavailable: {err}")
+    run("hami", lambda: hami.analyze_node(node, list(pods_on_node), list(ev_list), now))
+    run("memory", lambda: memory.analyze_node(node, list(pods_on_node),
+                                              dict(kubelet_cfg) if kubelet_cfg else None))
     return findings, errs
