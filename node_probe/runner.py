@@ -18,6 +18,7 @@ from typing import Callable, Iterable
 from . import protocol, subproc
 from .context import ProbeContext
 from .protocol import CheckResult, Finding
+from . import registry
 from .registry import Check
 
 SUMMARY_RESERVE_S = 0.3
@@ -64,6 +65,13 @@ class Runner:
         self._seen: set[tuple] = set()
         self._lock = threading.Lock()
         self._abandoned: set[str] = set()
+        # A fact whose producer is not part of this run will never come: fail it now, so a
+        # consumer's wait returns at once instead of spending its timeout.
+        selected = {c.id for c in self.checks}
+        for c in registry.all_checks():
+            if c.id not in selected:
+                for key in c.provides:
+                    self.ctx.facts.fail(key, f"check {c.id} is not part of this run")
 
     # -- per-check thread -------------------------------------------------------------------
     def _deadline(self, c: Check) -> float:

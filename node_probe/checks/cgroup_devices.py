@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any, Iterable, Sequence
 
 from .. import (catalog, cgroup_rules, containers, device_checkpoint, kubeletconfig,
-               nvidia_devices, registry)
+               nvidia_devices)
 from ..deviceplugin import devview
 from ..context import FactUnavailable
 from ..registry import check
@@ -33,19 +33,9 @@ REFS_STALE = ("https://github.com/NVIDIA/k8s-device-plugin/issues/222",)
 MAX_WRITES = 24
 
 
-def _provided(ctx, key: str) -> bool:
-    """Whether a check selected for this run declares it publishes `key` (else waiting for
-    it is pointless: nobody would publish or fail it)."""
-    try:
-        return any(key in c.provides for c in registry.select(ctx.options.only, ctx.options.skip))
-    except KeyError:
-        return False
-
-
 def _fact(ctx, key: str, timeout: float) -> Any:
-    """The fact if published within `timeout` (only waited for when a producer runs)."""
-    if not _provided(ctx, key):
-        return ctx.facts.get(key)
+    """The fact if published within `timeout` (None at once when its producer is not running:
+    the runner fails the facts of checks outside the run)."""
     try:
         return ctx.wait_for(key, min(timeout, max(0.0, ctx.remaining() - 1.0)))
     except FactUnavailable:

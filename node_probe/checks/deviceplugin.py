@@ -17,7 +17,7 @@ import threading
 import time
 from pathlib import Path
 
-from .. import catalog, known_drivers, proctasks, registry
+from .. import catalog, known_drivers, proctasks
 from ..context import FactUnavailable
 from ..deviceplugin import devview, discovery, podresources, rpc
 from ..registry import check
@@ -33,14 +33,6 @@ TRACE_READY_WAIT_S = 5.0  # BCC compiles in ~2.6 s on 2 cores; more under load
 K8S_REFS = ("https://github.com/kubernetes/kubernetes/issues/117435",
             "https://github.com/kubernetes/kubernetes/issues/130855")
 DP_DOC = "https://kubernetes.io/docs/concepts/extend-kubernetes/compute-storage-net/device-plugins/"
-
-
-def _selected(ctx, check_id: str) -> bool:
-    """Is the producer of a fact part of this run? (Waiting on an absent one wastes time.)"""
-    try:
-        return any(c.id == check_id for c in registry.select(ctx.options.only, ctx.options.skip))
-    except KeyError:
-        return False
 
 
 def _is_nvidia(t: discovery.PluginTarget, devices: list[dict] | None = None) -> bool:
@@ -154,9 +146,8 @@ def _gpus_on_host(root: Path) -> list[str]:
     return out
 
 
-def _wait_fact(ctx, key: str, producer: str, timeout: float):
-    if not _selected(ctx, producer):
-        return None, f"check {producer} not selected"
+def _wait_fact(ctx, key: str, timeout: float):
+    """(value, None) or (None, why not); returns at once when the producer is not running."""
     try:
         return ctx.wait_for(key, timeout=max(0.05, timeout)), None
     except FactUnavailable as exc:
@@ -202,7 +193,7 @@ def deviceplugin_check(ctx):
 
     trace_ready, trace_note = None, None
     if grpc_error is None and live and opts.trace_s > 0:
-        trace_ready, trace_note = _wait_fact(ctx, "trace.ready", "trace",
+        trace_ready, trace_note = _wait_fact(ctx, "trace.ready",
                                              ctx.budget(TRACE_READY_WAIT_S, reserve=8.0))
 
     probes = [_PluginProbe(t) for t in targets]
@@ -241,7 +232,7 @@ def deviceplugin_check(ctx):
             p.after_at = time.monotonic()
     if (any_timeout or any(blocked_before.values())) and opts.trace_s > 0 and trace_ready \
             and trace_ready.get("available"):
-        trace, trace_res_note = _wait_fact(ctx, "trace.results", "trace",
+        trace, trace_res_note = _wait_fact(ctx, "trace.results",
                                            ctx.budget(opts.trace_s + 2.0, reserve=1.5))
     elif trace_ready is not None and not trace_ready.get("available"):
         trace_res_note = "eBPF tracing unavailable"
@@ -251,7 +242,7 @@ def deviceplugin_check(ctx):
     nv, _ = (None, None)
     need_driver = any_timeout or any(blocked_before.values())
     if need_driver or (targets or (kdir / "device-plugins").is_dir()):
-        nv, _ = _wait_fact(ctx, "nvml", "nvml",
+        nv, _ = _wait_fact(ctx, "nvml",
                            ctx.budget(4.0 if need_driver else 1.0, reserve=1.0))
 
     all_devices = [d for p in probes for d in p.devices or ()]

@@ -21,7 +21,7 @@ import re
 from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
 
-from .. import catalog, containers, hostfs, procfs, registry
+from .. import catalog, containers, hostfs, procfs
 from ..context import FactUnavailable
 from ..protocol import Finding
 from ..registry import check
@@ -293,14 +293,6 @@ REMEDIATION = (
     "CUDA_DISABLE_CONTROL=true is set on purpose, the limits are off by design.")
 
 
-def _wants_containers_fact(ctx) -> bool:
-    try:
-        ids = {c.id for c in registry.select(ctx.options.only, ctx.options.skip)}
-    except KeyError:
-        return False
-    return "cgroup.devices" in ids
-
-
 @check("hami", title="HAMi vGPU: libvgpu.so preload in HAMi containers, device plugin log",
        timeout_s=8.0)
 def hami_check(ctx) -> Iterable[Finding]:
@@ -313,12 +305,10 @@ def hami_check(ctx) -> Iterable[Finding]:
             ctx.log("warning", f"cannot read plugin log {opts.plugin_log}: {exc.strerror}")
         else:
             yield from scan_plugin_log(lines, source=str(opts.plugin_log))
-    fact = None
-    if _wants_containers_fact(ctx):
-        try:
-            fact = ctx.wait_for("containers", min(CONTAINERS_WAIT_S, ctx.budget(CONTAINERS_WAIT_S)))
-        except FactUnavailable:
-            fact = None
+    try:  # fails at once when cgroup.devices is not part of the run
+        fact = ctx.wait_for("containers", min(CONTAINERS_WAIT_S, ctx.budget(CONTAINERS_WAIT_S)))
+    except FactUnavailable:
+        fact = None
     groups = discover(proc, fact, opts.focus_pods)
     if groups:
         ctx.progress(message=f"{len(groups)} HAMi-managed container(s)")

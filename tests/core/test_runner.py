@@ -108,3 +108,21 @@ def test_duplicate_findings_are_emitted_once():
 
     res, out, _ = _run([Check("d", dup, "d")])
     assert len([r for r in out if r["kind"] == "finding"]) == 1
+
+
+def test_facts_of_checks_outside_the_run_fail_at_once():
+    """`--only driver` must not make driver wait its timeout for a fact nvml would publish."""
+    seen = {}
+
+    def consumer(ctx):
+        t0 = time.monotonic()
+        try:
+            ctx.wait_for("nvml", 10)
+        except FactUnavailable as exc:
+            seen["why"] = str(exc)
+        seen["waited"] = time.monotonic() - t0
+        return []
+
+    _run([Check("c", consumer, "c")])
+    assert "check nvml is not part of this run" in seen["why"]
+    assert seen["waited"] < 1.0
