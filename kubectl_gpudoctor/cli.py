@@ -393,32 +393,33 @@ def main(argv: list[str] | None = None) -> int:
         return int(rv or 0)
     except click.exceptions.Exit as exc:  # --help, --version
         return int(exc.exit_code)
-    except click.UsageError as exc:
-        msg = exc.format_message().strip().splitlines()
-        _say_error(errors.UsageError(" ".join(m.strip() for m in msg)))
-        return int(ExitStatus.USAGE)
-    except click.Abort:
-        _say_error(errors.Interrupted("interrupted"))
-        return int(ExitStatus.INTERRUPTED)
-    except click.ClickException as exc:
-        _say_error(errors.UsageError(exc.format_message()))
-        return int(ExitStatus.USAGE)
-    except errors.GpuDoctorError as exc:
-        _say_error(exc)
-        return int(errors.exit_status_of(exc))
-    except KeyboardInterrupt:
-        _say_error(errors.Interrupted("interrupted"))
-        return int(ExitStatus.INTERRUPTED)
     except BrokenPipeError:
         _quiet_stdout()
         return int(ExitStatus.OK)
-    except Exception as exc:  # noqa: BLE001 - a bug still gets one line and a code
-        if os.environ.get("GPU_DOCTOR_DEBUG"):
+    except (Exception, KeyboardInterrupt) as exc:  # noqa: BLE001 - one line and a code
+        if os.environ.get("GPU_DOCTOR_DEBUG") and not isinstance(
+                exc, (errors.GpuDoctorError, click.ClickException, click.Abort,
+                      KeyboardInterrupt)):
             raise
-        _say_error(errors.GpuDoctorError(
-            f"internal error: {type(exc).__name__}: {exc} (GPU_DOCTOR_DEBUG=1 shows the "
-            f"traceback)"))
-        return int(errors.exit_status_of(exc))
+        err = _as_error(exc)
+        _say_error(err)
+        return int(errors.exit_status_of(err))
+
+
+def _as_error(exc: BaseException) -> errors.GpuDoctorError:
+    """click's and Python's exceptions in our hierarchy, so errors.exit_status_of stays the one
+    mapping to exit codes."""
+    if isinstance(exc, errors.GpuDoctorError):
+        return exc
+    if isinstance(exc, click.UsageError):
+        msg = exc.format_message().strip().splitlines()
+        return errors.UsageError(" ".join(m.strip() for m in msg))
+    if isinstance(exc, (click.Abort, KeyboardInterrupt)):
+        return errors.Interrupted("interrupted")
+    if isinstance(exc, click.ClickException):
+        return errors.UsageError(exc.format_message())
+    return errors.GpuDoctorError(f"internal error: {type(exc).__name__}: {exc} "
+                                 "(GPU_DOCTOR_DEBUG=1 shows the traceback)")
 
 
 def _quiet_stdout() -> None:
