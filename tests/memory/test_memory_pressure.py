@@ -59,6 +59,26 @@ def test_thrash_without_stall_or_daemon_is_a_warning():
     assert f.severity.value == "warning"
 
 
+def test_rereads_without_any_node_signal_are_info():
+    """Seen on this VM: 4,000 refaults/s from one memory cgroup at its limit while the node had
+    98% MemAvailable and no PSI stall. The node is fine: info, not a warning."""
+    f = memory.analyze(_ev(refault_file_per_s=3976.0, pgmajfault_per_s=15.5,
+                           mem_available_pct=97.8))
+    assert f.severity.value == "info"
+    assert "without node pressure" in f.title
+    assert memory.analyze(_ev(refault_file_per_s=3976.0, mem_available_pct=8.0)
+                          ).severity.value == "warning"
+
+
+def test_the_probe_does_not_blame_itself():
+    import os
+    a = memory.Sample(t=0.0, psi={}, vmstat={}, meminfo_kib={},
+                      procs={os.getpid(): (1, "python3", 10), 4242: (7, "reader", 0)})
+    b = memory.Sample(t=1.0, psi={}, vmstat={}, meminfo_kib={},
+                      procs={os.getpid(): (1, "python3", 500), 4242: (7, "reader", 30)})
+    assert [p["pid"] for p in memory.major_fault_deltas(a, b)] == [4242]
+
+
 def test_daemon_faulting_alone_is_a_warning():
     d = {"pid": 9, "comm": "containerd", "major": 90, "major_per_s": 30.0}
     f = memory.analyze(_ev(daemons_faulting=[d], top_major_faulters=[d]))
