@@ -216,15 +216,18 @@ def _row(node: Mapping[str, Any], pods: list[dict], lease, fs, now) -> dict:
 
 def table(rows: list[dict], limit: int | None = None) -> str:
     """The one summary table (sick nodes first)."""
+    from tabulate import tabulate
+
     rows = sorted(rows, key=lambda r: (-r["critical"], -r["warning"], r["node"]))
     shown = rows if limit is None else rows[:limit]
-    w = max([len("NODE")] + [len(r["node"]) for r in shown])
-    lines = [f"{'NODE':{w}}  {'GPU A/C':8}  {'READY':8}  {'LEASE':6}  {'PODS':>5}  "
-             f"{'CRIT':>4}  {'WARN':>4}  TOP FINDING"]
-    for r in shown:
-        lease = "-" if r["lease_age_s"] is None else f"{r['lease_age_s']}s"
-        lines.append(f"{r['node']:{w}}  {r['gpu']:8}  {r['ready']:8}  {lease:6}  "
-                     f"{r['pods']:>5}  {r['critical']:>4}  {r['warning']:>4}  {r['top'] or '-'}")
+    body = [[r["node"], r["gpu"], r["ready"],
+             "-" if r["lease_age_s"] is None else f"{r['lease_age_s']}s",
+             r["pods"], r["critical"], r["warning"], r["top"] or "-"] for r in shown]
+    lines = [tabulate(body, headers=["NODE", "GPU A/C", "READY", "LEASE", "PODS", "CRIT",
+                                     "WARN", "TOP FINDING"],
+                      tablefmt="plain", disable_numparse=True,
+                      colalign=("left", "left", "left", "left", "right", "right", "right",
+                                "left"))]
     healthy = sum(1 for r in rows if not r["critical"] and not r["warning"])
     if limit is not None and len(rows) > limit:
         lines.append(f"... {len(rows) - limit} more node(s) not shown")
