@@ -30,14 +30,15 @@ _DEFAULTS = {"output": "table", "fail_on": "warning", "timeout": 60.0, "trace_se
              "kubelet_timeout": 10.0}
 
 
-def _common(f: Callable) -> Callable:
-    """kubectl-style options, accepted before or after the subcommand."""
-    opts = [
-        click.option("--kubeconfig", type=click.Path(dir_okay=False), default=None,
-                     help="Path to the kubeconfig file (default: $KUBECONFIG, ~/.kube/config)."),
-        click.option("--context", default=None, help="The kubeconfig context to use."),
-        click.option("-n", "--namespace", default=None,
-                     help="Namespace of the debug pod and of `pod Y` (default: the context's)."),
+def _apply(f: Callable, opts: list) -> Callable:
+    for o in reversed(opts):
+        f = o(f)
+    return f
+
+
+def _output_options(f: Callable) -> Callable:
+    """Output and deadlines: every command that runs checks, `local` included."""
+    return _apply(f, [
         click.option("-o", "--output", type=click.Choice(FORMATS), default=None,
                      help="Output format (default table)."),
         click.option("--fail-on", type=click.Choice(FAIL_ON), default=None,
@@ -46,12 +47,20 @@ def _common(f: Callable) -> Callable:
                      help="Deadline in seconds for the node probe (default 60)."),
         click.option("--trace-seconds", type=click.FloatRange(min=0), default=None,
                      help="eBPF trace window on the node; 0 disables tracing (default 5)."),
+    ])
+
+
+def _common(f: Callable) -> Callable:
+    """kubectl-style options, accepted before or after the subcommand."""
+    return _output_options(_apply(f, [
+        click.option("--kubeconfig", type=click.Path(dir_okay=False), default=None,
+                     help="Path to the kubeconfig file (default: $KUBECONFIG, ~/.kube/config)."),
+        click.option("--context", default=None, help="The kubeconfig context to use."),
+        click.option("-n", "--namespace", default=None,
+                     help="Namespace of the debug pod and of `pod Y` (default: the context's)."),
         click.option("--image", default=None,
                      help="Probe image for the debug pod (default: the pinned release image)."),
-    ]
-    for o in reversed(opts):
-        f = o(f)
-    return f
+    ]))
 
 
 def _opts(ctx: click.Context, local: dict) -> dict:
@@ -190,7 +199,7 @@ def nodes_cmd(ctx: click.Context, selector: str | None, all_nodes: bool, probe: 
 @click.option("--plugin-log", type=click.Path(dir_okay=False), default=None)
 @click.option("--only", multiple=True, help="Run only these checks (repeatable).")
 @click.option("--skip", multiple=True, help="Skip these checks (repeatable).")
-@_common
+@_output_options
 @click.pass_context
 def local_cmd(ctx: click.Context, host_root, cgroup_root, kubelet_dir, kmsg_file, plugin_log,
               only, skip, **kw: Any) -> int:
