@@ -251,11 +251,7 @@ def check_access_many(targets: Sequence[tuple[str, Path, Sequence[tuple[int, int
         res = subproc.run([*_helper_argv(python), mode], timeout_s, env={},
                           input=json.dumps({"cgroupns": cgroupns, "targets": plan}).encode())
         pid, seen, setns_err = None, {}, None
-        for line in res.stdout.decode("utf-8", "replace").splitlines():
-            try:
-                obj = json.loads(line)
-            except json.JSONDecodeError:
-                continue
+        for obj in res.json_lines():
             if "pid" in obj:
                 pid = obj["pid"]
             elif "setns_errno" in obj:

@@ -8,6 +8,7 @@ never leaves anything behind and never waits past its deadline.
 from __future__ import annotations
 
 import dataclasses
+import json
 import os
 import signal
 import subprocess
@@ -27,6 +28,19 @@ class ChildResult:
     stderr: bytes
     timed_out: bool
     duration_s: float
+
+    def json_lines(self) -> list[dict]:
+        """The JSON objects a helper printed one per line (other lines ignored): how the
+        probe's helper children report, partial output of a killed child included."""
+        out = []
+        for line in self.stdout.decode("utf-8", "replace").splitlines():
+            try:
+                obj = json.loads(line)
+            except json.JSONDecodeError:
+                continue
+            if isinstance(obj, dict):
+                out.append(obj)
+        return out
 
 
 def python_module_argv(module: str) -> list[str]:

@@ -8,7 +8,6 @@ cgroup checks.
 """
 from __future__ import annotations
 
-import json
 import re
 from pathlib import Path
 
@@ -60,11 +59,7 @@ def run_child(lib: Path, timeout_s: float) -> tuple[dict | None, str, subproc.Ch
     """Run nvml_child; returns (result or None, last stage reached, raw child result)."""
     res = subproc.run([*subproc.python_module_argv("node_probe.nvml_child"), str(lib)], timeout_s)
     result, stage = None, "start"
-    for line in res.stdout.decode("utf-8", "replace").splitlines():
-        try:
-            obj = json.loads(line)
-        except json.JSONDecodeError:
-            continue
+    for obj in res.json_lines():
         if "stage" in obj:
             stage = obj["stage"]
         if "result" in obj:
