@@ -68,26 +68,20 @@ class Rule:
         n = lambda v: "*" if v is None else str(v)  # noqa: E731
         return f"{self.kind} {n(self.major)}:{n(self.minor)} {''.join(c for c in 'rwm' if c in self.access)}"
 
+    def _names(self, kind: str, major: int, minor: int) -> bool:
+        """Same type (or `a`) and numbers equal or wildcard: the part both matchers share."""
+        return ((self.kind == "a" or self.kind == kind)
+                and (self.major is None or self.major == major)
+                and (self.minor is None or self.minor == minor))
+
     def matches(self, kind: str, major: int, minor: int, access: frozenset) -> bool:
         """The kernel's match_exception(): same type, numbers equal or wildcard, and the
         requested access a subset of this one exception's access."""
-        if self.kind != "a" and self.kind != kind:
-            return False
-        if self.major is not None and self.major != major:
-            return False
-        if self.minor is not None and self.minor != minor:
-            return False
-        return access <= self.access
+        return self._names(kind, major, minor) and access <= self.access
 
     def matches_partially(self, kind: str, major: int, minor: int, access: frozenset) -> bool:
         """match_exception_partial(): any overlap (used for deny exceptions)."""
-        if self.kind != "a" and self.kind != kind:
-            return False
-        if self.major is not None and self.major != major:
-            return False
-        if self.minor is not None and self.minor != minor:
-            return False
-        return bool(access & self.access)
+        return self._names(kind, major, minor) and bool(access & self.access)
 
 
 @dataclasses.dataclass(frozen=True)
