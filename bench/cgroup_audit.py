@@ -23,9 +23,9 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from node_probe import cgroup_rules  # noqa: E402
+from node_probe.host import cgroup_rules  # noqa: E402
 from node_probe.checks.cgroup_devices import cgroup_devices  # noqa: E402
-from node_probe.context import ProbeContext, ProbeOptions  # noqa: E402
+from node_probe.engine.context import ProbeContext, ProbeOptions  # noqa: E402
 from tests.cgroups.conftest import (GPU0_UUID, V1_DEVICES, V2_UNIFIED, CgroupTree,  # noqa: E402
                                     deny_all_then_allow, make_host_root, new_cid, new_uid)
 

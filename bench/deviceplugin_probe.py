@@ -26,7 +26,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from node_probe import procfs, proctasks  # noqa: E402
+from node_probe.host import procfs, proctasks  # noqa: E402
 from node_probe.deviceplugin import discovery  # noqa: E402
 from tests.fakes.nvml import build_fake_nvml  # noqa: E402
 

@@ -3,4 +3,4 @@
 Never imports bcc or pynvml; imports `kubernetes` lazily (kube.py) so --help, version and
 local stay fast (DESIGN.md sections 2 and 10).
 """
-from node_probe import __version__  # noqa: F401  one version for both halves
+from node_probe.protocol.version import __version__  # noqa: F401  one version for both halves

@@ -17,7 +17,7 @@ from typing import Any, Callable
 
 import click
 
-from node_probe import __version__
+from node_probe.protocol.version import __version__
 from node_probe.protocol import FAIL_ON, ExitStatus
 
 from . import errors

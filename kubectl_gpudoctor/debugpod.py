@@ -18,7 +18,7 @@ import threading
 import time
 from typing import Any, Callable, Iterator, Mapping, Sequence
 
-from node_probe import __version__
+from node_probe.protocol.version import __version__
 
 from . import errors
 from .kube import ApiStatus, Kube, raise_for

@@ -14,7 +14,7 @@ import datetime as dt
 import time
 from typing import Any, Callable, Mapping
 
-from node_probe import catalog
+from node_probe.protocol import catalog
 from node_probe.protocol import Finding
 
 from . import analysis, debugpod, errors, stream

@@ -4,7 +4,7 @@ Why: `node X`, `pod Y`, `nodes` and `local` all end the same way: findings from 
 from the node probe merged into ONE report (node_probe.protocol.Report), rendered as a table,
 one JSON/YAML document for bots, or NDJSON passed through live. Progress goes to stderr only
 when stderr is a terminal (DESIGN.md section 7), so pipes and bots see clean stdout.
-Renderers are node_probe.render's; this module only routes records.
+Renderers are node_probe.protocol.render's; this module only routes records.
 """
 from __future__ import annotations
 
@@ -13,7 +13,9 @@ import threading
 import time
 from typing import IO, Any, Mapping
 
-from node_probe import __version__, protocol, render
+from node_probe import protocol
+from node_probe.protocol.version import __version__
+from node_probe.protocol import render
 from node_probe.protocol import CheckResult, ExitStatus, Finding, Report
 
 FORMATS = ("table", "json", "jsonl", "yaml")

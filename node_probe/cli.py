@@ -11,10 +11,14 @@ import signal
 import sys
 from pathlib import Path
 
-from . import __version__, protocol, registry, render, subproc
-from .context import ProbeOptions
+from node_probe import protocol
+from node_probe.protocol.version import __version__
+from node_probe.engine import registry
+from node_probe.protocol import render
+from node_probe.host import subproc
+from node_probe.engine.context import ProbeOptions
 from .protocol import ExitStatus, Report
-from .runner import Runner
+from node_probe.engine.runner import Runner
 
 
 class _UsageError(Exception):

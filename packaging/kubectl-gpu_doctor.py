@@ -1,7 +1,7 @@
 """Entry script PyInstaller freezes into the `kubectl-gpu_doctor` executable (scripts/build-plugin.sh).
 
 A frozen build has no `python -m`, so it re-enters itself for the node probe's children:
-  kubectl-gpu_doctor __run_module MODULE ARGS...  (node_probe.subproc.python_module_argv: the
+  kubectl-gpu_doctor __run_module MODULE ARGS...  (node_probe.host.subproc.python_module_argv: the
       NVML child, the cgroup access helper) -> runs MODULE as __main__ here;
   kubectl-gpu_doctor __probe ARGS...              (`local` mode) -> kubectl_gpudoctor.cli handles it.
 Everything else goes to the click CLI.

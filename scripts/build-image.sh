@@ -29,8 +29,8 @@ t0=$(date +%s)
 
 [ "$(id -u)" = 0 ] || { log "needs root (debootstrap, container storage)"; exit 1; }
 
-VERSION=$(sed -n 's/^__version__ = "\(.*\)"/\1/p' node_probe/__init__.py)
-[ -n "$VERSION" ] || { log "cannot read __version__ from node_probe/__init__.py"; exit 1; }
+VERSION=$(sed -n 's/^__version__ = "\(.*\)"/\1/p' node_probe/protocol/version.py)
+[ -n "$VERSION" ] || { log "cannot read __version__ from node_probe/protocol/version.py"; exit 1; }
 HOST_ARCH=$(dpkg --print-architecture)
 # GPU_DOCTOR_ARCH=arm64 on an amd64 machine builds the arm64 image under qemu-user (binfmt_misc):
 # debootstrap's second stage and the import check run emulated; slow, a release step.

@@ -82,7 +82,7 @@ chroot "$CHROOT" /usr/bin/env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin HOME=/root L
   GPU_DOCTOR_CACHE=/var/cache/gpu-doctor PIP_CERT=/etc/ssl/certs/ca-certificates.crt \
   ${HTTPS_PROXY:+HTTPS_PROXY=$HTTPS_PROXY} ${https_proxy:+https_proxy=$https_proxy} \
   bash /src/scripts/build-plugin.sh >&2
-VERSION=$(sed -n 's/^__version__ = "\(.*\)"/\1/p' node_probe/__init__.py)
+VERSION=$(sed -n 's/^__version__ = "\(.*\)"/\1/p' node_probe/protocol/version.py)
 NAME=kubectl-gpu_doctor-$VERSION-linux-arm64.tar.gz
 mkdir -p dist
 cp "$CHROOT/src/dist/$NAME" "dist/$NAME.tmp" && mv "dist/$NAME.tmp" "dist/$NAME"

@@ -47,7 +47,7 @@ case "$KIND" in onedir|onefile) ;; *) echo "--kind must be onedir or onefile" >&
 log() { printf '[build-plugin] %s\n' "$*" >&2; }
 t0=$(date +%s)
 
-VERSION=$(sed -n 's/^__version__ = "\(.*\)"/\1/p' node_probe/__init__.py)
+VERSION=$(sed -n 's/^__version__ = "\(.*\)"/\1/p' node_probe/protocol/version.py)
 OS=$(uname -s | tr '[:upper:]' '[:lower:]')
 case "$(uname -m)" in x86_64|amd64) ARCH=amd64 ;; aarch64|arm64) ARCH=arm64 ;; *) ARCH=$(uname -m) ;; esac
 [ -f kubectl_gpudoctor/cli.py ] || { log "kubectl_gpudoctor/cli.py is missing: nothing to freeze yet"; exit 1; }

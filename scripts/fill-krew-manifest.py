@@ -28,10 +28,10 @@ DEFAULT_BASE_URL = "https://github.com/gpu-doctor/kubectl-gpu-doctor/releases/do
 
 
 def project_version() -> str:
-    text = (ROOT / "node_probe" / "__init__.py").read_text()
+    text = (ROOT / "node_probe" / "protocol" / "version.py").read_text()
     m = re.search(r'^__version__ = "([^"]+)"', text, re.M)
     if not m:
-        raise SystemExit("cannot read __version__ from node_probe/__init__.py")
+        raise SystemExit("cannot read __version__ from node_probe/protocol/version.py")
     return m.group(1)
 
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 import datetime as dt
 from typing import Any, Mapping, Sequence
 
-from node_probe import catalog
+from node_probe.protocol import catalog
 from node_probe.protocol import Finding
 
 from .common import (age_s, events_by_uid, fmt_duration, gpu_requests,

@@ -16,7 +16,7 @@ import dataclasses
 import re
 from typing import Any, Mapping, Sequence
 
-from node_probe import catalog
+from node_probe.protocol import catalog
 from node_probe.protocol import Finding
 
 from .admission import REFS

@@ -31,7 +31,7 @@ import json
 import re
 from typing import Any, Iterable, Mapping, Sequence
 
-from node_probe import catalog
+from node_probe.protocol import catalog
 from node_probe.protocol import Finding
 
 REGISTER_KEY = "hami.io/node-nvidia-register"

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Any, Mapping
 
-from node_probe import catalog
+from node_probe.protocol import catalog
 from node_probe.protocol import Finding
 
 KEYS = ("cpuManagerPolicy", "cgroupDriver", "topologyManagerPolicy", "topologyManagerScope",

@@ -19,7 +19,7 @@ from __future__ import annotations
 import re
 from typing import Any, Mapping, Sequence
 
-from node_probe import catalog
+from node_probe.protocol import catalog
 from node_probe.protocol import Finding
 
 GiB = 1 << 30

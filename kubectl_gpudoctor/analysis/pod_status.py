@@ -12,7 +12,7 @@ from __future__ import annotations
 import datetime as dt
 from typing import Any, Mapping, Sequence
 
-from node_probe import catalog
+from node_probe.protocol import catalog
 from node_probe.protocol import Finding
 
 from .admission import untouched_pending

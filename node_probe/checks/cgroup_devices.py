@@ -15,11 +15,11 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Iterable, Sequence
 
-from .. import (catalog, cgroup_rules, containers, device_checkpoint, kubeletconfig,
-               nvidia_devices)
+from node_probe.protocol import catalog
+from node_probe.host import cgroup_rules, containers, device_checkpoint, kubeletconfig, nvidia_devices
 from ..deviceplugin import devview
-from ..context import FactUnavailable
-from ..registry import check
+from node_probe.engine.context import FactUnavailable
+from node_probe.engine.registry import check
 from .kubelet import device_specs_setting
 
 REFS_SPECS = ("https://github.com/kubernetes/kubernetes/issues/77073",

@@ -6,7 +6,7 @@ seconds: find the plugin's socket and process, publish its pid (the eBPF `trace`
 uprobes on nvmlInit* and watches futex waits and /dev/nvidia* ioctls of that pid), call the
 read-only RPCs with deadlines, and when one does not answer, join the evidence: which RPC, which
 thread entered nvmlInit and never came back (from eBPF, or from the /proc stack scan of
-node_probe.proctasks when eBPF is unavailable or the thread was stuck before we came), what it
+node_probe.host.proctasks when eBPF is unavailable or the thread was stuck before we came), what it
 waits on, the driver version and the known-bad driver match, and which pods hold the devices.
 Also: plugins missing on a GPU node, unhealthy devices, and a plugin /dev that lacks nodes the
 host has (seed 002). Publishes "deviceplugin.targets" and "podresources".
@@ -17,10 +17,11 @@ import threading
 import time
 from pathlib import Path
 
-from .. import catalog, known_drivers, proctasks
-from ..context import FactUnavailable
+from node_probe.protocol import catalog
+from node_probe.host import known_drivers, proctasks
+from node_probe.engine.context import FactUnavailable
 from ..deviceplugin import devview, discovery, podresources, rpc
-from ..registry import check
+from node_probe.engine.registry import check
 from .nvml import kernel_module_version
 
 OPTIONS_DEADLINE_S = 2.0

@@ -6,9 +6,10 @@ proc/driver/nvidia/version, and a hang on a known-bad build is the strongest evi
 """
 from __future__ import annotations
 
-from .. import catalog, known_drivers
-from ..context import FactUnavailable
-from ..registry import check
+from node_probe.protocol import catalog
+from node_probe.host import known_drivers
+from node_probe.engine.context import FactUnavailable
+from node_probe.engine.registry import check
 
 
 @check("driver", title="Driver version: known-bad builds, kernel module vs library",

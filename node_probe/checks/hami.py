@@ -21,10 +21,11 @@ import re
 from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
 
-from .. import catalog, containers, hostfs, procfs
-from ..context import FactUnavailable
+from node_probe.protocol import catalog
+from node_probe.host import containers, hostfs, procfs
+from node_probe.engine.context import FactUnavailable
 from ..protocol import Finding
-from ..registry import check
+from node_probe.engine.registry import check
 
 HAMI_ENV_PREFIXES = ("CUDA_DEVICE_MEMORY_LIMIT",)
 HAMI_ENV_KEYS = ("CUDA_DEVICE_SM_LIMIT", "CUDA_DEVICE_MEMORY_SHARED_CACHE", "CUDA_OVERSUBSCRIBE")

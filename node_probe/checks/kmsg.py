@@ -12,8 +12,9 @@ import re
 from collections import OrderedDict
 from pathlib import Path
 
-from .. import catalog, hostfs, xid
-from ..registry import check
+from node_probe.protocol import catalog
+from node_probe.host import hostfs, xid
+from node_probe.engine.registry import check
 
 XID_RE = re.compile(r"NVRM: Xid \((?:PCI:)?([^)]*)\):\s*(\d+),\s*(.*)")
 HUNG_RE = re.compile(r"INFO: task (.+):(\d+) blocked for more than (\d+) seconds")

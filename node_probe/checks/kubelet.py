@@ -6,7 +6,7 @@ lacks the /dev/nvidia* nodes nvidia-container-runtime added behind its back, and
 "NVML: Unknown Error". The fix is on the plugin side: pass device specs in Allocate
 (--pass-device-specs / PASS_DEVICE_SPECS=true) so the nodes are in the spec. The systemd cgroup
 driver plus `systemctl daemon-reload` does the same damage. This check reads the kubelet config
-(node_probe.kubeletconfig), publishes "kubelet.config", and checks the running NVIDIA plugin's
+(node_probe.host.kubeletconfig), publishes "kubelet.config", and checks the running NVIDIA plugin's
 flags, allowed environment keys and config file.
 """
 from __future__ import annotations
@@ -14,9 +14,10 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from .. import catalog, hostfs, kubeletconfig, procfs
+from node_probe.protocol import catalog
+from node_probe.host import hostfs, kubeletconfig, procfs
 from ..deviceplugin import discovery
-from ..registry import check
+from node_probe.engine.registry import check
 
 REFS_001 = ("https://github.com/NVIDIA/nvidia-container-toolkit/issues/48",
             "https://github.com/NVIDIA/k8s-device-plugin#setting-other-helm-chart-values",

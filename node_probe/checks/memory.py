@@ -19,9 +19,10 @@ import time
 from pathlib import Path
 from typing import Iterable
 
-from .. import catalog, procfs
+from node_probe.protocol import catalog
+from node_probe.host import procfs
 from ..protocol import Finding, Severity
-from ..registry import check
+from node_probe.engine.registry import check
 
 IDLE_WINDOW_S = 0.5          # without tracing the whole `local` run must stay under 1.5 s
 TOP_N = 5

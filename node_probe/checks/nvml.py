@@ -11,8 +11,9 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from .. import catalog, hostfs, subproc
-from ..registry import check
+from node_probe.protocol import catalog
+from node_probe.host import hostfs, subproc
+from node_probe.engine.registry import check
 
 LIB = "libnvidia-ml.so.1"
 LIB_DIRS = (
@@ -57,7 +58,7 @@ def kernel_module_version(root: Path) -> str | None:
 
 def run_child(lib: Path, timeout_s: float) -> tuple[dict | None, str, subproc.ChildResult]:
     """Run nvml_child; returns (result or None, last stage reached, raw child result)."""
-    res = subproc.run([*subproc.python_module_argv("node_probe.nvml_child"), str(lib)], timeout_s)
+    res = subproc.run([*subproc.python_module_argv("node_probe.host.nvml_child"), str(lib)], timeout_s)
     result, stage = None, "start"
     for obj in res.json_lines():
         if "stage" in obj:

@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import time
 
-from ..context import FactUnavailable
-from ..registry import check
+from node_probe.engine.context import FactUnavailable
+from node_probe.engine.registry import check
 from ..tracing import bcc_env, verdicts
 from ..tracing.cgroup_devices import read_devices_list
 

@@ -2,6 +2,6 @@
 
 Why a package: the `deviceplugin` check (node_probe/checks/deviceplugin.py) joins several
 independent pieces of evidence (sockets and processes, gRPC with deadlines, the thread view of
-node_probe.proctasks, the eBPF trace), and each piece is tested on its own against real
+node_probe.host.proctasks, the eBPF trace), and each piece is tested on its own against real
 processes and sockets. grpcio is imported lazily by rpc/podresources only.
 """

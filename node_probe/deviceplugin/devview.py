@@ -14,7 +14,7 @@ import stat
 import time
 from pathlib import Path
 
-from .. import procfs
+from node_probe.host import procfs
 
 NVIDIA_PREFIX = "nvidia"
 CAPS_DIR = "nvidia-caps"

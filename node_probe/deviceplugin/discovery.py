@@ -16,7 +16,7 @@ import os
 import stat
 from pathlib import Path
 
-from .. import containers, device_checkpoint, procfs
+from node_probe.host import containers, device_checkpoint, procfs
 
 KUBELET_SOCKET = "kubelet.sock"
 _ACCEPTCON = 0x00010000
@@ -191,7 +191,7 @@ def resource_from_socket_name(name: str) -> str | None:
 
 
 def read_checkpoint(kubelet_dir: Path) -> dict:
-    """The kubelet's device manager checkpoint (parsed by node_probe.device_checkpoint):
+    """The kubelet's device manager checkpoint (parsed by node_probe.host.device_checkpoint):
     {"registered": {resource: [ids]}, "allocations": [{"pod_uid","container","resource",
     "device_ids"}]} ({} if absent or unreadable)."""
     got = device_checkpoint.read(kubelet_dir)
@@ -206,7 +206,7 @@ def read_checkpoint(kubelet_dir: Path) -> dict:
 
 def discover(kubelet_dir: Path, proc: Path = procfs.PROC) -> list[PluginTarget]:
     """All plugin sockets with their serving processes (pid None when nobody serves one)."""
-    from .. import proctasks  # local: proctasks imports elfsyms, only needed here
+    from node_probe.host import proctasks  # local: proctasks imports elfsyms, only needed here
 
     sockets = list_sockets(kubelet_dir)
     owners = find_owners(sockets, proc)

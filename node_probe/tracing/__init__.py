@@ -9,7 +9,7 @@ Layout: bcc_env (can BCC run: module, headers, tracefs), sources (where bpf/ is)
 compile for all programs, syscall tracepoint attach/detach), one loader per program
 (nvidia_dev, cgroup_devices, futex_wait, nvml_calls), session (one trace window), verdicts
 (results -> findings). What a blocked thread is inside, from /proc, comes from
-node_probe.proctasks and node_probe.elfsyms (shared with the device-plugin check).
+node_probe.host.proctasks and node_probe.host.elfsyms (shared with the device-plugin check).
 
 Known limits, by design or for now:
 - Only syscall tracepoint arguments, user memory and BPF helpers are read: no kernel structs

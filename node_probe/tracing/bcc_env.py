@@ -17,7 +17,7 @@ import tempfile
 from pathlib import Path
 from typing import Callable
 
-from .. import hostfs, subproc
+from node_probe.host import hostfs, subproc
 
 TRACEFS_CANDIDATES = ("/sys/kernel/tracing", "/sys/kernel/debug/tracing")
 KCONFIG = "include/linux/kconfig.h"

@@ -16,7 +16,7 @@ import time
 from pathlib import Path
 from typing import Callable
 
-from .. import procfs
+from node_probe.host import procfs
 from .bundle import cstr, mono_to_wall, TracepointSet
 
 NAME = "cgroup_devices"

@@ -14,7 +14,7 @@ import time
 from pathlib import Path
 from typing import Callable, Iterable
 
-from .. import procfs, proctasks
+from node_probe.host import procfs, proctasks
 from .bundle import cstr, mono_to_wall, TracepointSet
 
 NAME = "futex_wait"

@@ -14,7 +14,7 @@ import time
 from pathlib import Path
 from typing import Callable
 
-from .. import procfs
+from node_probe.host import procfs
 from .bundle import cstr, mono_to_wall, TracepointSet
 from .sources import cstring
 

@@ -13,7 +13,7 @@ import time
 from pathlib import Path
 from typing import Callable, Iterable
 
-from .. import hostfs, procfs
+from node_probe.host import hostfs, procfs
 from ..checks.nvml import LIB_DIRS   # where a driver's libnvidia-ml.so.1 lives, one list
 from .bundle import cstr, mono_to_wall
 

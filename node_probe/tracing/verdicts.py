@@ -11,7 +11,7 @@ import errno
 from collections import OrderedDict
 from typing import Any, Iterable, Mapping
 
-from .. import catalog
+from node_probe.protocol import catalog
 from .cgroup_devices import NVIDIA_MAJOR, allows_major, parse_rules
 
 EPERM_REFS = (

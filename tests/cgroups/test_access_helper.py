@@ -6,7 +6,7 @@ import signal
 
 import pytest
 
-from node_probe import cgroup_rules
+from node_probe.host import cgroup_rules
 from tests.cgroups.conftest import (UVM_MAJOR, deny_all_then_allow, make_host_root, new_cid,
                                     new_uid)
 
@@ -65,7 +65,7 @@ def test_helper_from_a_private_cgroup_namespace(v2_tree, tmp_path):
     home = v2_tree.top / "probe-home"
     home.mkdir()
     target = v2_tree.container(new_uid(), new_cid())
-    code = ("import json, sys\nfrom node_probe import cgroup_rules as c\n"
+    code = ("import json, sys\nfrom node_probe.host import cgroup_rules as c\n"
             "t = [('t', sys.argv[1], [(195, 255, [sys.argv[2]])])]\n"
             "ns = c.foreign_cgroupns(host_pid=int(sys.argv[3]))\n"
             "a = c.check_access_many(t, 10, 'open', cgroupns=ns)['t']\n"

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from node_probe import cgroup_rules
+from node_probe.host import cgroup_rules
 from tests.cgroups.conftest import GPU0_UUID, UVM_MAJOR, make_host_root, new_cid, new_uid
 from tests.probe_run import run_probe
 

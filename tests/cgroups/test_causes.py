@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 
 from node_probe.checks.cgroup_devices import cgroup_devices, causes_for
-from node_probe.context import ProbeContext, ProbeOptions
+from node_probe.engine.context import ProbeContext, ProbeOptions
 from tests.cgroups.conftest import (GPU0_UUID, UVM_MAJOR, deny_all_then_allow, make_host_root,
                                     new_cid, new_uid)
 from tests.cgroups.test_audit_v1 import BASE, GPU0_NO_UVM

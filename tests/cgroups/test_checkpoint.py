@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from node_probe import device_checkpoint as dc
+from node_probe.host import device_checkpoint as dc
 from tests.cgroups.conftest import (GPU0_UUID, UVM_MAJOR, deny_all_then_allow, make_host_root,
                                     new_cid, new_uid)
 from tests.probe_run import run_probe

@@ -1,7 +1,7 @@
 """Which device numbers a GPU container needs, from proc/devices, procfs GPU info and NVML."""
 from pathlib import Path
 
-from node_probe import nvidia_devices as nd
+from node_probe.host import nvidia_devices as nd
 
 UUID0 = "GPU-aaaaaaaa-0000-0000-0000-000000000000"
 UUID1 = "GPU-bbbbbbbb-1111-1111-1111-111111111111"

@@ -1,8 +1,8 @@
 """Container discovery from cgroup paths: pure functions over captured layouts."""
 import pytest
 
-from node_probe import containers
-from node_probe.containers import parse_cgroup_path
+from node_probe.host import containers
+from node_probe.host.containers import parse_cgroup_path
 
 CID = "90d6d4dbe64f821d43e4ef954808089d3f2f63af3fc9824d2c1e719768cd7d18"
 UID = "0dbd65af-6693-11eb-994b-246e9634b5c8"

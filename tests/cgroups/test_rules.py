@@ -12,7 +12,7 @@ import sys
 
 import pytest
 
-from node_probe.cgroup_rules import Rule, RuleSet
+from node_probe.host.cgroup_rules import Rule, RuleSet
 
 SEED_002_LIST = """c 1:5 rwm
 c 1:3 rwm

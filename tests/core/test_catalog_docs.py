@@ -4,7 +4,7 @@ from pathlib import Path
 
 import pytest
 
-from node_probe.catalog import CATALOG
+from node_probe.protocol.catalog import CATALOG
 
 REPO = Path(__file__).resolve().parents[2]
 DOCS = REPO / "docs" / "findings"

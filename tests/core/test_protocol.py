@@ -2,7 +2,8 @@ import json
 
 import pytest
 
-from node_probe import catalog, protocol
+from node_probe.protocol import catalog
+from node_probe import protocol
 from node_probe.protocol import ExitStatus, Finding, Report, Severity
 
 

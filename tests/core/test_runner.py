@@ -2,10 +2,10 @@
 import threading
 import time
 
-from node_probe import catalog
-from node_probe.context import FactUnavailable, ProbeOptions
-from node_probe.registry import Check
-from node_probe.runner import Runner
+from node_probe.protocol import catalog
+from node_probe.engine.context import FactUnavailable, ProbeOptions
+from node_probe.engine.registry import Check
+from node_probe.engine.runner import Runner
 
 
 def _run(checks, timeout_s=5.0, **kw):

@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from node_probe import registry
+from node_probe.engine import registry
 from node_probe.deviceplugin import rpc
 from tests.fakes.nvml import build_fake_nvml
 from tests.probe_run import run_probe
@@ -51,8 +51,8 @@ def test_healthy_plugin_answers_everything(host, start_plugin, podres):
 
 def test_podresources_fact_feeds_other_checks(host, start_plugin, podres):
     """The "podresources" fact as another check sees it (in-process runner)."""
-    from node_probe.context import ProbeOptions
-    from node_probe.runner import Runner
+    from node_probe.engine.context import ProbeOptions
+    from node_probe.engine.runner import Runner
 
     start_plugin("nvidia-gpu.sock")
     podres(PODS)

@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from node_probe import kubeletconfig as kc
+from node_probe.host import kubeletconfig as kc
 
 KUBEADM_STYLE = """\
 apiVersion: kubelet.config.k8s.io/v1beta1

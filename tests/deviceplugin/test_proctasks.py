@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from node_probe import elfsyms, proctasks
+from node_probe.host import elfsyms, proctasks
 from tests.fakes.nvml import build_fake_nvml
 
 CHILD = textwrap.dedent("""

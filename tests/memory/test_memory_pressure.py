@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from node_probe.checks import memory
-from node_probe.context import ProbeContext, ProbeOptions
+from node_probe.engine.context import ProbeContext, ProbeOptions
 from tests.probe_run import run_probe
 
 

@@ -84,7 +84,7 @@ def test_archive_layout(unpacked_plugin: Path):
 
 
 def test_frozen_plugin_runs_the_probes_child_processes(krew_root: Path, tmp_path: Path):
-    """node_probe runs NVML in a child (`python -m node_probe.nvml_child`); frozen, that child is
+    """node_probe runs NVML in a child (`python -m node_probe.host.nvml_child`); frozen, that child is
     the executable re-entered with `__run_module`. With a real (fake-driver) libnvidia-ml.so.1
     under --host-root, the frozen plugin must reach the same verdict as the source tree."""
     from tests.fakes.nvml import H20_MIXED, build_fake_nvml

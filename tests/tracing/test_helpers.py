@@ -8,7 +8,7 @@ import threading
 
 import pytest
 
-from node_probe import elfsyms, proctasks
+from node_probe.host import elfsyms, proctasks
 from node_probe.tracing import bcc_env, bundle, sources
 
 
@@ -107,7 +107,7 @@ def test_trace_pid_option_reaches_probe_options():
 
 def test_trace_seconds_zero_disables_without_a_finding():
     from node_probe.checks import trace
-    from node_probe.context import ProbeContext, ProbeOptions
+    from node_probe.engine.context import ProbeContext, ProbeOptions
     ctx = ProbeContext(ProbeOptions(trace_s=0), lambda rec: None)
     assert list(trace.trace_check(ctx)) == []
     ready = ctx.facts.get("trace.ready")

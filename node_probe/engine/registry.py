@@ -12,8 +12,8 @@ import importlib
 import pkgutil
 from typing import Callable, Iterable
 
-from .context import ProbeContext
-from .protocol import Finding
+from node_probe.engine.context import ProbeContext
+from node_probe.protocol import Finding
 
 CheckFn = Callable[[ProbeContext], "Iterable[Finding] | None"]
 
@@ -48,7 +48,7 @@ def check(id: str, *, title: str, timeout_s: float = 10.0, provides: Iterable[st
 
 def load_builtin_checks() -> None:
     """Import every module in node_probe.checks so their @check decorators run."""
-    from . import checks as pkg
+    from node_probe import checks as pkg
 
     for mod in pkgutil.iter_modules(pkg.__path__):
         if not mod.name.startswith("_"):

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any, Mapping
 
-from .protocol import Finding, Severity
+from node_probe.protocol import Finding, Severity
 
 # id -> one-line meaning (the doc page has the rest)
 CATALOG: dict[str, str] = {

@@ -16,7 +16,7 @@ import stat
 from pathlib import Path
 from typing import Iterable, Mapping, Sequence
 
-from . import hostfs
+from node_probe.host import hostfs
 
 NVIDIA_MAJOR = 195
 CTL_MINOR = 255

@@ -26,7 +26,7 @@ import re
 from pathlib import Path
 from typing import Any, Iterable, Iterator, Mapping, Sequence
 
-from . import procfs
+from node_probe.host import procfs
 
 MAX_DEPTH = 10          # kubepods may be nested (kind: /kubelet.slice/kubelet-kubepods.slice)
 MAX_PIDS = 64           # environ of a few processes is enough to see NVIDIA_VISIBLE_DEVICES

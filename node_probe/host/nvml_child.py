@@ -1,8 +1,8 @@
 """The NVML child: loads the host's libnvidia-ml.so.1 by absolute path and reports as JSON.
 
 Why a separate process: nvmlInit can block forever inside the driver (seed 000), and a thread
-stuck in a C call cannot be interrupted. The parent runs `python -m node_probe.nvml_child LIB`
-through node_probe.subproc with a deadline and kills it when it passes. Stage lines printed
+stuck in a C call cannot be interrupted. The parent runs `python -m node_probe.host.nvml_child LIB`
+through node_probe.host.subproc with a deadline and kills it when it passes. Stage lines printed
 before each risky step tell the parent where a hang happened.
 
 Output: JSON lines on stdout: {"stage": ...} progress markers, then one {"result": {...}}.

@@ -21,7 +21,7 @@ import platform
 import struct
 from pathlib import Path
 
-from . import elfsyms, procfs
+from node_probe.host import elfsyms, procfs
 
 PROC = Path("/proc")
 NVML_LIB_PREFIX = "libnvidia-ml.so"

@@ -17,7 +17,7 @@ import dataclasses
 import json
 from pathlib import Path
 
-from . import procfs
+from node_probe.host import procfs
 
 CHECKPOINT = "device-plugins/kubelet_internal_checkpoint"
 MAX_BYTES = 16 << 20

@@ -15,11 +15,12 @@ import time
 import traceback
 from typing import Callable, Iterable
 
-from . import protocol, subproc
-from .context import ProbeContext
-from .protocol import CheckResult, Finding
-from . import registry
-from .registry import Check
+from node_probe import protocol
+from node_probe.host import subproc
+from node_probe.engine.context import ProbeContext
+from node_probe.protocol import CheckResult, Finding
+from node_probe.engine import registry
+from node_probe.engine.registry import Check
 
 SUMMARY_RESERVE_S = 0.3
 

@@ -14,7 +14,7 @@ import sys
 import textwrap
 from typing import IO, Any, Mapping
 
-from .protocol import Finding, Report, encode
+from node_probe.protocol import Finding, Report, encode
 
 _COLORS = {"critical": "\033[1;31m", "warning": "\033[33m", "info": "\033[36m",
            "ok": "\033[32m"}

@@ -14,7 +14,7 @@ import os
 import re
 from pathlib import Path
 
-from . import hostfs, procfs
+from node_probe.host import hostfs, procfs
 
 DEFAULT_ROOT_DIR = "/var/lib/kubelet"
 # flag -> config key (flags override the file in the kubelet)

@@ -34,7 +34,7 @@ import tempfile
 from pathlib import Path
 from typing import Iterable, Sequence
 
-from . import subproc
+from node_probe.host import subproc
 
 ACCESS = frozenset("rwm")
 
@@ -293,7 +293,7 @@ def check_access(cgroup: Path, devices: Sequence[tuple[int, int, Sequence[Path]]
 
 def _helper_argv(python: str | None) -> list[str]:
     if python is None and getattr(sys, "frozen", False):
-        return subproc.python_module_argv("node_probe.devaccess_helper")
+        return subproc.python_module_argv("node_probe.host.devaccess_helper")
     return [python or sys.executable, "-I", "-S", str(Path(__file__).with_name("devaccess_helper.py"))]
 
 

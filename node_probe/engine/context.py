@@ -15,7 +15,7 @@ import time
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
-from . import protocol
+from node_probe import protocol
 
 
 @dataclasses.dataclass(frozen=True)
