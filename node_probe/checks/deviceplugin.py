@@ -18,7 +18,8 @@ import time
 from pathlib import Path
 
 from node_probe.protocol import catalog
-from node_probe.host import known_drivers, proctasks
+from node_probe.host import proctasks
+from node_probe.protocol import known_drivers
 from node_probe.engine.context import FactUnavailable
 from ..deviceplugin import devview, discovery, podresources, rpc
 from node_probe.engine.registry import check

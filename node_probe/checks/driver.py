@@ -7,7 +7,7 @@ proc/driver/nvidia/version, and a hang on a known-bad build is the strongest evi
 from __future__ import annotations
 
 from node_probe.protocol import catalog
-from node_probe.host import known_drivers
+from node_probe.protocol import known_drivers
 from node_probe.engine.context import FactUnavailable
 from node_probe.engine.registry import check
 

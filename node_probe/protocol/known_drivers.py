@@ -1,5 +1,8 @@
 """Driver versions with known node-level failures, and the condition that triggers each.
 
+Stdlib-only data in protocol/ because both sides match against it: the node probe with the
+version NVML or /proc reports, the client with GPU Feature Discovery node labels.
+
 Why a table: the seed 000 incident took days because nothing connected "pods Pending on MIG
 nodes" to "this exact driver build hangs in nvmlInit". The table is data (easy to extend and
 review) plus one `match()` that both the driver check and the device-plugin verdict use.
