@@ -20,11 +20,11 @@ from typing import Any, Callable, Iterator, Mapping, Sequence
 
 from node_probe.protocol.version import __version__
 
-from . import errors
+from . import build_info, errors
 from .kube import ApiStatus, Kube, raise_for
 
-DEFAULT_IMAGE_REPO = "ghcr.io/gpu-doctor/gpu-doctor-probe"
-DEFAULT_IMAGE = f"{DEFAULT_IMAGE_REPO}:{__version__}"
+DEFAULT_IMAGE_REPO = build_info.DEFAULT_IMAGE_REPO
+DEFAULT_IMAGE = build_info.DEFAULT_PROBE_IMAGE.reference  # digest-pinned in release builds
 APP_LABEL = "app.kubernetes.io/name"
 APP_NAME = "gpu-doctor"
 RUN_LABEL = "gpu-doctor/run-id"
@@ -71,11 +71,12 @@ def probe_args(timeout_s: float, trace_s: float, node: str,
     return args + list(extra)
 
 
-def manifest(node: str, namespace: str, run_id: str, image: str = DEFAULT_IMAGE,
-             timeout_s: float = 30.0, trace_s: float = 5.0, focus_pods: Sequence[str] = (),
-             deadline_s: int | None = None, extra_args: Sequence[str] = ()) -> dict:
-    """The Pod manifest (a plain dict, validated against the API schema in tests)."""
-    deadline = int(deadline_s or max(120, timeout_s * 3 + 60))
+def node_pod_spec(image: str, command: Sequence[str], *,
+                  requests: Mapping[str, str] | None = None) -> dict:
+    """The privileged part every gpu-doctor pod on a node shares (the debug pod and the agent's
+    DaemonSet template): host PID and network namespaces, host / read-only at /host, BCC's
+    mounts, every taint tolerated, no service-account token, bounded resources. One builder,
+    so the agent never gets more than the debug pod has."""
     volumes, mounts = [], []
     for name, host_path, mount_path, ro in HOST_MOUNTS:
         volumes.append({"name": name, "hostPath": {"path": host_path}})
@@ -84,6 +85,37 @@ def manifest(node: str, namespace: str, run_id: str, image: str = DEFAULT_IMAGE,
             # see the host's later mounts (containerized driver under /run/nvidia/driver)
             m["mountPropagation"] = "HostToContainer"
         mounts.append(m)
+    return {
+        "automountServiceAccountToken": False,
+        "enableServiceLinks": False,
+        "hostPID": True,
+        "hostNetwork": True,
+        "dnsPolicy": "ClusterFirstWithHostNet",
+        "tolerations": [{"operator": "Exists"}],
+        "containers": [{
+            "name": CONTAINER,
+            "image": image,
+            "imagePullPolicy": "IfNotPresent",
+            "command": list(command),
+            "securityContext": {"privileged": True, "runAsUser": 0},
+            "resources": {"requests": dict(requests or {"cpu": "50m", "memory": "128Mi"}),
+                          "limits": {"cpu": "1", "memory": "384Mi"}},
+            "volumeMounts": mounts,
+            "env": [{"name": "PYTHONUNBUFFERED", "value": "1"}],
+        }],
+        "volumes": volumes,
+    }
+
+
+def manifest(node: str, namespace: str, run_id: str, image: str = DEFAULT_IMAGE,
+             timeout_s: float = 30.0, trace_s: float = 5.0, focus_pods: Sequence[str] = (),
+             deadline_s: int | None = None, extra_args: Sequence[str] = ()) -> dict:
+    """The Pod manifest (a plain dict, validated against the API schema in tests)."""
+    deadline = int(deadline_s or max(120, timeout_s * 3 + 60))
+    spec = {"nodeName": node, "restartPolicy": "Never", "activeDeadlineSeconds": deadline,
+            "terminationGracePeriodSeconds": 5}
+    spec.update(node_pod_spec(image, probe_args(timeout_s, trace_s, node, focus_pods,
+                                                extra_args)))
     return {
         "apiVersion": "v1",
         "kind": "Pod",
@@ -97,30 +129,7 @@ def manifest(node: str, namespace: str, run_id: str, image: str = DEFAULT_IMAGE,
                             "gpu-doctor/purpose": "read-only GPU node diagnosis; "
                                                   "deleted by the client when done"},
         },
-        "spec": {
-            "nodeName": node,
-            "restartPolicy": "Never",
-            "activeDeadlineSeconds": deadline,
-            "terminationGracePeriodSeconds": 5,
-            "automountServiceAccountToken": False,
-            "enableServiceLinks": False,
-            "hostPID": True,
-            "hostNetwork": True,
-            "dnsPolicy": "ClusterFirstWithHostNet",
-            "tolerations": [{"operator": "Exists"}],
-            "containers": [{
-                "name": CONTAINER,
-                "image": image,
-                "imagePullPolicy": "IfNotPresent",
-                "command": probe_args(timeout_s, trace_s, node, focus_pods, extra_args),
-                "securityContext": {"privileged": True, "runAsUser": 0},
-                "resources": {"requests": {"cpu": "50m", "memory": "128Mi"},
-                              "limits": {"cpu": "1", "memory": "384Mi"}},
-                "volumeMounts": mounts,
-                "env": [{"name": "PYTHONUNBUFFERED", "value": "1"}],
-            }],
-            "volumes": volumes,
-        },
+        "spec": spec,
     }
 
 
