@@ -132,10 +132,10 @@ fi
 # --- 3. build ---------------------------------------------------------------------------
 IMAGE=localhost/gpu-doctor-probe:$VERSION
 [ "$FOREIGN" = 1 ] && IMAGE=$IMAGE-$ARCH  # keep the host's image under the plain tag
-# The release name the plugin pulls by default (kubectl_gpudoctor/debugpod.py DEFAULT_IMAGE_REPO):
+# The release name the plugin pulls by default (kubectl_gpudoctor/build_info.py DEFAULT_IMAGE_REPO):
 # the archive carries it, so `ctr -n k8s.io images import` on a node gives exactly the image the
 # debug pod asks for (imagePullPolicy IfNotPresent), with no registry and no --image.
-RELEASE_REPO=${GPU_DOCTOR_IMAGE_NAME:-$(sed -n 's/^DEFAULT_IMAGE_REPO = "\(.*\)"/\1/p' kubectl_gpudoctor/debugpod.py 2>/dev/null)}
+RELEASE_REPO=${GPU_DOCTOR_IMAGE_NAME:-$(sed -n 's/^DEFAULT_IMAGE_REPO = "\(.*\)"/\1/p' kubectl_gpudoctor/build_info.py 2>/dev/null)}
 RELEASE_REPO=${RELEASE_REPO:-ghcr.io/gpu-doctor/gpu-doctor-probe}
 RELEASE=$RELEASE_REPO:$VERSION
 LOCAL_RELEASE=$RELEASE; [ "$FOREIGN" = 1 ] && LOCAL_RELEASE=$RELEASE-$ARCH

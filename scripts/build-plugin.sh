@@ -25,6 +25,12 @@
 #   --no-archive     leave the bundle under build/plugin/<kind>/ and skip the tarball
 #   --venv-only      only make sure the build venv exists and print its path
 # Prints the archive path (or the bundle's executable with --no-archive) on stdout.
+# Environment:
+#   GPU_DOCTOR_PROBE_IMAGE  the probe image this build pulls by default, pinned by digest
+#                           (<repo>[:<tag>]@sha256:<64 hex>; the release workflow passes what it
+#                           pushed). Baked into the bundle as kubectl_gpudoctor/_build_info.json;
+#                           unset: a tag-only development build (`version` says so).
+#   GPU_DOCTOR_DIST         where the archive goes (default dist/)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
@@ -78,11 +84,19 @@ EOF
 fi
 if [ "$ARCHIVE" = venv ]; then echo "$VENV"; exit 0; fi
 
-# --- up to date? (same sources, same venv, same kind) -> nothing to do -------------------------
-mkdir -p dist
-OUT=dist/kubectl-gpu_doctor-$VERSION-$OS-$ARCH.tar.gz
-WORK=$ROOT/build/plugin/$KIND
-src_hash=$( { echo "$KEY $KIND"; cat LICENSE packaging/kubectl-gpu_doctor.py "$0";
+# --- the default probe image, pinned by digest in release builds -------------------------------
+PIN=${GPU_DOCTOR_PROBE_IMAGE:-}
+if [ -n "$PIN" ]; then
+  PYTHONPATH="$ROOT" "$VENV/bin/python" -c 'import sys; from kubectl_gpudoctor.build_info import parse_pinned; parse_pinned(sys.argv[1])' "$PIN" \
+    || { log "GPU_DOCTOR_PROBE_IMAGE must be pinned by digest: <repo>[:<tag>]@sha256:<64 hex>, got '$PIN'"; exit 2; }
+fi
+
+# --- up to date? (same sources, same venv, same kind, same pin) -> nothing to do -------------
+DIST=${GPU_DOCTOR_DIST:-dist}
+mkdir -p "$DIST"
+OUT=$DIST/kubectl-gpu_doctor-$VERSION-$OS-$ARCH.tar.gz
+WORK=$ROOT/build/plugin/$KIND${PIN:+-pinned}
+src_hash=$( { echo "$KEY $KIND $PIN"; cat LICENSE packaging/kubectl-gpu_doctor.py "$0";
               find kubectl_gpudoctor node_probe bpf -type f ! -name '*.pyc' ! -path '*/__pycache__/*' -print0 \
                 | sort -z | xargs -0 sha256sum; } | sha256sum | cut -c1-16)
 if [ "$ARCHIVE" = 1 ] && [ -s "$OUT" ] && [ "$(cat "$OUT.inputs" 2>/dev/null)" = "$src_hash" ] && [ -z "${FORCE:-}" ]; then
@@ -91,6 +105,11 @@ fi
 
 # --- freeze ----------------------------------------------------------------------------------
 rm -rf "$WORK"; mkdir -p "$WORK"
+extra_data=()
+if [ -n "$PIN" ]; then
+  printf '{"probe_image": "%s"}\n' "$PIN" > "$WORK/_build_info.json"
+  extra_data=(--add-data "$WORK/_build_info.json:kubectl_gpudoctor")
+fi
 mode=--onedir; [ "$KIND" = onefile ] && mode=--onefile
 log "PyInstaller $mode kubectl-gpu_doctor $VERSION ($OS/$ARCH)"
 (
@@ -101,7 +120,7 @@ log "PyInstaller $mode kubectl-gpu_doctor $VERSION ($OS/$ARCH)"
     --distpath "$WORK/dist" --workpath "$WORK/work" --specpath "$WORK" \
     --paths "$ROOT" \
     --collect-submodules kubectl_gpudoctor --collect-submodules node_probe \
-    --add-data "$ROOT/bpf:bpf" \
+    --add-data "$ROOT/bpf:bpf" "${extra_data[@]}" \
     --exclude-module bcc --exclude-module tkinter --exclude-module pytest \
     "$ROOT/packaging/kubectl-gpu_doctor.py" >&2
 )
@@ -114,6 +133,9 @@ else
 fi
 cp "$ROOT/LICENSE" "$BUNDLE/LICENSE"
 "$EXE" version >/dev/null || { log "the frozen executable does not run: $EXE version"; exit 1; }
+if [ -n "$PIN" ] && ! "$EXE" version | grep -qF "${PIN##*@}"; then
+  log "the frozen executable does not report the pinned digest ${PIN##*@}"; exit 1
+fi
 log "bundle: $(du -sm "$BUNDLE" | cut -f1) MiB in $(( $(date +%s) - t0 )) s"
 if [ "$ARCHIVE" = 0 ]; then echo "$EXE"; exit 0; fi
 
