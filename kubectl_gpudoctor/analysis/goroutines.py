@@ -13,13 +13,15 @@ Pure functions over the dump text; no I/O.
 from __future__ import annotations
 
 import dataclasses
+import datetime as dt
 import re
 from typing import Any, Mapping, Sequence
 
 from node_probe.protocol import catalog
 from node_probe.protocol import Finding
 
-from .admission import REFS
+from .admission import REFS, untouched_pending
+from .common import fmt_duration, gpu_requests, pod_ref
 
 _HEADER = re.compile(r"^goroutine (\d+)\b[^\[]*\[([^\]]*)\]:\s*$")
 _MINUTES = re.compile(r"(\d+) minutes?")
@@ -39,6 +41,9 @@ DEVICE_FRAMES = (
     "deviceplugin/v1beta1.(*devicePluginClient).PreStartContainer",
 )
 SYNC_LOOP_FRAMES = ("(*Kubelet).syncLoop",)  # also matches syncLoopIteration
+# A healthy admission's plugin call takes milliseconds: a sync loop seen in one while a pod
+# has waited this long for admission is stuck, not caught mid-call.
+SNAPSHOT_GRACE_S = 10.0
 
 
 @dataclasses.dataclass
@@ -113,8 +118,36 @@ def parse_healthz(text: str) -> dict[str, Any]:
             "passed": "healthz check passed" in text and not failed}
 
 
+def admitting_pods(pods: Sequence[Mapping[str, Any]] | None, now: dt.datetime | None
+                   ) -> list[dict]:
+    """Pods bound to the node that the kubelet has not touched, oldest first, with their GPU
+    requests. The kubelet admits pods in creation order, so the oldest one asking for a
+    device-plugin resource is the one whose admission sits in the plugin call: its request
+    names the plugin's resource (the goroutine dump's arguments are only addresses)."""
+    if not pods or now is None:
+        return []
+    out = []
+    for p in pods:
+        waited = untouched_pending(p, (), now)
+        if waited is None:
+            continue
+        out.append({"pod": pod_ref(p), "waiting_s": round(waited),
+                    "gpu": gpu_requests(p) or None,
+                    "_created": str((p.get("metadata") or {}).get("creationTimestamp") or "")})
+    out.sort(key=lambda x: (x["_created"], x["pod"]))
+    for x in out:
+        del x["_created"]
+    return out
+
+
 def analyze(node_name: str, dump_text: str,
-            healthz: Mapping[str, Any] | None = None) -> list[Finding]:
+            healthz: Mapping[str, Any] | None = None,
+            pods: Sequence[Mapping[str, Any]] | None = None,
+            now: dt.datetime | None = None) -> list[Finding]:
+    """`pods` (the pods bound to the node) and `now` name the resource being admitted and
+    tell a sync loop caught mid-call (a healthy admission takes milliseconds) from one that
+    is stuck: with them, a sync loop in a plugin call is critical as soon as a pod has waited
+    SNAPSHOT_GRACE_S for it, long before the stall threshold."""
     goroutines = parse_dump(dump_text)
     waits = device_plugin_waits(goroutines)
     if not waits:
@@ -124,6 +157,10 @@ def analyze(node_name: str, dump_text: str,
     for g in waits:
         by_call[g.call] = by_call.get(g.call, 0) + 1
     in_sync_loop = sum(1 for g in waits if g.has(SYNC_LOOP_FRAMES))
+    waiting = admitting_pods(pods, now)
+    gpu_waiting = [p for p in waiting if p["gpu"]]
+    admitting = gpu_waiting[0] if gpu_waiting else None
+    resources = sorted(admitting["gpu"]) if admitting else []
     evidence: dict[str, Any] = {
         "goroutines": len(waits),
         "longest_wait_min": longest,
@@ -134,24 +171,40 @@ def analyze(node_name: str, dump_text: str,
                       "top": [func_name(f) for f in g.frames if "devicemanager" in f
                               or "deviceplugin" in f][:3]} for g in waits[:3]],
     }
+    if pods is not None:
+        evidence["resource"] = resources or None
+        evidence["admitting_pod"] = admitting["pod"] if admitting else None
+        evidence["pods_waiting"] = waiting[:10]
     if healthz is not None:
         evidence["healthz_failed"] = list(healthz.get("failed") or ())
     calls = ", ".join(f"{n} in {c}" for c, n in sorted(by_call.items()))
-    if longest >= 1:
+    # A sync loop parked in a plugin call blocks every admission behind it: critical at once,
+    # unless the pod list shows nobody waiting yet (a dump taken during a normal, quick call).
+    corroborated = pods is None or any(p["waiting_s"] >= SNAPSHOT_GRACE_S for p in waiting)
+    if longest >= 1 or (in_sync_loop and corroborated):
         severity = "critical"
-        title = (f"{len(waits)} kubelet goroutine(s) wait in device plugin calls ({calls}), "
-                 f"the longest for {longest} min")
+        title = (f"{len(waits)} kubelet goroutine(s) wait in device plugin calls ({calls})"
+                 + (f", the longest for {longest} min" if longest >= 1 else ""))
+    elif in_sync_loop:
+        severity = "warning"
+        title = (f"the kubelet's pod sync loop is inside a device plugin call ({calls}) "
+                 f"right now, though no pod has waited {SNAPSHOT_GRACE_S:.0f}s for it yet")
     else:
         severity = "info"
         title = f"{len(waits)} kubelet goroutine(s) in device plugin calls ({calls}) right now"
-    if in_sync_loop:
+    if resources:
+        title += (f", for {', '.join(resources)} (admitting pod {admitting['pod']}, "
+                  f"waiting {fmt_duration(admitting['waiting_s'])})")
+    if in_sync_loop and severity == "critical":
         title += "; the pod sync loop is among them, so no pod on this node can be admitted"
+    plugin = (f"the plugin serving {', '.join(resources)}" if resources
+              else "the device plugin")
     remediation = (
-        "kubelet calls the device plugin without a timeout, so a plugin that hangs (typically "
-        "in nvmlInit) wedges pod admission. Find out why the plugin hangs: run "
-        "`kubectl gpu-doctor local` on the node (deviceplugin.blocked_in_nvml, nvml.init_hang, "
-        "driver.known_bad). Restarting the plugin pod releases the waiting goroutines until "
-        "the next call hangs.")
+        f"kubelet calls the device plugin without a timeout, so {plugin} hanging (typically "
+        "in nvmlInit) wedges pod admission for every pod on the node, GPU or not. Find out why "
+        "it hangs: run `kubectl gpu-doctor local` on the node (deviceplugin.blocked_in_nvml, "
+        "nvml.init_hang, driver.known_bad). Restarting the plugin pod releases the waiting "
+        "goroutines until the next call hangs.")
     return [catalog.make("kubelet.blocked_in_device_plugin", severity, f"node/{node_name}",
                          title, evidence, remediation, REFS)]
 
