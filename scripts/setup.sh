@@ -12,7 +12,10 @@ VENV=${GPU_DOCTOR_VENV:-$ROOT/.venv}
 log() { printf '[setup] %s\n' "$*" >&2; }
 
 need_pkgs=()
-for p in python3-bpfcc python3-venv python3-pip gcc libc6-dev; do
+pkgs=(python3-bpfcc python3-venv python3-pip gcc libc6-dev)
+# the test suite also runs a real OCI registry (tests/packaging/test_release.py)
+[ -n "${GPU_DOCTOR_SETUP_TESTS:-}" ] && pkgs+=(docker-registry)
+for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || need_pkgs+=("$p")
 done
 KREL=$(uname -r)

@@ -3,5 +3,5 @@
 # e.g. `scripts/test.sh -m "not image"` or `scripts/test.sh tests/core`.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-bash scripts/setup.sh
+GPU_DOCTOR_SETUP_TESTS=1 bash scripts/setup.sh
 exec .venv/bin/python -m pytest -p no:cacheprovider "$@"
