@@ -62,15 +62,44 @@ def analyze_node(node: Mapping[str, Any]) -> list[Finding]:
             "`kubectl gpu-doctor node " + name + "` for deviceplugin.* findings.",
             ("https://kubernetes.io/docs/concepts/extend-kubernetes/compute-storage-net/device-plugins/",)))
     elif short:
-        lost = sum(v["capacity"] - v["allocatable"] for v in short.values())
-        zero = all(v["allocatable"] == 0 for v in short.values())
-        pairs = ", ".join(f"{k} {v['allocatable']}/{v['capacity']}" for k, v in short.items())
+        out.extend(_short(name, short, gfd_count))
+    return out
+
+
+def _short(name: str, short: dict, gfd_count: int) -> list[Finding]:
+    """Capacity kept with allocatable 0 for every device of a resource is the kubelet's trace
+    of a plugin that is gone (after a plugin exits the kubelet keeps the capacity and zeroes
+    allocatable); allocatable lower but not 0 is the plugin reporting devices Unhealthy."""
+    gone = {k: v for k, v in short.items() if v["allocatable"] == 0}
+    sick = {k: v for k, v in short.items() if v["allocatable"] > 0}
+    out: list[Finding] = []
+    if gone:
+        pairs = ", ".join(f"{k} 0/{v['capacity']}" for k, v in gone.items())
         out.append(catalog.make(
-            "node.gpu_capacity_mismatch", "critical" if zero else "warning", f"node/{name}",
-            f"{lost} GPU device(s) are in capacity but not allocatable ({pairs})",
-            {"resources": short, "label_gpu_count": gfd_count or None},
+            "node.gpu_capacity_mismatch", "critical", f"node/{name}",
+            f"no device plugin is registered for {', '.join(gone)}: the node keeps the "
+            f"capacity but nothing is allocatable ({pairs})",
+            {"cause": "plugin_not_registered", "resources": gone,
+             "label_gpu_count": gfd_count or None},
+            "The kubelet keeps a resource's capacity after its device plugin exits and sets "
+            "allocatable to 0, so this is the plugin gone (exited, crash-looping, its socket "
+            "removed), not the GPUs (a plugin that marks every device Unhealthy looks the same "
+            "here; the node side tells them apart: deviceplugin.missing vs "
+            "deviceplugin.unhealthy). Check the plugin pod on the node (`kubectl -n "
+            f"gpu-operator get pods -o wide --field-selector spec.nodeName={name}`) and its "
+            f"log; run `kubectl gpu-doctor node {name}`.",
+            ("https://kubernetes.io/docs/concepts/extend-kubernetes/compute-storage-net/device-plugins/",)))
+    if sick:
+        lost = sum(v["capacity"] - v["allocatable"] for v in sick.values())
+        pairs = ", ".join(f"{k} {v['allocatable']}/{v['capacity']}" for k, v in sick.items())
+        out.append(catalog.make(
+            "node.gpu_capacity_mismatch", "warning", f"node/{name}",
+            f"{lost} GPU device(s) are in capacity but not allocatable ({pairs}): the device "
+            f"plugin reports them Unhealthy",
+            {"cause": "devices_unhealthy", "resources": sick,
+             "label_gpu_count": gfd_count or None},
             "The device plugin reports these devices Unhealthy (Xid errors, lost GPU, NVML "
             "failure). Run `kubectl gpu-doctor node " + name + "` to see gpu.xid / gpu.health / "
-            "deviceplugin.unhealthy on the node.",
+            "deviceplugin.unhealthy on the node, and the plugin's log for the health events.",
             ("https://github.com/NVIDIA/k8s-device-plugin#health-checks",)))
     return out

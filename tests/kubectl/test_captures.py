@@ -236,3 +236,38 @@ def test_known_bad_driver_on_a_healthy_node():
 
 def test_captured_nodes_have_no_capacity_mismatch(stage):
     assert capacity.analyze_node(stage.node) == []
+
+
+def test_capacity_plugin_gone_vs_devices_unhealthy():
+    """Node objects shaped like the captured one (nvidia.com/gpu beside MIG slices)."""
+    node = Stage("healthy").node
+    gone = copy.deepcopy(node)   # the plugin exited: capacity stays, allocatable 0 everywhere
+    for k in gone["status"]["allocatable"]:
+        if k.startswith("nvidia.com/"):
+            gone["status"]["allocatable"][k] = "0"
+    [f] = capacity.analyze_node(gone)
+    assert f.severity.value == "critical" and f.evidence["cause"] == "plugin_not_registered"
+    assert set(f.evidence["resources"]) == {"nvidia.com/gpu", "nvidia.com/mig-1g.10gb",
+                                            "nvidia.com/mig-2g.20gb", "nvidia.com/mig-3g.40gb"}
+    assert f.title.startswith("no device plugin is registered for nvidia.com/gpu")
+    assert "Unhealthy" not in f.title
+
+    sick = copy.deepcopy(node)   # one full GPU and one 1g slice reported Unhealthy
+    sick["status"]["allocatable"]["nvidia.com/gpu"] = "1"
+    sick["status"]["allocatable"]["nvidia.com/mig-1g.10gb"] = "1"
+    [f] = capacity.analyze_node(sick)
+    assert f.severity.value == "warning" and f.evidence["cause"] == "devices_unhealthy"
+    assert f.evidence["resources"] == {"nvidia.com/gpu": {"capacity": 2, "allocatable": 1},
+                                       "nvidia.com/mig-1g.10gb": {"capacity": 2,
+                                                                  "allocatable": 1}}
+    assert "Unhealthy" in f.title and "2 GPU device(s)" in f.title
+
+    both = copy.deepcopy(sick)   # the MIG plugin registration gone, a full GPU unhealthy
+    for k in ("nvidia.com/mig-1g.10gb", "nvidia.com/mig-2g.20gb", "nvidia.com/mig-3g.40gb"):
+        both["status"]["allocatable"][k] = "0"
+    causes = {f.evidence["cause"]: set(f.evidence["resources"])
+              for f in capacity.analyze_node(both)}
+    assert causes == {"plugin_not_registered": {"nvidia.com/mig-1g.10gb",
+                                                "nvidia.com/mig-2g.20gb",
+                                                "nvidia.com/mig-3g.40gb"},
+                      "devices_unhealthy": {"nvidia.com/gpu"}}
