@@ -48,6 +48,11 @@ CATALOG: dict[str, str] = {
     # pods (API side)
     "pod.pending_explained": "Why the pod is not running, from its events and conditions",
     "pod.admission_error": "The kubelet rejected the pod at admission",
+    "pod.gpu_never_fits": "The pod asks for more GPUs than any node has, or a GPU resource no node offers",
+    "pod.gpu_devices_missing": "Nodes big enough for the pod have too few allocatable GPUs (plugin gone or devices unhealthy)",
+    "pod.gpu_held_by_others": "Nodes that could take the pod have their GPUs held by other pods",
+    "pod.gpu_placement_excluded": "Nodes with enough GPUs are excluded by taints, selectors, affinity, cordon or NotReady",
+    "pod.gpu_quota_exhausted": "The namespace ResourceQuota on a GPU resource is used up",
     "probe.pod_not_started": "The debug pod did not start on the node (a consequence, not the cause)",
     # memory
     "memory.pressure": "Memory or IO pressure on the node; binary page-cache thrash",
