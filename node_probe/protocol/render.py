@@ -73,10 +73,57 @@ class LiveProgress:
             self.stream.flush()
 
 
-def _fmt_value(v: Any) -> str:
-    if isinstance(v, (dict, list)):
-        return json.dumps(v, separators=(",", ":"), default=str)
-    return str(v)
+def _json_chunks(v: Any) -> list[str]:
+    """JSON text of `v` cut only between values ('{"a": 1,' / '"b": "x-y"}'), never inside
+    a key, a string or a number."""
+    if isinstance(v, Mapping) and v:
+        items: list = [(json.dumps(str(k)) + ": ", x) for k, x in v.items()]
+        opening, closing = "{", "}"
+    elif isinstance(v, (list, tuple)) and v:
+        items = [("", x) for x in v]
+        opening, closing = "[", "]"
+    else:
+        return [json.dumps(v, default=str)]
+    out: list[str] = []
+    for i, (key, x) in enumerate(items):
+        sub = _json_chunks(x)
+        sub[0] = (opening if i == 0 else "") + key + sub[0]
+        sub[-1] += closing if i == len(items) - 1 else ","
+        out.extend(sub)
+    return out
+
+
+def _pack(chunks: list[str], width: int, first: str, rest: str) -> list[str]:
+    """Greedy fill of whole chunks; a chunk wider than the line gets a line of its own."""
+    lines: list[str] = []
+    cur = first
+    bare = True
+    for c in chunks:
+        if not bare and len(cur) + 1 + len(c) > width:
+            lines.append(cur)
+            cur, bare = rest + c, False
+        else:
+            cur, bare = (cur + c if bare else cur + " " + c), False
+    lines.append(cur)
+    return lines
+
+
+def evidence_lines(key: str, value: Any, width: int, indent: str) -> list[str]:
+    """One evidence entry as table lines. JSON values wrap between values, never in the
+    middle of a word; a list of objects prints one object per line."""
+    cont = indent + "  "
+    if isinstance(value, (list, tuple)) and value and all(isinstance(x, Mapping)
+                                                          for x in value):
+        out = [f"{indent}{key}:"]
+        for x in value:
+            out += _pack(_json_chunks(x), width, cont + "- ", cont + "  ")
+        return out
+    if isinstance(value, (Mapping, list, tuple)):
+        return _pack(_json_chunks(value), width, f"{indent}{key}: ", cont)
+    text = str(value)
+    return textwrap.wrap(f"{key}: {text}", width, initial_indent=indent,
+                         subsequent_indent=cont, break_on_hyphens=False,
+                         break_long_words=False) or [f"{indent}{key}: "]
 
 
 def render_table(report: Report, stream: IO, fail_on: str, exit_code: int,
@@ -127,9 +174,7 @@ def _write_details(f: Finding, stream: IO, color: bool, width: int) -> None:
     if f.evidence:
         stream.write(f"{ind}evidence:\n")
         for k, v in f.evidence.items():
-            stream.write(textwrap.fill(f"{k}: {_fmt_value(v)}", width,
-                                       initial_indent=ind + "  ",
-                                       subsequent_indent=ind + "    ") + "\n")
+            stream.writelines(ln + "\n" for ln in evidence_lines(k, v, width, ind + "  "))
     if f.remediation:
         for i, para in enumerate(f.remediation.splitlines() or [""]):
             prefix = f"{ind}fix: " if i == 0 else ind + "     "
