@@ -1,6 +1,6 @@
 """Parsers and verdicts against what a real 1.35 kubelet and API server returned (issue 13).
 
-The inputs are the captures in data/k8s-1.35 (healthy, 20 s and 3 min into a wedge of the
+The inputs are the captures in tests/data/captures/k8s-1.35 (healthy, 20 s and 3 min into a wedge of the
 unmodified NVIDIA device plugin in nvmlInit): goroutine dumps, /healthz?verbose, /configz,
 the node, its pods, events and Lease. Each stage is judged at its own capture time (the
 Lease's renewTime).
@@ -16,9 +16,9 @@ from kubectl_gpudoctor.analysis import (admission, capacity, goroutines, kubelet
                                         node_objects, pod_status, wedge)
 from kubectl_gpudoctor.analysis.common import events_by_uid, parse_time
 
-from .conftest import DATA
+from .conftest import REPO
 
-CAPTURES = DATA / "k8s-1.35"
+CAPTURES = REPO / "tests" / "data" / "captures" / "k8s-1.35"
 STAGES = ("healthy", "wedged-20s", "wedged-3m")
 NODE = "127.0.0.1"
 GFD_570_158 = {"nvidia.com/cuda.driver.major": "570", "nvidia.com/cuda.driver.minor": "158",
