@@ -33,6 +33,7 @@ POD_LOG = re.compile(r"^/api/v1/namespaces/([^/]+)/pods/([^/]+)/log$")
 NS_EVENTS = re.compile(r"^/api/v1/namespaces/([^/]+)/events$")
 LEASE = re.compile(r"^/apis/coordination.k8s.io/v1/namespaces/kube-node-lease/leases/([^/]+)$")
 LEASES = "/apis/coordination.k8s.io/v1/namespaces/kube-node-lease/leases"
+NS_QUOTAS = re.compile(r"^/api/v1/namespaces/([^/]+)/resourcequotas$")
 
 
 def ts(t: dt.datetime) -> str:
@@ -86,6 +87,7 @@ class FakeCluster:
         self.pods: dict[tuple[str, str], dict] = {}
         self.events: list[dict] = []
         self.leases: dict[str, dict] = {}
+        self.quotas: list[dict] = []  # ResourceQuota objects (status.used as given)
         self.namespaces: dict[str, dict] = {"default": {}}  # name -> labels
         self.goroutines: dict[str, str | int] = {}   # node -> dump text or HTTP status
         self.healthz: dict[str, tuple[int, str]] = {}
@@ -231,6 +233,16 @@ class FakeCluster:
         self.events.append(ev)
         return ev
 
+    def add_quota(self, namespace: str, name: str, hard: dict, used: dict) -> dict:
+        q = {"kind": "ResourceQuota", "apiVersion": "v1",
+             "metadata": {"name": name, "namespace": namespace, "uid": str(uuid.uuid4()),
+                          "resourceVersion": "1"},
+             "spec": {"hard": {k: str(v) for k, v in hard.items()}},
+             "status": {"hard": {k: str(v) for k, v in hard.items()},
+                        "used": {k: str(v) for k, v in used.items()}}}
+        self.quotas.append(q)
+        return q
+
     # -- requests seen ------------------------------------------------------------------------
     def requests(self) -> list[tuple[str, str, dict]]:
         assert self.handler is not None
@@ -252,7 +264,7 @@ class FakeCluster:
 
             async def main() -> None:
                 self._stop = asyncio.Event()
-                handler = kmock.RawHandler()
+                handler = self._make_handler()
                 handler << self._dispatch
                 self.handler = handler
                 async with handler, kmock.Server(handler) as server:
@@ -268,6 +280,10 @@ class FakeCluster:
         if not ready.wait(10):
             raise RuntimeError("fake API server did not start")
         return self
+
+    def _make_handler(self) -> kmock.RawHandler:
+        """The kmock handler; subclasses (fakeexec.ExecCluster) intercept websocket paths."""
+        return kmock.RawHandler()
 
     def stop(self) -> None:
         if self._loop is not None and self._stop is not None:
@@ -386,6 +402,10 @@ class FakeCluster:
             if m:
                 return self._list("EventList", [e for e in self.events
                                                 if e["metadata"]["namespace"] == m.group(1)], q)
+            m = NS_QUOTAS.match(path)
+            if m:
+                return self._list("ResourceQuotaList", [rq for rq in self.quotas if rq["metadata"]
+                                                        ["namespace"] == m.group(1)], q)
             if path == LEASES:
                 return self._list("LeaseList", list(self.leases.values()), q)
             m = LEASE.match(path)

@@ -1,0 +1,209 @@
+"""Exec a command in a running pod through the API server and stream its stdout, with deadlines.
+
+Why: on a node whose kubelet admits no new pod (seed 000), exec into a pod that is already
+running still works (DESIGN.md section 5), so `node X` runs the node probe in the standing
+agent's pod instead of creating a debug pod. This is the official client's websocket exec
+(`kubernetes.stream`, subprotocol v5/v4.channel.k8s.io: channel 1 stdout, 2 stderr, 3 the final
+`Status`), wrapped so that it can never hang and fails as one clear error:
+- the connect (TCP, TLS, upgrade) runs in a daemon thread we stop waiting for at a deadline:
+  the client's create_websocket has no timeout of its own;
+- reads wait with poll() for at most the time left, and the socket itself gets a timeout so a
+  half-received frame cannot block;
+- refusals before the upgrade (403 RBAC, 404 pod gone, 400 container not running) are the
+  typed errors.ApiError of that status with the API server's message, so the caller can fall
+  back to a debug pod;
+- the end of the run is read from channel 3: Success, NonZeroExitCode (the probe exits 1 when
+  it has findings: not an error), or anything else; a stream that stops without that status
+  (connection cut) is errors.StreamBroken.
+Closing our side does not stop the process in the container (CRI exec keeps it running); the
+probe has its own --timeout for that.
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+import re
+import threading
+import time
+from typing import Any, Iterator, Sequence
+
+from . import errors
+
+STDOUT, STDERR, ERROR = 1, 2, 3
+STDERR_KEEP = 16 * 1024  # bytes of the command's stderr kept for the report
+
+
+@dataclasses.dataclass
+class ExecEnd:
+    """How the command ended, from the Status on channel 3."""
+
+    exit_code: int | None      # None: no status (stream cut, deadline)
+    status: dict | None
+    stderr_tail: bytes = b""
+    protocol: str | None = None
+
+    @property
+    def reason(self) -> str:
+        st = self.status or {}
+        return str(st.get("reason") or st.get("status") or "")
+
+
+class ExecStream:
+    """One exec: `open()`, iterate `chunks()` (stdout bytes as they come), read `end`."""
+
+    def __init__(self, kube: Any, namespace: str, pod: str, container: str,
+                 command: Sequence[str], connect_timeout_s: float = 10.0,
+                 deadline_s: float = 90.0) -> None:
+        self.kube = kube
+        self.namespace = namespace
+        self.pod = pod
+        self.container = container
+        self.command = list(command)
+        self.connect_timeout_s = connect_timeout_s
+        self.deadline_s = deadline_s
+        self.client = None
+        self.end: ExecEnd | None = None
+        self._t0 = 0.0
+
+    # -- connect -------------------------------------------------------------------------
+    def open(self) -> "ExecStream":
+        from kubernetes import client as kclient
+        from kubernetes.stream import stream
+
+        api = kclient.CoreV1Api(self.kube.api_client if hasattr(self.kube, "api_client")
+                                else self.kube._api)
+        box: dict = {}
+
+        def connect() -> None:
+            try:
+                box["client"] = stream(
+                    api.connect_get_namespaced_pod_exec, self.pod, self.namespace,
+                    command=self.command, container=self.container, stderr=True,
+                    stdin=False, stdout=True, tty=False, _preload_content=False, binary=True)
+            except BaseException as exc:  # noqa: BLE001 - handed to the waiting thread
+                box["error"] = exc
+
+        self._t0 = time.monotonic()
+        t = threading.Thread(target=connect, name="exec-connect", daemon=True)
+        t.start()
+        t.join(self.connect_timeout_s)
+        if t.is_alive():
+            raise errors.ApiUnreachable(
+                f"no answer to the exec into {self.namespace}/{self.pod} within "
+                f"{self.connect_timeout_s:g}s")
+        if "error" in box:
+            raise _refusal(box["error"], self.namespace, self.pod) from None
+        self.client = box["client"]
+        try:
+            self.client.sock.settimeout(max(1.0, self.connect_timeout_s))
+        except Exception:  # noqa: BLE001 - a socket without timeouts still has poll() bounds
+            pass
+        return self
+
+    # -- read ----------------------------------------------------------------------------
+    def chunks(self) -> Iterator[bytes]:
+        """Stdout bytes as they arrive. Ends when the server closes the stream; `end` then
+        holds the exit status. Raises errors.StreamBroken on a cut stream or the deadline."""
+        import websocket
+
+        c = self.client
+        assert c is not None, "open() first"
+        deadline = self._t0 + self.deadline_s
+        stderr = bytearray()
+        status_raw = b""
+        try:
+            while True:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise errors.StreamBroken(
+                        f"the command in {self.namespace}/{self.pod} did not finish within "
+                        f"{self.deadline_s:g}s")
+                try:
+                    c.update(timeout=min(left, 1.0))
+                except (websocket.WebSocketException, OSError, ValueError) as exc:
+                    raise errors.StreamBroken(
+                        f"the exec stream from {self.namespace}/{self.pod} broke: "
+                        f"{_short(exc)}") from None
+                out = c.read_channel(STDOUT)
+                if out:
+                    yield bytes(out)
+                err = c.read_channel(STDERR)
+                if err:
+                    stderr += err
+                    del stderr[:-STDERR_KEEP]
+                st = c.read_channel(ERROR)
+                if st:
+                    status_raw += st
+                if not c.is_open():
+                    break
+        finally:
+            self.close()
+        status = _parse_status(status_raw)
+        self.end = ExecEnd(_exit_code(status), status, bytes(stderr),
+                           getattr(c, "subprotocol", None))
+        if status is None:
+            raise errors.StreamBroken(
+                f"the exec stream from {self.namespace}/{self.pod} ended without an exit "
+                f"status (connection cut)")
+
+    def close(self) -> None:
+        c = self.client
+        if c is not None:
+            try:
+                c.close()
+            except Exception:  # noqa: BLE001 - closing a dead socket
+                pass
+
+
+def _parse_status(raw: bytes) -> dict | None:
+    if not raw.strip():
+        return None
+    try:
+        doc = json.loads(raw.decode("utf-8", "replace"))
+    except ValueError:
+        return {"status": "Failure", "message": raw[:300].decode("utf-8", "replace")}
+    return doc if isinstance(doc, dict) else None
+
+
+def _exit_code(status: dict | None) -> int | None:
+    if status is None:
+        return None
+    if status.get("status") == "Success":
+        return 0
+    if status.get("reason") == "NonZeroExitCode":
+        for cause in (status.get("details") or {}).get("causes") or ():
+            if cause.get("reason") == "ExitCode":
+                try:
+                    return int(cause.get("message"))
+                except (TypeError, ValueError):
+                    return None
+    return None
+
+
+_HANDSHAKE = re.compile(r"Handshake status (\d{3})")
+
+
+def _refusal(exc: BaseException, namespace: str, pod: str) -> errors.GpuDoctorError:
+    """The client wraps a refused upgrade into ApiException(status=0, reason=str(...)); the
+    original WebSocketBadStatusException (HTTP status and Status body) is its __context__."""
+    inner = exc.__context__ or exc
+    code = getattr(inner, "status_code", None)
+    body = getattr(inner, "resp_body", None)
+    text = str(getattr(exc, "reason", "") or exc)
+    if code is None:
+        m = _HANDSHAKE.search(text)
+        code = int(m.group(1)) if m else None
+    if code is None:
+        if isinstance(inner, (OSError, ConnectionError)) or "Connection" in type(inner).__name__:
+            return errors.ApiUnreachable(
+                f"cannot open the exec stream to {namespace}/{pod}: {_short(inner)}")
+        return errors.ApiError(f"exec into {namespace}/{pod} failed: {_short(inner)}")
+    if isinstance(body, bytes):
+        body = body.decode("utf-8", "replace")
+    err = errors.api_error(int(code), "", body or text[:300],
+                           f"/api/v1/namespaces/{namespace}/pods/{pod}/exec")
+    return err.about(f"pods/exec in {namespace}/{pod}", "create")
+
+
+def _short(exc: BaseException) -> str:
+    return " ".join(str(exc).split())[:200] or type(exc).__name__

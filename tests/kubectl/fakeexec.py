@@ -1,0 +1,367 @@
+"""The Kubernetes exec protocol, faithfully, on top of the fake API server (FakeCluster).
+
+Why: `node X` runs the node probe by exec in the standing agent's pod (pods/exec through the
+API server). The plugin uses the official client's websocket exec (`kubernetes.stream`), so the
+fake must speak what a real API server speaks there:
+- GET /api/v1/namespaces/NS/pods/NAME/exec?command=..&command=..&container=C&stdout=true&
+  stderr=true&stdin=false&tty=false with `Upgrade: websocket`; the client offers the
+  subprotocols `v5.channel.k8s.io,v4.channel.k8s.io` and the server picks the first one it
+  supports in the client's order (a 1.29 server knows only v4; 1.30+ v5).
+- Refusals happen BEFORE the upgrade, as plain HTTP with a `Status` body: 403 (RBAC: websocket
+  exec is authorized as `create` on pods/exec since 1.35, `get` before), 404 (no such pod),
+  400 (no such container, container not running).
+- After the upgrade, every binary message starts with one channel byte: 1 stdout, 2 stderr,
+  3 error. The server first sends an empty message on stdout ("established"), then output as
+  it comes, then ONE message on channel 3 holding the final `Status` JSON (v4+): `Success`, or
+  `Failure` with reason `NonZeroExitCode` and the code in details.causes[ExitCode], and closes.
+- A pod deleted mid-run: the kubelet kills the container's processes; the exec ends with exit
+  code 137 on channel 3. A cut stream: the TCP connection drops with no close frame and no
+  status. A client that hangs up does NOT kill the process (CRI exec keeps running it).
+
+The "container process" is a real local process: `exec_argv` maps the command the plugin sent
+(`python3 -m node_probe ... --host-root /host`) onto this machine (the test's interpreter, a
+temp host root), so the agent path runs the real probe against tests/fakes.
+
+The fake also plays the DaemonSet controller for `agent install`: creating the agent DaemonSet
+creates one Running agent pod per matching node.
+"""
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import re
+import signal
+import sys
+import time
+import uuid
+from typing import Any, Callable
+
+import aiohttp.web
+import kmock
+
+from .fakecluster import FakeCluster, _match_labels, status_body, ts
+
+EXEC = re.compile(r"^/api/v1/namespaces/([^/]+)/pods/([^/]+)/exec$")
+DAEMONSETS = re.compile(r"^/apis/apps/v1/namespaces/([^/]+)/daemonsets$")
+DAEMONSET = re.compile(r"^/apis/apps/v1/namespaces/([^/]+)/daemonsets/([^/]+)$")
+NAMESPACES = "/api/v1/namespaces"
+NAMESPACE = re.compile(r"^/api/v1/namespaces/([^/]+)$")
+QUOTAS = re.compile(r"^/api/v1/namespaces/([^/]+)/resourcequotas$")
+QUOTA = re.compile(r"^/api/v1/namespaces/([^/]+)/resourcequotas/([^/]+)$")
+STDOUT, STDERR, ERROR = 1, 2, 3
+
+
+def success_status() -> dict:
+    return {"metadata": {}, "status": "Success"}
+
+
+def exit_status(code: int, argv: list[str]) -> dict:
+    return {"metadata": {}, "status": "Failure",
+            "message": f"command terminated with non-zero exit code: error executing command "
+                       f"{argv}, exit code {code}",
+            "reason": "NonZeroExitCode",
+            "details": {"causes": [{"reason": "ExitCode", "message": str(code)}]}}
+
+
+class _Handler(kmock.RawHandler):
+    """kmock's handler, except websocket upgrades of pods/exec, which it cannot serve."""
+
+    cluster: "ExecCluster"
+
+    async def __call__(self, raw_request: aiohttp.web.BaseRequest) -> aiohttp.web.StreamResponse:
+        m = EXEC.match(raw_request.path)
+        if m:
+            return await self.cluster._exec(raw_request, m.group(1), m.group(2))
+        return await super().__call__(raw_request)
+
+
+class ExecCluster(FakeCluster):
+    def __init__(self) -> None:
+        super().__init__()
+        self.exec_protocols: tuple[str, ...] = ("v5.channel.k8s.io", "v4.channel.k8s.io")
+        # command sent by the plugin -> argv run on this machine (None: run it as sent)
+        self.exec_argv: Callable[[list[str]], list[str]] | None = None
+        self.exec_env: dict[str, str] = {}
+        # "run"; "gone": after exec_cut_after stdout bytes the pod is deleted (exit 137);
+        # "cut": after exec_cut_after stdout bytes the TCP connection drops
+        self.exec_mode = "run"
+        self.exec_cut_after = 1
+        self.execs: list[dict] = []          # what each exec asked for, and what it got
+        self.exec_procs: list[asyncio.subprocess.Process] = []
+        self.daemonsets: dict[tuple[str, str], dict] = {}
+        self.quotas: dict[tuple[str, str], dict] = {}
+        self.agent_pod_phase = "Running"     # the phase of pods the fake DS controller makes
+
+    def _make_handler(self) -> kmock.RawHandler:
+        h = _Handler()
+        h.cluster = self
+        return h
+
+    def stop(self) -> None:
+        """Kill and reap the exec'd processes still running (in the server's loop, so their
+        transports close there), then stop the server."""
+        async def reap() -> None:
+            for p in list(self.exec_procs):
+                _kill(p)
+                await p.wait()
+        if self._loop is not None and self.exec_procs:
+            try:
+                asyncio.run_coroutine_threadsafe(reap(), self._loop).result(10)
+            except Exception:  # noqa: BLE001 - a loop already gone has nothing to reap
+                pass
+        super().stop()
+
+    # -- agent pods (what the DaemonSet controller would make) ---------------------------
+    def add_agent_pod(self, node: str, namespace: str = "gpu-doctor", image: str | None = None,
+                      phase: str = "Running", version: str | None = None,
+                      template: dict | None = None) -> dict:
+        from kubectl_gpudoctor import agent
+        tmpl = template or agent.daemonset(namespace, image or agent.default_image())[
+            "spec"]["template"]
+        spec = json.loads(json.dumps(tmpl["spec"]))
+        spec["nodeName"] = node
+        labels = dict(tmpl["metadata"]["labels"])
+        if version is not None:
+            labels["app.kubernetes.io/version"] = version
+        if image is not None:
+            spec["containers"][0]["image"] = image
+        name = f"{agent.AGENT_NAME}-{uuid.uuid4().hex[:5]}"
+        now = ts(__import__("datetime").datetime.now(__import__("datetime").timezone.utc))
+        c = spec["containers"][0]
+        status: dict = {"phase": phase, "hostIP": "10.188.52.1"}
+        if phase == "Running":
+            status.update({"startTime": now, "containerStatuses": [{
+                "name": c["name"], "ready": True, "restartCount": 0, "image": c["image"],
+                "imageID": "sha256:" + "ab" * 32, "state": {"running": {"startedAt": now}}}]})
+        pod = {"kind": "Pod", "apiVersion": "v1",
+               "metadata": {"name": name, "namespace": namespace, "uid": str(uuid.uuid4()),
+                            "labels": labels, "creationTimestamp": now,
+                            "resourceVersion": "1",
+                            "ownerReferences": [{"apiVersion": "apps/v1", "kind": "DaemonSet",
+                                                 "name": agent.AGENT_NAME,
+                                                 "uid": str(uuid.uuid4()), "controller": True}]},
+               "spec": spec, "status": status}
+        self.pods[(namespace, name)] = pod
+        self.list_cache.clear()
+        return pod
+
+    # -- routes for the agent's objects --------------------------------------------------
+    def _route(self, method: str, path: str, q: dict, request: kmock.Request) -> Any:
+        body = None
+        if method in ("POST", "PUT"):
+            body = request.data or json.loads(request.body)
+        if path == NAMESPACES and method == "POST":
+            name = body["metadata"]["name"]
+            if name in self.namespaces:
+                return self._status(409, "AlreadyExists", f'namespaces "{name}" already exists')
+            self.namespaces[name] = (body["metadata"].get("labels") or {})
+            return self._json(body)
+        m = NAMESPACE.match(path)
+        if m and method == "GET":
+            if m.group(1) not in self.namespaces:
+                return self._status(404, "NotFound", f'namespaces "{m.group(1)}" not found')
+            return self._json({"kind": "Namespace", "apiVersion": "v1",
+                               "metadata": {"name": m.group(1),
+                                            "labels": self.namespaces[m.group(1)]}})
+        for coll_rx, one_rx, store, kind in ((DAEMONSETS, DAEMONSET, self.daemonsets,
+                                              "daemonsets"),
+                                             (QUOTAS, QUOTA, self.quotas, "resourcequotas")):
+            m = coll_rx.match(path)
+            if m and method == "POST":
+                ns, name = m.group(1), body["metadata"]["name"]
+                if ns not in self.namespaces:
+                    return self._status(404, "NotFound", f'namespaces "{ns}" not found')
+                if (ns, name) in store:
+                    return self._status(409, "AlreadyExists",
+                                        f'{kind}.apps "{name}" already exists')
+                store[(ns, name)] = body
+                if kind == "daemonsets":
+                    self._run_daemonset(ns, body)
+                return self._json(body)
+            m = one_rx.match(path)
+            if m:
+                key = (m.group(1), m.group(2))
+                if method == "GET":
+                    if key not in store:
+                        return self._status(404, "NotFound", f'{kind}.apps "{key[1]}" not found')
+                    return self._json(self._ds_status(key, store[key]) if kind == "daemonsets"
+                                      else store[key])
+                if method == "PUT":
+                    if key not in store:
+                        return self._status(404, "NotFound", f'{kind}.apps "{key[1]}" not found')
+                    store[key] = body
+                    if kind == "daemonsets":
+                        self._run_daemonset(key[0], body)
+                    return self._json(body)
+                if method == "DELETE":
+                    self.deleted.append((key[0], key[1], q))
+                    if store.pop(key, None) is None:
+                        return self._status(404, "NotFound", f'{kind}.apps "{key[1]}" not found')
+                    if kind == "daemonsets":  # the garbage collector deletes its pods
+                        for pk, p in list(self.pods.items()):
+                            owners = (p["metadata"].get("ownerReferences") or ())
+                            if pk[0] == key[0] and any(o.get("name") == key[1] and
+                                                       o.get("kind") == "DaemonSet"
+                                                       for o in owners):
+                                del self.pods[pk]
+                        self.list_cache.clear()
+                    return self._json({"kind": "Status", "apiVersion": "v1", "metadata": {},
+                                       "status": "Success"})
+        return super()._route(method, path, q, request)
+
+    def _run_daemonset(self, ns: str, ds: dict) -> None:
+        """The DaemonSet controller: one pod per matching node, replacing older pods."""
+        tmpl = ds["spec"]["template"]
+        sel = tmpl["spec"].get("nodeSelector") or {}
+        for key, p in list(self.pods.items()):
+            if key[0] == ns and any(o.get("kind") == "DaemonSet" and
+                                    o.get("name") == ds["metadata"]["name"]
+                                    for o in p["metadata"].get("ownerReferences") or ()):
+                del self.pods[key]
+        for name, node in self.nodes.items():
+            labels = node["metadata"].get("labels") or {}
+            if all(labels.get(k) == v for k, v in sel.items()):
+                self.add_agent_pod(name, ns, phase=self.agent_pod_phase, template=tmpl)
+
+    def _ds_status(self, key: tuple[str, str], ds: dict) -> dict:
+        out = json.loads(json.dumps(ds))
+        sel = ",".join(f"{k}={v}" for k, v in ds["spec"]["selector"]["matchLabels"].items())
+        pods = [p for (ns, _), p in self.pods.items()
+                if ns == key[0] and _match_labels(p["metadata"].get("labels") or {}, sel)]
+        ready = sum(1 for p in pods if p["status"].get("phase") == "Running")
+        out["status"] = {"currentNumberScheduled": len(pods), "desiredNumberScheduled": len(pods),
+                         "numberReady": ready, "numberAvailable": ready,
+                         "numberMisscheduled": 0, "observedGeneration": 1,
+                         "updatedNumberScheduled": len(pods)}
+        return out
+
+    # -- pods/exec over a websocket ------------------------------------------------------
+    def _refuse(self, code: int, reason: str, message: str) -> aiohttp.web.Response:
+        return aiohttp.web.json_response(status_body(code, reason, message), status=code)
+
+    async def _exec(self, req: aiohttp.web.BaseRequest, ns: str, name: str
+                    ) -> aiohttp.web.StreamResponse:
+        q = req.query
+        command = q.getall("command", [])
+        container = q.get("container")
+        record = {"namespace": ns, "pod": name, "container": container, "command": command,
+                  "params": {k: v for k, v in q.items() if k != "command"},
+                  "offered": req.headers.get("Sec-WebSocket-Protocol", ""), "protocol": None,
+                  "outcome": None, "t": time.monotonic()}
+        self.execs.append(record)
+        for m, rx in self.forbid:
+            if m in ("GET", "CREATE", "*") and rx.search(req.path):
+                record["outcome"] = 403
+                return self._refuse(403, "Forbidden",
+                                    f'pods "{name}" is forbidden: User "tester" cannot create '
+                                    f'resource "pods/exec" in API group "" in the namespace '
+                                    f'"{ns}"')
+        if req.headers.get("Upgrade", "").lower() != "websocket":
+            record["outcome"] = 400
+            return self._refuse(400, "BadRequest", "Upgrade request required")
+        pod = self.pods.get((ns, name))
+        if pod is None:
+            record["outcome"] = 404
+            return self._refuse(404, "NotFound", f'pods "{name}" not found')
+        names = [c["name"] for c in pod["spec"]["containers"]]
+        if container is None and len(names) == 1:
+            container = names[0]
+        if container not in names:
+            record["outcome"] = 400
+            return self._refuse(400, "BadRequest",
+                                f"container {container} is not valid for pod {name}")
+        if pod["status"].get("phase") != "Running":
+            record["outcome"] = 400
+            return self._refuse(400, "BadRequest",
+                                f'unable to upgrade connection: container not found '
+                                f'("{container}")')
+        offered = [p.strip() for p in record["offered"].split(",") if p.strip()]
+        chosen = next((p for p in offered if p in self.exec_protocols), None)
+        if chosen is None:
+            record["outcome"] = 400
+            return self._refuse(400, "BadRequest",
+                                f"requested protocol(s) are not supported: {offered}; "
+                                f"supports {list(self.exec_protocols)}")
+        ws = aiohttp.web.WebSocketResponse(protocols=(chosen,), autoping=True)
+        await ws.prepare(req)
+        record["protocol"] = ws.ws_protocol
+        await ws.send_bytes(bytes([STDOUT]))  # "connection established"
+        argv = self.exec_argv(list(command)) if self.exec_argv else list(command)
+        proc = await asyncio.create_subprocess_exec(
+            *argv, stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE, env={**os.environ, **self.exec_env},
+            start_new_session=True)
+        self.exec_procs.append(proc)
+        sent = {"stdout": 0}
+        client_gone = asyncio.Event()
+
+        async def watch_client() -> None:
+            async for _msg in ws:  # stdin is off; only control frames and the close arrive
+                pass
+            client_gone.set()
+
+        async def pump(stream: asyncio.StreamReader, channel: int) -> str | None:
+            while True:
+                data = await stream.read(65536)
+                if not data:
+                    return None
+                if client_gone.is_set() or ws.closed:
+                    continue  # CRI exec keeps running the process; its output goes nowhere
+                if channel == STDOUT and self.exec_mode in ("gone", "cut") \
+                        and sent["stdout"] + len(data) >= self.exec_cut_after:
+                    keep = max(0, self.exec_cut_after - sent["stdout"])
+                    if keep:
+                        await ws.send_bytes(bytes([channel]) + data[:keep])
+                    _kill(proc)  # the other pipe ends now too
+                    return self.exec_mode
+                await ws.send_bytes(bytes([channel]) + data)
+                if channel == STDOUT:
+                    sent["stdout"] += len(data)
+
+        watcher = asyncio.ensure_future(watch_client())
+        results = await asyncio.gather(pump(proc.stdout, STDOUT), pump(proc.stderr, STDERR))
+        try:
+            if "cut" in results:
+                record["outcome"] = "cut"
+                _kill(proc)
+                req.transport.abort() if req.transport else None  # no close frame, no status
+                return ws
+            if "gone" in results:
+                record["outcome"] = "gone"
+                self.pods.pop((ns, name), None)  # deleted; the kubelet kills its processes
+                self.list_cache.clear()
+                _kill(proc)
+                await proc.wait()
+                await ws.send_bytes(bytes([ERROR]) + json.dumps(
+                    exit_status(137, command)).encode())
+                await ws.close()
+                return ws
+            rc = await proc.wait()
+            record["outcome"] = rc
+            if not ws.closed and not client_gone.is_set():
+                st = success_status() if rc == 0 else exit_status(rc, command)
+                await ws.send_bytes(bytes([ERROR]) + json.dumps(st).encode())
+                await ws.close()
+            return ws
+        finally:
+            watcher.cancel()
+
+
+def _kill(proc: asyncio.subprocess.Process) -> None:
+    if proc.returncode is None:
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+
+
+def local_probe_argv(host_root: str, extra: tuple[str, ...] = ()) -> Callable[[list[str]], list[str]]:
+    """Map the probe command the plugin sends into the agent onto this machine: this
+    interpreter, the test's host root instead of /host."""
+    def rewrite(cmd: list[str]) -> list[str]:
+        out = list(cmd)
+        if out[:1] == ["python3"]:
+            out[0] = sys.executable
+        return [host_root if a == "/host" else a for a in out] + list(extra)
+    return rewrite
