@@ -13,7 +13,7 @@ import json
 import pytest
 
 from kubectl_gpudoctor.analysis import (admission, capacity, goroutines, kubelet_config,
-                                        node_objects, pod_status, wedge)
+                                        node_objects, pod_status, subjects, wedge)
 from kubectl_gpudoctor.analysis.common import events_by_uid, parse_time
 
 from .conftest import REPO
@@ -271,3 +271,37 @@ def test_capacity_plugin_gone_vs_devices_unhealthy():
                                                 "nvidia.com/mig-2g.20gb",
                                                 "nvidia.com/mig-3g.40gb"},
                       "devices_unhealthy": {"nvidia.com/gpu"}}
+
+
+# -- names for node-side subjects ------------------------------------------------------------
+
+def test_client_names_a_node_finding_left_with_a_pod_uid():
+    """The record the probe sent on the real kubelet (names null), for the captured pod."""
+    pod = Stage("healthy").pod("gdscn-gpu")
+    uid = pod["metadata"]["uid"]
+    cid = pod["status"]["containerStatuses"][0]["containerID"].split("://")[1]
+    rec = {"schema": "gpu-doctor/v1", "kind": "finding", "id": "cgroup.device_denied",
+           "severity": "critical", "subject": f"pod uid {uid} container {cid[:13]}",
+           "title": f"Container {cid[:13]} in pod uid {uid} cannot open /dev/nvidia-uvm "
+                    f"(c 508:0): its device cgroup denies it",
+           "evidence": {"pod_uid": uid, "namespace": None, "pod": None, "container": None,
+                        "container_id": cid}}
+    idx = subjects.PodIndex([pod])
+    out = subjects.name_record(rec, idx)
+    assert out["subject"] == "pod default/gdscn-gpu container c"
+    assert out["title"].startswith("Container c in pod default/gdscn-gpu cannot open")
+    ev = out["evidence"]
+    assert (ev["namespace"], ev["pod"], ev["container"]) == ("default", "gdscn-gpu", "c")
+    assert rec["evidence"]["pod"] is None  # the input record is not modified
+    # an event that names only the uid in its subject, and a uid the API does not know
+    ev_rec = {"kind": "event", "name": "cgroup.device_denied", "subject": f"pod uid {uid}",
+              "message": "x"}
+    assert subjects.name_record(ev_rec, idx)["subject"] == "pod default/gdscn-gpu"
+    other = dict(rec, subject="pod uid 00000000-0000-0000-0000-000000000000 container x",
+                 title="Container x in pod uid 00000000-0000-0000-0000-000000000000",
+                 evidence={"pod_uid": "00000000-0000-0000-0000-000000000000", "pod": None})
+    assert subjects.name_record(other, idx) is other
+    named = dict(rec, subject="pod default/gdscn-gpu container c",
+                 title="Container c in pod default/gdscn-gpu cannot open",
+                 evidence={"pod_uid": uid, "pod": "gdscn-gpu"})
+    assert subjects.name_record(named, idx) is named
