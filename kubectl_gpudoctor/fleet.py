@@ -15,7 +15,7 @@ import time
 from typing import Any, Callable, Mapping
 
 from . import analysis, errors
-from .analysis import capacity, goroutines
+from .analysis import capacity, fit, goroutines
 from .analysis.common import events_by_uid, node_is_ready
 from .diagnose import Settings, now_utc
 from .kube import ApiStatus, Kube, raise_for
@@ -206,6 +206,7 @@ def _row(node: Mapping[str, Any], pods: list[dict], lease, fs, now) -> dict:
     row = {"node": node["metadata"]["name"],
            "gpu": "/".join([str(sum(a for _, a in res.values())),
                             str(sum(c for c, _ in res.values()))]) if res else "-",
+           "free": fit.node_free(node, pods),  # allocatable minus bound, unfinished pods
            "ready": {True: "Ready", False: "NotReady", None: "?"}[node_is_ready(node)],
            "lease_age_s": None if age is None else round(age),
            "pods": len(pods), "critical": 0, "warning": 0, "top": None, "top_sev": None}
@@ -220,14 +221,14 @@ def table(rows: list[dict], limit: int | None = None) -> str:
 
     rows = sorted(rows, key=lambda r: (-r["critical"], -r["warning"], r["node"]))
     shown = rows if limit is None else rows[:limit]
-    body = [[r["node"], r["gpu"], r["ready"],
-             "-" if r["lease_age_s"] is None else f"{r['lease_age_s']}s",
+    body = [[r["node"], r["gpu"], "-" if r.get("free") is None else str(r["free"]),
+             r["ready"], "-" if r["lease_age_s"] is None else f"{r['lease_age_s']}s",
              r["pods"], r["critical"], r["warning"], r["top"] or "-"] for r in shown]
-    lines = [tabulate(body, headers=["NODE", "GPU A/C", "READY", "LEASE", "PODS", "CRIT",
-                                     "WARN", "TOP FINDING"],
+    lines = [tabulate(body, headers=["NODE", "GPU A/C", "FREE", "READY", "LEASE", "PODS",
+                                     "CRIT", "WARN", "TOP FINDING"],
                       tablefmt="plain", disable_numparse=True,
-                      colalign=("left", "left", "left", "left", "right", "right", "right",
-                                "left"))]
+                      colalign=("left", "left", "right", "left", "left", "right", "right",
+                                "right", "left"))]
     healthy = sum(1 for r in rows if not r["critical"] and not r["warning"])
     if limit is not None and len(rows) > limit:
         lines.append(f"... {len(rows) - limit} more node(s) not shown")

@@ -35,7 +35,10 @@ def _ev_brief(e: Mapping[str, Any]) -> dict:
 
 
 def analyze_pod(pod: Mapping[str, Any], events: Sequence[Mapping[str, Any]],
-                now: dt.datetime, stall_threshold_s: float = 120.0) -> list[Finding]:
+                now: dt.datetime, stall_threshold_s: float = 120.0,
+                fit: Sequence[Finding] | None = None) -> list[Finding]:
+    """`fit`: what fit.analyze_pending found for an unscheduled GPU pod (it names the case with
+    nodes and numbers, so it replaces the scheduler's sentence); None when not computed."""
     spec, st = pod.get("spec") or {}, pod.get("status") or {}
     subject = f"pod/{pod_ref(pod)}"
     evs = _sorted_events(events)
@@ -72,6 +75,9 @@ def analyze_pod(pod: Mapping[str, Any], events: Sequence[Mapping[str, Any]],
         return out
 
     if not spec.get("nodeName"):
+        if fit:
+            out.extend(fit)
+            return out
         sched = [e for e in evs if e.get("reason") == "FailedScheduling"]
         msg = (sched[-1].get("message") if sched else None) or next(
             (c.get("message") for c in st.get("conditions") or ()

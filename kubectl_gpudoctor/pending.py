@@ -1,0 +1,98 @@
+"""`pod Y` for an unscheduled GPU pod: the three lists the fit needs, fetched at once.
+
+Why a module of its own: the fit (analysis/fit.py) needs every node, every pod bound to a node
+and the namespace's ResourceQuotas. That is three LIST calls whatever the cluster size
+(resourceVersion=0: served from the API server's watch cache; the pod list is cut server-side
+to bound, unfinished pods with the same field selector kube-scheduler's own informer uses), plus
+one event list only when a quota is used up. A list we may not read is said so (a skipped
+check and a log line) and the pod report falls back to the scheduler's own message.
+"""
+from __future__ import annotations
+
+import concurrent.futures as cf
+import datetime as dt
+import time
+from typing import TYPE_CHECKING, Any, Mapping, Sequence
+
+from node_probe.protocol import Finding
+
+from . import errors
+from . import kube as _kube
+from .analysis import fit
+
+if TYPE_CHECKING:
+    from .output import Output
+
+CACHED = ("resourceVersion", "0")
+BOUND_UNFINISHED = "spec.nodeName!=,status.phase!=Succeeded,status.phase!=Failed"
+LIST_TIMEOUT_S = 30.0
+# API answers: typed errors.* exceptions (and kube.ApiStatus while it still exists)
+_API_ERRORS: tuple = (errors.GpuDoctorError,) + tuple(
+    t for t in (getattr(_kube, "ApiStatus", None),) if t is not None)
+
+
+def applies(pod: Mapping[str, Any]) -> bool:
+    """An unscheduled, Pending pod asking for a GPU resource."""
+    spec, st = pod.get("spec") or {}, pod.get("status") or {}
+    return (not spec.get("nodeName") and (st.get("phase") or "Pending") == "Pending"
+            and bool(fit.pod_gpu_requests(pod)))
+
+
+def _why(exc: BaseException) -> str:
+    status = getattr(exc, "status", None)
+    msg = getattr(exc, "message", None) or (exc.one_line() if hasattr(exc, "one_line")
+                                            else str(exc))
+    return f"{status} {msg}"[:200] if status else str(msg)[:200]
+
+
+def _items(kube, path: str, query: Sequence[tuple[str, str]]) -> list[dict]:
+    return list((kube.get_json(path, [CACHED, *query], LIST_TIMEOUT_S) or {}).get("items") or ())
+
+
+def collect(kube, pod: Mapping[str, Any], events: Sequence[Mapping[str, Any]], out: Output,
+            now: dt.datetime | None = None) -> list[Finding] | None:
+    """The fit findings for `pod`, or None when it does not apply or could not be computed."""
+    if not applies(pod):
+        return None
+    now = now or dt.datetime.now(dt.timezone.utc)
+    ns = (pod.get("metadata") or {}).get("namespace") or "default"
+    t0 = time.monotonic()
+    out.say("computing the GPU fit of the pod against every node")
+    with cf.ThreadPoolExecutor(max_workers=3, thread_name_prefix="fit") as pool:
+        f_nodes = pool.submit(_items, kube, "/api/v1/nodes", ())
+        f_pods = pool.submit(_items, kube, "/api/v1/pods", [("fieldSelector", BOUND_UNFINISHED)])
+        f_quotas = pool.submit(_items, kube, f"/api/v1/namespaces/{ns}/resourcequotas", ())
+        try:
+            nodes, pods = f_nodes.result(), f_pods.result()
+        except errors.Interrupted:
+            raise
+        except _API_ERRORS as exc:
+            out.check("api.gpu_fit", "skipped", time.monotonic() - t0,
+                      f"cannot list nodes and pods: {_why(exc)}")
+            out.log("warning", f"the GPU fit was not computed (cannot list nodes and pods: "
+                               f"{_why(exc)}); showing the scheduler's message instead")
+            return None
+        try:
+            quotas = f_quotas.result()
+        except errors.Interrupted:
+            raise
+        except _API_ERRORS as exc:
+            quotas = []
+            out.check("api.resource_quotas", "skipped", time.monotonic() - t0, _why(exc))
+            out.log("warning", f"ResourceQuotas in {ns} not readable ({_why(exc)}); the quota "
+                               f"case was not judged")
+    quota_events: list[dict] = []
+    f = fit.compute(pod, nodes, pods, now)
+    if f is None:
+        return None
+    if fit.quota_findings(pod, f, quotas, (), now):
+        try:  # who is refused by the used-up quota (controllers' FailedCreate events)
+            quota_events = _items(kube, f"/api/v1/namespaces/{ns}/events",
+                                  [("fieldSelector", "reason=FailedCreate")])
+        except _API_ERRORS as exc:
+            out.log("warning", f"events in {ns} not readable: {_why(exc)}")
+    found = fit.findings(pod, f, events, now) + fit.quota_findings(pod, f, quotas,
+                                                                   quota_events, now)
+    out.check("api.gpu_fit", "ok", time.monotonic() - t0,
+              f"{f.case}: {len(nodes)} nodes, {len(pods)} bound pods")
+    return found
