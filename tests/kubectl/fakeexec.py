@@ -73,6 +73,8 @@ class _Handler(kmock.RawHandler):
         m = EXEC.match(raw_request.path)
         if m:
             return await self.cluster._exec(raw_request, m.group(1), m.group(2))
+        if raw_request.path == NAMESPACES:  # kmock's path parser cannot take this one
+            return await self.cluster._namespaces(raw_request)
         return await super().__call__(raw_request)
 
 
@@ -90,7 +92,6 @@ class ExecCluster(FakeCluster):
         self.execs: list[dict] = []          # what each exec asked for, and what it got
         self.exec_procs: list[asyncio.subprocess.Process] = []
         self.daemonsets: dict[tuple[str, str], dict] = {}
-        self.quotas: dict[tuple[str, str], dict] = {}
         self.agent_pod_phase = "Running"     # the phase of pods the fake DS controller makes
 
     def _make_handler(self) -> kmock.RawHandler:
@@ -151,12 +152,6 @@ class ExecCluster(FakeCluster):
         body = None
         if method in ("POST", "PUT"):
             body = request.data or json.loads(request.body)
-        if path == NAMESPACES and method == "POST":
-            name = body["metadata"]["name"]
-            if name in self.namespaces:
-                return self._status(409, "AlreadyExists", f'namespaces "{name}" already exists')
-            self.namespaces[name] = (body["metadata"].get("labels") or {})
-            return self._json(body)
         m = NAMESPACE.match(path)
         if m and method == "GET":
             if m.group(1) not in self.namespaces:
@@ -164,19 +159,19 @@ class ExecCluster(FakeCluster):
             return self._json({"kind": "Namespace", "apiVersion": "v1",
                                "metadata": {"name": m.group(1),
                                             "labels": self.namespaces[m.group(1)]}})
+        quotas = _ListStore(self.quotas)  # FakeCluster lists them; POST/GET/PUT/DELETE here
         for coll_rx, one_rx, store, kind in ((DAEMONSETS, DAEMONSET, self.daemonsets,
-                                              "daemonsets"),
-                                             (QUOTAS, QUOTA, self.quotas, "resourcequotas")):
+                                              "daemonsets.apps"),
+                                             (QUOTAS, QUOTA, quotas, "resourcequotas")):
             m = coll_rx.match(path)
             if m and method == "POST":
                 ns, name = m.group(1), body["metadata"]["name"]
                 if ns not in self.namespaces:
                     return self._status(404, "NotFound", f'namespaces "{ns}" not found')
                 if (ns, name) in store:
-                    return self._status(409, "AlreadyExists",
-                                        f'{kind}.apps "{name}" already exists')
+                    return self._status(409, "AlreadyExists", f'{kind} "{name}" already exists')
                 store[(ns, name)] = body
-                if kind == "daemonsets":
+                if store is self.daemonsets:
                     self._run_daemonset(ns, body)
                 return self._json(body)
             m = one_rx.match(path)
@@ -184,21 +179,22 @@ class ExecCluster(FakeCluster):
                 key = (m.group(1), m.group(2))
                 if method == "GET":
                     if key not in store:
-                        return self._status(404, "NotFound", f'{kind}.apps "{key[1]}" not found')
-                    return self._json(self._ds_status(key, store[key]) if kind == "daemonsets"
-                                      else store[key])
+                        return self._status(404, "NotFound", f'{kind} "{key[1]}" not found')
+                    return self._json(self._ds_status(key, store[key])
+                                      if store is self.daemonsets else store[key])
                 if method == "PUT":
                     if key not in store:
-                        return self._status(404, "NotFound", f'{kind}.apps "{key[1]}" not found')
+                        return self._status(404, "NotFound", f'{kind} "{key[1]}" not found')
                     store[key] = body
-                    if kind == "daemonsets":
+                    if store is self.daemonsets:
                         self._run_daemonset(key[0], body)
                     return self._json(body)
                 if method == "DELETE":
                     self.deleted.append((key[0], key[1], q))
-                    if store.pop(key, None) is None:
-                        return self._status(404, "NotFound", f'{kind}.apps "{key[1]}" not found')
-                    if kind == "daemonsets":  # the garbage collector deletes its pods
+                    if key not in store:
+                        return self._status(404, "NotFound", f'{kind} "{key[1]}" not found')
+                    del store[key]
+                    if store is self.daemonsets:  # the garbage collector deletes its pods
                         for pk, p in list(self.pods.items()):
                             owners = (p["metadata"].get("ownerReferences") or ())
                             if pk[0] == key[0] and any(o.get("name") == key[1] and
@@ -209,6 +205,27 @@ class ExecCluster(FakeCluster):
                     return self._json({"kind": "Status", "apiVersion": "v1", "metadata": {},
                                        "status": "Success"})
         return super()._route(method, path, q, request)
+
+    async def _namespaces(self, req: aiohttp.web.BaseRequest) -> aiohttp.web.StreamResponse:
+        for m, rx in self.forbid:
+            if m in (req.method, "*") and rx.search(req.path):
+                return self._refuse(403, "Forbidden", f'namespaces is forbidden: User "tester" '
+                                                      f'cannot {req.method.lower()} resource '
+                                                      f'"namespaces"')
+        if req.method == "GET":
+            return aiohttp.web.json_response({
+                "kind": "NamespaceList", "apiVersion": "v1", "metadata": {},
+                "items": [{"kind": "Namespace", "apiVersion": "v1",
+                           "metadata": {"name": n, "labels": lb}}
+                          for n, lb in self.namespaces.items()]})
+        if req.method != "POST":
+            return self._refuse(405, "MethodNotAllowed", "the server does not allow this method")
+        body = await req.json()
+        name = body["metadata"]["name"]
+        if name in self.namespaces:
+            return self._refuse(409, "AlreadyExists", f'namespaces "{name}" already exists')
+        self.namespaces[name] = body["metadata"].get("labels") or {}
+        return aiohttp.web.json_response(body, status=201)
 
     def _run_daemonset(self, ns: str, ds: dict) -> None:
         """The DaemonSet controller: one pod per matching node, replacing older pods."""
@@ -346,6 +363,42 @@ class ExecCluster(FakeCluster):
             return ws
         finally:
             watcher.cancel()
+
+
+class _ListStore:
+    """FakeCluster keeps ResourceQuotas in a list; this gives it dict access by (ns, name)."""
+
+    def __init__(self, items: list[dict]) -> None:
+        self.items = items
+
+    def _find(self, key: tuple[str, str]) -> int | None:
+        for i, o in enumerate(self.items):
+            if (o["metadata"].get("namespace"), o["metadata"]["name"]) == key:
+                return i
+        return None
+
+    def __contains__(self, key: tuple[str, str]) -> bool:
+        return self._find(key) is not None
+
+    def __getitem__(self, key: tuple[str, str]) -> dict:
+        i = self._find(key)
+        if i is None:
+            raise KeyError(key)
+        return self.items[i]
+
+    def __setitem__(self, key: tuple[str, str], obj: dict) -> None:
+        obj = json.loads(json.dumps(obj))
+        obj["metadata"].setdefault("namespace", key[0])
+        i = self._find(key)
+        if i is None:
+            self.items.append(obj)
+        else:
+            self.items[i] = obj
+
+    def __delitem__(self, key: tuple[str, str]) -> None:
+        i = self._find(key)
+        if i is not None:
+            del self.items[i]
 
 
 def _kill(proc: asyncio.subprocess.Process) -> None:

@@ -1,0 +1,191 @@
+"""The standing agent: its manifests (schema-valid, the debug pod's privileges and no more),
+install/status/uninstall against the fake API server, and the idle process itself."""
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+
+import kubernetes_validate
+import pytest
+
+from kubectl_gpudoctor import agent, debugpod, errors
+from kubectl_gpudoctor.kube import Kube
+from node_probe import __version__
+
+from .fakeexec import ExecCluster
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+PINNED = "registry.local/gpu-doctor-probe:0.1.0@sha256:" + "0123456789abcdef" * 4
+
+
+@pytest.mark.parametrize("k8s", ["1.27", "1.30", kubernetes_validate.latest_version()])
+@pytest.mark.parametrize("selector", [None, {"nvidia.com/gpu.present": "true"}])
+def test_manifests_are_schema_valid(k8s, selector):
+    docs = agent.manifests("gpu-doctor", PINNED, selector)
+    assert [d["kind"] for d in docs] == ["Namespace", "ResourceQuota", "DaemonSet"]
+    for d in docs:
+        kubernetes_validate.validate(d, k8s, strict=True)
+
+
+def test_agent_has_the_debug_pods_privileges_and_nothing_more():
+    ds = agent.daemonset("gpu-doctor", PINNED)
+    spec = ds["spec"]["template"]["spec"]
+    dbg = debugpod.manifest("gpu-1", "gpu-doctor", "abcd1234", image=PINNED)["spec"]
+    for key in ("hostPID", "hostNetwork", "automountServiceAccountToken", "enableServiceLinks",
+                "tolerations", "volumes", "dnsPolicy"):
+        assert spec[key] == dbg[key], key
+    c, dc = spec["containers"][0], dbg["containers"][0]
+    for key in ("securityContext", "volumeMounts", "image", "name", "env"):
+        assert c[key] == dc[key], key
+    assert c["resources"]["limits"] == dc["resources"]["limits"]
+    # what only a daemon needs
+    assert set(spec) - set(dbg) == {"priorityClassName"}
+    assert set(dbg) - set(spec) == {"nodeName", "activeDeadlineSeconds"}
+    assert spec["priorityClassName"] == "system-node-critical"
+    assert spec["restartPolicy"] == "Always"
+    assert spec["tolerations"] == [{"operator": "Exists"}]  # every taint
+    assert c["command"] == ["python3", "-m", "node_probe", "agent-idle"]
+    assert c["image"] == PINNED  # --image and the digest pin apply
+    labels = ds["spec"]["template"]["metadata"]["labels"]
+    assert labels[debugpod.APP_LABEL] == "gpu-doctor" and labels[agent.COMPONENT_LABEL] == "agent"
+    assert debugpod.RUN_LABEL not in labels  # `cleanup` deletes debug pods, never the agent
+    assert labels[agent.VERSION_LABEL] == __version__
+    assert ds["spec"]["selector"]["matchLabels"].items() <= labels.items()
+    q = agent.quota_manifest("gpu-doctor")["spec"]["scopeSelector"]["matchExpressions"][0]
+    assert q["values"] == ["system-node-critical"]
+
+
+def test_node_selector_parsing():
+    assert agent.parse_selector("a=b, c=d") == {"a": "b", "c": "d"}
+    with pytest.raises(errors.UsageError):
+        agent.parse_selector("a!=b")
+    with pytest.raises(errors.UsageError):
+        agent.parse_selector("justakey")
+
+
+@pytest.fixture
+def xc():
+    fc = ExecCluster()
+    for n in ("gpu-a", "gpu-b", "gpu-c"):
+        fc.add_node(n)
+    fc.add_node("cpu-a", gpus=0)
+    fc.start()
+    try:
+        yield fc
+    finally:
+        fc.stop()
+
+
+@pytest.fixture
+def kube(xc, tmp_path):
+    return Kube(str(xc.kubeconfig(tmp_path / "kc")))
+
+
+def test_install_status_uninstall(xc, kube):
+    img = agent.default_image()
+    before = agent.status(kube, "gpu-doctor", img)
+    assert before["installed"] is False and not agent.status_ok(before)
+    assert "not installed" in agent.status_table(before)
+    assert agent.INSTALL_COMMAND in agent.status_table(before)
+
+    docs = agent.manifests("gpu-doctor", img, {"nvidia.com/gpu.present": "true"})
+    assert agent.install(kube, docs) == ["namespace/gpu-doctor created",
+                                         f"resourcequota/{agent.QUOTA_NAME} created",
+                                         f"daemonset/{agent.AGENT_NAME} created"]
+    assert xc.namespaces["gpu-doctor"]["pod-security.kubernetes.io/enforce"] == "privileged"
+    st = agent.status(kube, "gpu-doctor", img)
+    assert st["installed"] and agent.status_ok(st)
+    assert [r["node"] for r in st["nodes"]] == ["gpu-a", "gpu-b", "gpu-c"]  # the DS selector
+    assert all(r["phase"] == "Running" and r["skew"] is None for r in st["nodes"])
+    pod, why = agent.find_agent_pod(kube, "gpu-doctor", "gpu-b")
+    assert pod["spec"]["nodeName"] == "gpu-b" and why == ""
+    assert ("GET", "/api/v1/namespaces/gpu-doctor/pods") in kube.calls
+
+    # a second install replaces what exists
+    assert agent.install(kube, docs)[1:] == [f"resourcequota/{agent.QUOTA_NAME} configured",
+                                             f"daemonset/{agent.AGENT_NAME} configured"]
+    assert agent.install(kube, docs)[0] == "namespace/gpu-doctor unchanged (exists)"
+
+    # skew: one node runs an older agent, one has none
+    for key, p in list(xc.pods.items()):
+        if p["spec"].get("nodeName") in ("gpu-b", "gpu-c") and key[0] == "gpu-doctor":
+            del xc.pods[key]
+    xc.add_agent_pod("gpu-b", version="0.0.9", image="ghcr.io/gpu-doctor/gpu-doctor-probe:0.0.9")
+    st = agent.status(kube, "gpu-doctor", img)
+    rows = {r["node"]: r for r in st["nodes"]}
+    assert rows["gpu-a"]["skew"] is None
+    assert "agent 0.0.9, plugin" in rows["gpu-b"]["skew"] and "image" in rows["gpu-b"]["skew"]
+    assert rows["gpu-c"]["phase"] == "missing" and rows["gpu-c"]["pod"] is None
+    assert not agent.status_ok(st)
+    table = agent.status_table(st)
+    assert "3 node(s): 2 with a Running agent, 1 without; 1 with version skew" in table
+    assert agent.find_agent_pod(kube, "gpu-doctor", "gpu-c") == (None, "no agent pod on this node")
+
+    assert agent.uninstall(kube, "gpu-doctor") == [f"daemonset/{agent.AGENT_NAME} deleted",
+                                                   f"resourcequota/{agent.QUOTA_NAME} deleted"]
+    assert not [k for k, p in xc.pods.items() if k[0] == "gpu-doctor"
+                and p["metadata"].get("ownerReferences")]
+    assert agent.uninstall(kube, "gpu-doctor")[0] == f"daemonset/{agent.AGENT_NAME} not found"
+
+
+def test_agent_pod_not_running_is_not_used(xc, kube):
+    xc.namespaces["gpu-doctor"] = {}
+    xc.add_agent_pod("gpu-a", phase="Pending")
+    assert agent.find_agent_pod(kube, "gpu-doctor", "gpu-a") == (
+        None, "the agent pod on gpu-a is Pending")
+    assert agent.find_agent_pod(kube, "nowhere", "gpu-a")[0] is None
+
+
+def test_install_forbidden_says_who_may(xc, kube):
+    xc.forbid.append(("POST", re.compile(r"/daemonsets$")))
+    xc.namespaces["gpu-doctor"] = {}
+    with pytest.raises(errors.Forbidden) as ei:
+        agent.install(kube, agent.manifests("gpu-doctor", PINNED))
+    assert "cluster admin" in ei.value.one_line() and "--dry-run -o yaml" in ei.value.one_line()
+
+
+def test_idle_agent_sleeps_cheaply_and_stops_on_sigterm():
+    """The agent's main process: measured here (RSS from /proc, CPU ticks over 1 s)."""
+    p = subprocess.Popen([sys.executable, "-m", "node_probe", "agent-idle"], cwd=REPO,
+                         env={**os.environ, "PYTHONPATH": REPO})
+    try:
+        time.sleep(0.5)
+        with open(f"/proc/{p.pid}/stat") as f:
+            t1 = sum(int(x) for x in f.read().rsplit(")", 1)[1].split()[11:13])
+        time.sleep(1.0)
+        with open(f"/proc/{p.pid}/stat") as f:
+            t2 = sum(int(x) for x in f.read().rsplit(")", 1)[1].split()[11:13])
+        with open(f"/proc/{p.pid}/status") as f:
+            rss_kib = int(re.search(r"VmRSS:\s+(\d+)", f.read()).group(1))
+        assert p.poll() is None
+        assert t2 - t1 == 0, "the idle agent used CPU while idle"
+        assert rss_kib < 30 * 1024, rss_kib
+        p.send_signal(signal.SIGTERM)
+        assert p.wait(timeout=5) == 0
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+
+
+def test_agent_rbac_grants_exec_only_in_the_agent_namespace():
+    import yaml
+    docs = list(yaml.safe_load_all(open(os.path.join(REPO, "deploy", "agent-rbac.yaml"))))
+    for d in docs:
+        kubernetes_validate.validate(d, kubernetes_validate.latest_version(), strict=True)
+        assert d["kind"] in ("Role", "RoleBinding")  # no cluster-wide grant
+        assert d["metadata"]["namespace"] == agent.DEFAULT_NAMESPACE
+    (role,) = [d for d in docs if d["kind"] == "Role"]
+    granted = {(g, r, v) for rule in role["rules"] for g in rule["apiGroups"]
+               for r in rule["resources"] for v in rule["verbs"]}
+    assert ("", "pods/exec", "create") in granted and ("", "pods/exec", "get") in granted
+    assert not {v for _, r, v in granted if r in ("pods", "daemonsets")} - {"get", "list"}
+    # the base RBAC does not grant exec anywhere
+    base = list(yaml.safe_load_all(open(os.path.join(REPO, "deploy", "rbac.yaml"))))
+    for d in base:
+        for rule in (d or {}).get("rules") or ():
+            assert "pods/exec" not in rule["resources"]
