@@ -33,6 +33,7 @@ DEFAULT_HOOK_PATH = "/usr/local"
 LEGACY_CACHE_DIRS = ("/usr/local/vgpu", "/tmp/vgpu")
 CONTAINERS_WAIT_S = 2.0
 LOG_TAIL_BYTES = 8 << 20
+PRELOAD_CAP = 64 << 10  # /etc/ld.so.preload names a few libraries; a bigger one is read in part
 _TRUE = {"1", "t", "T", "TRUE", "true", "True"}
 
 REFS_ISOLATION = (
@@ -142,12 +143,11 @@ def scan_plugin_log(lines: Iterable[str], source: str = "plugin log") -> list[Fi
 
 
 def read_log_tail(path: Path, limit: int = LOG_TAIL_BYTES) -> list[str]:
-    with open(path, "rb") as f:
-        f.seek(0, os.SEEK_END)
-        size = f.tell()
-        f.seek(max(0, size - limit))
-        data = f.read()
-    if size > limit:  # drop the partial first line
+    """The last `limit` bytes of a regular file as lines (a FIFO or device such as /dev/zero
+    raises hostfs.NotRegularFile instead of being read forever)."""
+    blob = hostfs.read_tail(path, limit)
+    data = blob.data
+    if blob.truncated:  # drop the partial first line
         data = data.split(b"\n", 1)[-1]
     return data.decode("utf-8", "replace").splitlines()
 
@@ -188,18 +188,21 @@ def audit_root(root: Path, env: Mapping[str, str]) -> dict:
     probs: list[str] = res["problems"]
     disabled = env.get("CUDA_DISABLE_CONTROL", "") in _TRUE
     res["control_disabled"] = disabled
-    preload = hostfs.resolve(root, "etc/ld.so.preload")
     res["ld_so_preload"] = None
     libs: list[str] = []
-    if preload is None or not preload.is_file():
+    try:  # the tenant owns this file: one safe, capped, non-blocking read inside its root
+        preload = hostfs.read_under(root, "etc/ld.so.preload", PRELOAD_CAP)
+    except FileNotFoundError:
+        preload = None
         if not disabled:
             probs.append("/etc/ld.so.preload is missing")
-    else:
-        try:
-            text = preload.read_text(errors="replace")[:4096]
-        except OSError as exc:
-            text = ""
-            probs.append(f"/etc/ld.so.preload unreadable: {exc.strerror}")
+    except OSError as exc:
+        preload = None
+        probs.append(f"/etc/ld.so.preload unreadable: {exc.strerror}")
+    if preload is not None:
+        text = preload.text
+        if preload.truncated:
+            res["ld_so_preload_truncated_at"] = PRELOAD_CAP
         res["ld_so_preload"] = text.strip()[:300]
         libs = [p for p in _preload_entries(text) if "libvgpu" in os.path.basename(p)]
         if not libs and not disabled:
@@ -207,18 +210,17 @@ def audit_root(root: Path, env: Mapping[str, str]) -> dict:
     res["preloaded_libs"] = libs
     present = {}
     for lib in libs or [expected_lib]:
-        p = hostfs.resolve(root, lib)
-        present[lib] = bool(p is not None and p.is_file())
+        present[lib] = hostfs.exists_under(root, lib, "file")
     res["lib_present"] = present
     if libs and not any(present.values()):
         probs.append(f"{libs[0]} (named in /etc/ld.so.preload) is not in the container")
     cache = env.get("CUDA_DEVICE_MEMORY_SHARED_CACHE")
     dirs = [os.path.dirname(cache)] if cache else list(LEGACY_CACHE_DIRS)
-    found = [d for d in dirs if (hostfs.resolve(root, d) or Path("/nonexistent")).is_dir()]
+    found = [d for d in dirs if hostfs.exists_under(root, d, "dir")]
     res["shared_cache"] = cache
     res["shared_cache_dir"] = found[0] if found else dirs[0]
     res["shared_cache_dir_present"] = bool(found)
-    res["shared_cache_file_present"] = bool(cache and hostfs.resolve(root, cache) is not None)
+    res["shared_cache_file_present"] = bool(cache and hostfs.exists_under(root, cache))
     if not found and not disabled:
         probs.append(f"shared cache dir {dirs[0]} is missing")
     return res

@@ -22,7 +22,6 @@ from node_probe.engine.registry import check
 REFS_001 = ("https://github.com/NVIDIA/nvidia-container-toolkit/issues/48",
             "https://github.com/NVIDIA/k8s-device-plugin#setting-other-helm-chart-values",
             "https://kubernetes.io/docs/tasks/administer-cluster/cpu-management-policies/")
-PLUGIN_COMM_HINTS = ("nvidia-device-p", "nvidia-device-plugin")
 _PASS_RE = re.compile(r"^\s*passDeviceSpecs\s*:\s*(\S+)", re.M)
 _TRUE = ("1", "true", "t", "yes")
 
@@ -34,8 +33,9 @@ def _truthy(v: str | None) -> bool | None:
 
 
 def nvidia_plugins(kubelet_dir: Path, proc: Path) -> list[dict]:
-    """Running NVIDIA device plugin processes: socket owners for nvidia.com/* resources, plus
-    processes named like the NVIDIA plugin (its socket may be elsewhere)."""
+    """Running NVIDIA device plugin processes: the owners of plugin sockets for nvidia.com/*
+    resources. A process is never taken for the plugin by its name: any tenant can name a
+    process `nvidia-device-plugin`."""
     found: dict[int, dict] = {}
     for t in discovery.discover(kubelet_dir, proc):
         if t.pid and ((t.resource or "").startswith("nvidia.com/") or "nvidia" in t.comm):
@@ -44,14 +44,6 @@ def nvidia_plugins(kubelet_dir: Path, proc: Path) -> list[dict]:
             found[t.pid]["sockets"].append(t.socket)
             if t.resource:
                 found[t.pid]["resources"].append(t.resource)
-    for pid in procfs.pids(proc):
-        if pid in found:
-            continue
-        comm = procfs.read_comm(pid, proc)
-        if comm in PLUGIN_COMM_HINTS:
-            uid, _ = discovery.pod_of(pid, proc)
-            found[pid] = {"pid": pid, "comm": comm, "sockets": [], "resources": [],
-                          "pod_uid": uid}
     return sorted(found.values(), key=lambda d: d["pid"])
 
 

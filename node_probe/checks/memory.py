@@ -89,18 +89,17 @@ def parse_psi(text: str) -> Psi | None:
 
 
 def read_psi(proc: Path, resource: str) -> Psi | None:
-    try:
-        return parse_psi((proc / "pressure" / resource).read_text())
-    except OSError:  # no CONFIG_PSI, or booted with psi=0 (EOPNOTSUPP)
+    text = procfs.read_str(proc / "pressure" / resource)
+    if text is None:  # no CONFIG_PSI, or booted with psi=0 (EOPNOTSUPP)
         return None
+    return parse_psi(text)
 
 
 def read_kv(path: Path) -> dict[str, int]:
     """`/proc/vmstat` (`key value`) and `/proc/meminfo` (`Key:   value kB`)."""
     out: dict[str, int] = {}
-    try:
-        text = path.read_text()
-    except OSError:
+    text = procfs.read_str(path)
+    if text is None:
         return out
     for line in text.splitlines():
         parts = line.replace(":", " ").split()

@@ -65,12 +65,12 @@ def _iso(ts: float | None) -> str | None:
 
 
 def boot_time(proc: Path = procfs.PROC) -> float | None:
-    try:
-        for line in (proc / "stat").read_text().splitlines():
-            if line.startswith("btime "):
+    for line in (procfs.read_str(proc / "stat", 1 << 20) or "").splitlines():
+        if line.startswith("btime "):
+            try:
                 return float(line.split()[1])
-    except OSError:
-        pass
+            except (IndexError, ValueError):
+                return None
     return None
 
 

@@ -6,7 +6,8 @@ kernel's socket tables: /proc/PID/net/unix (one read per network namespace, sinc
 run in a pod's netns) lists the socket inodes bound to that path, and /proc/PID/fd/* links
 `socket:[inode]` name the process holding them. The path in the table is the path inside the
 plugin's mount namespace, so a match on the basename is confirmed by stat()ing the path through
-/proc/PID/root and comparing it with the socket file the probe sees. The pod comes from the
+/proc/PID/root and comparing it with the socket file the probe sees; nothing else (a process
+name, a path string) counts, since any tenant can choose those. The pod comes from the
 process's cgroup path, the resource name from the kubelet's checkpoint or the socket name.
 """
 from __future__ import annotations
@@ -19,6 +20,7 @@ from pathlib import Path
 from node_probe.host import containers, device_checkpoint, procfs
 
 KUBELET_SOCKET = "kubelet.sock"
+NET_UNIX_CAP = 32 << 20  # one /proc/PID/net/unix table; a netns with ~300k sockets, bounded
 _ACCEPTCON = 0x00010000
 
 
@@ -32,7 +34,7 @@ class PluginTarget:
     pod_uid: str | None = None
     container_id: str | None = None
     socket_path_in_process: str | None = None
-    match: str | None = None          # how the process was matched: inode | path | basename
+    match: str | None = None          # how the process was matched: always "inode"
     nvml_library: str | None = None   # libnvidia-ml.so* the process has mapped (its own path)
 
     def fact(self) -> dict:
@@ -135,9 +137,8 @@ def find_owners(sockets: list[Path], proc: Path = procfs.PROC) -> dict[Path, tup
         if ns is None or ns in seen_ns:
             continue
         seen_ns.add(ns)
-        try:
-            text = (proc / str(pid) / "net" / "unix").read_text()
-        except OSError:
+        text = procfs.read_str(proc / str(pid) / "net" / "unix", NET_UNIX_CAP)
+        if text is None:
             continue
         for inode, _flags, path in parse_net_unix(text):
             if os.path.basename(path) in by_base:
@@ -159,19 +160,13 @@ def find_owners(sockets: list[Path], proc: Path = procfs.PROC) -> dict[Path, tup
                 st = os.stat(f)
             except OSError:
                 continue
-            best = None
+            # Only the inode identifies the owner: any process can bind a socket with the
+            # same path in its own mount namespace (or unlink it after binding), so a
+            # matching path or basename alone would let it pose as the plugin.
             for pid, path in hs:
                 if _same_file(st, proc / str(pid) / "root" / path.lstrip("/")):
-                    best = (pid, path, "inode")
+                    out[f] = (pid, path, "inode")
                     break
-            if best is None:
-                exact = [(pid, path) for pid, path in hs if path == str(f)]
-                if exact:
-                    best = (exact[0][0], exact[0][1], "path")
-                elif len({pid for pid, _ in hs}) == 1 and len(files) == 1:
-                    best = (hs[0][0], hs[0][1], "basename")
-            if best is not None:
-                out[f] = best
     return out
 
 

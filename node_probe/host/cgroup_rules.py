@@ -34,7 +34,7 @@ import tempfile
 from pathlib import Path
 from typing import Iterable, Sequence
 
-from node_probe.host import subproc
+from node_probe.host import procfs, subproc
 
 ACCESS = frozenset("rwm")
 
@@ -114,9 +114,12 @@ class RuleSet:
 
 
 def read_rules(cgroup: Path) -> RuleSet | None:
+    text = procfs.read_str(Path(cgroup) / "devices.list", 1 << 20)
+    if text is None:
+        return None
     try:
-        return RuleSet.parse((Path(cgroup) / "devices.list").read_text())
-    except (OSError, ValueError):
+        return RuleSet.parse(text)
+    except ValueError:
         return None
 
 
@@ -152,10 +155,7 @@ class AccessResult:
 
 
 def _read_int(p: Path) -> int | None:
-    try:
-        t = p.read_text().strip()
-    except OSError:
-        return None
+    t = (procfs.read_str(p) or "").strip()
     return int(t) if t.isdigit() else None
 
 
@@ -298,7 +298,5 @@ def _helper_argv(python: str | None) -> list[str]:
 
 
 def _procs(cg: Path) -> set[int]:
-    try:
-        return {int(x) for x in (cg / "cgroup.procs").read_text().split() if x.isdigit()}
-    except OSError:
-        return set()
+    text = procfs.read_str(cg / "cgroup.procs", 4 << 20) or ""
+    return {int(x) for x in text.split() if x.isdigit()}

@@ -26,7 +26,7 @@ import re
 from pathlib import Path
 from typing import Any, Iterable, Iterator, Mapping, Sequence
 
-from node_probe.host import procfs
+from node_probe.host import hostfs, procfs
 
 MAX_DEPTH = 10          # kubepods may be nested (kind: /kubelet.slice/kubelet-kubepods.slice)
 MAX_PIDS = 64           # environ of a few processes is enough to see NVIDIA_VISIBLE_DEVICES
@@ -178,9 +178,8 @@ def read_pids(cgroup: Path, limit: int = MAX_PIDS) -> list[int]:
     namespace, which is the host's in the debug pod)."""
     out: list[int] = []
     for d, dirs, files in os.walk(cgroup):
-        try:
-            text = (Path(d) / "cgroup.procs").read_text()
-        except OSError:
+        text = procfs.read_str(Path(d) / "cgroup.procs", 4 << 20)
+        if text is None:
             continue
         out.extend(int(x) for x in text.split() if x.isdigit())
         if len(out) >= limit:
@@ -245,10 +244,8 @@ def parse_bundle_config(text: str, fmt: str = "oci") -> dict:
 
 def read_bundle_meta(host_root: Path, container_id: str) -> dict:
     for pattern, fmt in BUNDLE_CONFIGS:
-        p = Path(host_root) / pattern.format(id=container_id)
         try:
-            with open(p, "rb") as f:
-                text = f.read(8 << 20).decode("utf-8", "replace")
+            text = hostfs.read_under(host_root, pattern.format(id=container_id), 8 << 20).text
         except OSError:
             continue
         meta = parse_bundle_config(text, fmt)

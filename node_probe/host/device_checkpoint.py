@@ -17,7 +17,7 @@ import dataclasses
 import json
 from pathlib import Path
 
-from node_probe.host import procfs
+from node_probe.host import hostfs, procfs
 
 CHECKPOINT = "device-plugins/kubelet_internal_checkpoint"
 MAX_BYTES = 16 << 20
@@ -141,9 +141,10 @@ def parse(text: str) -> list[Entry]:
 def read(kubelet_dir: Path) -> tuple[list[Entry], dict[str, list[str]]] | None:
     """(entries, registered devices) of the checkpoint, or None when absent or unreadable."""
     try:
-        with open(Path(kubelet_dir) / CHECKPOINT, "rb") as f:
-            text = f.read(MAX_BYTES).decode("utf-8", "replace")
-        return parse_doc(text)
+        blob = hostfs.read_under(kubelet_dir, CHECKPOINT, MAX_BYTES)
+        if blob.truncated:
+            return None  # a cut JSON document would parse to nothing useful
+        return parse_doc(blob.text)
     except (OSError, ValueError, AttributeError, TypeError):  # absent, not JSON, wrong shape
         return None
 

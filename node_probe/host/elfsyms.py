@@ -18,6 +18,10 @@ import struct
 from pathlib import Path
 from typing import BinaryIO, Iterable
 
+from node_probe.host import procfs
+
+MAPS_CAP = 16 << 20  # /proc/PID/maps of a process with very many mappings, bounded
+
 SHT_SYMTAB = 2
 SHT_DYNSYM = 11
 STT_FUNC = 2
@@ -151,9 +155,8 @@ class Mapping:
 
 
 def read_maps(pid: int, proc: Path = Path("/proc")) -> list[Mapping]:
-    try:
-        text = (proc / str(pid) / "maps").read_text()
-    except OSError:
+    text = procfs.read_str(proc / str(pid) / "maps", MAPS_CAP)
+    if text is None:
         return []
     out = []
     for line in text.splitlines():

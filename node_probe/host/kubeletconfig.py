@@ -17,6 +17,7 @@ from pathlib import Path
 from node_probe.host import hostfs, procfs
 
 DEFAULT_ROOT_DIR = "/var/lib/kubelet"
+CONFIG_CAP = 1 << 20  # a kubelet config is a few KiB; a bigger file is read in part
 # flag -> config key (flags override the file in the kubelet)
 FLAG_KEYS = {
     "--cpu-manager-policy": "cpuManagerPolicy",
@@ -206,6 +207,7 @@ def load(host_root: Path, kubelet_dir: Path, proc: Path = procfs.PROC) -> dict:
         fact[k] = None
     argv: list[str] = []
     cfg_path: Path | None = None
+    cfg_where: tuple[Path, str] | None = None  # (root, path inside it) for the safe open
     if chosen:
         fact["pid"], argv = chosen
         rel = flag_value(argv, "--config")
@@ -214,21 +216,26 @@ def load(host_root: Path, kubelet_dir: Path, proc: Path = procfs.PROC) -> dict:
             fact["path"] = rel
             fact["source"] = "kubelet --config"
             cfg_path = p
+            cfg_where = (Path(host_root), rel)
             if p is None:
                 fact["error"] = f"--config {rel} not found under {host_root}"
     if cfg_path is None and fact["error"] is None:
         p = kdir / "config.yaml"
         if p.is_file():
             cfg_path, fact["path"], fact["source"] = p, str(p), "kubelet dir"
-    if cfg_path is not None:
+            cfg_where = (Path(kdir), "config.yaml")
+    if cfg_path is not None and cfg_where is not None:
         try:
-            doc = parse_config(cfg_path.read_text(errors="replace"))
+            blob = hostfs.read_under(cfg_where[0], cfg_where[1], CONFIG_CAP)
+            doc = parse_config(blob.text)
+            if blob.truncated:
+                doc.setdefault("_parse_error", f"larger than {CONFIG_CAP} bytes")
             for k in KEYS:
                 if k in doc:
                     fact[k] = doc[k]
             if "_parse_error" in doc:
                 fact["error"] = f"{cfg_path}: read partially ({doc['_parse_error']})"
-        except (OSError, ValueError) as exc:
+        except (OSError, ValueError, RecursionError) as exc:
             fact["error"] = f"{cfg_path}: {exc}"
     for flag, key in FLAG_KEYS.items():
         v = flag_value(argv, flag)

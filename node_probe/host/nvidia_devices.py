@@ -108,10 +108,10 @@ def procfs_gpus(host_root: Path) -> list[GpuInfo]:
         return []
     out = []
     for i, d in enumerate(sorted(p for p in base.iterdir() if p.is_dir())):
-        try:
-            info = parse_gpu_information((d / "information").read_text())
-        except OSError:
+        text = hostfs.read_text(d, "information", 1 << 16)
+        if text is None:
             continue
+        info = parse_gpu_information(text)
         minor = info.get("Device Minor")
         out.append(GpuInfo(uuid=info.get("GPU UUID") or None,
                            minor=int(minor) if minor and minor.isdigit() else None, index=i))

@@ -12,7 +12,28 @@ import re
 from pathlib import Path
 from typing import Iterator
 
+from node_probe.host import hostfs
+
 PROC = Path("/proc")
+# Caps for reads of tenant-controlled /proc files (a process can make its environ or cmdline
+# as long as ARG_MAX allows); beyond them a read is truncated, never unbounded.
+ENVIRON_CAP = 1 << 20
+CMDLINE_CAP = 1 << 18
+SMALL_CAP = 1 << 16
+
+
+def read_bytes(path: Path, cap: int = SMALL_CAP) -> bytes | None:
+    """At most `cap` bytes of a /proc file (None when gone or unreadable; never blocks)."""
+    try:
+        return hostfs.read_file(path, cap).data
+    except OSError:
+        return None
+
+
+def read_str(path: Path, cap: int = SMALL_CAP) -> str | None:
+    """A /proc file as text, decoded with replacement (comm and paths need not be UTF-8)."""
+    raw = read_bytes(path, cap)
+    return None if raw is None else raw.decode("utf-8", "replace")
 
 # Environment keys we may read (and show). Everything else in /proc/PID/environ is a secret.
 ENV_PREFIXES = ("NVIDIA_", "CUDA_", "HAMI_", "GPU_CORE_")
@@ -31,9 +52,8 @@ def env_key_allowed(key: str) -> bool:
 
 def read_environ(pid: int, proc: Path = PROC) -> dict[str, str]:
     """The allowed subset of a process's environment ({} if gone or unreadable)."""
-    try:
-        raw = (proc / str(pid) / "environ").read_bytes()
-    except OSError:
+    raw = read_bytes(proc / str(pid) / "environ", ENVIRON_CAP)
+    if raw is None:
         return {}
     out: dict[str, str] = {}
     for item in raw.split(b"\0"):
@@ -47,18 +67,14 @@ def read_environ(pid: int, proc: Path = PROC) -> dict[str, str]:
 
 
 def read_cmdline(pid: int, proc: Path = PROC) -> list[str]:
-    try:
-        raw = (proc / str(pid) / "cmdline").read_bytes()
-    except OSError:
+    raw = read_bytes(proc / str(pid) / "cmdline", CMDLINE_CAP)
+    if raw is None:
         return []
     return [a.decode("utf-8", "replace") for a in raw.split(b"\0") if a]
 
 
 def read_comm(pid: int, proc: Path = PROC) -> str:
-    try:
-        return (proc / str(pid) / "comm").read_text().strip()
-    except OSError:
-        return ""
+    return (read_str(proc / str(pid) / "comm") or "").strip()
 
 
 def pids(proc: Path = PROC) -> Iterator[int]:
@@ -85,9 +101,8 @@ def read_stat(pid: int, tid: int | None = None, proc: Path = PROC) -> dict | Non
     """Parsed /proc/PID[/task/TID]/stat: comm, state, ppid, minflt, majflt, utime, stime,
     starttime (clock ticks). The comm may contain spaces and parentheses."""
     path = proc / str(pid) / ("stat" if tid is None else f"task/{tid}/stat")
-    try:
-        raw = path.read_bytes()
-    except OSError:
+    raw = read_bytes(path)
+    if raw is None:
         return None
     m = _STAT_RE.match(raw.strip())
     if not m:
@@ -106,9 +121,8 @@ def read_stat(pid: int, tid: int | None = None, proc: Path = PROC) -> dict | Non
 
 def read_cgroups(pid: int, proc: Path = PROC) -> dict[str, str]:
     """controller(s) -> path from /proc/PID/cgroup; the v2 entry has key ''."""
-    try:
-        text = (proc / str(pid) / "cgroup").read_text()
-    except OSError:
+    text = read_str(proc / str(pid) / "cgroup")
+    if text is None:
         return {}
     out: dict[str, str] = {}
     for line in text.splitlines():

@@ -98,10 +98,7 @@ class ThreadView:
 
 
 def _read_text(path: Path) -> str | None:
-    try:
-        return path.read_text()
-    except OSError:
-        return None
+    return procfs.read_str(path)
 
 
 def parse_syscall_file(text: str) -> tuple[int | None, tuple[int, ...], int | None, int | None]:

@@ -88,9 +88,8 @@ def snapshot_gpu_cgroups(cgroup_dir: Path, budget_s: float = 0.3,
     for dirpath, dirnames, _files in os.walk(root):
         if time.monotonic() > deadline:
             break
-        try:
-            text = Path(dirpath, "devices.list").read_text()
-        except OSError:
+        text = procfs.read_str(Path(dirpath, "devices.list"), 1 << 20)
+        if text is None:
             continue
         if allows_major(parse_rules(text), major):
             rel = "/" + os.path.relpath(dirpath, root)
@@ -99,10 +98,8 @@ def snapshot_gpu_cgroups(cgroup_dir: Path, budget_s: float = 0.3,
 
 
 def read_devices_list(cgroup_dir: Path, relpath: str) -> str | None:
-    try:
-        return (Path(cgroup_dir) / "devices" / relpath.lstrip("/") / "devices.list").read_text()
-    except OSError:
-        return None
+    return procfs.read_str(Path(cgroup_dir) / "devices" / relpath.lstrip("/") / "devices.list",
+                           1 << 20)
 
 
 class CgroupDevices:

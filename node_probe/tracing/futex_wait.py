@@ -128,7 +128,5 @@ class FutexWait:
 
 
 def _comm(proc: Path, pid: int, tid: int) -> str:
-    try:
-        return (proc / str(pid) / "task" / str(tid) / "comm").read_text().strip()
-    except OSError:
-        return procfs.read_comm(pid, proc)
+    comm = procfs.read_str(proc / str(pid) / "task" / str(tid) / "comm")
+    return comm.strip() if comm is not None else procfs.read_comm(pid, proc)

@@ -172,10 +172,8 @@ class NvidiaDev:
 
 
 def _thread_comm(proc: Path, pid: int, tid: int) -> str:
-    try:
-        return (proc / str(pid) / "task" / str(tid) / "comm").read_text().strip()
-    except OSError:
-        return procfs.read_comm(pid, proc)
+    comm = procfs.read_str(proc / str(pid) / "task" / str(tid) / "comm")
+    return comm.strip() if comm is not None else procfs.read_comm(pid, proc)
 
 
 def _device_of(proc: Path, pid: int, path: str) -> dict | None:

@@ -31,7 +31,7 @@ def find_library(pid: int, proc: Path = procfs.PROC) -> tuple[str | None, str | 
     how it was found)."""
     root = proc / str(pid) / "root"
     try:
-        maps = (proc / str(pid) / "maps").read_text().splitlines()
+        maps = hostfs.read_file(proc / str(pid) / "maps", 16 << 20).text.splitlines()
     except OSError as exc:
         return None, None, f"cannot read maps: {exc.strerror or exc}"
     for line in maps:
