@@ -30,19 +30,87 @@ def _try(fn, *args, default=None):
         return default
 
 
+GPU_IS_LOST = 15
+
+
+def _code(exc) -> int | None:
+    return getattr(exc, "value", None)
+
+
+def fabric(pynvml, h) -> dict | None:
+    """Per-GPU NVSwitch fabric registration (nvmlDeviceGetGpuFabricInfo); None where the
+    driver or GPU does not support it (pre-Hopper, no NVSwitch)."""
+    cls = getattr(pynvml, "c_nvmlGpuFabricInfo_t", None)
+    if cls is None:
+        return None
+    info = cls()
+    try:
+        pynvml.nvmlDeviceGetGpuFabricInfo(h, ctypes.byref(info))
+    except Exception:
+        return None
+    state = int(info.state) & 0xFF  # nvmlGpuFabricState_t is an unsigned char in nvml.h
+    if state == 0:
+        return None
+    return {"state": {1: "not_started", 2: "in_progress", 3: "completed"}.get(state, str(state)),
+            "state_code": state, "status": int(info.status), "clique_id": int(info.cliqueId)}
+
+
+def processes(pynvml, h) -> list[dict] | None:
+    try:
+        procs = pynvml.nvmlDeviceGetComputeRunningProcesses(h)
+    except Exception:
+        return None
+    return [{"pid": int(p.pid), "used_memory_bytes": (None if p.usedGpuMemory is None
+                                                       else int(p.usedGpuMemory))}
+            for p in procs]
+
+
+def details(pynvml, h, g: dict) -> None:
+    """Fields beyond the basic inventory; each one is optional (older drivers lack some)."""
+    pci = _try(pynvml.nvmlDeviceGetPciInfo, h)
+    if pci is not None:
+        g["pci_bus_id"] = _s(pci.busId) or _s(pci.busIdLegacy)
+    pm = _try(pynvml.nvmlDeviceGetPersistenceMode, h)
+    if pm is not None:
+        g["persistence_mode"] = bool(pm)
+    g["fabric"] = fabric(pynvml, h)
+    try:
+        mem = pynvml.nvmlDeviceGetMemoryInfo(h)
+        g["memory_used_bytes"] = int(mem.used)
+        g["memory_total_bytes"] = int(mem.total)
+    except Exception as exc:  # noqa: BLE001 - pynvml raises NVMLError subclasses
+        if _code(exc) == GPU_IS_LOST:
+            g["lost"] = True
+    if not g.get("lost"):
+        g["processes"] = processes(pynvml, h)
+
+
 def inventory(pynvml) -> dict:
     gpus = []
+    lost = []
     for i in range(pynvml.nvmlDeviceGetCount()):
-        h = pynvml.nvmlDeviceGetHandleByIndex(i)
-        mig_cur = _try(lambda: pynvml.nvmlDeviceGetMigMode(h)[0], default=0)
+        try:
+            h = pynvml.nvmlDeviceGetHandleByIndex(i)
+        except pynvml.NVMLError as exc:
+            if _code(exc) != GPU_IS_LOST:
+                raise
+            lost.append({"index": i, "nvml_return": GPU_IS_LOST, "error": "GPU is lost"})
+            continue
+        mig_modes = _try(pynvml.nvmlDeviceGetMigMode, h, default=None) or [0, 0]
+        mig_cur = mig_modes[0]
         g = {
             "index": i,
             "uuid": _s(pynvml.nvmlDeviceGetUUID(h)),
             "name": _s(_try(pynvml.nvmlDeviceGetName, h, default="")),
             "minor": _try(pynvml.nvmlDeviceGetMinorNumber, h),
             "mig_mode": bool(mig_cur),
+            "mig_pending_mode": bool(mig_modes[1]),
             "mig_devices": [],
         }
+        details(pynvml, h, g)
+        if g.get("lost"):
+            lost.append({"index": i, "uuid": g["uuid"], "pci_bus_id": g.get("pci_bus_id"),
+                         "nvml_return": GPU_IS_LOST, "error": "GPU is lost"})
         ecc = _try(pynvml.nvmlDeviceGetTotalEccErrors, h, 1, 0)  # uncorrected, volatile
         if ecc is not None:
             g["ecc_uncorrected_volatile"] = int(ecc)
@@ -71,6 +139,7 @@ def inventory(pynvml) -> dict:
         "nvml_version": _s(_try(pynvml.nvmlSystemGetNVMLVersion, default="")),
         "cuda_version": f"{cuda // 1000}.{cuda % 1000 // 10}" if cuda else None,
         "gpus": gpus,
+        "lost_gpus": lost,
     }
 
 

@@ -66,6 +66,14 @@ CATALOG: dict[str, str] = {
     "hami.plugin_log_error": "The HAMi device plugin log has known error patterns",
     # the probe itself
     "probe.ebpf_unavailable": "eBPF tracing could not run; other checks still ran",
+    # beyond the seed incidents (issue 15)
+    "fabric.not_ready": "NVSwitch fabric not ready: fabric manager not running, wrong version, or GPUs not registered",
+    "persistence.off": "Neither nvidia-persistenced nor persistence mode keeps the driver initialised",
+    "gpu.lost": "A GPU fell off the bus or is lost to NVML (Xid 79, GPU_IS_LOST, missing from NVML)",
+    "gpu.memory_orphaned": "GPU memory held by processes that are gone or in no live pod, or by no process",
+    "mig.mode_pending": "A GPU's pending MIG mode differs from its current mode (reset or reboot needed)",
+    "runtime.handler_missing": "The container runtime has no handler for the nvidia runtime class",
+    "cdi.spec_version_mismatch": "CDI specs name driver files of another version than the loaded driver",
 }
 
 SEVERITIES = tuple(s.value for s in Severity)

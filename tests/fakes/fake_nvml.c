@@ -14,6 +14,13 @@
  *   driver_version=570.158.01      nvml_version=12.570.158.01     cuda_version=12080
  *   gpu=<uuid>|<name>|<minor>|<mig 0/1>|<ecc uncorrected>|<remap pending 0/1>|<remap failed 0/1>
  *   mig=<gpu index>|<uuid>|<name>|<gpu instance id>|<compute instance id>
+ *   Optional trailing gpu= fields (empty = default), in this order:
+ *     |<pci bus id, default 00000000:<minor+1 hex>:00.0>|<persistence 0/1, default 1>
+ *     |<pending MIG mode 0/1, default = current>|<fabric state 0..3, default 0 = not supported>
+ *     |<fabric status nvmlReturn_t, default 0>|<lost: 0, 1 = handle by index returns
+ *      GPU_IS_LOST (15), 2 = handle works but memory/process queries return 15>
+ *     |<memory used MiB, default 0>|<memory total MiB, default 97871>
+ *   proc=<gpu index>|<pid>|<used GPU memory bytes>   (a running compute process)
  */
 #define _GNU_SOURCE
 #include <dlfcn.h>
@@ -32,9 +39,11 @@ typedef int nvmlReturn_t;
 #define NVML_ERROR_NOT_SUPPORTED 3
 #define NVML_ERROR_NOT_FOUND 6
 #define NVML_ERROR_INSUFFICIENT_SIZE 7
+#define NVML_ERROR_GPU_IS_LOST 15
 
 #define MAX_GPUS 16
 #define MAX_MIG 8
+#define MAX_PROCS 16
 
 struct fake_dev {
     int is_mig;
@@ -47,6 +56,15 @@ struct fake_dev {
     int remap_pending, remap_failed;
     int gi, ci;
     int parent;
+    char pci_bus_id[32];
+    int persistence;
+    int mig_pending;
+    int fabric_state, fabric_status;
+    int lost;
+    unsigned long long mem_used_mib, mem_total_mib;
+    int nprocs;
+    unsigned int proc_pid[MAX_PROCS];
+    unsigned long long proc_mem[MAX_PROCS];
     int nmig;
     struct fake_dev *migs[MAX_MIG];
 };
@@ -103,8 +121,8 @@ static void load_config(void) {
         else if (!strcmp(k, "nvml_version")) snprintf(nvml_version, sizeof nvml_version, "%s", v);
         else if (!strcmp(k, "cuda_version")) cuda_version = atoi(v);
         else if (!strcmp(k, "gpu") && ngpus < MAX_GPUS) {
-            char *fl[7];
-            split(v, fl, 7);
+            char *fl[15];
+            split(v, fl, 15);
             struct fake_dev *g = &gpus[ngpus];
             memset(g, 0, sizeof *g);
             g->index = ngpus;
@@ -115,7 +133,25 @@ static void load_config(void) {
             g->ecc_uncorrected = strtoull(fl[4], NULL, 10);
             g->remap_pending = atoi(fl[5]);
             g->remap_failed = atoi(fl[6]);
+            if (*fl[7]) snprintf(g->pci_bus_id, sizeof g->pci_bus_id, "%s", fl[7]);
+            else snprintf(g->pci_bus_id, sizeof g->pci_bus_id, "00000000:%02X:00.0", g->minor + 1);
+            g->persistence = *fl[8] ? atoi(fl[8]) : 1;
+            g->mig_pending = *fl[9] ? atoi(fl[9]) : g->mig_mode;
+            g->fabric_state = atoi(fl[10]);
+            g->fabric_status = atoi(fl[11]);
+            g->lost = atoi(fl[12]);
+            g->mem_used_mib = strtoull(fl[13], NULL, 10);
+            g->mem_total_mib = *fl[14] ? strtoull(fl[14], NULL, 10) : 97871;
             ngpus++;
+        } else if (!strcmp(k, "proc")) {
+            char *fl[3];
+            split(v, fl, 3);
+            int gi = atoi(fl[0]);
+            if (gi < 0 || gi >= ngpus || gpus[gi].nprocs >= MAX_PROCS) continue;
+            struct fake_dev *g = &gpus[gi];
+            g->proc_pid[g->nprocs] = (unsigned int)strtoul(fl[1], NULL, 10);
+            g->proc_mem[g->nprocs] = strtoull(fl[2], NULL, 10);
+            g->nprocs++;
         } else if (!strcmp(k, "mig") && nmigs_total < MAX_GPUS * MAX_MIG) {
             char *fl[5];
             split(v, fl, 5);
@@ -203,6 +239,7 @@ nvmlReturn_t nvmlDeviceGetCount(unsigned int *n) { return nvmlDeviceGetCount_v2(
 nvmlReturn_t nvmlDeviceGetHandleByIndex_v2(unsigned int i, struct fake_dev **h) {
     NEED_INIT();
     if (i >= (unsigned)ngpus || !h) return NVML_ERROR_INVALID_ARGUMENT;
+    if (gpus[i].lost == 1) return NVML_ERROR_GPU_IS_LOST;
     *h = &gpus[i];
     return NVML_SUCCESS;
 }
@@ -220,7 +257,7 @@ nvmlReturn_t nvmlDeviceGetMigMode(struct fake_dev *d, unsigned int *cur, unsigne
     NEED_INIT();
     if (d->is_mig) return NVML_ERROR_NOT_SUPPORTED;
     *cur = d->mig_mode;
-    *pending = d->mig_mode;
+    *pending = d->mig_pending;
     return NVML_SUCCESS;
 }
 nvmlReturn_t nvmlDeviceIsMigDeviceHandle(struct fake_dev *d, unsigned int *is) { NEED_INIT(); *is = d->is_mig; return NVML_SUCCESS; }
@@ -275,4 +312,98 @@ nvmlReturn_t nvmlDeviceGetRemappedRows(struct fake_dev *d, unsigned int *corr, u
     *pending = d->remap_pending;
     *failure = d->remap_failed;
     return NVML_SUCCESS;
+}
+
+/* PCI info (nvmlPciInfo_t as in nvml.h: legacy bus id[16], domain, bus, device, ids, bus id[32]) */
+typedef struct {
+    char busIdLegacy[16];
+    unsigned int domain, bus, device, pciDeviceId, pciSubSystemId;
+    char busId[32];
+} fake_pci_info;
+
+nvmlReturn_t nvmlDeviceGetPciInfo_v3(struct fake_dev *d, fake_pci_info *p) {
+    NEED_INIT();
+    if (!p) return NVML_ERROR_INVALID_ARGUMENT;
+    if (d->is_mig) d = &gpus[d->parent];
+    memset(p, 0, sizeof *p);
+    snprintf(p->busId, sizeof p->busId, "%s", d->pci_bus_id);
+    snprintf(p->busIdLegacy, sizeof p->busIdLegacy, "%s", d->pci_bus_id + (strlen(d->pci_bus_id) > 12 ? 4 : 0));
+    unsigned int dom = 0, bus = 0, dev = 0;
+    sscanf(d->pci_bus_id, "%x:%x:%x", &dom, &bus, &dev);
+    p->domain = dom; p->bus = bus; p->device = dev;
+    p->pciDeviceId = 0x233010de;
+    return NVML_SUCCESS;
+}
+nvmlReturn_t nvmlDeviceGetPciInfo_v2(struct fake_dev *d, fake_pci_info *p) { return nvmlDeviceGetPciInfo_v3(d, p); }
+nvmlReturn_t nvmlDeviceGetPciInfo(struct fake_dev *d, fake_pci_info *p) { return nvmlDeviceGetPciInfo_v3(d, p); }
+
+/* nvmlEnableState_t: 0 disabled, 1 enabled */
+nvmlReturn_t nvmlDeviceGetPersistenceMode(struct fake_dev *d, int *mode) {
+    NEED_INIT();
+    if (d->is_mig) return NVML_ERROR_NOT_SUPPORTED;
+    *mode = d->persistence;
+    return NVML_SUCCESS;
+}
+
+/* nvmlGpuFabricInfo_t as in nvml.h (state is an unsigned char, nvmlGpuFabricState_t) */
+typedef struct {
+    unsigned char clusterUuid[16];
+    nvmlReturn_t status;
+    unsigned int cliqueId;
+    unsigned char state;
+} fake_fabric_info;
+
+nvmlReturn_t nvmlDeviceGetGpuFabricInfo(struct fake_dev *d, fake_fabric_info *f) {
+    NEED_INIT();
+    if (!f) return NVML_ERROR_INVALID_ARGUMENT;
+    if (d->is_mig || d->fabric_state == 0) return NVML_ERROR_NOT_SUPPORTED;
+    memset(f, 0, sizeof *f);
+    f->state = (unsigned char)d->fabric_state;
+    f->status = d->fabric_status;
+    f->cliqueId = d->fabric_state == 3 ? 1 : 0;
+    return NVML_SUCCESS;
+}
+
+typedef struct { unsigned long long total, free, used; } fake_memory;
+
+nvmlReturn_t nvmlDeviceGetMemoryInfo(struct fake_dev *d, fake_memory *m) {
+    NEED_INIT();
+    if (!m) return NVML_ERROR_INVALID_ARGUMENT;
+    if (d->lost) return NVML_ERROR_GPU_IS_LOST;
+    if (d->is_mig) return NVML_ERROR_NOT_SUPPORTED;
+    m->total = d->mem_total_mib << 20;
+    m->used = d->mem_used_mib << 20;
+    m->free = m->total > m->used ? m->total - m->used : 0;
+    return NVML_SUCCESS;
+}
+
+/* nvmlProcessInfo_t (v2/v3 layout): pid, usedGpuMemory, gpuInstanceId, computeInstanceId */
+typedef struct {
+    unsigned int pid;
+    unsigned long long usedGpuMemory;
+    unsigned int gpuInstanceId, computeInstanceId;
+} fake_process_info;
+
+nvmlReturn_t nvmlDeviceGetComputeRunningProcesses_v3(struct fake_dev *d, unsigned int *count,
+                                                     fake_process_info *infos) {
+    NEED_INIT();
+    if (!count) return NVML_ERROR_INVALID_ARGUMENT;
+    if (d->lost) return NVML_ERROR_GPU_IS_LOST;
+    if (d->is_mig) return NVML_ERROR_NOT_SUPPORTED;
+    if (*count < (unsigned)d->nprocs || (!infos && d->nprocs)) {
+        *count = d->nprocs;
+        return NVML_ERROR_INSUFFICIENT_SIZE;
+    }
+    for (int i = 0; i < d->nprocs; i++) {
+        infos[i].pid = d->proc_pid[i];
+        infos[i].usedGpuMemory = d->proc_mem[i];
+        infos[i].gpuInstanceId = 0xFFFFFFFF;
+        infos[i].computeInstanceId = 0xFFFFFFFF;
+    }
+    *count = d->nprocs;
+    return NVML_SUCCESS;
+}
+nvmlReturn_t nvmlDeviceGetComputeRunningProcesses_v2(struct fake_dev *d, unsigned int *count,
+                                                     fake_process_info *infos) {
+    return nvmlDeviceGetComputeRunningProcesses_v3(d, count, infos);
 }

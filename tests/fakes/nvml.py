@@ -29,6 +29,20 @@ class FakeGpu:
     remap_failed: bool = False
     # (uuid, profile name, gpu instance id, compute instance id)
     mig_devices: tuple[tuple[str, str, int, int], ...] = ()
+    pci_bus_id: str = ""             # default 00000000:<minor+1>:00.0
+    persistence: bool = True
+    mig_pending: bool | None = None  # None: same as `mig`
+    fabric_state: int = 0            # 0 not supported, 1 not started, 2 in progress, 3 completed
+    fabric_status: int = 0           # nvmlReturn_t of the fabric registration
+    lost: int = 0                    # 1: handle by index fails GPU_IS_LOST; 2: queries do
+    memory_used_mib: int = 0
+    memory_total_mib: int = 97871
+    # (pid, used GPU memory bytes) of running compute processes
+    processes: tuple[tuple[int, int], ...] = ()
+
+    @property
+    def bus_id(self) -> str:
+        return self.pci_bus_id or f"00000000:{self.minor + 1:02X}:00.0"
 
 
 def compiled_library() -> Path:
@@ -50,8 +64,13 @@ def config_text(init: str = "ok", driver_version: str = "550.54.15",
     lines = [f"init={init}", f"driver_version={driver_version}",
              f"nvml_version=12.{driver_version}", f"cuda_version={cuda_version}"]
     for i, g in enumerate(gpus):
+        pending = "" if g.mig_pending is None else int(g.mig_pending)
         lines.append(f"gpu={g.uuid}|{g.name}|{g.minor}|{int(g.mig)}|{g.ecc_uncorrected}|"
-                     f"{int(g.remap_pending)}|{int(g.remap_failed)}")
+                     f"{int(g.remap_pending)}|{int(g.remap_failed)}|{g.pci_bus_id}|"
+                     f"{int(g.persistence)}|{pending}|{g.fabric_state}|{g.fabric_status}|"
+                     f"{g.lost}|{g.memory_used_mib}|{g.memory_total_mib}")
+        for pid, used in g.processes:
+            lines.append(f"proc={i}|{pid}|{used}")
         for uuid, profile, gi, ci in g.mig_devices:
             lines.append(f"mig={i}|{uuid}|{g.name} MIG {profile}|{gi}|{ci}")
     return "\n".join(lines) + "\n"

@@ -1,0 +1,45 @@
+"""The NVML child's GPU records as the checks beyond the seed incidents read them.
+
+Why one accessor: fabric, persistence, lost-GPU, memory and MIG-pending checks all read the
+same fields of the `nvml` fact (which the NVML child fills; NVML runs nowhere else). Reading it
+in one place keeps the "NVML could not look" rule the same for all of them.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+from node_probe.engine.context import FactUnavailable
+
+
+def nvml(ctx, want_s: float = 13.0) -> tuple[dict[str, Any] | None, str | None]:
+    """(the nvml fact as a record, None) when NVML answered; (None, why not) otherwise."""
+    try:
+        nv = ctx.wait_for("nvml", timeout=ctx.budget(want_s))
+    except FactUnavailable as exc:
+        return None, f"the NVML inventory is not available ({exc})"
+    if not isinstance(nv, dict):
+        nv = dict(nv)
+    if nv.get("status") != "ok":
+        return nv, f"NVML status is {nv.get('status')!r}"
+    return nv, None
+
+
+def gpu_subject(g: dict[str, Any]) -> str:
+    return str(g.get("uuid") or g.get("pci_bus_id") or f"gpu{g.get('index')}")
+
+
+def norm_bus_id(bus_id: str | None) -> str | None:
+    """PCI bus ids compared across NVML (`00000000:3B:00.0`) and procfs (`0000:3b:00.0`)."""
+    if not bus_id:
+        return None
+    parts = bus_id.strip().lower().split(":")
+    if len(parts) == 2:
+        parts = ["0", *parts]
+    if len(parts) != 3:
+        return bus_id.strip().lower()
+    dom, bus, devfn = parts
+    try:
+        dev, _, fn = devfn.partition(".")
+        return f"{int(dom, 16):04x}:{int(bus, 16):02x}:{int(dev, 16):02x}.{int(fn or '0', 16)}"
+    except ValueError:
+        return bus_id.strip().lower()

@@ -1,0 +1,132 @@
+"""Lost GPUs: fallen off the bus (Xid 79), NVML GPU_IS_LOST, or present to the kernel driver but
+missing from NVML.
+
+Why: a lost GPU does not only take itself out. The NVIDIA device plugin builds its device list
+through NVML for every GetPreferredAllocation call, and one GPU that NVML cannot open makes that
+call fail for every pod on the node ("GPU is lost, which is unexpected"), so healthy GPUs stop
+being allocatable too. The driver keeps the GPU under /proc/driver/nvidia/gpus/<pci id>, so
+comparing that list with NVML's names the lost GPU by PCI bus id even when NVML cannot.
+"""
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+from node_probe.checks import _gpufacts
+from node_probe.checks.kmsg import XID_RE, parse_log_file, read_kmsg
+from node_probe.engine.registry import check
+from node_probe.host import hostfs
+from node_probe.protocol import catalog
+
+REFS = ("https://docs.nvidia.com/deploy/xid-errors/",
+        "https://github.com/NVIDIA/k8s-device-plugin/issues/231",
+        "https://github.com/NVIDIA/k8s-device-plugin/issues/2038")
+MAX_GPUS = 64
+_UUID_LINE = re.compile(r"^GPU UUID:\s*(\S+)", re.M)
+_MODEL_LINE = re.compile(r"^Model:\s*(.+)$", re.M)
+
+
+def driver_gpus(root: Path) -> dict[str, dict]:
+    """GPUs the kernel driver knows: {normalized bus id: {model, uuid}} from
+    /proc/driver/nvidia/gpus/<bus id>/information."""
+    d = hostfs.resolve(root, "proc/driver/nvidia/gpus")
+    out: dict[str, dict] = {}
+    if d is None or not d.is_dir():
+        return out
+    for entry in sorted(d.iterdir())[:MAX_GPUS]:
+        bus = _gpufacts.norm_bus_id(entry.name)
+        info = hostfs.read_text(root, f"proc/driver/nvidia/gpus/{entry.name}/information",
+                                limit=16384) or ""
+        m, u = _MODEL_LINE.search(info), _UUID_LINE.search(info)
+        out[bus] = {"model": m.group(1).strip() if m else None,
+                    "uuid": u.group(1) if u else None}
+    return out
+
+
+def xid79(ctx) -> tuple[dict[str, int], str | None]:
+    """{normalized bus id: count} of Xid 79 in the kernel log; (.., why not) if unreadable."""
+    opts = ctx.options
+    try:
+        if opts.kmsg_file is not None:
+            records = parse_log_file(opts.kmsg_file.read_text(errors="replace"))
+        else:
+            records = read_kmsg(hostfs.resolve(opts.host_root, "dev/kmsg") or Path("/dev/kmsg"))
+    except OSError as exc:
+        return {}, f"kernel log not readable: {exc.strerror}"
+    out: dict[str, int] = {}
+    for _, msg in records:
+        m = XID_RE.search(msg)
+        if m and int(m.group(2)) == 79:
+            pci = m.group(1).strip()
+            bus = _gpufacts.norm_bus_id(pci if pci.count(".") else pci + ".0") or pci
+            out[bus] = out.get(bus, 0) + 1
+    return out, None
+
+
+@check("gpu_lost", title="Lost GPUs: Xid 79, NVML GPU_IS_LOST, GPUs NVML no longer lists",
+       timeout_s=14.0)
+def gpu_lost_check(ctx):
+    root = ctx.options.host_root
+    known = driver_gpus(root)
+    xids, kmsg_why = xid79(ctx)
+    nv, why = _gpufacts.nvml(ctx)
+    lost: dict[str, dict] = {}
+
+    def entry(bus: str | None, key: str) -> dict:
+        e = lost.setdefault(bus or key, {"pci_bus_id": bus, "uuid": None, "model": None,
+                                         "sources": [], "xid79_count": 0})
+        info = known.get(bus or "") or {}
+        e["uuid"] = e["uuid"] or info.get("uuid")
+        e["model"] = e["model"] or info.get("model")
+        return e
+
+    for bus, n in xids.items():
+        e = entry(bus, bus)
+        e["sources"].append("xid_79")
+        e["xid79_count"] = n
+    nvml_listed: set[str] = set()
+    if why is None:
+        for g in (nv or {}).get("gpus") or ():
+            b = _gpufacts.norm_bus_id(g.get("pci_bus_id"))
+            if b and not g.get("lost"):
+                nvml_listed.add(b)
+        for g in (nv or {}).get("lost_gpus") or ():
+            b = _gpufacts.norm_bus_id(g.get("pci_bus_id"))
+            e = entry(b, f"nvml index {g.get('index')}")
+            e["uuid"] = e["uuid"] or g.get("uuid")
+            e["nvml_index"] = g.get("index")
+            e["sources"].append("nvml_gpu_is_lost")
+        has_bus_ids = bool(nvml_listed) or not (nv or {}).get("gpus")
+        if has_bus_ids:
+            for bus in known:
+                if bus not in nvml_listed and not any(bus == e["pci_bus_id"] and
+                                                      "nvml_gpu_is_lost" in e["sources"]
+                                                      for e in lost.values()):
+                    entry(bus, bus)["sources"].append("missing_from_nvml")
+    if not lost:
+        if why is not None and kmsg_why is not None:
+            ctx.log("info", f"lost GPUs not judged: {why}; {kmsg_why}", check="gpu_lost")
+        return
+    for key, e in lost.items():
+        name = e["pci_bus_id"] or key
+        what = []
+        if "xid_79" in e["sources"]:
+            what.append(f"Xid 79 x{e['xid79_count']} (fallen off the bus)")
+        if "nvml_gpu_is_lost" in e["sources"]:
+            what.append("NVML returns GPU_IS_LOST")
+        if "missing_from_nvml" in e["sources"]:
+            what.append("the driver lists it but NVML does not")
+        ev = dict(e, nvml=why, kernel_log=kmsg_why, driver_gpus=len(known),
+                  nvml_gpus=len(nvml_listed))
+        yield catalog.make(
+            "gpu.lost", "critical", f"pci {name}",
+            f"GPU {name} is lost: " + "; ".join(what) + ". With the NVIDIA device plugin "
+            "this makes GetPreferredAllocation fail for every GPU pod on the node, not only "
+            "for this GPU",
+            ev,
+            "Drain the node (`kubectl drain <node> --ignore-daemonsets`) and reboot it: a GPU "
+            "that fell off the bus does not come back without a reset of the PCIe device or "
+            "the node. Check power, cooling and the PCIe slot, and replace the GPU if it "
+            "repeats. Until then GPU pods on this node fail admission with "
+            "'GetPreferredAllocation rpc failed ... GPU is lost'.",
+            REFS)

@@ -1,0 +1,45 @@
+"""Persistence: nvidia-persistenced running, or persistence mode on for every GPU.
+
+Why: without either, the driver tears the GPUs down when the last client closes them and
+initialises them again on the next open. Every container start then pays the init (seconds
+per GPU on large boards), and nvidia-container-cli fails with "driver rpc error: timed out"
+under load.
+"""
+from __future__ import annotations
+
+from node_probe.checks import _gpufacts
+from node_probe.engine.registry import check
+from node_probe.host import daemons
+from node_probe.protocol import catalog
+
+REFS = ("https://docs.nvidia.com/deploy/driver-persistence/index.html",
+        "https://github.com/NVIDIA/nvidia-container-toolkit/issues/202",
+        "https://github.com/NVIDIA/nvidia-docker/issues/1648")
+
+
+@check("persistence", title="Persistence: nvidia-persistenced or persistence mode", timeout_s=14.0)
+def persistence_check(ctx):
+    nv, why = _gpufacts.nvml(ctx)
+    if why is not None:
+        if nv and nv.get("status") not in ("unavailable", None):
+            ctx.log("info", f"persistence not judged: {why}", check="persistence")
+        return
+    gpus = [g for g in nv.get("gpus") or () if "persistence_mode" in g]
+    off = [g for g in gpus if not g["persistence_mode"]]
+    if not off:
+        return
+    daemon = daemons.find(("nvidia-persistenced",), ctx.options.proc_root)
+    if daemon:
+        return
+    yield catalog.make(
+        "persistence.off", "warning", "node",
+        f"Persistence is off on {len(off)} of {len(gpus)} GPU(s) and nvidia-persistenced is "
+        "not running: the driver re-initialises the GPUs on every container start",
+        {"gpus_persistence_off": [{"uuid": g.get("uuid"), "pci_bus_id": g.get("pci_bus_id")}
+                                  for g in off],
+         "gpus": len(gpus), "nvidia_persistenced_pids": []},
+        "Run nvidia-persistenced on the host (`systemctl enable --now nvidia-persistenced`; the "
+        "GPU Operator's driver container runs it) rather than `nvidia-smi -pm 1`, which NVIDIA "
+        "deprecates. Expect slow container starts and `nvidia-container-cli: driver rpc "
+        "error: timed out` until it runs.",
+        REFS)

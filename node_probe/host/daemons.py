@@ -1,0 +1,114 @@
+"""Host daemons by name (nv-fabricmanager, nvidia-persistenced, containerd) and the versions
+their packages or logs declare.
+
+Why: several GPU failures are "a host daemon is not running" or "it is another driver
+version than the kernel module". The probe runs with hostPID, so live processes are read from
+/proc; package versions come from the host's dpkg database (bounded read) and the fabric
+manager's own log, never from running a host binary.
+"""
+from __future__ import annotations
+
+import dataclasses
+import os
+import re
+from pathlib import Path
+
+from node_probe.host import hostfs, procfs
+
+COMM_LEN = 15  # the kernel truncates /proc/PID/comm to 15 characters
+MAX_DPKG_BYTES = 16 << 20
+MAX_LOG_TAIL = 256 << 10
+# Where the driver's user space may live: the host itself, or the GPU Operator's driver container.
+DRIVER_ROOTS = ("", "run/nvidia/driver")
+
+
+@dataclasses.dataclass(frozen=True)
+class Daemon:
+    pid: int
+    comm: str
+    exe_name: str
+
+
+def find(names: tuple[str, ...] | list[str], proc: Path = procfs.PROC,
+         limit: int = 50) -> list[Daemon]:
+    """Live processes whose executable name (argv[0] basename, or comm) is one of `names`."""
+    want = {n: n[:COMM_LEN] for n in names}
+    out: list[Daemon] = []
+    for pid in procfs.pids(proc):
+        comm = procfs.read_comm(pid, proc)
+        if not comm or comm not in want.values():
+            continue
+        argv = procfs.read_cmdline(pid, proc)
+        exe = os.path.basename(argv[0]) if argv else comm
+        if exe in want or (comm in want.values() and not argv):
+            out.append(Daemon(pid, comm, exe))
+        elif any(comm == short and exe.startswith(short) for short in want.values()):
+            out.append(Daemon(pid, comm, exe))
+        if len(out) >= limit:
+            break
+    return out
+
+
+def dpkg_versions(root: Path, prefix: str) -> dict[str, str]:
+    """{package: version} of installed dpkg packages whose name starts with `prefix`, read
+    from var/lib/dpkg/status under each driver root (host, GPU Operator driver container)."""
+    out: dict[str, str] = {}
+    for droot in DRIVER_ROOTS:
+        rel = f"{droot}/var/lib/dpkg/status".lstrip("/")
+        text = hostfs.read_text(root, rel, limit=MAX_DPKG_BYTES)
+        if not text:
+            continue
+        for block in text.split("\n\n"):
+            fields = dict(_fields(block))
+            name = fields.get("Package", "")
+            if (name.startswith(prefix) and "installed" in fields.get("Status", "")
+                    and fields.get("Version")):
+                out[name if not droot else f"{name} ({droot})"] = fields["Version"]
+    return out
+
+
+def _fields(block: str):
+    for line in block.splitlines():
+        if line[:1].isspace() or ":" not in line:
+            continue
+        k, _, v = line.partition(":")
+        yield k.strip(), v.strip()
+
+
+_DRIVER_VERSION = re.compile(r"(\d{3}\.\d+(?:\.\d+)?)")
+
+
+def driver_version_of(package_version: str) -> str | None:
+    """`570.158.01-1ubuntu1` / `1:570.158.01-1` -> `570.158.01`."""
+    m = _DRIVER_VERSION.search(package_version.split(":", 1)[-1])
+    return m.group(1) if m else None
+
+
+FM_LOG = "var/log/fabricmanager.log"
+_FM_LOG_VERSION = re.compile(r"Fabric ?Manager version is\s*:?\s*(\d+\.\d+(?:\.\d+)?)", re.I)
+
+
+def tail(root: Path, rel: str, limit: int = MAX_LOG_TAIL) -> str | None:
+    """The last `limit` bytes of a host file (logs grow without bound)."""
+    p = hostfs.resolve(root, rel)
+    if p is None or not p.is_file():
+        return None
+    try:
+        with open(p, "rb") as f:
+            size = f.seek(0, os.SEEK_END)
+            f.seek(max(0, size - limit))
+            return f.read(limit).decode("utf-8", "replace")
+    except OSError:
+        return None
+
+
+def fabricmanager_log_version(root: Path) -> tuple[str | None, str | None]:
+    """(version from the newest start banner in the fabric manager's log, log path)."""
+    for droot in DRIVER_ROOTS:
+        rel = f"{droot}/{FM_LOG}".lstrip("/")
+        text = tail(root, rel)
+        if text:
+            found = _FM_LOG_VERSION.findall(text)
+            if found:
+                return found[-1], "/" + rel
+    return None, None

@@ -1,0 +1,66 @@
+"""Fixtures for the checks beyond the seed incidents: a temp host root with the stand-in
+libnvidia-ml.so.1, the driver's procfs GPU directories, NVSwitch devices, and real host daemons
+(a copy of /bin/sleep under the daemon's name, so /proc/PID/comm and argv[0] are the real
+thing). Every process started here is killed and reaped when the test ends."""
+from __future__ import annotations
+
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from tests.fakes.nvml import FakeGpu, build_fake_nvml
+
+LIBDIR = "usr/lib/x86_64-linux-gnu"
+
+
+def make_host(tmp_path: Path, gpus, *, driver_version="570.172.08", kmod_version=None,
+              procfs_gpus=None, nvswitches=0, kmsg="") -> tuple[Path, Path]:
+    """(host root, kmsg file). procfs_gpus: bus ids under /proc/driver/nvidia/gpus (default:
+    those of `gpus`)."""
+    root = tmp_path / "host"
+    build_fake_nvml(root / LIBDIR, driver_version=driver_version, gpus=gpus)
+    drv = root / "proc/driver/nvidia"
+    drv.mkdir(parents=True, exist_ok=True)
+    (drv / "version").write_text(
+        f"NVRM version: NVIDIA UNIX x86_64 Kernel Module  {kmod_version or driver_version}  "
+        "Tue Jun 10 11:07:42 UTC 2025\nGCC version:  gcc version 12.2.0 (Debian 12.2.0-14)\n")
+    for bus in (procfs_gpus if procfs_gpus is not None
+                else [g.bus_id[4:].lower() for g in gpus]):
+        d = drv / "gpus" / bus
+        d.mkdir(parents=True, exist_ok=True)
+        uuid = next((g.uuid for g in gpus if g.bus_id[4:].lower() == bus), "GPU-unknown")
+        (d / "information").write_text(f"Model: \t\t NVIDIA H100 80GB HBM3\nIRQ:   \t\t 42\n"
+                                       f"GPU UUID: \t {uuid}\nBus Location: \t {bus}\n")
+    for i in range(nvswitches):
+        sw = root / "proc/driver/nvidia-nvswitch/devices" / f"0000:{0x80 + i:02x}:00.0"
+        sw.mkdir(parents=True, exist_ok=True)
+        (sw / "information").write_text("Fabric Status: ...\n")
+    kfile = tmp_path / "kmsg.log"
+    kfile.write_text(kmsg)
+    return root, kfile
+
+
+@pytest.fixture
+def daemon(tmp_path):
+    """daemon(name) -> pid of a live process whose executable is named `name`."""
+    procs: list[subprocess.Popen] = []
+
+    def start(name: str) -> int:
+        exe = tmp_path / "bin" / name
+        exe.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy("/bin/sleep", exe)
+        p = subprocess.Popen([str(exe), "300"])
+        procs.append(p)
+        return p.pid
+
+    yield start
+    for p in procs:
+        p.kill()
+        p.wait(timeout=10)
+
+
+def healthy_gpus(n=2, **kw) -> list[FakeGpu]:
+    return [FakeGpu(f"GPU-{i:08d}-aaaa-bbbb-cccc-000000000000", "NVIDIA H100 80GB HBM3", i, **kw)
+            for i in range(n)]

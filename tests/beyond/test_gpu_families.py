@@ -1,0 +1,163 @@
+"""Fabric manager, persistence, lost GPUs, GPU memory held by nobody, MIG mode pending: each on
+a broken node (fires) and on a healthy one (no warning). A real probe process, the gcc-built
+stand-in libnvidia-ml.so.1 driven by pynvml in the NVML child, real host daemons."""
+from __future__ import annotations
+
+import dataclasses
+import subprocess
+
+from tests.beyond.conftest import healthy_gpus, make_host
+from tests.fakes.nvml import FakeGpu
+from tests.probe_run import run_probe
+
+FAMILIES = ("fabric", "persistence", "gpu_lost", "gpu_memory", "mig_pending")
+
+
+def probe(root, kfile, *only, extra=()):
+    sel = [a for c in (("nvml",) + (only or FAMILIES)) for a in ("--only", c)]
+    return run_probe("--host-root", str(root), "--kmsg-file", str(kfile), "--trace-seconds", "0",
+                     "--kubelet-dir", str(root / "var/lib/kubelet"), *sel, *extra)
+
+
+def warnings(run):
+    return [f for f in run.findings() if f["severity"] in ("warning", "critical")]
+
+
+def test_healthy_hgx_node_is_quiet(tmp_path, daemon):
+    gpus = healthy_gpus(2, fabric_state=3, fabric_status=0)
+    root, kfile = make_host(tmp_path, gpus, nvswitches=4)
+    (root / "var/log").mkdir(parents=True)
+    (root / "var/log/fabricmanager.log").write_text(
+        "[Jun 10 2025 11:08:01] [INFO] [tid 1] Fabric Manager version is : 570.172.08\n")
+    daemon("nv-fabricmanager")
+    run = probe(root, kfile)
+    assert not warnings(run), warnings(run)
+    assert run.returncode == 0, run.stderr
+    checks = {c["check"]: c["status"] for c in run.records if c.get("kind") == "progress"
+              and c.get("phase") == "check"}
+    assert all(checks.get(c) == "ok" for c in FAMILIES), checks
+
+
+def test_fabric_manager_not_running_on_nvswitch_board(tmp_path):
+    gpus = healthy_gpus(2, fabric_state=1, fabric_status=0)
+    root, kfile = make_host(tmp_path, gpus, nvswitches=4)
+    run = probe(root, kfile, "fabric")
+    f = run.findings("fabric.not_ready")
+    assert f and f[0]["severity"] == "critical", run.findings()
+    ev = f[0]["evidence"]
+    assert ev["nvswitch_count"] == 4 and ev["fabricmanager_pids"] == []
+    assert {g["state"] for g in ev["gpus_not_registered"]} == {"not_started"}
+    assert "802" in f[0]["title"] and "not running" in f[0]["title"]
+
+
+def test_fabric_manager_version_differs_from_driver(tmp_path, daemon):
+    gpus = healthy_gpus(1, fabric_state=2, fabric_status=0)
+    root, kfile = make_host(tmp_path, gpus, nvswitches=2)
+    status = root / "var/lib/dpkg/status"
+    status.parent.mkdir(parents=True)
+    status.write_text("Package: bash\nStatus: install ok installed\nVersion: 5.2\n\n"
+                      "Package: nvidia-fabricmanager-570\nStatus: install ok installed\n"
+                      "Version: 570.158.01-1\nArchitecture: amd64\n")
+    daemon("nv-fabricmanager")
+    run = probe(root, kfile, "fabric")
+    f = run.findings("fabric.not_ready")
+    assert f and f[0]["severity"] == "critical"
+    ev = f[0]["evidence"]
+    assert ev["fabricmanager_versions"] == ["570.158.01"] and ev["driver_version"] == "570.172.08"
+    assert ev["fabricmanager_packages"] == {"nvidia-fabricmanager-570": "570.158.01-1"}
+    assert "differs from driver 570.172.08" in f[0]["title"]
+
+
+def test_no_nvswitch_no_fabric_finding(tmp_path):
+    root, kfile = make_host(tmp_path, healthy_gpus(1))
+    run = probe(root, kfile, "fabric")
+    assert not run.findings("fabric.not_ready")
+
+
+def test_persistence_off_without_daemon(tmp_path):
+    gpus = healthy_gpus(2, persistence=False)
+    root, kfile = make_host(tmp_path, gpus)
+    run = probe(root, kfile, "persistence")
+    f = run.findings("persistence.off")
+    assert f and f[0]["severity"] == "warning"
+    assert [g["uuid"] for g in f[0]["evidence"]["gpus_persistence_off"]] == [g.uuid for g in gpus]
+
+
+def test_persistence_off_but_persistenced_running_is_quiet(tmp_path, daemon):
+    root, kfile = make_host(tmp_path, healthy_gpus(2, persistence=False))
+    daemon("nvidia-persistenced")
+    run = probe(root, kfile, "persistence")
+    assert not run.findings("persistence.off")
+
+
+def test_lost_gpu_named_from_nvml_xid_and_procfs(tmp_path):
+    ok, lost_handle, lost_query = (
+        FakeGpu("GPU-ok", minor=0, pci_bus_id="00000000:1A:00.0"),
+        FakeGpu("GPU-gone", minor=1, pci_bus_id="00000000:3B:00.0", lost=1),
+        FakeGpu("GPU-half", minor=2, pci_bus_id="00000000:5C:00.0", lost=2))
+    kmsg = ("[  812.441104] NVRM: Xid (PCI:0000:3b:00): 79, pid='<unknown>', name=<unknown>, "
+            "GPU has fallen off the bus.\n"
+            "[  812.441190] NVRM: GPU 0000:3b:00.0: GPU has fallen off the bus.\n")
+    # the driver still lists a fourth GPU that NVML does not enumerate at all
+    root, kfile = make_host(tmp_path, [ok, lost_handle, lost_query], kmsg=kmsg,
+                            procfs_gpus=["0000:1a:00.0", "0000:3b:00.0", "0000:5c:00.0",
+                                         "0000:9d:00.0"])
+    run = probe(root, kfile, "gpu_lost")
+    by_subject = {f["subject"]: f for f in run.findings("gpu.lost")}
+    assert set(by_subject) >= {"pci 0000:3b:00.0", "pci 0000:5c:00.0", "pci 0000:9d:00.0"}, \
+        list(by_subject)
+    assert "pci 0000:1a:00.0" not in by_subject
+    xid = by_subject["pci 0000:3b:00.0"]
+    assert xid["severity"] == "critical"
+    assert xid["evidence"]["xid79_count"] == 1 and "xid_79" in xid["evidence"]["sources"]
+    assert "GetPreferredAllocation" in xid["title"]
+    assert "nvml_gpu_is_lost" in by_subject["pci 0000:5c:00.0"]["evidence"]["sources"]
+    assert by_subject["pci 0000:5c:00.0"]["evidence"]["uuid"] == "GPU-half"
+    assert by_subject["pci 0000:9d:00.0"]["evidence"]["sources"] == ["missing_from_nvml"]
+
+
+def test_orphaned_gpu_memory(tmp_path):
+    gone = subprocess.Popen(["true"])
+    gone.wait()
+    host_pid = subprocess.Popen(["sleep", "60"])
+    try:
+        gpus = [FakeGpu("GPU-orph", minor=0, memory_used_mib=4096,
+                        processes=((gone.pid, 3 << 30), (host_pid.pid, 1 << 30))),
+                FakeGpu("GPU-noproc", minor=1, memory_used_mib=8192),
+                FakeGpu("GPU-idle", minor=2, memory_used_mib=4)]
+        root, kfile = make_host(tmp_path, gpus)
+        (root / "var/lib/kubelet/pods").mkdir(parents=True)
+        run = probe(root, kfile, "gpu_memory")
+    finally:
+        host_pid.kill()
+        host_pid.wait()
+    found = {(f["subject"], f["severity"]): f for f in run.findings("gpu.memory_orphaned")}
+    orph = found[("GPU-orph", "warning")]["evidence"]
+    assert [(o["pid"], o["state"]) for o in orph["orphans"]] == [(gone.pid, "gone")]
+    assert orph["orphaned_bytes"] == 3 << 30
+    host = orph["host_processes"]
+    assert [(h["pid"], h["state"], h["comm"]) for h in host] == [(host_pid.pid, "host", "sleep")]
+    assert found[("GPU-noproc", "warning")]["evidence"]["orphaned_bytes"] == 8192 << 20
+    assert not [k for k in found if k[0] == "GPU-idle"]
+
+
+def test_mig_mode_pending(tmp_path):
+    gpus = [FakeGpu("GPU-pend", minor=0, mig=False, mig_pending=True, processes=((1, 1 << 20),)),
+            FakeGpu("GPU-same", minor=1, mig=True, mig_pending=True,
+                    mig_devices=(("MIG-1", "3g.40gb", 1, 0),))]
+    root, kfile = make_host(tmp_path, gpus)
+    run = probe(root, kfile, "mig_pending")
+    f = run.findings("mig.mode_pending")
+    assert [x["subject"] for x in f] == ["GPU-pend"]
+    ev = f[0]["evidence"]
+    assert ev["mig_mode_current"] is False and ev["mig_mode_pending"] is True
+    assert ev["processes"] == 1 and "block the reset" in f[0]["title"]
+
+
+def test_families_say_nothing_without_nvidia(tmp_path):
+    root = tmp_path / "empty"
+    root.mkdir()
+    kfile = tmp_path / "k.log"
+    kfile.write_text("")
+    run = probe(root, kfile)
+    assert not warnings(run), warnings(run)
