@@ -7,8 +7,10 @@ goes to stderr when stderr is a terminal, so pipes and bots see clean stdout.
 """
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
+import re
 import shutil
 import sys
 import textwrap
@@ -19,6 +21,43 @@ from node_probe.protocol import Finding, Report, encode
 _COLORS = {"critical": "\033[1;31m", "warning": "\033[33m", "info": "\033[36m",
            "ok": "\033[32m"}
 _RESET = "\033[0m"
+
+
+# -- the terminal sanitiser --------------------------------------------------------------------
+# Titles, subjects, evidence, event and log messages carry tenant-controlled strings (process
+# names, annotations, pod names, container waiting messages). Printed raw, an ESC or C1 CSI
+# sequence can move the cursor, rewrite or hide lines, or set the clipboard (OSC 52). Every
+# string a terminal renderer prints goes through terminal_safe(): C0 controls, DEL, C1
+# controls, bidi overrides and lone surrogates are shown as visible escapes (`\x1b`, `\u009b`,
+# `\u202e`, `\ud800`). JSON/YAML/JSONL output is never passed through it: it stays exact.
+_UNSAFE_RE = re.compile("[\x00-\x1f\x7f-\x9f\u200e\u200f\u202a-\u202e\u2066-\u2069"
+                        "\ud800-\udfff]")
+
+
+def _escape_char(m: re.Match) -> str:
+    c = ord(m.group())
+    return f"\\x{c:02x}" if c < 0x80 else f"\\u{c:04x}"
+
+
+def terminal_safe(value: Any) -> str:
+    """`value` as text a terminal shows literally (control characters made visible)."""
+    s = value if isinstance(value, str) else str(value)
+    return _UNSAFE_RE.sub(_escape_char, s)
+
+
+def _safe_evidence_value(v: Any) -> Any:
+    # mappings and lists are printed as JSON (ensure_ascii escapes every control character)
+    return terminal_safe(v) if isinstance(v, str) else v
+
+
+def terminal_safe_finding(f: Finding) -> Finding:
+    """A copy of `f` whose every printable string went through terminal_safe()."""
+    return dataclasses.replace(
+        f, id=terminal_safe(f.id), subject=terminal_safe(f.subject),
+        title=terminal_safe(f.title),
+        remediation="\n".join(terminal_safe(ln) for ln in f.remediation.splitlines()),
+        refs=tuple(terminal_safe(r) for r in f.refs),
+        evidence={terminal_safe(k): _safe_evidence_value(v) for k, v in f.evidence.items()})
 
 
 def use_color(stream: IO) -> bool:
@@ -58,6 +97,7 @@ class LiveProgress:
             return
         kind = rec.get("kind")
         line = None
+        rec = {k: terminal_safe(v) if isinstance(v, str) else v for k, v in rec.items()}
         if kind == "finding" and rec.get("severity") in ("critical", "warning"):
             line = f"{_sev(rec['severity'], self.color)} {rec.get('id')}: {rec.get('title')}"
         elif kind == "event":
@@ -131,8 +171,8 @@ def render_table(report: Report, stream: IO, fail_on: str, exit_code: int,
     """Human report: a table of findings, then details (evidence, fix, refs), then a verdict."""
     color = use_color(stream) if color is None else color
     width = max(60, min(140, shutil.get_terminal_size((120, 24)).columns))
-    findings = report.sorted_findings()
-    t = report.target
+    findings = [terminal_safe_finding(f) for f in report.sorted_findings()]
+    t = {k: terminal_safe(v) for k, v in report.target.items()}
     head = f"gpu-doctor {report.version}  target: {t.get('kind', '?')} {t.get('name', '')}"
     if t.get("node") and t.get("node") != t.get("name"):
         head += f" (node {t['node']})"
@@ -156,10 +196,13 @@ def render_table(report: Report, stream: IO, fail_on: str, exit_code: int,
     if bad:
         stream.write("\nChecks that did not finish:\n")
         for c in bad:
-            stream.write(f"  {c.id}: {c.status} after {c.duration_s:.1f}s"
-                         f"{' - ' + c.message if c.message else ''}\n")
+            stream.write(f"  {terminal_safe(c.id)}: {terminal_safe(c.status)} after "
+                         f"{c.duration_s:.1f}s"
+                         f"{' - ' + terminal_safe(c.message) if c.message else ''}\n")
     doc = report.document(fail_on, exit_code)
     s = doc["summary"]
+    if s.get("incomplete_reason"):
+        s = dict(s, incomplete_reason=terminal_safe(s["incomplete_reason"]))
     verdict = (f"\n{s['critical']} critical, {s['warning']} warning, {s['info']} info"
                f"{'' if s['complete'] else ' (INCOMPLETE: ' + (s.get('incomplete_reason') or 'some checks did not finish') + ')'}"
                f"; {doc['duration_s']:.1f}s; exit {exit_code}\n")
