@@ -23,7 +23,7 @@ from typing import Any, Iterable, Mapping, Sequence
 from node_probe.protocol import catalog
 from node_probe.protocol import Finding
 
-from .common import age_s, fmt_duration, is_gpu_resource, pod_ref
+from .common import GPU_RESOURCE_PREFIXES, age_s, fmt_duration, pod_ref
 
 # HAMi's per-device memory/core shares: the HAMi scheduler extender judges them from the node's
 # hami.io/node-nvidia-register annotation; no node has them in capacity.
@@ -62,6 +62,10 @@ REF_PREEMPT = "https://kubernetes.io/docs/concepts/scheduling-eviction/pod-prior
 _SUFFIX = (("Ki", 2 ** 10), ("Mi", 2 ** 20), ("Gi", 2 ** 30), ("Ti", 2 ** 40),
            ("Pi", 2 ** 50), ("Ei", 2 ** 60), ("k", 10 ** 3), ("M", 10 ** 6), ("G", 10 ** 9),
            ("T", 10 ** 12), ("P", 10 ** 15), ("E", 10 ** 18))
+
+
+def is_gpu_resource(name: str) -> bool:
+    return name.startswith(GPU_RESOURCE_PREFIXES)  # one C call: this runs for every pod
 
 
 def qty(value: Any) -> int:
@@ -104,6 +108,18 @@ def _container_requests(c: Mapping[str, Any]) -> dict[str, int]:
             if n:
                 out[k] = n
     return out
+
+
+def _asks_gpu(spec: Mapping[str, Any]) -> bool:
+    for part in ("containers", "initContainers"):
+        for c in spec.get(part) or ():
+            res = c.get("resources")
+            if res:
+                for kind in ("limits", "requests"):
+                    for k in res.get(kind) or ():
+                        if k.startswith(GPU_RESOURCE_PREFIXES):
+                            return True
+    return any(k.startswith(GPU_RESOURCE_PREFIXES) for k in spec.get("overhead") or ())
 
 
 def pod_gpu_requests(pod: Mapping[str, Any]) -> dict[str, int]:
@@ -298,7 +314,14 @@ class Fit:
     nodes: tuple[NodeFit, ...]            # every node that offers at least one requested resource
     total_nodes: int
     offered: Mapping[str, int]            # GPU resource name -> nodes offering it (capacity > 0)
-    holders: Mapping[str, list[dict]]     # node -> holders (only for the case's nodes)
+    holder_pods: Mapping[str, list]       # node -> bound, unfinished pods holding a requested GPU
+    now: dt.datetime
+
+    def holders(self, node: str) -> list[dict]:
+        """Who holds the requested GPUs on `node`, biggest first (built for shown nodes only)."""
+        hs = [_holder(p, self.requested, self.now) for p in self.holder_pods.get(node, ())]
+        hs.sort(key=lambda d: -sum(d["count"].values()))
+        return hs[:MAX_HOLDERS_SHOWN]
 
 
 def index_held(pods: Iterable[Mapping[str, Any]], resources: Iterable[str] | None = None
@@ -311,9 +334,7 @@ def index_held(pods: Iterable[Mapping[str, Any]], resources: Iterable[str] | Non
         if not holds(p):
             continue
         spec = p.get("spec") or {}
-        # cheap pre-check: most pods ask for no GPU at all
-        if not any(_container_requests(c) for c in list(spec.get("containers") or ())
-                   + list(spec.get("initContainers") or ())) and not spec.get("overhead"):
+        if not _asks_gpu(spec):  # most pods ask for no GPU at all
             continue
         reqs = pod_gpu_requests(p)
         if wanted is not None:
@@ -393,14 +414,7 @@ def compute(pod: Mapping[str, Any], nodes: Sequence[Mapping[str, Any]],
         case = HELD_BY_OTHERS
     else:
         case = DEVICES_MISSING
-    holders: dict[str, list[dict]] = {}
-    if case in (HELD_BY_OTHERS, EXCLUDED):
-        for f in fits:
-            if f.stage == HELD and (case == EXCLUDED or not f.excluded_by):
-                hs = [_holder(p, requested, now) for p in holder_pods.get(f.name, ())]
-                hs.sort(key=lambda d: -sum(d["count"].values()))
-                holders[f.name] = hs
-    return Fit(case, requested, extender, tuple(fits), len(nodes), offered, holders)
+    return Fit(case, requested, extender, tuple(fits), len(nodes), offered, holder_pods, now)
 
 
 # -- findings --------------------------------------------------------------------------------
@@ -556,11 +570,11 @@ def findings(pod: Mapping[str, Any], fit: Fit, events: Sequence[Mapping[str, Any
     if fit.case == HELD_BY_OTHERS:
         cands = [f for f in fit.nodes if f.stage == HELD and not f.excluded_by]
         top = _top(cands, lambda f: (-min(f.free(r) for r in rs), f.name))
-        docs = [f.doc(rs, fit.holders.get(f.name, [])[:MAX_HOLDERS_SHOWN]) for f in top]
+        docs = [f.doc(rs, fit.holders(f.name)) for f in top]
         ev = dict(base, nodes=docs, nodes_affected=len(cands))
         first = top[0]
         who = ", ".join(f"{h['pod']} {sum(h['count'].values())}"
-                        for h in fit.holders.get(first.name, [])[:3])
+                        for h in docs[0]["holders"][:3])
         title = (f"asks for {_req_str(req)}; {len(cands)} node(s) could hold it but other pods "
                  f"hold the GPUs: {first.name} has {_pairs(first, req, 'free')} free of "
                  f"{_pairs(first, req, 'allocatable')} (held by {who or 'pods'})")
@@ -578,8 +592,7 @@ def findings(pod: Mapping[str, Any], fit: Fit, events: Sequence[Mapping[str, Any
         cands = [f for f in enough_cap if f.excluded_by]
         order = {FITS: 0, HELD: 1, NOT_ALLOCATABLE: 2}
         top = _top(cands, lambda f: (order.get(f.stage, 3), f.name))
-        docs = [f.doc(rs, fit.holders.get(f.name, [])[:MAX_HOLDERS_SHOWN]
-                      if f.stage == HELD else None) for f in top]
+        docs = [f.doc(rs, fit.holders(f.name) if f.stage == HELD else None) for f in top]
         placed = [f for f in enough_cap if not f.excluded_by]
         ev = dict(base, nodes=docs, nodes_excluded=len(cands),
                   excluded_by_rule=_rules_summary(cands),
