@@ -12,6 +12,7 @@ never admits it), and the pod is deleted on every path: success, error, timeout,
 """
 from __future__ import annotations
 
+import json
 import secrets
 import signal
 import threading
@@ -72,18 +73,23 @@ def probe_args(timeout_s: float, trace_s: float, node: str,
 
 
 def node_pod_spec(image: str, command: Sequence[str], *,
-                  requests: Mapping[str, str] | None = None) -> dict:
+                  requests: Mapping[str, str] | None = None,
+                  propagation: str | None = None) -> dict:
     """The privileged part every gpu-doctor pod on a node shares (the debug pod and the agent's
     DaemonSet template): host PID and network namespaces, host / read-only at /host, BCC's
     mounts, every taint tolerated, no service-account token, bounded resources. One builder,
-    so the agent never gets more than the debug pod has."""
+    so the agent never gets more than the debug pod has.
+
+    No mount propagation on the host root by default: it needs the host's / to be a shared or
+    slave mount, and where it is private the runtime refuses the container (containerd:
+    `path "/" is mounted on "/" but it is not a shared or slave mount`). A run of seconds sees
+    the host's mounts as they are when it starts, which is all the probe reads."""
     volumes, mounts = [], []
     for name, host_path, mount_path, ro in HOST_MOUNTS:
         volumes.append({"name": name, "hostPath": {"path": host_path}})
         m = {"name": name, "mountPath": mount_path, "readOnly": ro}
-        if name == "host-root":
-            # see the host's later mounts (containerized driver under /run/nvidia/driver)
-            m["mountPropagation"] = "HostToContainer"
+        if name == "host-root" and propagation:
+            m["mountPropagation"] = propagation
         mounts.append(m)
     return {
         "automountServiceAccountToken": False,
@@ -109,13 +115,14 @@ def node_pod_spec(image: str, command: Sequence[str], *,
 
 def manifest(node: str, namespace: str, run_id: str, image: str = DEFAULT_IMAGE,
              timeout_s: float = 30.0, trace_s: float = 5.0, focus_pods: Sequence[str] = (),
-             deadline_s: int | None = None, extra_args: Sequence[str] = ()) -> dict:
+             deadline_s: int | None = None, extra_args: Sequence[str] = (),
+             propagation: str | None = None) -> dict:
     """The Pod manifest (a plain dict, validated against the API schema in tests)."""
     deadline = int(deadline_s or max(120, timeout_s * 3 + 60))
     spec = {"nodeName": node, "restartPolicy": "Never", "activeDeadlineSeconds": deadline,
             "terminationGracePeriodSeconds": 5}
     spec.update(node_pod_spec(image, probe_args(timeout_s, trace_s, node, focus_pods,
-                                                extra_args)))
+                                                extra_args), propagation=propagation))
     return {
         "apiVersion": "v1",
         "kind": "Pod",
@@ -165,6 +172,7 @@ class DebugPod:
         self.in_doubt = False  # POSTed, no answer (Ctrl-C, timeout): the pod may exist
         self.deleted = False
         self.last: dict = {}
+        self.notes: list[str] = []  # fallbacks taken on the way (said, and kept for the report)
 
     @property
     def path(self) -> str:
@@ -235,6 +243,10 @@ class DebugPod:
                     f"the node cannot pull the probe image {image}: {reason}: "
                     f"{' '.join(str(waiting.get('message') or '').split())[:200]}",
                     hint="push it to a registry the node can reach and pass --image")
+            if reason in FATAL_WAIT_REASONS and mount_refused(str(waiting.get("message") or "")) \
+                    and self._recreate_without_propagation(str(waiting.get("message") or "")):
+                start = time.monotonic()
+                continue
             if reason in FATAL_WAIT_REASONS:
                 raise errors.LaunchFailed(
                     f"debug pod cannot start: {reason}: "
@@ -249,6 +261,27 @@ class DebugPod:
             if cancelled():
                 raise errors.Interrupted("interrupted")
             time.sleep(min(poll_s, max(0.05, timeout_s - waited)))
+
+    def _recreate_without_propagation(self, message: str) -> bool:
+        """The runtime refused the host mount's propagation: delete the pod and create it
+        again without propagation (say so). False if there was none to drop."""
+        body = without_propagation(self.body)
+        if body is None:
+            return False
+        text = " ".join(message.split())
+        text = text[text.find('path "'):] if 'path "' in text else text[-160:]
+        note = (f"the node refused mount propagation on the host root ({text[:160]}); "
+                f"recreated the debug pod without it")
+        self.say(note)
+        self.notes.append(note)
+        if not self.delete():
+            raise errors.LaunchFailed(f"could not delete debug pod {self.name} to recreate it "
+                                      f"without mount propagation")
+        body["metadata"]["name"] = f"{self.name[:60].rstrip('-')}-np"
+        self.body, self.name = body, body["metadata"]["name"]
+        self.created = self.deleted = False
+        self.create()
+        return True
 
     def follow_log(self, read_timeout_s: float) -> Iterator[bytes]:
         try:
@@ -284,6 +317,23 @@ class DebugPod:
             if masked:
                 signal.pthread_sigmask(signal.SIG_SETMASK, old)
         return self.deleted
+
+
+def mount_refused(message: str) -> bool:
+    """The runtime refused a mount's propagation (the host path is not a shared/slave mount)."""
+    m = message.lower()
+    return "not a shared or slave mount" in m or "not a shared mount" in m
+
+
+def without_propagation(body: Mapping[str, Any]) -> dict | None:
+    """A copy of the pod body with no mountPropagation, or None if it had none."""
+    new = json.loads(json.dumps(body))
+    found = False
+    for c in new["spec"].get("containers") or ():
+        for m in c.get("volumeMounts") or ():
+            if m.pop("mountPropagation", None):
+                found = True
+    return new if found else None
 
 
 def _container_status(pod: Mapping[str, Any]) -> dict | None:

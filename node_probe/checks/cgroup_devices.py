@@ -8,17 +8,18 @@ real major:minor (nvidia_devices.py) and asks what its cgroup allows (cgroup_rul
 v2 helper). A denial is reported with the remediation that fits the cause it can see: the
 plugin's stale /dev (seed 002), cpuManagerPolicy static without device specs (seed 001), the
 systemd driver without /dev/char links (nvidia-container-toolkit #48), and, when the eBPF trace
-ran, who wrote the rules. Publishes the "containers" fact.
+ran, who wrote the rules. Needs the "containers" fact (checks/containers.py).
 """
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Iterable, Sequence
+from typing import Any, Iterable, Mapping, Sequence
 
 from node_probe.protocol import catalog
-from node_probe.host import cgroup_rules, containers, device_checkpoint, kubeletconfig, nvidia_devices
+from node_probe.host import cgroup_rules, containers, kubeletconfig, nvidia_devices
 from ..deviceplugin import devview
-from node_probe.engine.context import FactUnavailable
+from node_probe.engine.facts import (CONTAINERS, DEVICEPLUGIN_TARGETS, KUBELET_CONFIG, NVML,
+                                     TRACE_READY, TRACE_RESULTS, PluginTargetInfo)
 from node_probe.engine.registry import check
 from .kubelet import device_specs_setting
 
@@ -33,17 +34,13 @@ REFS_STALE = ("https://github.com/NVIDIA/k8s-device-plugin/issues/222",)
 MAX_WRITES = 24
 
 
-def _fact(ctx, key: str, timeout: float) -> Any:
-    """The fact if published within `timeout` (None at once when its producer is not running:
-    the runner fails the facts of checks outside the run)."""
-    try:
-        return ctx.wait_for(key, min(timeout, max(0.0, ctx.remaining() - 1.0)))
-    except FactUnavailable:
-        return None
+def _soon(ctx, want: float) -> float:
+    """A wait of at most `want` seconds that leaves a second for the verdicts."""
+    return min(want, max(0.0, ctx.remaining() - 1.0))
 
 
 def _kubelet_config(ctx) -> dict | None:
-    cfg = _fact(ctx, "kubelet.config", 1.0)
+    cfg = ctx.fact(KUBELET_CONFIG, timeout=_soon(ctx, 1.0), default=None)
     if cfg is None:   # nobody published it: read it ourselves (files and /proc only)
         try:
             cfg = kubeletconfig.load(ctx.options.host_root, ctx.options.kubelet_path,
@@ -51,18 +48,17 @@ def _kubelet_config(ctx) -> dict | None:
         except Exception as exc:  # noqa: BLE001 - context for a remediation, never fatal
             ctx.log("debug", f"kubelet config unreadable: {exc}")
             return None
-    return cfg if isinstance(cfg, dict) else None
+    return dict(cfg) if isinstance(cfg, Mapping) else None
 
 
-def _stale_dev_view(ctx, targets) -> list | None:
+def _stale_dev_view(ctx, targets: Sequence[PluginTargetInfo] | None) -> list | None:
     """Device names missing from the NVIDIA device plugin's /dev (None: no plugin to ask)."""
     missing, seen = [], False
     for t in targets or ():
-        if not isinstance(t.get("pid"), int) or \
-                (t.get("resource") and not str(t["resource"]).startswith("nvidia.com/")):
+        if not isinstance(t.pid, int) or not t.is_nvidia_resource:
             continue
         seen = True
-        res = devview.compare(ctx.options.host("dev"), t["pid"], ctx.options.proc_root)
+        res = devview.compare(ctx.options.host("dev"), t.pid, ctx.options.proc_root)
         if res:
             missing.extend(res.get("missing") or ())
     return missing if seen else None
@@ -126,18 +122,14 @@ def _names(items: Iterable) -> set[str]:
     return out
 
 
-def plugin_passes_specs(targets: Sequence[dict] | None, proc: Path) -> bool | None:
+def plugin_passes_specs(targets: Sequence[PluginTargetInfo] | None, proc: Path) -> bool | None:
     """Whether the NVIDIA device plugin process runs with device specs (None: unknown).
     The flag/env/config-file reading is the kubelet check's (one reader for both checks)."""
     seen = None
     for t in targets or ():
-        res = str(t.get("resource") or "")
-        if res and not res.startswith("nvidia.com/"):
+        if not t.is_nvidia_resource or not isinstance(t.pid, int):
             continue
-        pid = t.get("pid")
-        if not isinstance(pid, int):
-            continue
-        on = bool(device_specs_setting(pid, proc)["pass_device_specs"])
+        on = bool(device_specs_setting(t.pid, proc)["pass_device_specs"])
         seen = on if seen is None else (seen and on)
     return seen
 
@@ -246,34 +238,19 @@ def _writes_for(c: containers.Container, writes: Sequence[dict]) -> list[dict]:
 # -- the check ------------------------------------------------------------------------------------
 
 @check("cgroup.devices", title="Device cgroups: GPU containers can open their NVIDIA devices",
-       timeout_s=10.0, provides=("containers",), uses_trace_window=True)
+       timeout_s=10.0, needs=(CONTAINERS,),
+       uses=(KUBELET_CONFIG, NVML, TRACE_READY, TRACE_RESULTS, DEVICEPLUGIN_TARGETS),
+       uses_trace_window=True)
 def cgroup_devices(ctx):
     opts = ctx.options
     host_root = opts.host_root
-    entries = device_checkpoint.load(opts.kubelet_path)
-    ckpt = device_checkpoint.index(entries)
-    gpu_pods = {e.pod_uid for e in entries or ()
-                if e.resource.startswith(containers.GPU_RESOURCE_PREFIXES)}
-
-    def want_meta(ref, env) -> bool:
-        # names are needed to join pod-resources; with the kubelet checkpoint readable, only
-        # its GPU pods (and containers with NVIDIA_* in their environment) can be GPU ones
-        return entries is None or ref.pod_uid in gpu_pods or \
-            any(k.startswith("NVIDIA_") for k in env)
-
-    h, ctrs = containers.discover(opts.cgroup_dir, host_root, opts.proc_root, opts.focus_pods,
-                                  want_meta)
-    podres = _fact(ctx, "podresources", 1.0)
-    idx = containers.podresources_index(podres) if podres is not None else None
-    for c in ctrs:
-        containers.assign_gpus(c, idx, ckpt)
-    ctx.publish("containers", [c.to_fact() for c in ctrs])
-    gpu = [c for c in ctrs if c.is_gpu]
-    if h is None:
-        ctx.log("info", f"no devices (v1) or unified (v2) cgroup hierarchy under {opts.cgroup_dir}")
-    else:
-        ctx.progress(message=f"cgroup v{h.version} at {h.root}: {len(ctrs)} containers, "
-                             f"{len(gpu)} with GPUs")
+    found = ctx.fact(CONTAINERS, timeout=ctx.budget(opts.timeout_s, reserve=1.0), default=None)
+    if found is None:
+        ctx.skip("the container list did not come (containers check failed or timed out)")
+    if found.hierarchy is None:
+        ctx.skip(f"no devices (v1) or unified (v2) cgroup hierarchy under {opts.cgroup_dir}")
+    ctrs = list(found)
+    gpu = list(found.gpu)
     kubelet_cfg = _kubelet_config(ctx)
     layout_driver = next((c.ref.driver for c in ctrs), None)
     driver = (kubelet_cfg or {}).get("cgroupDriver") or layout_driver
@@ -281,8 +258,8 @@ def cgroup_devices(ctx):
     if not gpu:
         return
 
-    nvml = _fact(ctx, "nvml", 1.5)
-    inv = nvidia_devices.inventory(host_root, nvml)
+    nvml = ctx.fact(NVML, timeout=_soon(ctx, 1.5), default=None)
+    inv = nvidia_devices.inventory(host_root, nvml.to_dict() if nvml else None)
     plans = [(c, nvidia_devices.expected_devices(c.gpu_ids, inv, c.env)) for c in gpu]
     audits = _audit(ctx, plans)
     for c, exp in plans:
@@ -297,14 +274,12 @@ def cgroup_devices(ctx):
     # them every reconcile; the state after the window is the verdict).
     writes = None
     # the tracer publishes trace.ready once its programs are compiled and attached (seconds)
-    ready = _fact(ctx, "trace.ready", ctx.budget(opts.trace_s + 4.0, reserve=1.5)) \
-        if opts.trace_s > 0 else None
-    if isinstance(ready, dict) and ready.get("available"):
-        try:
-            results = ctx.wait_for("trace.results", ctx.budget(opts.trace_s + 2.0, reserve=1.5))
-            writes = (results or {}).get("cgroup_writes") or []
-        except FactUnavailable:
-            writes = None
+    ready = ctx.fact(TRACE_READY, timeout=_soon(ctx, ctx.budget(opts.trace_s + 4.0, reserve=1.5)),
+                     default=None) if opts.trace_s > 0 else None
+    if ready is not None and ready.get("available"):
+        results = ctx.fact(TRACE_RESULTS, timeout=ctx.budget(opts.trace_s + 2.0, reserve=1.5),
+                           default=None)
+        writes = None if results is None else (results.get("cgroup_writes") or [])
         touched = [(c, exp) for c, exp in plans if _writes_for(c, writes or ())]
         if touched:
             ctx.progress(message=f"device rules of {len(touched)} GPU container(s) were "
@@ -314,7 +289,7 @@ def cgroup_devices(ctx):
                if c.ref.container_id in audits and audits[c.ref.container_id]["denied"]]
     if not denials:
         return
-    targets = _fact(ctx, "deviceplugin.targets", 1.0)
+    targets = ctx.fact(DEVICEPLUGIN_TARGETS, timeout=_soon(ctx, 1.0), default=None)
     stale = _stale_dev_view(ctx, targets)
     passes = plugin_passes_specs(targets, opts.proc_root)
     for c, exp, res in denials:

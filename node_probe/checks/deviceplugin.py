@@ -20,7 +20,8 @@ from pathlib import Path
 from node_probe.protocol import catalog
 from node_probe.host import proctasks
 from node_probe.protocol import known_drivers
-from node_probe.engine.context import FactUnavailable
+from node_probe.engine.facts import (DEVICEPLUGIN_TARGETS, NVML, PODRESOURCES, TRACE_READY,
+                                     TRACE_RESULTS, NvmlInventory, PluginTargetInfo)
 from ..deviceplugin import devview, discovery, podresources, rpc
 from node_probe.engine.registry import check
 from .nvml import kernel_module_version
@@ -115,20 +116,20 @@ def _podresources(ctx, kubelet_dir: Path, state: dict) -> None:
         if not path.is_socket():
             state["rows"] = []
             state["note"] = f"{path} not found"
-            ctx.publish("podresources", [])
+            ctx.publish(PODRESOURCES, ())
             return
         lst, alloc = podresources.query(path, ctx.budget(PODRES_DEADLINE_S, reserve=2.0))
     except Exception as exc:
         state["note"] = f"{type(exc).__name__}: {exc}"
-        ctx.facts.fail("podresources", state["note"])
+        ctx.facts.fail(PODRESOURCES, state["note"])
         return
     state["list"], state["allocatable"] = lst, alloc
     if lst.ok:
         state["rows"] = lst.value
-        ctx.publish("podresources", lst.value)
+        ctx.publish(PODRESOURCES, tuple(lst.value))
     else:
         state["note"] = f"List {lst.status}: {lst.detail}"
-        ctx.facts.fail("podresources", state["note"])
+        ctx.facts.fail(PODRESOURCES, state["note"])
 
 
 def _gpus_on_host(root: Path) -> list[str]:
@@ -148,24 +149,16 @@ def _gpus_on_host(root: Path) -> list[str]:
     return out
 
 
-def _wait_fact(ctx, key: str, timeout: float):
-    """(value, None) or (None, why not); returns at once when the producer is not running."""
-    try:
-        return ctx.wait_for(key, timeout=max(0.05, timeout)), None
-    except FactUnavailable as exc:
-        return None, str(exc)
-
-
 @check("deviceplugin", title="Device plugins: sockets, processes, RPCs with deadlines, /dev view",
-       timeout_s=16.0, provides=("deviceplugin.targets", "podresources"),
-       uses_trace_window=True)
+       timeout_s=16.0, provides=(DEVICEPLUGIN_TARGETS, PODRESOURCES),
+       uses=(TRACE_READY, TRACE_RESULTS, NVML), uses_trace_window=True)
 def deviceplugin_check(ctx):
     opts = ctx.options
     kdir = opts.kubelet_path
     proc = opts.proc_root
     t0 = time.monotonic()
     targets = discovery.discover(kdir, proc)
-    ctx.publish("deviceplugin.targets", [t.fact() for t in targets])
+    ctx.publish(DEVICEPLUGIN_TARGETS, tuple(PluginTargetInfo.of(t) for t in targets))
     ctx.progress(message=f"{len(targets)} device plugin socket(s) in {kdir / 'device-plugins'}",
                  discovery_s=round(time.monotonic() - t0, 3))
     live = [t for t in targets if t.pid]
@@ -184,7 +177,7 @@ def deviceplugin_check(ctx):
                                      name="podresources", daemon=True)
         pr_thread.start()
     else:
-        ctx.facts.fail("podresources", f"grpcio unavailable: {grpc_error}")
+        ctx.facts.fail(PODRESOURCES, f"grpcio unavailable: {grpc_error}")
         yield catalog.make(
             "deviceplugin.inventory", "info", "node",
             "Device-plugin RPC checks skipped: they need grpcio (and protobuf) in the probe",
@@ -195,8 +188,10 @@ def deviceplugin_check(ctx):
 
     trace_ready, trace_note = None, None
     if grpc_error is None and live and opts.trace_s > 0:
-        trace_ready, trace_note = _wait_fact(ctx, "trace.ready",
-                                             ctx.budget(TRACE_READY_WAIT_S, reserve=8.0))
+        trace_ready = ctx.fact(TRACE_READY, timeout=max(0.05, ctx.budget(TRACE_READY_WAIT_S,
+                                                                         reserve=8.0)),
+                               default=None)
+        trace_note = ctx.facts.why(TRACE_READY) if trace_ready is None else None
 
     probes = [_PluginProbe(t) for t in targets]
     if grpc_error is None:
@@ -234,18 +229,20 @@ def deviceplugin_check(ctx):
             p.after_at = time.monotonic()
     if (any_timeout or any(blocked_before.values())) and opts.trace_s > 0 and trace_ready \
             and trace_ready.get("available"):
-        trace, trace_res_note = _wait_fact(ctx, "trace.results",
-                                           ctx.budget(opts.trace_s + 2.0, reserve=1.5))
+        trace = ctx.fact(TRACE_RESULTS, timeout=max(0.05, ctx.budget(opts.trace_s + 2.0,
+                                                                     reserve=1.5)),
+                         default=None)
+        trace_res_note = ctx.facts.why(TRACE_RESULTS) if trace is None else None
     elif trace_ready is not None and not trace_ready.get("available"):
         trace_res_note = "eBPF tracing unavailable"
     else:
         trace_res_note = trace_note
 
-    nv, _ = (None, None)
+    nv = None
     need_driver = any_timeout or any(blocked_before.values())
     if need_driver or (targets or (kdir / "device-plugins").is_dir()):
-        nv, _ = _wait_fact(ctx, "nvml",
-                           ctx.budget(4.0 if need_driver else 1.0, reserve=1.0))
+        nv = ctx.fact(NVML, timeout=max(0.05, ctx.budget(4.0 if need_driver else 1.0,
+                                                         reserve=1.0)), default=None)
 
     all_devices = [d for p in probes for d in p.devices or ()]
     for p in probes:
@@ -325,12 +322,9 @@ def _timeouts(p: _PluginProbe, rows):
             K8S_REFS + (DP_DOC,))
 
 
-def _driver(ctx, nv: dict | None) -> tuple[str | None, list[dict], str]:
-    if nv:
-        v = nv.get("driver_version") or nv.get("library_version") \
-            or nv.get("kernel_module_version")
-        if v:
-            return v, list(nv.get("gpus") or []), f"nvml fact ({nv.get('status')})"
+def _driver(ctx, nv: NvmlInventory | None) -> tuple[str | None, list[dict], str]:
+    if nv is not None and nv.version:
+        return nv.version, nv.gpu_records(), f"nvml fact ({nv.status})"
     v = kernel_module_version(ctx.options.host_root)
     return v, [], "proc/driver/nvidia/version" if v else "unknown"
 
@@ -487,7 +481,7 @@ def _stale_dev(ctx, p: _PluginProbe):
 def _missing(ctx, kdir: Path, targets, probes, nv):
     if not (kdir / "device-plugins").is_dir():
         return  # not a kubelet node (or a different --kubelet-dir): nothing to say
-    gpus = [g.get("uuid") for g in (nv or {}).get("gpus") or ()] if nv else []
+    gpus = [g.uuid for g in nv.gpus] if nv is not None else []
     source = "nvml" if gpus else None
     if not gpus:
         gpus = _gpus_on_host(ctx.options.host_root)

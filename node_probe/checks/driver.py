@@ -8,36 +8,35 @@ from __future__ import annotations
 
 from node_probe.protocol import catalog
 from node_probe.protocol import known_drivers
-from node_probe.engine.context import FactUnavailable
+from node_probe.engine.facts import NVML
 from node_probe.engine.registry import check
 
 
 @check("driver", title="Driver version: known-bad builds, kernel module vs library",
-       timeout_s=14.0)
+       timeout_s=14.0, needs=(NVML,))
 def driver_check(ctx):
-    try:
-        nv = ctx.wait_for("nvml", timeout=ctx.budget(13.0))
-    except FactUnavailable:
+    nv = ctx.fact(NVML, timeout=ctx.budget(13.0), default=None)
+    if nv is None:
         return
-    lib_v = nv.get("library_version")
-    kmod_v = nv.get("kernel_module_version")
-    nvml_v = nv.get("driver_version") if nv.get("status") == "ok" else None
+    lib_v = nv.library_version
+    kmod_v = nv.kernel_module_version
+    nvml_v = nv.driver_version if nv.status == "ok" else None
     user_v = nvml_v or lib_v
     if kmod_v and user_v and kmod_v != user_v:
         yield catalog.make(
             "driver.version_mismatch", "critical", "node",
             f"Kernel module {kmod_v} but user-space driver library {user_v}",
             {"kernel_module_version": kmod_v, "library_version": user_v,
-             "library": nv.get("library")},
+             "library": nv.library},
             "A driver upgrade replaced the libraries but the old kernel module is still "
             "loaded. Drain the node and reboot it (or unload and reload the nvidia modules) so "
             "both are the same version.",
             ("https://docs.nvidia.com/deploy/nvml-api/group__nvmlDeviceEnumvs.html",))
 
     version = user_v or kmod_v
-    for m in known_drivers.match(version, nv.get("gpus") or []):
+    for m in known_drivers.match(version, nv.gpu_records()):
         issue = m.issue
-        hung = nv.get("status") == "hang"
+        hung = nv.status == "hang"
         if m.condition_met or hung:
             severity = "critical"
             why = ("and NVML init hangs on this node right now" if hung and not m.condition_met
@@ -52,6 +51,6 @@ def driver_check(ctx):
             "driver.known_bad", severity, "node",
             f"Driver {m.driver_version} has a known failure {why}",
             {"driver_version": m.driver_version, "trigger": issue.condition_text,
-             "trigger_present": m.condition_met, "nvml_status": nv.get("status"),
+             "trigger_present": m.condition_met, "nvml_status": nv.status,
              "symptom": issue.symptom, "fixed_in": list(issue.fixed_in)},
             issue.workaround, issue.refs)

@@ -23,7 +23,7 @@ from typing import Any, Iterable, Mapping, Sequence
 
 from node_probe.protocol import catalog
 from node_probe.host import containers, hostfs, procfs
-from node_probe.engine.context import FactUnavailable
+from node_probe.engine.facts import CONTAINERS
 from ..protocol import Finding
 from node_probe.engine.registry import check
 
@@ -240,14 +240,15 @@ def verdict(res: Mapping[str, Any]) -> tuple[str, str] | None:
                  + ("" if not hard else " (GPU memory/SM limits not enforced)"))
 
 
-def discover(proc: Path, containers_fact: Sequence[Mapping[str, Any]] | None,
+def discover(proc: Path, known: Iterable[containers.Container] | None,
              focus_pods: Sequence[str] = ()) -> list[dict]:
     """HAMi-managed containers: processes whose environment has HAMi's keys, grouped by their
     root directory (one container = one root), labelled from the containers fact if any."""
     by_pid: dict[int, Mapping[str, Any]] = {}
-    for c in containers_fact or ():
-        for pid in c.get("pids") or ():
-            by_pid[int(pid)] = c
+    for c in known or ():
+        rec = c.to_fact()
+        for pid in c.pids:
+            by_pid[int(pid)] = rec
     groups: dict[tuple, dict] = {}
     for pid in procfs.pids(proc):
         env = procfs.read_environ(pid, proc)
@@ -297,7 +298,7 @@ REMEDIATION = (
 
 
 @check("hami", title="HAMi vGPU: libvgpu.so preload in HAMi containers, device plugin log",
-       timeout_s=8.0)
+       timeout_s=8.0, needs=(CONTAINERS,))
 def hami_check(ctx) -> Iterable[Finding]:
     opts = ctx.options
     proc = Path(opts.proc_root)
@@ -308,11 +309,8 @@ def hami_check(ctx) -> Iterable[Finding]:
             ctx.log("warning", f"cannot read plugin log {opts.plugin_log}: {exc.strerror}")
         else:
             yield from scan_plugin_log(lines, source=str(opts.plugin_log))
-    try:  # fails at once when cgroup.devices is not part of the run
-        fact = ctx.wait_for("containers", min(CONTAINERS_WAIT_S, ctx.budget(CONTAINERS_WAIT_S)))
-    except FactUnavailable:
-        fact = None
-    groups = discover(proc, fact, opts.focus_pods)
+    known = ctx.fact(CONTAINERS, timeout=ctx.budget(CONTAINERS_WAIT_S), default=None)
+    groups = discover(proc, known, opts.focus_pods)
     if groups:
         ctx.progress(message=f"{len(groups)} HAMi-managed container(s)")
     for g in groups:

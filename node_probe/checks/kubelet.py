@@ -17,6 +17,7 @@ from pathlib import Path
 from node_probe.protocol import catalog
 from node_probe.host import hostfs, kubeletconfig, procfs
 from ..deviceplugin import discovery
+from node_probe.engine.facts import KUBELET_CONFIG
 from node_probe.engine.registry import check
 
 REFS_001 = ("https://github.com/NVIDIA/nvidia-container-toolkit/issues/48",
@@ -73,12 +74,12 @@ def device_specs_setting(pid: int, proc: Path) -> dict:
 
 
 @check("kubelet", title="kubelet config: CPU manager, cgroup driver, plugin device specs",
-       timeout_s=5.0, provides=("kubelet.config",))
+       timeout_s=5.0, provides=(KUBELET_CONFIG,))
 def kubelet_check(ctx):
     opts = ctx.options
     proc = opts.proc_root
     fact = kubeletconfig.load(opts.host_root, opts.kubelet_path, proc)
-    ctx.publish("kubelet.config", fact)
+    ctx.publish(KUBELET_CONFIG, fact)
     if fact.get("error"):
         ctx.log("warning", f"kubelet config: {fact['error']}", check="kubelet")
     policy = str(fact.get("cpuManagerPolicy") or "none").lower()

@@ -3,8 +3,8 @@
 Why: "NVML does not answer" is the first branch of every GPU incident. The host's own
 libnvidia-ml.so.1 is found under --host-root (standard lib dirs and the GPU Operator's
 run/nvidia/driver) and loaded by absolute path in a killable child with a deadline, because
-init can hang forever (seed 000). Publishes the "nvml" fact for the driver, device-plugin and
-cgroup checks.
+init can hang forever (seed 000). Publishes the "nvml" fact (engine.facts.NvmlInventory, with
+the typed GPU list) for the driver, device-plugin and cgroup checks.
 """
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ from pathlib import Path
 
 from node_probe.protocol import catalog
 from node_probe.host import hostfs, subproc
+from node_probe.engine.facts import NVML, NvmlInventory
 from node_probe.engine.registry import check
 
 LIB = "libnvidia-ml.so.1"
@@ -69,7 +70,7 @@ def run_child(lib: Path, timeout_s: float) -> tuple[dict | None, str, subproc.Ch
 
 
 @check("nvml", title="NVML: driver library, init, GPU inventory and health",
-       timeout_s=12.0, provides=("nvml",))
+       timeout_s=12.0, provides=(NVML,))
 def nvml_check(ctx):
     root = ctx.options.host_root
     lib, searched = find_library(root)
@@ -78,7 +79,7 @@ def nvml_check(ctx):
             "library_version": library_version(lib), "kernel_module_version": kmod,
             "driver_version": None, "cuda_version": None, "gpus": []}
     if lib is None:
-        ctx.publish("nvml", fact)
+        ctx.publish(NVML, NvmlInventory.from_record(fact))
         loaded = kmod is not None
         yield catalog.make(
             "nvml.unavailable", "warning" if loaded else "info", "node",
@@ -98,7 +99,7 @@ def nvml_check(ctx):
     if raw.timed_out:
         fact["status"] = "hang"
         fact["driver_version"] = fact["library_version"] or kmod
-        ctx.publish("nvml", fact)
+        ctx.publish(NVML, NvmlInventory.from_record(fact))
         hung_in = "nvmlInit" if stage == "init" else ("loading the library" if stage == "load"
                                                       else "an NVML query")
         yield catalog.make(
@@ -115,7 +116,7 @@ def nvml_check(ctx):
         return
     if result is None:
         fact["status"] = "error"
-        ctx.publish("nvml", fact)
+        ctx.publish(NVML, NvmlInventory.from_record(fact))
         err = raw.stderr.decode("utf-8", "replace").strip().splitlines()[-1:] or ["no output"]
         yield catalog.make("nvml.init_error", "warning", subject,
                            "The NVML helper process failed", {"exit_code": raw.returncode,
@@ -124,7 +125,7 @@ def nvml_check(ctx):
         return
     status = result.get("status")
     if status == "no_client":
-        ctx.publish("nvml", fact)
+        ctx.publish(NVML, NvmlInventory.from_record(fact))
         yield catalog.make("nvml.unavailable", "warning", subject,
                            "NVML client (nvidia-ml-py) is missing from the probe environment",
                            {"library": str(lib), "error": result.get("error")},
@@ -133,7 +134,7 @@ def nvml_check(ctx):
     if status in ("load_error", "error"):
         fact["status"] = "error"
         fact["driver_version"] = fact["library_version"] or kmod
-        ctx.publish("nvml", fact)
+        ctx.publish(NVML, NvmlInventory.from_record(fact))
         code = result.get("code")
         msg = result.get("error") or "unknown"
         fix = ("The user-space library and the loaded kernel module are different driver "
@@ -152,7 +153,7 @@ def nvml_check(ctx):
     fact.update(status="ok", driver_version=result.get("driver_version"),
                 cuda_version=result.get("cuda_version"), nvml_version=result.get("nvml_version"),
                 gpus=result.get("gpus") or [], lost_gpus=result.get("lost_gpus") or [])
-    ctx.publish("nvml", fact)
+    ctx.publish(NVML, NvmlInventory.from_record(fact))
     gpus = fact["gpus"]
     yield catalog.make(
         "nvml.inventory", "info", subject,

@@ -111,7 +111,7 @@ def trace_check(ctx):
         try:
             session = TraceSession(dev_prefix=opts.dev_prefix, cgroup_dir=opts.cgroup_dir,
                                    tracefs=env.tracefs, targets=opts.trace_pids,
-                                   futex_min_s=float(opts.extra.get("futex_min_s", FUTEX_MIN_S)),
+                                   futex_min_s=FUTEX_MIN_S,
                                    on_event=events)
             session.compile()
             # compiling took most of the second already; still give discovery a moment
@@ -163,7 +163,7 @@ def trace_check(ctx):
             containers = ctx.wait_for("containers", timeout=CONTAINERS_WAIT_S)
         except FactUnavailable:
             pass
-    stall_s = float(opts.extra.get("ioctl_stall_s", IOCTL_STALL_S))
+    stall_s = IOCTL_STALL_S
     yield from verdicts.eperm_findings(results["opens"], containers)
     yield from verdicts.stall_findings(results["ioctls_inflight"], results["ioctls"], stall_s,
                                        critical_pids=session.targets)

@@ -2,9 +2,11 @@
 
 Why: checks run concurrently and some depend on each other's discoveries (the tracer needs the
 device plugin's pid before it attaches; the device-plugin verdict needs the tracer's results).
-Instead of ordering checks by hand, a check `publish`es a fact and another `wait_for`s it with a
-deadline. A check that ends without publishing what it declared in `provides` has its facts
-failed by the runner, so nobody waits on a dead producer.
+Instead of ordering checks by hand, a check `publish`es a typed fact (engine.facts) and another
+reads it with `ctx.fact(KEY, timeout=..., default=...)`. A check that ends without publishing
+what it declared in `provides` has its facts failed by the runner, so nobody waits on a dead
+producer. A check that could not look says so with `ctx.skip(reason)` (or by returning
+`Skipped(reason)`): its status becomes `skipped` with that reason.
 """
 from __future__ import annotations
 
@@ -13,9 +15,11 @@ import os
 import threading
 import time
 from pathlib import Path
-from typing import Any, Callable, Mapping
+from typing import Any, Callable, NoReturn, TypeVar
 
 from node_probe import protocol
+from node_probe.engine import facts
+from node_probe.engine.facts import FactKey, T
 
 
 @dataclasses.dataclass(frozen=True)
@@ -34,7 +38,6 @@ class ProbeOptions:
     skip: tuple[str, ...] = ()        # check ids to skip
     plugin_log: Path | None = None    # a device plugin's log file to scan (HAMi)
     trace_pids: tuple[int, ...] = ()  # extra pids for the eBPF futex/NVML probes (--trace-pid)
-    extra: Mapping[str, Any] = dataclasses.field(default_factory=dict)
 
     @property
     def cgroup_dir(self) -> Path:
@@ -53,60 +56,90 @@ class FactUnavailable(Exception):
     """The fact's producer failed, timed out or never published it in time."""
 
 
+class CheckSkipped(Exception):
+    """Raised by `ProbeContext.skip`: the check could not look (the reason says why)."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
+
+
+@dataclasses.dataclass(frozen=True)
+class Skipped:
+    """Returned by a check (or a check generator's `return`) that could not look."""
+
+    reason: str
+
+
+_MISSING: Any = object()
+D = TypeVar("D")
+
+
 class Facts:
-    """A small blackboard of named one-shot values shared between concurrent checks."""
+    """A small blackboard of typed one-shot values shared between concurrent checks."""
 
     def __init__(self) -> None:
         self._cond = threading.Condition()
         self._values: dict[str, Any] = {}
         self._failed: dict[str, str] = {}
 
-    def publish(self, key: str, value: Any) -> None:
+    def publish(self, key: FactKey | str, value: Any) -> None:
+        """Publish once (later publishes and fails are ignored); TypeError on a wrong payload."""
+        key = facts.resolve(key)
+        value = key.check(value)
         with self._cond:
-            if key in self._values or key in self._failed:
+            if key.name in self._values or key.name in self._failed:
                 return
-            self._values[key] = value
+            self._values[key.name] = value
             self._cond.notify_all()
 
-    def fail(self, key: str, reason: str) -> None:
+    def fail(self, key: FactKey | str, reason: str) -> None:
+        key = facts.resolve(key)
         with self._cond:
-            if key in self._values or key in self._failed:
+            if key.name in self._values or key.name in self._failed:
                 return
-            self._failed[key] = reason
+            self._failed[key.name] = reason
             self._cond.notify_all()
 
-    def wait_for(self, key: str, timeout: float) -> Any:
+    def wait(self, key: FactKey | str, timeout: float) -> Any:
+        """The value, or FactUnavailable once it failed or `timeout` passed."""
+        name = facts.resolve(key).name
         end = time.monotonic() + max(0.0, timeout)
         with self._cond:
             while True:
-                if key in self._values:
-                    return self._values[key]
-                if key in self._failed:
-                    raise FactUnavailable(f"{key}: {self._failed[key]}")
+                if name in self._values:
+                    return self._values[name]
+                if name in self._failed:
+                    raise FactUnavailable(f"{name}: {self._failed[name]}")
                 left = end - time.monotonic()
                 if left <= 0:
-                    raise FactUnavailable(f"{key}: not published within {timeout:.1f}s")
+                    raise FactUnavailable(f"{name}: not published within {timeout:.1f}s")
                 self._cond.wait(left)
 
-    def get(self, key: str, default: Any = None) -> Any:
+    def why(self, key: FactKey | str) -> str:
+        """Why the fact is not (yet) there, for evidence: its producer's failure, or pending."""
+        name = facts.resolve(key).name
         with self._cond:
-            return self._values.get(key, default)
+            if name in self._values:
+                return f"{name}: published"
+            return f"{name}: {self._failed.get(name, 'not published yet')}"
 
-    def has(self, key: str) -> bool:
+    def get(self, key: FactKey | str, default: Any = None) -> Any:
+        """The value if already published (no waiting)."""
+        name = facts.resolve(key).name
         with self._cond:
-            return key in self._values
+            return self._values.get(name, default)
 
 
 class ProbeContext:
     """Per-run state handed to every check."""
 
-    def __init__(self, options: ProbeOptions, emit: Callable[[dict], None],
-                 run_deadline: float | None = None) -> None:
+    def __init__(self, options: ProbeOptions, emit: Callable[[dict], None]) -> None:
         self.options = options
         self._emit = emit
         self.facts = Facts()
         self.started = time.monotonic()
-        self.run_deadline = run_deadline or (self.started + options.timeout_s)
+        self.run_deadline = self.started + options.timeout_s
         self.cancelled = threading.Event()
 
     # -- time -------------------------------------------------------------------------------
@@ -129,9 +162,30 @@ class ProbeContext:
         self._emit(protocol.progress(**fields))
 
     # -- facts ------------------------------------------------------------------------------
-    def publish(self, key: str, value: Any) -> None:
+    def publish(self, key: FactKey | str, value: Any) -> None:
         self.facts.publish(key, value)
 
+    def fact(self, key: FactKey[T], timeout: float | None = None,
+             default: D = _MISSING) -> T | D:
+        """The fact once published, waiting at most `timeout` seconds (default: the rest of
+        the run). Returns at once when its producer failed or is not part of the run. Without
+        a `default`, a fact that does not come raises FactUnavailable."""
+        left = self.remaining()
+        try:
+            return self.facts.wait(key, left if timeout is None else min(timeout, left))
+        except FactUnavailable:
+            if default is _MISSING:
+                raise
+            return default
+
     def wait_for(self, key: str, timeout: float | None = None) -> Any:
-        return self.facts.wait_for(key, self.remaining() if timeout is None
-                                   else min(timeout, self.remaining()))
+        """Deprecated: use `fact()`. The pre-typed payload of a fact, for code not moved yet."""
+        k = facts.resolve(key)
+        value = self.fact(k, timeout)
+        return k.legacy(value) if k.legacy is not None else value
+
+    # -- could not look -----------------------------------------------------------------------
+    @staticmethod
+    def skip(reason: str) -> NoReturn:
+        """End the calling check as `skipped` with this reason (findings already yielded stay)."""
+        raise CheckSkipped(reason)

@@ -3,8 +3,8 @@
 Why: one hung check (NVML in the kernel, a device plugin that never answers, a wedged /proc
 read on a dying node) must never keep the on-call engineer from a verdict. Each check runs in a
 daemon thread; a check past its deadline is reported as `timeout` and abandoned (its later
-output is dropped), a crash becomes an `error` status with a log record, and the summary record
-is always the last line.
+output is dropped), a crash becomes an `error` status with a log record, a check that could not
+look ends `skipped` with its reason, and the summary record is always the last line.
 """
 from __future__ import annotations
 
@@ -17,7 +17,8 @@ from typing import Callable, Iterable
 
 from node_probe import protocol
 from node_probe.host import subproc
-from node_probe.engine.context import ProbeContext
+from node_probe.engine import facts
+from node_probe.engine.context import CheckSkipped, ProbeContext, Skipped
 from node_probe.protocol import CheckResult, Finding
 from node_probe.engine import registry
 from node_probe.engine.registry import Check
@@ -32,7 +33,6 @@ class RunResult:
     complete: bool
     duration_s: float
     exit_status: protocol.ExitStatus
-    interrupted: bool = False
 
 
 class _Sink:
@@ -68,11 +68,13 @@ class Runner:
         self._abandoned: set[str] = set()
         # A fact whose producer is not part of this run will never come: fail it now, so a
         # consumer's wait returns at once instead of spending its timeout.
-        selected = {c.id for c in self.checks}
-        for c in registry.all_checks():
-            if c.id not in selected:
-                for key in c.provides:
-                    self.ctx.facts.fail(key, f"check {c.id} is not part of this run")
+        provided = {key.name for c in self.checks for key in c.provides}
+        for key in facts.declared():
+            if key.name in provided:
+                continue
+            producer = registry.producer_of(key)
+            self.ctx.facts.fail(key, f"check {producer.id} is not part of this run"
+                                if producer else "no check provides it")
 
     # -- per-check thread -------------------------------------------------------------------
     def _deadline(self, c: Check) -> float:
@@ -91,12 +93,27 @@ class Runner:
             self._findings.append(f)
         self.sink(f.to_record())
 
-    def _thread(self, c: Check, done: "queue.Queue[tuple[str, str, str]]") -> None:
-        status, message = "ok", ""
+    def _call(self, c: Check) -> Skipped | None:
+        """Run the check, adding its findings; its Skipped return value, if any."""
+        out = c.fn(self.ctx)
+        if out is None or isinstance(out, Skipped):
+            return out
+        it = iter(out)
+        while True:
+            try:
+                f = next(it)
+            except StopIteration as stop:   # a generator's `return Skipped(...)`
+                return stop.value if isinstance(stop.value, Skipped) else None
+            self._add(c, f)
+
+    def _thread(self, c: Check, done: "queue.Queue[tuple[str, str, str, str]]") -> None:
+        status, message, reason = "ok", "", ""
         try:
-            out = c.fn(self.ctx)
-            for f in out or ():
-                self._add(c, f)
+            skipped = self._call(c)
+            if skipped is not None:
+                status, reason = "skipped", skipped.reason
+        except CheckSkipped as exc:
+            status, reason = "skipped", exc.reason
         except Exception as exc:  # a crash in one check must not end the run
             status = "error"
             message = f"{type(exc).__name__}: {exc}"
@@ -108,9 +125,11 @@ class Runner:
                 self.sink(protocol.log("error", f"check {c.id} failed: {message}",
                                        check=c.id, where=where))
         finally:
+            why = (f"check {c.id} skipped: {reason}" if status == "skipped"
+                   else f"check {c.id} ended without publishing it")
             for key in c.provides:
-                self.ctx.facts.fail(key, f"check {c.id} ended without publishing it")
-            done.put((c.id, status, message))
+                self.ctx.facts.fail(key, why)
+            done.put((c.id, status, message, reason))
 
     # -- main loop --------------------------------------------------------------------------
     def run(self) -> RunResult:
@@ -120,7 +139,7 @@ class Runner:
                                     host_root=str(ctx.options.host_root),
                                     timeout_s=ctx.options.timeout_s,
                                     trace_s=ctx.options.trace_s))
-        done: "queue.Queue[tuple[str, str, str]]" = queue.Queue()
+        done: "queue.Queue[tuple[str, str, str, str]]" = queue.Queue()
         starts: dict[str, float] = {}
         pending: dict[str, Check] = {}
         results: dict[str, CheckResult] = {}
@@ -134,7 +153,7 @@ class Runner:
             while pending:
                 next_deadline = min(self._deadline(c) for c in pending.values())
                 try:
-                    cid, status, message = done.get(
+                    cid, status, message, reason = done.get(
                         timeout=max(0.0, next_deadline - time.monotonic()))
                 except queue.Empty:
                     now = time.monotonic()
@@ -146,10 +165,11 @@ class Runner:
                 if cid in pending:
                     del pending[cid]
                     dur = time.monotonic() - starts[cid]
-                    results[cid] = CheckResult(cid, status, dur, message)
+                    results[cid] = CheckResult(cid, status, dur, message, reason)
                     self.sink(protocol.progress(phase="check", check=cid, status=status,
                                                 duration_s=round(dur, 3),
-                                                **({"message": message} if message else {})))
+                                                **({"message": message} if message else {}),
+                                                **({"reason": reason} if reason else {})))
         except KeyboardInterrupt:
             interrupted = True
             ctx.cancelled.set()
@@ -165,7 +185,7 @@ class Runner:
                   else protocol.exit_status_for(findings, self.fail_on, complete))
         duration = time.monotonic() - ctx.started
         self.sink.close_with(protocol.summary(findings, ordered, complete, duration, int(status)))
-        return RunResult(findings, ordered, complete, duration, status, interrupted)
+        return RunResult(findings, ordered, complete, duration, status)
 
     def _expire(self, c: Check, status: str, message: str, starts, results, pending) -> None:
         with self._lock:

@@ -278,7 +278,7 @@ def gpu_ids_from_env(value: str | None) -> list[str] | None:
     return [x.strip() for x in v.split(",") if x.strip()]
 
 
-@dataclasses.dataclass
+@dataclasses.dataclass(frozen=True)
 class Container:
     ref: CgroupRef
     cgroup_path: Path
@@ -345,8 +345,9 @@ def podresources_index(podres: Iterable[Mapping] | None) -> dict[tuple[str, str,
     return idx
 
 
-def assign_gpus(c: Container, podres_idx: Mapping | None, ckpt_idx: Mapping | None = None) -> None:
-    """Decide whether a container has GPUs: pod-resources when it names the container (it is
+def assign_gpus(c: Container, podres_idx: Mapping | None,
+                ckpt_idx: Mapping | None = None) -> Container:
+    """The container with its GPUs decided: pod-resources when it names the container (it is
     what the kubelet allocated), else the kubelet's device checkpoint (pod UID + container
     name), else NVIDIA_VISIBLE_DEVICES from its processes. Also records the device specs the
     plugin's Allocate returned for it, when the checkpoint has them."""
@@ -354,29 +355,30 @@ def assign_gpus(c: Container, podres_idx: Mapping | None, ckpt_idx: Mapping | No
           if e.resource.startswith(GPU_RESOURCE_PREFIXES)]
     allocs = [e.alloc for e in ck if e.alloc is not None]
     if allocs:
-        c.alloc_devices = [str(d.get("host_path") or d.get("container_path"))
-                           for a in allocs for d in a.get("devices") or ()]
+        c = dataclasses.replace(c, alloc_devices=[
+            str(d.get("host_path") or d.get("container_path"))
+            for a in allocs for d in a.get("devices") or ()])
     if podres_idx is not None and c.meta.get("pod") and c.meta.get("container"):
         key = (c.meta.get("namespace"), c.meta["pod"], c.meta["container"])
         entries = [e for e in podres_idx.get(key, [])
                    if str(e.get("resource", "")).startswith(GPU_RESOURCE_PREFIXES)]
         ids = [str(i) for e in entries for i in e.get("device_ids") or ()]
         if ids:
-            c.gpu_source, c.gpu_ids = "podresources", ids
-            c.gpu_resources = sorted({str(e["resource"]) for e in entries})
-            return
+            return dataclasses.replace(c, gpu_source="podresources", gpu_ids=ids,
+                                       gpu_resources=sorted({str(e["resource"])
+                                                             for e in entries}))
         if key in podres_idx:
             # pod-resources knows the container and gave it no NVIDIA device: an image default
             # NVIDIA_VISIBLE_DEVICES=all (CUDA base images set it) is not an allocation.
-            return
+            return c
     if ck:
-        c.gpu_source = "checkpoint"
-        c.gpu_ids = [i for e in ck for i in e.device_ids]
-        c.gpu_resources = sorted({e.resource for e in ck})
-        return
+        return dataclasses.replace(c, gpu_source="checkpoint",
+                                   gpu_ids=[i for e in ck for i in e.device_ids],
+                                   gpu_resources=sorted({e.resource for e in ck}))
     ids = gpu_ids_from_env(c.env.get("NVIDIA_VISIBLE_DEVICES"))
     if ids:
-        c.gpu_source, c.gpu_ids = "environ", ids
+        return dataclasses.replace(c, gpu_source="environ", gpu_ids=ids)
+    return c
 
 
 def discover(cgroup_dir: Path, host_root: Path, proc: Path = procfs.PROC,

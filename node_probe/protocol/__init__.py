@@ -132,17 +132,21 @@ class Finding:
 
 @dataclasses.dataclass(frozen=True)
 class CheckResult:
-    """How one check ended: one of CHECK_STATUSES."""
+    """How one check ended: one of CHECK_STATUSES. `reason`: why a `skipped` check could not
+    look (said by the check itself); `message`: what went wrong (error, timeout)."""
 
     id: str
     status: str
     duration_s: float
     message: str = ""
+    reason: str = ""
 
     def to_dict(self) -> dict:
         d = {"id": self.id, "status": self.status, "duration_s": round(self.duration_s, 3)}
         if self.message:
             d["message"] = self.message
+        if self.reason:
+            d["reason"] = self.reason
         return d
 
 
@@ -273,7 +277,7 @@ class Report:
             for c in rec.get("checks") or ():
                 self.checks.append(CheckResult(c.get("id", "?"), c.get("status", "?"),
                                                float(c.get("duration_s", 0.0)),
-                                               c.get("message", "")))
+                                               c.get("message", ""), c.get("reason", "")))
         elif kind == "event":
             self.events.append(dict(rec))
         elif kind == "log":

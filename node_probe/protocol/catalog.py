@@ -76,9 +76,6 @@ CATALOG: dict[str, str] = {
     "cdi.spec_version_mismatch": "CDI specs name driver files of another version than the loaded driver",
 }
 
-SEVERITIES = tuple(s.value for s in Severity)
-
-
 class UnknownFindingId(KeyError):
     pass
 

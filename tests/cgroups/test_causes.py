@@ -6,6 +6,8 @@ from pathlib import Path
 import pytest
 
 from node_probe.checks.cgroup_devices import cgroup_devices, causes_for
+from node_probe.checks.containers import containers_check
+from node_probe.engine import facts as F
 from node_probe.engine.context import ProbeContext, ProbeOptions
 from tests.cgroups.conftest import (GPU0_UUID, UVM_MAJOR, deny_all_then_allow, make_host_root,
                                     new_cid, new_uid)
@@ -21,6 +23,10 @@ def run_check(host, uids, facts, trace_s=0.0):
     ctx = ProbeContext(opts, records.append)
     for k, v in facts.items():
         ctx.publish(k, v)
+    for key in F.declared():   # what the test does not give, no check produces in this run
+        if key is not F.CONTAINERS:
+            ctx.facts.fail(key, "not given by the test")
+    containers_check(ctx)      # the producer of the container list, as the runner would run it
     findings = list(cgroup_devices(ctx))
     return findings, ctx, records
 
@@ -51,8 +57,10 @@ def test_seed_002_stale_plugin_view_via_podresources(v1_tree, tmp_path):
                   {"allow": True, "type": "c", "major": 195, "minor": 0, "access": "rw"}])
     facts = {"podresources": [{"namespace": "ml", "pod": "train-0", "container": "trainer",
                                "resource": "nvidia.com/gpu", "device_ids": [GPU0_UUID]}],
-             "deviceplugin.targets": [{"pid": plugin.pid, "comm": "nvidia-device-plugin",
-                                       "resource": "nvidia.com/gpu", "socket": "nvidia.sock"}]}
+             "deviceplugin.targets": [F.PluginTargetInfo(pid=plugin.pid,
+                                                         comm="nvidia-device-plugin",
+                                                         resource="nvidia.com/gpu",
+                                                         socket="nvidia.sock")]}
     findings, ctx, _ = run_check(host, [uid], facts)
     assert len(findings) == 1
     f = findings[0]
@@ -63,9 +71,10 @@ def test_seed_002_stale_plugin_view_via_podresources(v1_tree, tmp_path):
     assert f.evidence["plugin_dev_missing"] == ["nvidia-uvm", "nvidia-uvm-tools"]
     assert [d["in_runtime_spec"] for d in f.evidence["denied"]] == [False, False]
     assert "do-not-print" not in json.dumps(f.to_record())
-    fact = ctx.facts.get("containers")
-    mine = [c for c in fact if c["pod_uid"] == uid]
-    assert mine and mine[0]["pod"] == "train-0" and mine[0]["gpu"] is True
+    fact = ctx.fact(F.CONTAINERS, timeout=0)
+    mine = [c for c in fact if c.ref.pod_uid == uid]
+    assert mine and mine[0].meta["pod"] == "train-0" and mine[0].is_gpu
+    assert fact.gpu == tuple(mine) and fact.by_pid(mine[0].pids[0]) is mine[0]
 
 
 def test_seed_001_cpu_manager_static_without_specs_and_the_writer(v1_tree, tmp_path):
@@ -86,8 +95,10 @@ def test_seed_001_cpu_manager_static_without_specs_and_the_writer(v1_tree, tmp_p
               {"pid": 1, "comm": "other", "path": "/sys/fs/cgroup/devices/x/devices.deny",
                "text": "a", "ts": 1.2}]
     facts = {"kubelet.config": {"cpuManagerPolicy": "static", "cgroupDriver": "cgroupfs"},
-             "deviceplugin.targets": [{"pid": plugin.pid, "comm": "nvidia-device-plugin",
-                                       "resource": "nvidia.com/gpu", "socket": "nvidia.sock"}],
+             "deviceplugin.targets": [F.PluginTargetInfo(pid=plugin.pid,
+                                                         comm="nvidia-device-plugin",
+                                                         resource="nvidia.com/gpu",
+                                                         socket="nvidia.sock")],
              "trace.ready": {"available": True, "probes": ["cgroup_devices"], "target_pids": []},
              "trace.results": {"cgroup_writes": writes}}
     findings, _, records = run_check(host, [uid], facts, trace_s=1.0)
@@ -112,7 +123,7 @@ def test_systemd_driver_and_dev_char_links(v1_tree, tmp_path, links):
     v1_tree.spawn(cg, {"NVIDIA_VISIBLE_DEVICES": "0"})
     findings, ctx, _ = run_check(host, [uid], {})
     by_id = {f.id: f for f in findings}
-    assert ctx.facts.get("containers")[0]["cgroup_driver"] == "systemd"
+    assert ctx.fact(F.CONTAINERS, timeout=0).items[0].ref.driver == "systemd"
     # uvm allowed, uvm-tools not: a warning, not critical
     d = by_id["cgroup.device_denied"]
     assert d.severity.value == "warning"

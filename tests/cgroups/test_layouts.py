@@ -171,27 +171,27 @@ def test_podresources_wins_and_env_is_the_fallback():
                "resource": "example.com/nic", "device_ids": ["nic0"]}]
     idx = containers.podresources_index(podres)
     c = _ctr(meta, {"NVIDIA_VISIBLE_DEVICES": "GPU-y"})
-    containers.assign_gpus(c, idx)
+    c = containers.assign_gpus(c, idx)
     assert (c.gpu_source, c.gpu_ids, c.gpu_resources) == ("podresources", ["GPU-x::1"],
                                                           ["nvidia.com/gpu"])
     # pod-resources absent: the environment decides
     c = _ctr(meta, {"NVIDIA_VISIBLE_DEVICES": "GPU-y"})
-    containers.assign_gpus(c, None)
+    c = containers.assign_gpus(c, None)
     assert (c.gpu_source, c.gpu_ids) == ("environ", ["GPU-y"])
     # pod-resources knows the container and gave it no GPU: an image's "all" is not one
     idx2 = containers.podresources_index([{"namespace": "ml", "pod": "train-0",
                                            "container": "trainer", "resource": "cpu",
                                            "device_ids": ["1"]}])
     c = _ctr(meta, {"NVIDIA_VISIBLE_DEVICES": "all"})
-    containers.assign_gpus(c, idx2)
+    c = containers.assign_gpus(c, idx2)
     assert not c.is_gpu
     # no names known (no bundle): environment
     c = _ctr({}, {"NVIDIA_VISIBLE_DEVICES": "all"})
-    containers.assign_gpus(c, idx)
+    c = containers.assign_gpus(c, idx)
     assert c.gpu_ids == ["all"]
     # no GPU at all
     c = _ctr({}, {"NVIDIA_VISIBLE_DEVICES": "void"})
-    containers.assign_gpus(c, None)
+    c = containers.assign_gpus(c, None)
     assert not c.is_gpu and c.to_fact()["gpu"] is False
 
 

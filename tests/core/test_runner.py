@@ -3,6 +3,7 @@ import threading
 import time
 
 from node_probe.protocol import catalog
+from node_probe.engine import facts
 from node_probe.engine.context import FactUnavailable, ProbeOptions
 from node_probe.engine.registry import Check
 from node_probe.engine.runner import Runner
@@ -74,30 +75,36 @@ def test_checks_run_concurrently():
     assert wall < 1.5  # 5 x 0.4 s sequentially would be 2 s
 
 
+X = facts.declare("test.runner.x", int)
+Y = facts.declare("test.runner.y", int)
+
+
 def test_facts_flow_and_failed_producer_releases_consumers():
     seen = {}
 
     def producer(ctx):
-        ctx.publish("x", 42)
+        ctx.publish(X, 42)
         return []
 
     def broken_producer(ctx):
         raise RuntimeError("no")
 
     def consumer(ctx):
-        seen["x"] = ctx.wait_for("x", 2)
+        seen["x"] = ctx.fact(X, timeout=2)
         try:
-            ctx.wait_for("y", 10)
+            ctx.fact(Y, timeout=10)
         except FactUnavailable as exc:
             seen["y"] = str(exc)
+        seen["y_default"] = ctx.fact(Y, timeout=10, default="none")
         return []
 
     t0 = time.monotonic()
-    _run([Check("p", producer, "p", provides=("x",)),
-          Check("q", broken_producer, "q", provides=("y",)),
-          Check("c", consumer, "c")])
+    _run([Check("p", producer, "p", provides=(X,)),
+          Check("q", broken_producer, "q", provides=(Y,)),
+          Check("c", consumer, "c", needs=(X,), uses=(Y,))])
     assert seen["x"] == 42
     assert "check q ended without publishing it" in seen["y"]
+    assert seen["y_default"] == "none"
     assert time.monotonic() - t0 < 2
 
 
@@ -117,7 +124,7 @@ def test_facts_of_checks_outside_the_run_fail_at_once():
     def consumer(ctx):
         t0 = time.monotonic()
         try:
-            ctx.wait_for("nvml", 10)
+            ctx.fact(facts.NVML, timeout=10)
         except FactUnavailable as exc:
             seen["why"] = str(exc)
         seen["waited"] = time.monotonic() - t0

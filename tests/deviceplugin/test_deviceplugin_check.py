@@ -51,6 +51,7 @@ def test_healthy_plugin_answers_everything(host, start_plugin, podres):
 
 def test_podresources_fact_feeds_other_checks(host, start_plugin, podres):
     """The "podresources" fact as another check sees it (in-process runner)."""
+    from node_probe.engine import facts
     from node_probe.engine.context import ProbeOptions
     from node_probe.engine.runner import Runner
 
@@ -61,11 +62,11 @@ def test_podresources_fact_feeds_other_checks(host, start_plugin, podres):
     runner = Runner(registry.select(["deviceplugin"]), opts, lambda rec: None)
     res = runner.run()
     assert res.complete
-    rows = runner.ctx.facts.get("podresources")
+    rows = runner.ctx.fact(facts.PODRESOURCES, timeout=0)
     assert sorted((r["pod"], tuple(r["device_ids"])) for r in rows) == [
         ("infer-1", (GPU_B,)), ("train-0", (GPU_A,))]
-    (t,) = runner.ctx.facts.get("deviceplugin.targets")
-    assert t["socket"].endswith("nvidia-gpu.sock") and t["pid"]
+    (t,) = runner.ctx.fact(facts.DEVICEPLUGIN_TARGETS, timeout=0)
+    assert t.socket.endswith("nvidia-gpu.sock") and t.pid and t.resource == "nvidia.com/gpu"
 
 
 def test_unhealthy_device_is_reported_with_the_pod_holding_it(host, start_plugin, podres):

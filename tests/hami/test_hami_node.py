@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from node_probe.checks import hami
+from node_probe.host import containers
 from tests.hami.conftest import HAMI_ENV, UUID_A
 from tests.probe_run import run_probe
 
@@ -99,6 +100,8 @@ def test_probe_reads_real_container_roots(container_root, chrooted):
         chrooted.wait_rooted(p, r)
     run = run_probe("--only", "hami", "--trace-seconds", "0")
     assert run.summary["complete"] is True
+    # hami needs the container list: its producer joins the run (and nothing else does)
+    assert {c["id"] for c in run.summary["checks"]} == {"hami", "containers"}
     by_pid = {}
     for f in run.findings("hami.isolation_missing"):
         for pid in f["evidence"]["pids"]:
@@ -172,12 +175,15 @@ def test_containers_fact_labels_and_focus(container_root, chrooted):
     bare = container_root()
     p = chrooted.start(bare, HAMI_ENV)
     chrooted.wait_rooted(p, bare)
-    fact = [{"pod_uid": "6f1c0a6e-1b2c-4d3e-8f90-123456789abc", "namespace": "ml", "pod": "infer-0",
-             "container": "main", "container_id": "c0ffee", "pids": [p.pid]}]
+    uid = "6f1c0a6e-1b2c-4d3e-8f90-123456789abc"
+    ref = containers.parse_cgroup_path(f"/kubepods/burstable/pod{uid}/{'c0ffee' * 10}abcd")
+    fact = [containers.Container(ref=ref, cgroup_path=Path("/sys/fs/cgroup/devices" + ref.rel),
+                                 cgroup_version=1, pids=[p.pid],
+                                 meta={"namespace": "ml", "pod": "infer-0", "container": "main"})]
     groups = [g for g in hami.discover(Path("/proc"), fact) if p.pid in g["pids"]]
-    assert len(groups) == 1 and groups[0]["pod_uid"] == fact[0]["pod_uid"]
+    assert len(groups) == 1 and groups[0]["pod_uid"] == uid
     assert hami._subject(groups[0], Path("/proc")) == "pod ml/infer-0 container main"
     assert [g for g in hami.discover(Path("/proc"), fact, focus_pods=("other-uid",))
             if p.pid in g["pids"]] == []
-    assert [g for g in hami.discover(Path("/proc"), fact, focus_pods=(fact[0]["pod_uid"],))
+    assert [g for g in hami.discover(Path("/proc"), fact, focus_pods=(uid,))
             if p.pid in g["pids"]]

@@ -54,3 +54,88 @@ def test_probe_args_are_understood_by_the_probe():
     args = build_parser().parse_args(cmd[3:])
     assert args.output == "jsonl" and args.focus_pod == ["u1", "u2"]
     assert args.target_name == "gpu-1"
+
+
+# -- a node whose / is a private mount (issue 13, debugpod-private-root-status.json) -----------
+
+def _mounts(body):
+    return [m for c in body["spec"]["containers"] for m in c["volumeMounts"]]
+
+
+def test_manifest_needs_no_mount_propagation():
+    m = debugpod.manifest("gpu-1", "ns1", "abcd1234")
+    assert not [mt for mt in _mounts(m) if "mountPropagation" in mt]
+    p = debugpod.manifest("gpu-1", "ns1", "abcd1234", propagation="HostToContainer")
+    kubernetes_validate.validate(p, kubernetes_validate.latest_version(), strict=True)
+    assert [mt["mountPath"] for mt in _mounts(p) if mt.get("mountPropagation")] == ["/host"]
+
+
+def test_captured_refusal_is_recognised():
+    from .fakecluster import _private_root_status
+    [cs] = _private_root_status()["containerStatuses"]
+    waiting = cs["state"]["waiting"]
+    assert waiting["reason"] in debugpod.FATAL_WAIT_REASONS
+    assert debugpod.mount_refused(waiting["message"])
+    assert not debugpod.mount_refused('failed to create containerd task: exec: "python3": '
+                                      'executable file not found in $PATH')
+
+
+def test_debug_pod_starts_on_a_node_whose_root_is_private(cluster, kubeconfig):
+    from kubectl_gpudoctor.kube import Kube
+    cluster.add_node("gpu-1")
+    cluster.root_private = True
+    pod = debugpod.DebugPod(Kube(str(kubeconfig)), debugpod.manifest("gpu-1", "default", "r1"))
+    try:
+        pod.create()
+        got = pod.wait_running(10, poll_s=0.1)
+        assert got["status"]["phase"] == "Running" and pod.notes == []
+        assert len(cluster.created) == 1
+    finally:
+        assert pod.delete()
+
+
+def test_refused_propagation_falls_back_to_a_pod_without_it(cluster, kubeconfig):
+    """A pod asking for propagation gets the captured CreateContainerError; the client
+    deletes it, creates it again without propagation, says so, and it runs."""
+    from kubectl_gpudoctor.kube import Kube
+    cluster.add_node("gpu-1")
+    cluster.root_private = True
+    said = []
+    body = debugpod.manifest("gpu-1", "default", "r2", propagation="HostToContainer")
+    pod = debugpod.DebugPod(Kube(str(kubeconfig)), body, say=said.append)
+    first = pod.name
+    try:
+        pod.create()
+        got = pod.wait_running(10, poll_s=0.1)
+        assert got["status"]["phase"] == "Running"
+    finally:
+        assert pod.delete()
+    assert [b["metadata"]["name"] for b in cluster.created] == [first, pod.name]
+    assert pod.name != first and len(pod.name) <= 63
+    assert [d[1] for d in cluster.deleted] == [first, pod.name]
+    assert not [m for m in _mounts(cluster.created[1]) if "mountPropagation" in m]
+    assert len(pod.notes) == 1 and "not a shared or slave mount" in pod.notes[0]
+    assert any("recreated the debug pod without it" in s for s in said)
+
+
+def test_refusal_without_propagation_to_drop_is_a_launch_error(cluster, kubeconfig):
+    from kubectl_gpudoctor import errors
+    from kubectl_gpudoctor.kube import Kube
+    cluster.add_node("gpu-1")
+    cluster.root_private = True
+    body = debugpod.manifest("gpu-1", "default", "r3", propagation="HostToContainer")
+    pod = debugpod.DebugPod(Kube(str(kubeconfig)), body)
+    pod.body = debugpod.without_propagation(pod.body)
+    # the fake refuses it all the same (as for a mount we cannot drop)
+    try:
+        pod.create()
+        import tests.kubectl.fakecluster as fcm
+        real = fcm._propagates_host_root
+        fcm._propagates_host_root = lambda p: True
+        try:
+            with pytest.raises(errors.LaunchFailed, match="not a shared or slave mount"):
+                pod.wait_running(5, poll_s=0.1)
+        finally:
+            fcm._propagates_host_root = real
+    finally:
+        pod.delete()
