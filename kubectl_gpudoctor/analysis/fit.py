@@ -506,7 +506,10 @@ def findings(pod: Mapping[str, Any], fit: Fit, events: Sequence[Mapping[str, Any
     if fit.extender:
         base["judged_by_scheduler_extender"] = dict(fit.extender)
     if spec.get("resourceClaims"):
+        # DRA claims are allocated by the scheduler's DynamicResources plugin, not counted here
         base["resource_claims"] = [c.get("name") for c in spec["resourceClaims"]][:8]
+        if "dra.claim_unallocated" in catalog.CATALOG:
+            base["claims_judged_by"] = "dra.claim_unallocated"
     if st.get("nominatedNodeName"):
         base["nominated_node"] = st["nominatedNodeName"]
     if sched_msg:

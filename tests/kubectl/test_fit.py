@@ -414,3 +414,17 @@ def test_captured_node_and_pods_shapes():
     p["metadata"]["creationTimestamp"] = ts(NOW - dt.timedelta(seconds=3))
     fs = fit.analyze_pending(p, [node], pods, now=NOW)
     assert fs and fs[0].evidence["requested"] == fit.pod_gpu_requests(gpu_pod)
+
+
+def test_dra_claims_are_named_not_judged_here():
+    fc = FakeCluster()
+    fc.add_node("gpu-1", gpus=8, now=NOW)
+    pod = pending(fc, gpus=1, age_s=5)
+    pod["spec"]["resourceClaims"] = [{"name": "gpu-claim",
+                                      "resourceClaimTemplateName": "one-gpu"}]
+    f = run(fc, pod)[0]
+    assert f.evidence["resource_claims"] == ["gpu-claim"] and f.severity.value == "info"
+    only_claims = pending(fc, name="dra-0", gpus=0)
+    only_claims["spec"]["containers"][0]["resources"] = {}
+    only_claims["spec"]["resourceClaims"] = [{"name": "c"}]
+    assert run(fc, only_claims) == []  # left to the DRA analysis
