@@ -14,6 +14,8 @@ client, or the CLI in a subprocess) talks to it over real TCP.
 from __future__ import annotations
 
 import asyncio
+import base64
+import bisect
 import datetime as dt
 import json
 import re
@@ -70,6 +72,11 @@ def _field(obj: dict, dotted: str) -> Any:
     return cur
 
 
+def _obj_key(obj: dict) -> str:
+    md = obj.get("metadata") or {}
+    return f"{md.get('namespace') or ''}/{md.get('name') or ''}"
+
+
 def _match_fields(obj: dict, selector: str) -> bool:
     for term in filter(None, (t.strip() for t in selector.split(","))):
         neg = "!=" in term
@@ -95,9 +102,6 @@ class FakeCluster:
         self.forbid: list[tuple[str, re.Pattern]] = []  # (method, path regex) -> 403
         # what happens to a created debug pod: "run", "pending", "imagepull"
         self.debug_pod_mode = "run"
-        # the node's / is a private mount: a pod propagating the host root from it cannot
-        # start (containerd's CreateContainerError from the 1.35 capture)
-        self.root_private = False
         self.log_chunks: list[bytes] = []
         self.log_chunk_delay_s = 0.0
         self.log_hang = False                # keep the log stream open after the chunks
@@ -107,6 +111,9 @@ class FakeCluster:
         self.created: list[dict] = []
         self.deleted: list[tuple[str, str, dict]] = []  # (ns, name, query)
         self.list_cache: dict[tuple, bytes] = {}
+        self.continue_expired = False  # answer every continue token with 410 Gone
+        self.pages_served = 0
+        self._sorted_memo: dict[tuple, tuple[list, list]] = {}  # only with cache_lists
         self.cache_lists = False  # bench: serve lists from pre-encoded bytes (a watch cache)
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
@@ -365,8 +372,41 @@ class FakeCluster:
                                       q["labelSelector"])]
         if "fieldSelector" in q:
             items = [i for i in items if _match_fields(i, q["fieldSelector"])]
-        return self._json({"kind": kind, "apiVersion": "v1",
-                           "metadata": {"resourceVersion": "1000"}, "items": items})
+        meta: dict = {"resourceVersion": "1000"}
+        limit = int(q.get("limit") or 0)
+        # Paging as the API server does it: `limit` pages in key order (namespace/name) with an
+        # opaque `continue` token and remainingItemCount. resourceVersion=0 is served from the
+        # watch cache, which (before ListFromCacheSnapshot) ignores `limit`: the whole list.
+        if (limit > 0 or q.get("continue")) and q.get("resourceVersion") != "0":
+            if q.get("continue") and self.continue_expired:
+                return self._status(410, "Expired",
+                                    "The provided continue parameter is too old to display a "
+                                    "consistent list result. You can start a new list without "
+                                    "the continue parameter.")
+            memo_key = (kind, q.get("labelSelector"), q.get("fieldSelector"))
+            memo = self._sorted_memo.get(memo_key) if self.cache_lists else None
+            if memo is None:  # the bench pages 150,000 pods: sort once while lists are cached
+                items = sorted(items, key=_obj_key)
+                memo = (items, [_obj_key(i) for i in items])
+                if self.cache_lists:
+                    self._sorted_memo[memo_key] = memo
+            items, keys = memo
+            start = 0
+            if q.get("continue"):
+                try:
+                    tok = json.loads(base64.b64decode(q["continue"]))
+                    start = bisect.bisect_left(keys, tok["start"])
+                except (ValueError, KeyError, TypeError):
+                    return self._status(400, "BadRequest", "continue key is not valid")
+            end = start + limit if limit > 0 else len(items)
+            if end < len(items):
+                meta["continue"] = base64.b64encode(json.dumps(
+                    {"v": "meta.k8s.io/v1", "rv": 1000, "start": _obj_key(items[end])}
+                ).encode()).decode()
+                meta["remainingItemCount"] = len(items) - end
+            items = items[start:end]
+            self.pages_served += 1
+        return self._json({"kind": kind, "apiVersion": "v1", "metadata": meta, "items": items})
 
     def _route(self, method: str, path: str, q: dict, request: kmock.Request) -> Any:
         if method == "GET":
@@ -488,12 +528,6 @@ class FakeCluster:
         age = time.monotonic() - pod["_created_mono"]
         name = pod["spec"]["containers"][0]["name"]
         image = pod["spec"]["containers"][0]["image"]
-        if self.root_private and age > 0.2 and _propagates_host_root(pod):
-            # containerd on a node whose / is a private mount, exactly as captured
-            pod["status"] = json.loads(json.dumps(_private_root_status()))
-            for cs in pod["status"]["containerStatuses"]:
-                cs.update({"name": name, "image": image})
-            return
         if self.debug_pod_mode == "run" and age > 0.2:
             pod["status"] = {"phase": "Running", "hostIP": "10.188.52.1",
                              "startTime": ts(dt.datetime.now(dt.timezone.utc)),
@@ -517,22 +551,6 @@ class FakeCluster:
         while self.log_hang:
             await asyncio.sleep(0.2)
             yield b""
-
-
-CAPTURES = Path(__file__).resolve().parents[1] / "data" / "captures" / "k8s-1.35"
-
-
-def _private_root_status() -> dict:
-    return json.loads((CAPTURES / "debugpod-private-root-status.json").read_text())["status"]
-
-
-def _propagates_host_root(pod: dict) -> bool:
-    """Does the pod mount the host's / with mount propagation (which needs / shared/slave)?"""
-    vols = {v["name"] for v in pod["spec"].get("volumes") or ()
-            if (v.get("hostPath") or {}).get("path") == "/"}
-    return any(m.get("name") in vols and m.get("mountPropagation") in ("HostToContainer",
-                                                                      "Bidirectional")
-               for c in pod["spec"].get("containers") or () for m in c.get("volumeMounts") or ())
 
 
 def cut_odd(data: bytes, sizes=(7, 13, 1, 29, 3, 61, 2, 17)) -> list[bytes]:

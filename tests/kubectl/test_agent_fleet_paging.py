@@ -1,0 +1,74 @@
+"""Paged lists for the fleet scan: the fake API server honours limit/continue like the real one
+(key order, opaque token, remainingItemCount, 410 for an expired token), and pager.list_items
+walks the pages, slims each object and restarts once on 410."""
+from __future__ import annotations
+
+import pytest
+
+from kubectl_gpudoctor import errors, pager
+from kubectl_gpudoctor.kube import Kube
+
+from .fakecluster import FakeCluster, build_fleet
+
+
+@pytest.fixture
+def fleet(tmp_path):
+    fc = FakeCluster()
+    build_fleet(fc, 25, 2500, fat=True)
+    fc.start()
+    try:
+        yield fc, Kube(str(fc.kubeconfig(tmp_path / "kc")))
+    finally:
+        fc.stop()
+
+
+def test_fake_pages_like_the_api_server(fleet):
+    fc, kube = fleet
+    first = kube.get_json("/api/v1/pods", [("limit", "1000")])
+    assert len(first["items"]) == 1000
+    assert first["metadata"]["remainingItemCount"] == 1500
+    keys = [(p["metadata"]["namespace"], p["metadata"]["name"]) for p in first["items"]]
+    assert keys == sorted(keys)  # etcd key order
+    nxt = kube.get_json("/api/v1/pods", [("limit", "1000"),
+                                         ("continue", first["metadata"]["continue"])])
+    assert (nxt["items"][0]["metadata"]["namespace"], nxt["items"][0]["metadata"]["name"]) > \
+        keys[-1]
+    # a watch-cache read (resourceVersion=0) ignores limit, as it did before 1.34
+    assert len(kube.get_json("/api/v1/pods", [("limit", "10"), ("resourceVersion", "0")])[
+        "items"]) == 2500
+    with pytest.raises(errors.BadRequest):
+        kube.get_json("/api/v1/pods", [("limit", "10"), ("continue", "garbage")])
+
+
+def test_list_items_walks_every_page_and_slims(fleet):
+    fc, kube = fleet
+    items, pages = pager.list_items(kube, "/api/v1/pods", page_size=1000)
+    assert pages == 3
+    assert len(items) == 2500
+    assert {p["metadata"]["name"] for p in items} == {k[1] for k in fc.pods}
+    reqs = [q for m, p, q in fc.requests() if p == "/api/v1/pods"]
+    assert [q.get("limit") for q in reqs] == ["1000"] * 3
+    assert [bool(q.get("continue")) for q in reqs] == [False, True, True]
+    assert all("resourceVersion" not in q for q in reqs)
+    p = items[0]
+    assert "managedFields" not in p["metadata"] and "volumes" not in p["spec"]
+    assert "env" not in p["spec"]["containers"][0]
+    # what the analyses read is still there
+    assert p["spec"]["containers"][0]["resources"] and p["status"]["phase"]
+    assert p["metadata"]["ownerReferences"] and p["spec"]["tolerations"]
+
+
+def test_small_list_is_one_call(fleet):
+    fc, kube = fleet
+    items, pages = pager.list_items(kube, "/api/v1/nodes", page_size=1000)
+    assert pages == 1 and len(items) == 25
+
+
+def test_expired_token_restarts_once_then_fails(fleet):
+    fc, kube = fleet
+    fc.continue_expired = True
+    with pytest.raises(errors.Gone):
+        pager.list_items(kube, "/api/v1/pods", page_size=1000)
+    reqs = [q for m, p, q in fc.requests() if p == "/api/v1/pods"]
+    # page 1, 410, restart: page 1, 410 -> give up
+    assert [bool(q.get("continue")) for q in reqs] == [False, True, False, True]
