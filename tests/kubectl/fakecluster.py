@@ -102,6 +102,9 @@ class FakeCluster:
         self.forbid: list[tuple[str, re.Pattern]] = []  # (method, path regex) -> 403
         # what happens to a created debug pod: "run", "pending", "imagepull"
         self.debug_pod_mode = "run"
+        # the node's / is a private mount: a pod propagating the host root from it cannot
+        # start (containerd's CreateContainerError from the 1.35 capture)
+        self.root_private = False
         self.log_chunks: list[bytes] = []
         self.log_chunk_delay_s = 0.0
         self.log_hang = False                # keep the log stream open after the chunks
@@ -528,6 +531,12 @@ class FakeCluster:
         age = time.monotonic() - pod["_created_mono"]
         name = pod["spec"]["containers"][0]["name"]
         image = pod["spec"]["containers"][0]["image"]
+        if self.root_private and age > 0.2 and _propagates_host_root(pod):
+            # containerd on a node whose / is a private mount, exactly as captured
+            pod["status"] = json.loads(json.dumps(_private_root_status()))
+            for cs in pod["status"]["containerStatuses"]:
+                cs.update({"name": name, "image": image})
+            return
         if self.debug_pod_mode == "run" and age > 0.2:
             pod["status"] = {"phase": "Running", "hostIP": "10.188.52.1",
                              "startTime": ts(dt.datetime.now(dt.timezone.utc)),
@@ -551,6 +560,22 @@ class FakeCluster:
         while self.log_hang:
             await asyncio.sleep(0.2)
             yield b""
+
+
+CAPTURES = Path(__file__).resolve().parents[1] / "data" / "captures" / "k8s-1.35"
+
+
+def _private_root_status() -> dict:
+    return json.loads((CAPTURES / "debugpod-private-root-status.json").read_text())["status"]
+
+
+def _propagates_host_root(pod: dict) -> bool:
+    """Does the pod mount the host's / with mount propagation (which needs / shared/slave)?"""
+    vols = {v["name"] for v in pod["spec"].get("volumes") or ()
+            if (v.get("hostPath") or {}).get("path") == "/"}
+    return any(m.get("name") in vols and m.get("mountPropagation") in ("HostToContainer",
+                                                                      "Bidirectional")
+               for c in pod["spec"].get("containers") or () for m in c.get("volumeMounts") or ())
 
 
 def cut_odd(data: bytes, sizes=(7, 13, 1, 29, 3, 61, 2, 17)) -> list[bytes]:
