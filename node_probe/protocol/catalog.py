@@ -74,6 +74,8 @@ CATALOG: dict[str, str] = {
     "mig.mode_pending": "A GPU's pending MIG mode differs from its current mode (reset or reboot needed)",
     "runtime.handler_missing": "The container runtime has no handler for the nvidia runtime class",
     "cdi.spec_version_mismatch": "CDI specs name driver files of another version than the loaded driver",
+    "dra.plugins": "kubelet DRA plugins registered on the node and what they answer",
+    "dra.plugin_unresponsive": "A kubelet DRA plugin does not answer its registration or service socket",
 }
 
 class UnknownFindingId(KeyError):
