@@ -8,9 +8,11 @@ node has no devices (v1) or unified (v2) cgroup hierarchy.
 """
 from __future__ import annotations
 
+import dataclasses
+
 from node_probe.engine.facts import CONTAINERS, PODRESOURCES, ContainerList
 from node_probe.engine.registry import check
-from node_probe.host import containers, device_checkpoint
+from node_probe.host import containers, device_checkpoint, podnames
 
 PODRESOURCES_WAIT_S = 1.0
 
@@ -36,6 +38,12 @@ def containers_check(ctx):
     # the kubelet first thing); else the checkpoint and the environment decide
     podres = ctx.fact(PODRESOURCES, timeout=min(PODRESOURCES_WAIT_S,
                                                 max(0.0, ctx.remaining() - 1.0)), default=None)
+    # names the runtime's bundle did not give: the kubelet's own mounts and records
+    uid_names = podnames.pods_by_uid(entries, podres)
+    found = [c if (c.meta.get("pod") and c.meta.get("container")) or not want_meta(c.ref, c.env)
+             else dataclasses.replace(c, meta=podnames.fill(c.meta, c.ref.pod_uid, c.pids,
+                                                            uid_names, opts.proc_root))
+             for c in found]
     idx = containers.podresources_index(podres) if podres is not None else None
     items = tuple(containers.assign_gpus(c, idx, ckpt) for c in found)
     ctx.publish(CONTAINERS, ContainerList(h, items))

@@ -5,14 +5,20 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
+import tempfile
 import uuid
+from pathlib import Path
 
 import pytest
 
 from node_probe.deviceplugin import podresources
 from node_probe.host import device_checkpoint, podnames
+from tests.cgroups.conftest import (GPU0_UUID, deny_all_then_allow, make_host_root, new_cid,
+                                    new_uid)
 from tests.fakes.fake_podresources import serve
+from tests.probe_run import run_probe
 
 needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="needs root: mount namespaces")
 
@@ -122,3 +128,59 @@ def test_fill_names_a_container_the_bundle_did_not(tmp_path):
         assert other == {}
     finally:
         c.close()
+
+
+@pytest.mark.root
+def test_denied_container_is_named_without_the_runtime_bundle_end_to_end(v1_tree, tmp_path):
+    """Issue 13: no OCI bundle for the container (names unknown to the runtime reader). The
+    probe names it from its termination-log mount and the real pod-resources API joined with
+    the kubelet's checkpoint, not as `pod uid <uid> container <id>`."""
+    short = Path(tempfile.mkdtemp(prefix="gdpn-"))   # unix socket paths: <= 107 bytes
+    try:
+        named_end_to_end(v1_tree, short, tmp_path)
+    finally:
+        shutil.rmtree(short, ignore_errors=True)
+
+
+def named_end_to_end(v1_tree, base, tmp_path):
+    host = make_host_root(base)
+    uid, cid = new_uid(), new_cid()
+    cg = v1_tree.container(uid, cid)
+    deny_all_then_allow(cg, ["c 1:3 rwm", "c *:* m", "c 195:255 rw", "c 195:0 rw"])
+    src = kubelet_container_file(host, uid, "server")
+    target = tmp_path / "termination-log"
+    target.write_text("")
+    procs_file = str(cg / "cgroup.procs")
+
+    def join():
+        fd = os.open(procs_file, os.O_WRONLY)
+        os.write(fd, str(os.getpid()).encode())
+        os.close(fd)
+
+    p = subprocess.Popen(["unshare", "-m", "--propagation", "private", "sh", "-c",
+                          f'mount --bind "{src}" "{target}" && echo ok && exec sleep 120'],
+                         stdout=subprocess.PIPE, text=True, preexec_fn=join)
+    v1_tree.procs.append(p)
+    assert p.stdout.readline().strip() == "ok"
+    kdir = host / "var/lib/kubelet"
+    (kdir / "device-plugins").mkdir(parents=True, exist_ok=True)
+    (kdir / "device-plugins/kubelet_internal_checkpoint").write_text(checkpoint([
+        (uid, "server", "nvidia.com/gpu", [GPU0_UUID])]))
+    server = serve(kdir / "pod-resources" / "kubelet.sock", [
+        {"namespace": "ai", "pod": "infer-7", "container": "server",
+         "resource": "nvidia.com/gpu", "device_ids": [GPU0_UUID]},
+        {"namespace": "ai", "pod": "other-1", "container": "server",
+         "resource": "nvidia.com/gpu", "device_ids": ["GPU-other"]}])
+    try:
+        run = run_probe("--host-root", str(host), "--cgroup-root", "/sys/fs/cgroup",
+                        "--only", "cgroup.devices", "--only", "deviceplugin",
+                        "--trace-seconds", "0", "--focus-pod", uid)
+    finally:
+        server.stop(0)
+    [f] = run.findings("cgroup.device_denied")
+    assert f["subject"] == "pod ai/infer-7 container server", f["subject"]
+    assert f["title"].startswith("Container server in pod ai/infer-7 cannot open")
+    ev = f["evidence"]
+    assert (ev["namespace"], ev["pod"], ev["container"], ev["pod_uid"]) == (
+        "ai", "infer-7", "server", uid)
+    assert ev["gpu_source"] == "podresources" and ev["gpu_ids"] == [GPU0_UUID]
