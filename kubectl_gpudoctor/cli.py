@@ -2,10 +2,13 @@
 
 Why here: kubectl finds the plugin as the `kubectl-gpu_doctor` executable and passes the rest
 of the command line through. This module parses it with kubectl's conventions
-(--kubeconfig, --context, -n, -o), runs one command, and maps every outcome to an exit code
-of DESIGN.md section 7 through errors.exit_status_of, printing ONE line on stderr for errors
-(never a traceback; GPU_DOCTOR_DEBUG=1 shows it). The kubernetes client is imported only by
-commands that talk to a cluster, so --help, version, completion and local start fast.
+(--kubeconfig, --context, -n, -o) and hands the options to one program (programs.py), which
+collects and returns or raises. `main` alone ends the run, as httpie's `main` does: it installs
+the SIGTERM handler, catches what the program raised, maps it to an exit code of DESIGN.md
+section 7 through errors.exit_status_of, and lets Session.finish render the report once and
+print ONE line on stderr for an error (never a traceback; GPU_DOCTOR_DEBUG=1 shows it for
+bugs). The kubernetes client is imported only by programs that talk to a cluster, so --help,
+version, completion and local start fast.
 """
 from __future__ import annotations
 
@@ -13,17 +16,18 @@ import gc
 import os
 import signal
 import sys
+import threading
 from typing import Any, Callable
 
 import click
 
-from node_probe.protocol.version import __version__
 from node_probe.protocol import FAIL_ON, ExitStatus
 
-from . import errors
-from .output import FORMATS, Output
+from . import errors, programs
+from .output import FORMATS
+from .session import PROG, Session
 
-PROG = "kubectl gpu-doctor"
+_GROUP_OPTS = "gpu_doctor.group_options"
 CONTEXT_SETTINGS = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
 _DEFAULTS = {"output": "table", "fail_on": "warning", "timeout": 60.0, "trace_seconds": 5.0,
              "start_timeout": 60.0, "stall_threshold": 120.0, "concurrency": 8,
@@ -66,7 +70,7 @@ def _common(f: Callable) -> Callable:
 def _opts(ctx: click.Context, local: dict) -> dict:
     """Merge group-level and command-level options; command-level wins."""
     merged = dict(_DEFAULTS)
-    for src in (ctx.obj or {}), local:
+    for src in ctx.meta.get(_GROUP_OPTS) or {}, local:
         merged.update({k: v for k, v in src.items() if v is not None})
     if merged["trace_seconds"] >= merged["timeout"]:
         raise click.UsageError(
@@ -80,11 +84,12 @@ def _opts(ctx: click.Context, local: dict) -> dict:
                   "API-side analysis (pods, events, node Lease, the kubelet's goroutine dump "
                   "and config) plus a short-lived privileged debug pod that runs the node "
                   "probe. Exit codes: 0 ok, 1 findings at or above --fail-on, 2 usage, "
-                  "3 cluster or launch error, 4 probe incomplete, 130 interrupted.")
+                  "3 cluster or launch error, 4 probe incomplete, 70 internal error (a bug), "
+                  "130 interrupted.")
 @_common
 @click.pass_context
 def cli(ctx: click.Context, **kw: Any) -> None:
-    ctx.obj = kw
+    ctx.meta[_GROUP_OPTS] = kw
 
 
 def _kubelet_timeout(f: Callable) -> Callable:
@@ -120,6 +125,10 @@ def _complete_nodes(ctx, param, incomplete):  # pragma: no cover - interactive
         return []
 
 
+def _session(ctx: click.Context) -> Session:
+    return ctx.ensure_object(Session)
+
+
 @cli.command("node", context_settings=CONTEXT_SETTINGS)
 @click.argument("name", shell_complete=_complete_nodes)
 @_common
@@ -127,11 +136,7 @@ def _complete_nodes(ctx, param, incomplete):  # pragma: no cover - interactive
 @click.pass_context
 def node_cmd(ctx: click.Context, name: str, **kw: Any) -> int:
     """Diagnose node NAME: API-side analysis, then the node probe in a debug pod."""
-    o = _opts(ctx, kw)
-    from . import diagnose
-    return _run_cluster(o, {"kind": "node", "name": name, "node": name},
-                        lambda kube, out, s, reg: diagnose.diagnose_node(
-                            kube, name, s, out, on_pod=reg))
+    return programs.node(_session(ctx), _opts(ctx, kw), name)
 
 
 @cli.command("pod", context_settings=CONTEXT_SETTINGS)
@@ -141,12 +146,7 @@ def node_cmd(ctx: click.Context, name: str, **kw: Any) -> int:
 @click.pass_context
 def pod_cmd(ctx: click.Context, name: str, **kw: Any) -> int:
     """Explain why pod NAME is not running, then run the node checks focused on it."""
-    o = _opts(ctx, kw)
-    from . import diagnose
-
-    def go(kube, out, s, reg):
-        diagnose.diagnose_pod(kube, s.namespace, name, s, out, on_pod=reg)
-    return _run_cluster(o, {"kind": "pod", "name": name, "node": None}, go, pod_target=True)
+    return programs.pod(_session(ctx), _opts(ctx, kw), name)
 
 
 @cli.command("nodes", context_settings=CONTEXT_SETTINGS)
@@ -176,18 +176,7 @@ def nodes_cmd(ctx: click.Context, selector: str | None, all_nodes: bool, probe: 
     """Scan many nodes from the API side (a constant number of list calls) in one table."""
     o = _opts(ctx, kw)
     o["no_probe"] = not probe
-    from . import fleet
-    rows_box: list = []
-
-    def go(kube, out, s, reg):
-        rows_box.extend(fleet.scan(kube, selector, s, out, all_nodes=all_nodes,
-                                   max_probes=max_probes, on_pod=reg))
-    return _run_cluster(o, {"kind": "nodes", "name": selector or
-                            ("all nodes" if all_nodes else "GPU nodes"), "node": None}, go,
-                        pre_table=lambda: fleet.table(rows_box) if rows_box else (
-                            "No nodes matched " + (f"-l {selector}" if selector else
-                                                   "(no node has GPUs; --all shows every node)")
-                            + ".\n\n"))
+    return programs.nodes(_session(ctx), o, selector, all_nodes, max_probes)
 
 
 @cli.command("local", context_settings=CONTEXT_SETTINGS)
@@ -205,8 +194,7 @@ def local_cmd(ctx: click.Context, host_root, cgroup_root, kubelet_dir, kmsg_file
               only, skip, **kw: Any) -> int:
     """Run the node probe on THIS host (no cluster; e.g. over SSH on a wedged node)."""
     o = _opts(ctx, kw)
-    args = ["--timeout", f"{o['timeout']:g}", "--trace-seconds", f"{o['trace_seconds']:g}",
-            "--fail-on", o["fail_on"]]
+    args: list[str] = []
     for flag, val in (("--host-root", host_root), ("--cgroup-root", cgroup_root),
                       ("--kubelet-dir", kubelet_dir), ("--kmsg-file", kmsg_file),
                       ("--plugin-log", plugin_log)):
@@ -216,7 +204,7 @@ def local_cmd(ctx: click.Context, host_root, cgroup_root, kubelet_dir, kmsg_file
         args += ["--only", c]
     for c in skip:
         args += ["--skip", c]
-    return _run_local(o, args)
+    return programs.local(_session(ctx), o, args)
 
 
 @cli.command("cleanup", context_settings=CONTEXT_SETTINGS)
@@ -224,49 +212,25 @@ def local_cmd(ctx: click.Context, host_root, cgroup_root, kubelet_dir, kmsg_file
 @click.pass_context
 def cleanup_cmd(ctx: click.Context, **kw: Any) -> int:
     """Delete leftover debug pods (label app.kubernetes.io/name=gpu-doctor)."""
-    o = _opts(ctx, kw)
-    from . import debugpod
-    from .kube import ApiStatus, Kube
-    kube = Kube(o.get("kubeconfig"), o.get("context"))
-    pods = debugpod.list_leftovers(kube, o.get("namespace"))
-    deleted, failed = 0, []
-    for p in pods:
-        md = p.get("metadata") or {}
-        try:
-            kube.request("DELETE", f"/api/v1/namespaces/{md.get('namespace')}/pods/"
-                         f"{md.get('name')}", [("gracePeriodSeconds", "0")])
-            deleted += 1
-        except ApiStatus as exc:
-            if exc.status == 404:
-                deleted += 1
-            else:
-                failed.append(f"{md.get('namespace')}/{md.get('name')}: {exc.status}")
-    where = f"namespace {o['namespace']}" if o.get("namespace") else "all namespaces"
-    click.echo(f"deleted {deleted} gpu-doctor debug pod(s) in {where}"
-               + (f"; could not delete {len(failed)}: {', '.join(failed)}" if failed else ""))
-    return ExitStatus.CLUSTER_ERROR if failed else ExitStatus.OK
+    return programs.cleanup(_session(ctx), _opts(ctx, kw))
 
 
 @cli.command("version", context_settings=CONTEXT_SETTINGS)
-def version_cmd() -> int:
+@click.pass_context
+def version_cmd(ctx: click.Context) -> int:
     """Print the plugin version and the probe image it uses."""
-    from .debugpod import DEFAULT_IMAGE
-    click.echo(f"kubectl-gpu_doctor {__version__}\nprobe image {DEFAULT_IMAGE}")
-    return ExitStatus.OK
+    return programs.version(_session(ctx))
 
 
 @cli.command("completion", context_settings=CONTEXT_SETTINGS)
 @click.argument("shell", type=click.Choice(["bash", "zsh", "fish"]))
-def completion_cmd(shell: str) -> int:
+@click.pass_context
+def completion_cmd(ctx: click.Context, shell: str) -> int:
     """Print a shell completion script: `source <(kubectl-gpu_doctor completion bash)`."""
-    from click.shell_completion import get_completion_class
-    comp_cls = get_completion_class(shell)
-    comp = comp_cls(cli, {}, "kubectl-gpu_doctor", "_KUBECTL_GPU_DOCTOR_COMPLETE")
-    click.echo(comp.source())
-    return ExitStatus.OK
+    return programs.completion(_session(ctx), cli, shell)
 
 
-# -- running a cluster command ---------------------------------------------------------------
+# -- the one end of every run ------------------------------------------------------------------
 
 class _Terminated(KeyboardInterrupt):
     """SIGTERM, delivered like Ctrl-C so every `finally` (pod deletion) runs."""
@@ -276,143 +240,59 @@ def _on_sigterm(signum, frame):
     raise _Terminated()
 
 
-def _settings(o: dict, namespace: str):
-    from .diagnose import Settings
-    from .debugpod import DEFAULT_IMAGE
-    return Settings(namespace=namespace, probe_namespace=o.get("probe_namespace"),
-                    image=o.get("image") or DEFAULT_IMAGE,
-                    timeout_s=o["timeout"], trace_s=o["trace_seconds"],
-                    start_timeout_s=o["start_timeout"], stall_threshold_s=o["stall_threshold"],
-                    probe=not o.get("no_probe"), concurrency=o.get("concurrency") or 8,
-                    kubelet_timeout_s=o["kubelet_timeout"])
+def main(argv: list[str] | None = None, exiting: bool = False) -> int:
+    """Run one command; return its exit code. Never raises (except SystemExit from click
+    completion, which exits on its own).
 
-
-def _run_cluster(o: dict, target: dict, fn: Callable, pod_target: bool = False,
-                 pre_table: Callable[[], str] = lambda: "") -> int:
-    from .kube import Kube
-    kube = Kube(o.get("kubeconfig"), o.get("context"))  # kubeconfig errors: nothing to render
-    namespace = o.get("namespace") or kube.default_namespace
-    if pod_target:
-        target["name"] = f"{namespace}/{target['name']}"
-    out = Output(o["output"], o["fail_on"], target)
-    seen: list = []  # every debug pod of this run (several with `nodes --probe`)
-
-    def register(pod) -> None:
-        if pod is not None:
-            seen.append(pod)
-
-    error: errors.GpuDoctorError | None = None
+    exiting=True (entrypoint: the process ends right after): from the finish on, SIGINT and
+    SIGTERM stay held, so a late signal cannot end the process with another code between the
+    verdict and the exit."""
+    session = Session()
     old = signal.signal(signal.SIGTERM, _on_sigterm)
     # A short-lived CLI holding 30,000 pod dicts: the cyclic GC would rescan them on every
     # collection (seconds at fleet scale) and there are no cycles worth collecting.
     gc_was = gc.isenabled()
     gc.disable()
     try:
-        fn(kube, out, _settings(o, namespace), register)
-    except errors.GpuDoctorError as exc:
-        error = exc
-    except KeyboardInterrupt:
-        error = errors.Interrupted("interrupted")
+        try:
+            rv = cli.main(args=argv, prog_name=PROG, standalone_mode=False, obj=session)
+            return _end(session, int(rv or 0), None, exiting)
+        except click.exceptions.Exit as exc:  # --help, --version
+            return int(exc.exit_code)
+        except BrokenPipeError:
+            _quiet_stdout()
+            return int(ExitStatus.OK)
+        except (Exception, KeyboardInterrupt) as exc:  # noqa: BLE001 - one line and a code
+            err = _as_error(exc)
+            if os.environ.get("GPU_DOCTOR_DEBUG") and isinstance(err, errors.InternalError):
+                session.close()
+                raise
+            return _end(session, errors.exit_status_of(err), err, exiting)
     finally:
-        for pod in list(seen):  # belt and braces: run_probe's finally deletes it already;
-            pod.delete()        # idempotent, and here the only path for worker threads' pods
-        signal.signal(signal.SIGTERM, old)
+        if not exiting:
+            signal.signal(signal.SIGTERM, old)
         if gc_was:
             gc.enable()
-    if error is not None:
-        if isinstance(error, errors.Interrupted):
-            created = [p for p in seen if p.created]
-            if created:
-                gone = all(p.deleted for p in created)
-                what = "debug pod" if len(created) == 1 else f"{len(created)} debug pods"
-                error.message = "interrupted; " + (
-                    f"{what} deleted" if gone else
-                    f"could not delete every {what}, run `kubectl gpu-doctor cleanup`")
-        out.mark_incomplete(error.one_line())
-    code = int(out.exit_status(error.exit_status if error else None))
-    show = error is None or out.report.findings or o["output"] != "table"
-    if show:
-        if error is not None and o["output"] in ("json", "yaml"):
-            _attach_error(out, error)
-        out.finish(code, pre_table=pre_table())
-    if error is not None:
-        _say_error(error)
-    return code
 
 
-def _attach_error(out: Output, error: errors.GpuDoctorError) -> None:
-    doc_fn = out.report.document
-
-    def document(fail_on, exit_code=None):
-        d = doc_fn(fail_on, exit_code)
-        d["error"] = {"type": type(error).__name__, "message": error.one_line()}
-        return d
-    out.report.document = document  # type: ignore[method-assign]
+_ENDING_SIGNALS = {signal.SIGINT, signal.SIGTERM}
 
 
-def _run_local(o: dict, args: list[str]) -> int:
-    from . import local, stream
-    node = os.uname().nodename
-    out = Output(o["output"], o["fail_on"], {"kind": "local", "name": node, "node": node})
-    out.api_only = False
-    error: errors.GpuDoctorError | None = None
-    old = signal.signal(signal.SIGTERM, _on_sigterm)
-    proc = None
+def _end(session: Session, status: int, error: errors.GpuDoctorError | None,
+         exiting: bool) -> int:
+    """Session.finish with SIGINT/SIGTERM held: Ctrl-C hammered while the run ends must not
+    cut the pod deletions or the report short. The finish is bounded (each DELETE has a
+    deadline); signals that arrive meanwhile are dropped, the run is ending anyway."""
+    held = threading.current_thread() is threading.main_thread()
+    if held:
+        old = signal.pthread_sigmask(signal.SIG_BLOCK, _ENDING_SIGNALS)
     try:
-        proc = local.ProbeProcess(["--target-name", node, *args])
-        got_summary = False
-        for rec in stream.records(proc.chunks()):
-            out.node_record(rec)
-            got_summary = got_summary or rec.get("kind") == "summary"
-        rc = proc.wait(5.0)
-        if rc == ExitStatus.USAGE and not got_summary:
-            raise errors.UsageError("the probe rejected its arguments (see above)")
-        if not got_summary:
-            out.mark_incomplete(f"the probe ended without a summary (exit {rc})")
-    except KeyboardInterrupt:
-        error = errors.Interrupted("interrupted")
-    except errors.GpuDoctorError as exc:
-        error = exc
+        return session.finish(status, error)
     finally:
-        if proc is not None:
-            proc.stop()
-        signal.signal(signal.SIGTERM, old)
-    if error is not None:
-        out.mark_incomplete(error.one_line())
-    code = int(out.exit_status(error.exit_status if error else None))
-    if error is None or out.report.findings:
-        out.finish(code)
-    if error is not None:
-        _say_error(error)
-    return code
-
-
-def _say_error(error: BaseException) -> None:
-    text = error.one_line() if isinstance(error, errors.GpuDoctorError) else str(error)
-    prefix = "" if isinstance(error, errors.Interrupted) else "error: "
-    sys.stderr.write(f"{PROG}: {prefix}{text}\n")
-    sys.stderr.flush()
-
-
-def main(argv: list[str] | None = None) -> int:
-    """Run one command; return its exit code. Never raises (except SystemExit from click
-    completion, which exits on its own)."""
-    try:
-        rv = cli.main(args=argv, prog_name=PROG, standalone_mode=False)
-        return int(rv or 0)
-    except click.exceptions.Exit as exc:  # --help, --version
-        return int(exc.exit_code)
-    except BrokenPipeError:
-        _quiet_stdout()
-        return int(ExitStatus.OK)
-    except (Exception, KeyboardInterrupt) as exc:  # noqa: BLE001 - one line and a code
-        if os.environ.get("GPU_DOCTOR_DEBUG") and not isinstance(
-                exc, (errors.GpuDoctorError, click.ClickException, click.Abort,
-                      KeyboardInterrupt)):
-            raise
-        err = _as_error(exc)
-        _say_error(err)
-        return int(errors.exit_status_of(err))
+        if held and not exiting:
+            while signal.sigpending() & _ENDING_SIGNALS:
+                signal.sigtimedwait(_ENDING_SIGNALS, 0)
+            signal.pthread_sigmask(signal.SIG_SETMASK, old)
 
 
 def _as_error(exc: BaseException) -> errors.GpuDoctorError:
@@ -427,8 +307,8 @@ def _as_error(exc: BaseException) -> errors.GpuDoctorError:
         return errors.Interrupted("interrupted")
     if isinstance(exc, click.ClickException):
         return errors.UsageError(exc.format_message())
-    return errors.GpuDoctorError(f"internal error: {type(exc).__name__}: {exc} "
-                                 "(GPU_DOCTOR_DEBUG=1 shows the traceback)")
+    return errors.InternalError(f"internal error: {type(exc).__name__}: {exc} "
+                                "(GPU_DOCTOR_DEBUG=1 shows the traceback)")
 
 
 def _quiet_stdout() -> None:
@@ -469,11 +349,9 @@ def entrypoint() -> None:
         sys.argv = sys.argv[:1] + argv[1:]
         complete_entrypoint()
     if argv[:1] == ["__probe"]:  # frozen builds: run the node probe in this child process
-        from node_probe.cli import main as probe_main
-        code = probe_main(argv[1:])
-        sys.stdout.flush()
-        os._exit(int(code))
-    code = main(argv)
+        from . import local
+        local.run_probe_here(argv[1:])
+    code = main(argv, exiting=True)
     try:
         sys.stdout.flush()
     except BrokenPipeError:

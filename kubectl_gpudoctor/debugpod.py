@@ -22,7 +22,7 @@ from typing import Any, Callable, Iterator, Mapping, Sequence
 from node_probe.protocol.version import __version__
 
 from . import build_info, errors
-from .kube import ApiStatus, Kube, raise_for
+from .kube import Kube
 
 DEFAULT_IMAGE_REPO = build_info.DEFAULT_IMAGE_REPO
 DEFAULT_IMAGE = build_info.DEFAULT_PROBE_IMAGE.reference  # digest-pinned in release builds
@@ -180,29 +180,34 @@ class DebugPod:
 
     def create(self) -> None:
         self.in_doubt = True
+        what = f"debug pod {self.namespace}/{self.name}"
         try:
             self.kube.post_json(f"/api/v1/namespaces/{self.namespace}/pods", self.body)
-        except ApiStatus as exc:
-            # an answer: the pod was not created, unless the answer is a timeout (504)
-            self.in_doubt = exc.status == 504
+        except errors.GatewayTimeout as exc:  # no answer in time: the pod may exist (in doubt)
+            raise exc.about(what, "create") from None
+        except errors.Forbidden as exc:  # an answer: the pod was not created
+            self.in_doubt = False
             msg = exc.message
-            if exc.status == 403 and "PodSecurity" in msg:
+            if "PodSecurity" in msg:
                 raise errors.PodSecurityRejected(
                     f"Pod Security admission rejected the debug pod in namespace "
                     f"{self.namespace} ({_first_clause(msg)}); allow privileged pods there with "
                     f"`kubectl label ns {self.namespace} "
                     f"pod-security.kubernetes.io/enforce=privileged` or pass -n with a "
                     f"namespace that allows them") from None
-            if exc.status == 403:
-                raise errors.Forbidden(
-                    f"not allowed to create pods in namespace {self.namespace}: "
-                    f"{_first_clause(msg)}; the debug pod needs `create`, `get`, `delete` on "
-                    f"pods and `get` on pods/log") from None
-            if exc.status == 404:
-                raise errors.NotFound(f"namespace {self.namespace} not found") from None
-            if exc.status == 409:
-                raise errors.LaunchFailed(f"a pod named {self.name} already exists") from None
-            raise_for(exc, f"debug pod {self.namespace}/{self.name}")
+            raise errors.Forbidden(
+                f"not allowed to create pods in namespace {self.namespace}: "
+                f"{_first_clause(msg)}; the debug pod needs `create`, `get`, `delete` on "
+                f"pods and `get` on pods/log") from None
+        except errors.NotFound:
+            self.in_doubt = False
+            raise errors.NotFound(f"namespace {self.namespace} not found") from None
+        except errors.Conflict:
+            self.in_doubt = False
+            raise errors.LaunchFailed(f"a pod named {self.name} already exists") from None
+        except errors.ApiError as exc:
+            self.in_doubt = False
+            raise exc.about(what, "create") from None
         # created, whatever a DELETE sent meanwhile (from another thread) was told
         self.created, self.in_doubt, self.deleted = True, False, False
         self.say(f"created debug pod {self.namespace}/{self.name} on {self.node}")
@@ -215,23 +220,23 @@ class DebugPod:
         while True:
             try:
                 pod = self.kube.get_json(self.path, timeout=10)
-            except ApiStatus as exc:
-                if exc.status == 404:
-                    raise errors.LaunchFailed(
-                        f"debug pod {self.name} disappeared before it ran (deleted, or evicted "
-                        f"by activeDeadlineSeconds)") from None
-                raise_for(exc, f"debug pod {self.name}")
+            except errors.NotFound:
+                raise errors.LaunchFailed(
+                    f"debug pod {self.name} disappeared before it ran (deleted, or evicted "
+                    f"by activeDeadlineSeconds)") from None
+            except errors.ApiError as exc:
+                raise exc.about(f"debug pod {self.name}") from None
             self.last = pod
             st = pod.get("status") or {}
             phase = st.get("phase") or "Pending"
             if phase in ("Succeeded", "Failed"):
-                cs = _container_status(pod)
+                cs = container_status(pod)
                 if phase == "Failed" and not cs:
                     raise errors.LaunchFailed(
                         f"the kubelet refused the debug pod: {st.get('reason') or 'Failed'}: "
                         f"{' '.join(str(st.get('message') or '').split())[:200]}")
                 return pod
-            cs = _container_status(pod)
+            cs = container_status(pod)
             state = (cs or {}).get("state") or {}
             if "running" in state or "terminated" in state:
                 return pod
@@ -288,12 +293,25 @@ class DebugPod:
             yield from self.kube.stream(
                 f"{self.path}/log", [("container", CONTAINER), ("follow", "true")],
                 read_timeout=read_timeout_s)
-        except ApiStatus as exc:
-            if exc.status == 403:
-                raise errors.Forbidden(
-                    f"not allowed to read the debug pod's log: {_first_clause(exc.message)}; "
-                    f"the plugin needs `get` on pods/log") from None
-            raise_for(exc, f"log of debug pod {self.name}")
+        except errors.Forbidden as exc:
+            raise errors.Forbidden(
+                f"not allowed to read the debug pod's log: {_first_clause(exc.message)}; "
+                f"the plugin needs `get` on pods/log") from None
+        except errors.ApiError as exc:
+            raise exc.about(f"log of debug pod {self.name}") from None
+
+    def terminated_reason(self) -> str:
+        """Why the container ended (for a log that stopped without a summary); "" if unknown."""
+        try:
+            p = self.kube.get_json(self.path, timeout=5)
+        except errors.GpuDoctorError:
+            return ""
+        cs = container_status(p) or {}
+        t = (cs.get("state") or {}).get("terminated") or {}
+        if t:
+            return f"container {t.get('reason', 'terminated')}, exit code {t.get('exitCode')}"
+        st = p.get("status") or {}
+        return str(st.get("reason") or "")
 
     def delete(self, timeout_s: float = 5.0) -> bool:
         """Delete with grace 0. Idempotent; never raises (it runs in finally and handlers).
@@ -309,8 +327,8 @@ class DebugPod:
             self.kube.request("DELETE", self.path, [("gracePeriodSeconds", "0")],
                               timeout=timeout_s)
             self.deleted = True
-        except ApiStatus as exc:
-            self.deleted = exc.status == 404
+        except errors.NotFound:
+            self.deleted = True
         except Exception:  # noqa: BLE001 - reported by the caller via `deleted`
             self.deleted = False
         finally:
@@ -336,7 +354,7 @@ def without_propagation(body: Mapping[str, Any]) -> dict | None:
     return new if found else None
 
 
-def _container_status(pod: Mapping[str, Any]) -> dict | None:
+def container_status(pod: Mapping[str, Any]) -> dict | None:
     for cs in (pod.get("status") or {}).get("containerStatuses") or ():
         if cs.get("name") == CONTAINER:
             return cs
@@ -352,7 +370,7 @@ def list_leftovers(kube: Kube, namespace: str | None) -> list[dict]:
     path = "/api/v1/pods" if namespace is None else f"/api/v1/namespaces/{namespace}/pods"
     try:
         doc = kube.get_json(path, [("labelSelector", f"{APP_LABEL}={APP_NAME},{RUN_LABEL}")])
-    except ApiStatus as exc:
-        raise_for(exc, "gpu-doctor pods")
+    except errors.ApiError as exc:
+        raise exc.about("gpu-doctor pods", "list") from None
     return list(doc.get("items") or ())
 

@@ -20,7 +20,7 @@ from node_probe.protocol import Finding
 from . import analysis, debugpod, errors, stream
 from .analysis import admission, goroutines, kubelet_config, pod_status
 from .analysis.common import pod_ref
-from .kube import ApiStatus, Kube, raise_for
+from .kube import Kube
 from .output import Output
 
 MAX_EVENT_LOOKUPS = 20
@@ -60,9 +60,6 @@ def _timed(out: Output, check_id: str, fn: Callable[[], Any]) -> Any:
     t0 = time.monotonic()
     try:
         val = fn()
-    except ApiStatus as exc:
-        out.check(check_id, "error", time.monotonic() - t0, f"{exc.status}: {exc.message}")
-        raise
     except errors.GpuDoctorError as exc:
         out.check(check_id, "error", time.monotonic() - t0, exc.one_line())
         raise
@@ -73,22 +70,15 @@ def _timed(out: Output, check_id: str, fn: Callable[[], Any]) -> Any:
 def get_node(kube: Kube, name: str) -> dict:
     try:
         return kube.get_json(f"/api/v1/nodes/{name}")
-    except ApiStatus as exc:
-        if exc.status == 403:
-            raise errors.Forbidden(f"forbidden to get node {name}: {exc.message}") from None
-        raise_for(exc, f"node {name}")
-    raise AssertionError("unreachable")
+    except errors.ApiError as exc:
+        raise exc.about(f"node {name}") from None
 
 
 def get_pod(kube: Kube, namespace: str, name: str) -> dict:
     try:
         return kube.get_json(f"/api/v1/namespaces/{namespace}/pods/{name}")
-    except ApiStatus as exc:
-        if exc.status == 403:
-            raise errors.Forbidden(f"forbidden to get pod {namespace}/{name}: "
-                                   f"{exc.message}") from None
-        raise_for(exc, f"pod {namespace}/{name}")
-    raise AssertionError("unreachable")
+    except errors.ApiError as exc:
+        raise exc.about(f"pod {namespace}/{name}") from None
 
 
 def pod_events(kube: Kube, pod: Mapping[str, Any]) -> list[dict]:
@@ -135,7 +125,7 @@ def collect_node(kube: Kube, name: str, settings: Settings, out: Output,
         for fut, p in ev_futs.items():
             try:
                 index[(p.get("metadata") or {}).get("uid", "")] = fut.result()
-            except (ApiStatus, errors.GpuDoctorError) as exc:
+            except errors.GpuDoctorError as exc:
                 events_known = False
                 out.log("warning", f"cannot read events of {pod_ref(p)}: {_why(exc)}")
         warn = _result(out, "api.warning_events", f_warn, t0, quiet=True)
@@ -156,7 +146,7 @@ def collect_node(kube: Kube, name: str, settings: Settings, out: Output,
         try:
             gr_text = f_gr.result()
             out.check("api.kubelet_goroutines", "ok", time.monotonic() - t0)
-        except ApiStatus as exc:
+        except errors.ApiError as exc:
             gr_err = exc
             out.check("api.kubelet_goroutines", "skipped", time.monotonic() - t0,
                       f"{exc.status}: {exc.message[:120]}")
@@ -177,7 +167,7 @@ def collect_node(kube: Kube, name: str, settings: Settings, out: Output,
 
 
 def _why(exc: BaseException) -> str:
-    if isinstance(exc, ApiStatus):
+    if isinstance(exc, errors.ApiError):
         return f"{exc.status} {exc.message[:160]}"
     if isinstance(exc, errors.GpuDoctorError):
         return exc.one_line()
@@ -188,22 +178,31 @@ def _result(out: Output, check_id: str, fut: cf.Future, t0: float, quiet: bool =
             quiet_404: bool = False, healthz: bool = False) -> Any:
     try:
         val = fut.result()
-    except ApiStatus as exc:
-        if healthz and exc.status == 500 and exc.body:
+    except errors.InternalServerError as exc:
+        if healthz and exc.body:
             # /healthz?verbose answers 500 with the per-check lines when a check fails
             out.check(check_id, "ok", time.monotonic() - t0, "unhealthy")
             return exc.body
-        status = "skipped" if (quiet or (quiet_404 and exc.status == 404)) else "error"
-        out.check(check_id, status, time.monotonic() - t0, f"{exc.status}: {exc.message[:160]}")
-        if status == "error":
-            out.log("warning", f"{check_id}: {exc.status} {exc.message[:200]}")
-        return None
+        return _api_failed(out, check_id, exc, t0, quiet)
+    except errors.NotFound as exc:
+        return _api_failed(out, check_id, exc, t0, quiet or quiet_404)
+    except errors.ApiError as exc:
+        return _api_failed(out, check_id, exc, t0, quiet)
     except errors.GpuDoctorError as exc:
         out.check(check_id, "error", time.monotonic() - t0, exc.one_line())
         out.log("warning", f"{check_id}: {exc.one_line()}")
         return None
     out.check(check_id, "ok", time.monotonic() - t0)
     return val
+
+
+def _api_failed(out: Output, check_id: str, exc: errors.ApiError, t0: float,
+                quiet: bool) -> None:
+    """An optional API read failed: the check is skipped (quiet) or an error, never fatal."""
+    status = "skipped" if quiet else "error"
+    out.check(check_id, status, time.monotonic() - t0, f"{exc.status}: {exc.message[:160]}")
+    if status == "error":
+        out.log("warning", f"{check_id}: {exc.status} {exc.message[:200]}")
 
 
 # -- the node probe in a debug pod ---------------------------------------------------------
@@ -244,7 +243,7 @@ def run_probe(kube: Kube, view: NodeView, settings: Settings, out: Output,
                              extra_args=settings.probe_args)
     pod = debugpod.DebugPod(kube, body, say=out.say)
     on_pod(pod)
-    stalled = [f for f in list(out.report.findings)
+    stalled = [f for f in view.findings  # the API side's verdict on this node
                if f.id in ("kubelet.admission_stalled", "kubelet.blocked_in_device_plugin")
                and f.severity.value in ("critical", "warning") and f.subject == subject]
     t0 = time.monotonic()
@@ -280,7 +279,7 @@ def run_probe(kube: Kube, view: NodeView, settings: Settings, out: Output,
             out.log("warning", f"{name}: {exc.one_line()}")
             out.mark_incomplete(f"{exc.one_line()}{' on ' + name if fleet else ''}")
         if not got_summary:
-            reason = _terminated_reason(kube, pod)
+            reason = pod.terminated_reason()
             out.mark_incomplete(f"the probe's output{' on ' + name if fleet else ''} ended "
                                 f"without a summary" + (f" ({reason})" if reason else ""))
         out.check(check_id, "ok" if got_summary else "error", time.monotonic() - t0)
@@ -292,19 +291,6 @@ def run_probe(kube: Kube, view: NodeView, settings: Settings, out: Output,
                 out.log("warning", f"could not delete debug pod {pod.namespace}/{pod.name}; "
                                    f"run `kubectl gpu-doctor cleanup`")
         on_pod(None)
-
-
-def _terminated_reason(kube: Kube, pod: debugpod.DebugPod) -> str:
-    try:
-        p = kube.get_json(pod.path, timeout=5)
-    except (ApiStatus, errors.GpuDoctorError):
-        return ""
-    cs = debugpod._container_status(p) or {}
-    t = (cs.get("state") or {}).get("terminated") or {}
-    if t:
-        return f"container {t.get('reason', 'terminated')}, exit code {t.get('exitCode')}"
-    st = p.get("status") or {}
-    return str(st.get("reason") or "")
 
 
 def _pod_not_started(out: Output, node: str, pod: debugpod.DebugPod,
@@ -328,7 +314,7 @@ def _pod_not_started(out: Output, node: str, pod: debugpod.DebugPod,
                  f"{exc.waited_s:.0f}s (no status, no events): pod admission looks stalled")
         severity = "critical"
     else:
-        cs = debugpod._container_status(exc.pod) or {}
+        cs = debugpod.container_status(exc.pod) or {}
         waiting = ((cs.get("state") or {}).get("waiting") or {}).get("reason") or "Pending"
         title = f"the debug pod did not start on {node} within {exc.waited_s:.0f}s ({waiting})"
         severity = "warning"
@@ -379,7 +365,7 @@ def diagnose_pod(kube: Kube, namespace: str, name: str, settings: Settings, out:
     try:
         evs = pod_events(kube, pod)
         events_known = True
-    except ApiStatus as exc:
+    except errors.ApiError as exc:
         evs, events_known = [], False
         out.log("warning", f"cannot read the pod's events: {exc.status} {exc.message[:160]}")
     node_name = (pod.get("spec") or {}).get("nodeName")

@@ -18,7 +18,7 @@ from . import analysis, errors
 from .analysis import capacity, fit, goroutines
 from .analysis.common import events_by_uid, node_is_ready
 from .diagnose import Settings, now_utc
-from .kube import ApiStatus, Kube, raise_for
+from .kube import Kube
 
 INTERRUPT_GRACE_S = 5.0  # after Ctrl-C, how long to wait for creates still unanswered
 from .output import Output
@@ -31,12 +31,10 @@ def _list(kube: Kube, path: str, what: str, query: list | None = None,
           required: bool = True) -> list[dict] | None:
     try:
         doc = kube.get_json(path, [CACHED] + list(query or ()), timeout=60)
-    except ApiStatus as exc:
+    except errors.ApiError as exc:
         if not required:
             return None
-        if exc.status == 403:
-            raise errors.Forbidden(f"forbidden to list {what}: {exc.message}") from None
-        raise_for(exc, what)
+        raise exc.about(what, "list") from None
     return list(doc.get("items") or ())
 
 
@@ -81,6 +79,7 @@ def scan(kube: Kube, selector: str | None, settings: Settings, out: Output,
     lease_by = {(le.get("metadata") or {}).get("name"): le for le in leases or ()}
     now = now_utc()
     rows, flagged = [], []
+    node_findings: dict[str, list] = {}
     for n in sorted(nodes, key=lambda n: n["metadata"]["name"]):
         name = n["metadata"]["name"]
         node_pods = by_node.get(name, [])
@@ -93,19 +92,21 @@ def scan(kube: Kube, selector: str | None, settings: Settings, out: Output,
             if "failed" in e:
                 out.log("warning", f"{name}: {e}")
         out.findings(fs)
+        node_findings[name] = list(fs)
         if any(f.id in FLAG_FOR_DUMP for f in fs):
             flagged.append(name)
         rows.append(_row(n, node_pods, lease_by.get(name), fs, now))
     out.check("api.analysis", "ok", time.monotonic() - t0)
     if flagged:
-        _dumps(kube, flagged, settings, out, rows)
+        _dumps(kube, flagged, settings, out, rows, node_findings)
     if settings.probe and nodes:
-        _probe_all(kube, nodes, by_node, settings, out, rows, on_pod)
+        _probe_all(kube, nodes, by_node, settings, out, rows, on_pod, node_findings)
     return rows
 
 
 def _probe_all(kube: Kube, nodes: list[dict], by_node: dict, settings: Settings, out: Output,
-               rows: list[dict], on_pod: Callable) -> None:
+               rows: list[dict], on_pod: Callable,
+               node_findings: Mapping[str, list] | None = None) -> None:
     """The node probe on many nodes, `concurrency` debug pods at a time, each deleted."""
     from .diagnose import NodeView, run_probe
     stop = threading.Event()
@@ -122,7 +123,8 @@ def _probe_all(kube: Kube, nodes: list[dict], by_node: dict, settings: Settings,
     try:
         for n in nodes:
             name = n["metadata"]["name"]
-            view = NodeView(n, by_node.get(name, []), None, None, [])
+            view = NodeView(n, by_node.get(name, []), None, None,
+                            list((node_findings or {}).get(name, ())))
             futs[pool.submit(run_probe, kube, view, settings, out, (), stop.is_set, track,
                              True)] = name
         for fut in cf.as_completed(futs):
@@ -152,7 +154,7 @@ def _probe_all(kube: Kube, nodes: list[dict], by_node: dict, settings: Settings,
 
 
 def _dumps(kube: Kube, names: list[str], settings: Settings, out: Output,
-           rows: list[dict]) -> None:
+           rows: list[dict], node_findings: dict[str, list]) -> None:
     t0 = time.monotonic()
 
     def one(name: str):
@@ -161,13 +163,15 @@ def _dumps(kube: Kube, names: list[str], settings: Settings, out: Output,
         try:
             health = goroutines.parse_healthz(kube.get_text(
                 f"{base}/healthz", [("verbose", "1")], settings.kubelet_timeout_s))
-        except ApiStatus as exc:
-            if exc.status == 500 and exc.body:
+        except errors.InternalServerError as exc:  # /healthz?verbose: 500 lists the checks
+            if exc.body:
                 health = goroutines.parse_healthz(exc.body)
+        except errors.ApiError:
+            pass
         try:
             text = kube.get_text(f"{base}/debug/pprof/goroutine", [("debug", "2")],
                                  settings.kubelet_timeout_s)
-        except ApiStatus as exc:
+        except errors.ApiError as exc:
             return [goroutines.unavailable(name, exc.status, exc.message, health)]
         return goroutines.analyze(name, text, health)
 
@@ -183,6 +187,7 @@ def _dumps(kube: Kube, names: list[str], settings: Settings, out: Output,
                 out.log("warning", f"{name}: goroutine dump: {exc.one_line()}")
                 continue
             out.findings(fs)
+            node_findings.setdefault(name, []).extend(fs)
             row = by_name.get(name)
             if row is not None:
                 for f in fs:

@@ -7,7 +7,9 @@ Why this module exists:
   generated methods cannot pass query strings to proxy paths (`...goroutine?debug=2`). So every
   call goes through one raw helper: the client builds the URL, auth headers and TLS pool, we
   read bytes and `json.loads` them into plain dicts (camelCase, as the API returns them).
-- API and transport failures become errors.py exceptions in exactly one place (`_raise_for`).
+- API and transport failures become typed errors.py exceptions in exactly one place (`_send`,
+  through `errors.api_error`): callers catch `errors.NotFound`, `errors.Forbidden`, ... and
+  never look at status numbers.
 """
 from __future__ import annotations
 
@@ -20,28 +22,6 @@ from typing import Any, Iterator, Mapping, Sequence
 from . import errors
 
 DEFAULT_REQUEST_TIMEOUT_S = 15.0
-
-
-class ApiStatus(Exception):
-    """A non-2xx answer, kept raw so callers can decide (403 on a proxy is not fatal)."""
-
-    def __init__(self, status: int, reason: str, body: str, path: str) -> None:
-        super().__init__(f"{status} {reason}")
-        self.status = status
-        self.reason = reason
-        self.body = body
-        self.path = path
-
-    @property
-    def message(self) -> str:
-        try:
-            doc = json.loads(self.body)
-            if isinstance(doc, dict) and doc.get("message"):
-                return str(doc["message"])
-        except (ValueError, TypeError):
-            pass
-        text = (self.body or "").strip().splitlines()
-        return text[0][:300] if text else self.reason
 
 
 class Kube:
@@ -102,24 +82,21 @@ class Kube:
                                    auth_settings=["BearerToken"], _preload_content=False,
                                    _return_http_data_only=True, _request_timeout=timeout)
         except self._exc_types["api"] as exc:  # legacy REST layer raises on non-2xx
-            raise ApiStatus(int(getattr(exc, "status", 0) or 0), str(getattr(exc, "reason", "")),
-                            _text(getattr(exc, "body", "")), path) from None
+            raise errors.api_error(int(getattr(exc, "status", 0) or 0),
+                                   str(getattr(exc, "reason", "")),
+                                   _text(getattr(exc, "body", "")), path) from None
         except self._exc_types["read_timeout"]:
-            # connected, but no answer in time: for a proxied kubelet call that is evidence
-            # (the kubelet hangs), not a dead API server; callers see it as a 504
-            raise ApiStatus(504, "Timeout", f"no answer within {_fmt_timeout(timeout)}",
-                            path) from None
+            raise _no_answer(timeout, path) from None
         except self._exc_types["transport"] as exc:
             if isinstance(getattr(exc, "reason", None), self._exc_types["read_timeout"]):
                 # urllib3 wraps it in MaxRetryError once its (zero) retries are used up
-                raise ApiStatus(504, "Timeout", f"no answer within {_fmt_timeout(timeout)}",
-                                path) from None
+                raise _no_answer(timeout, path) from None
             raise errors.ApiUnreachable(
                 f"cannot reach the API server at {self.host}: {_short(exc)}") from None
         if not 200 <= raw.status <= 299:
             body_text = _text(raw.data)
             raw.release_conn()
-            raise ApiStatus(raw.status, str(raw.reason or ""), body_text, path)
+            raise errors.api_error(raw.status, str(raw.reason or ""), body_text, path)
         return raw
 
     def request(self, method: str, path: str, query: Sequence[tuple[str, Any]] | None = None,
@@ -190,6 +167,13 @@ def _exception_types() -> dict:
             "transport": (urllib3.exceptions.HTTPError, OSError)}
 
 
+def _no_answer(timeout: Any, path: str) -> errors.GatewayTimeout:
+    """Connected, but no answer in time: for a proxied kubelet call that is evidence (the
+    kubelet hangs), not a dead API server, so it is the proxy's 504, not ApiUnreachable."""
+    return errors.GatewayTimeout(f"no answer within {_fmt_timeout(timeout)}", status=504,
+                                 reason="Timeout", path=path)
+
+
 def _fmt_timeout(timeout: Any) -> str:
     if isinstance(timeout, tuple):
         timeout = timeout[-1]
@@ -224,15 +208,3 @@ def _loads(data: bytes, path: str) -> dict:
         if was_enabled:
             gc.enable()
     return doc if isinstance(doc, dict) else {"items": doc}
-
-
-def raise_for(exc: ApiStatus, what: str) -> None:
-    """Turn an API status about `what` (e.g. "node gpu-1") into the matching one-line error."""
-    if exc.status == 404:
-        raise errors.NotFound(f"{what} not found")
-    if exc.status in (401,):
-        raise errors.Forbidden(f"unauthorized for {what} (401): {exc.message}; check your "
-                               f"kubeconfig credentials")
-    if exc.status == 403:
-        raise errors.Forbidden(f"forbidden: {exc.message}")
-    raise errors.ApiError(f"API error {exc.status} for {what}: {exc.message}")

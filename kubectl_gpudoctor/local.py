@@ -5,7 +5,7 @@ and the probe's own deadlines and signal handling work best when it owns its pro
 child prints gpu-doctor/v1 NDJSON, which we render with the same code as `node X`. When the
 plugin is frozen by PyInstaller there is no interpreter to run `-m node_probe` with, so the
 frozen executable re-enters itself with a hidden first argument (`__probe`) that `cli.
-entrypoint` dispatches straight to node_probe.cli.main.
+entrypoint` dispatches to `run_probe_here`, i.e. straight to node_probe.cli.main.
 """
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ import signal
 import subprocess
 import sys
 import time
-from typing import Iterator, Sequence
+from typing import Iterator, NoReturn, Sequence
 
 PROBE_ARGV0 = "__probe"
 DEFAULT_TIMEOUT_S = 30.0   # the probe's own --timeout default
@@ -27,6 +27,16 @@ def probe_command(args: Sequence[str]) -> list[str]:
     if getattr(sys, "frozen", False):
         return [sys.executable, PROBE_ARGV0, *args]
     return [sys.executable, "-m", "node_probe", *args]
+
+
+def run_probe_here(args: Sequence[str]) -> NoReturn:
+    """The `__probe` re-entry of a frozen build: this process is the probe child. The one
+    import of node_probe outside node_probe.protocol in the plugin (lazy, so no other command
+    loads the probe's engine; tests/kubectl/test_import_rule.py names it)."""
+    from node_probe.cli import main as probe_main
+    code = probe_main(list(args))
+    sys.stdout.flush()
+    os._exit(int(code))
 
 
 class ProbeProcess:

@@ -8,6 +8,7 @@ Renderers are node_probe.protocol.render's; this module only routes records.
 """
 from __future__ import annotations
 
+import json
 import sys
 import threading
 import time
@@ -133,24 +134,28 @@ class Output:
         status = self.report.exit_status(self.fail_on)
         if error is None:
             return status
-        order = [ExitStatus.INTERRUPTED, ExitStatus.USAGE, ExitStatus.CLUSTER_ERROR,
-                 ExitStatus.FINDINGS, ExitStatus.INCOMPLETE, ExitStatus.OK]
-        return min((status, error), key=order.index)
+        return protocol.worst_exit(status, error)
 
-    def finish(self, code: int, pre_table: str = "") -> None:
-        """Write the final presentation for `code` (already decided by exit_status)."""
+    def finish(self, code: int, pre_table: str = "", error: Mapping[str, str] | None = None
+               ) -> None:
+        """Write the final presentation for `code` (already decided by exit_status).
+        `error` ({type, message}) goes into the JSON/YAML document of a run that failed."""
         r = self.report
         if self.fmt == "table":
             if pre_table:
                 self.out.write(pre_table)
             render.render_table(r, self.out, self.fail_on, code)
-        elif self.fmt == "json":
-            render.render_json(r, self.out, self.fail_on, code)
-        elif self.fmt == "yaml":
-            import yaml  # PyYAML ships with the kubernetes client; only loaded for -o yaml
+        elif self.fmt in ("json", "yaml"):
             doc = r.document(self.fail_on, code)
-            self.out.write(yaml.safe_dump(doc, sort_keys=False, default_flow_style=False,
-                                          allow_unicode=True))
+            if error is not None:
+                doc["error"] = dict(error)
+            if self.fmt == "json":
+                json.dump(doc, self.out, indent=2, default=str)
+                self.out.write("\n")
+            else:
+                import yaml  # PyYAML ships with the kubernetes client; only for -o yaml
+                self.out.write(yaml.safe_dump(doc, sort_keys=False, default_flow_style=False,
+                                              allow_unicode=True))
         else:
             doc = r.document(self.fail_on, code)
             s = doc["summary"]

@@ -89,6 +89,22 @@ def _raise_interrupt(signum, frame):
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Run the probe; return its exit code. A bug (any exception that escapes) is one line on
+    stderr and ExitStatus.INTERNAL, as in the kubectl plugin, never a traceback and never a
+    code a bot would read as the node's state (GPU_DOCTOR_DEBUG=1 shows the traceback)."""
+    try:
+        return _main(argv)
+    except Exception as exc:  # noqa: BLE001 - one line and the internal-error code
+        if os.environ.get("GPU_DOCTOR_DEBUG"):
+            raise
+        subproc.kill_all()
+        text = " ".join(f"{type(exc).__name__}: {exc}".split())[:400]
+        print(f"gpu-doctor-probe: internal error: {text} (GPU_DOCTOR_DEBUG=1 shows the "
+              f"traceback)", file=sys.stderr)
+        return ExitStatus.INTERNAL
+
+
+def _main(argv: list[str] | None) -> int:
     try:
         args = build_parser().parse_args(argv)
         if args.list_checks:

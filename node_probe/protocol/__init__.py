@@ -36,9 +36,11 @@ _RANK = {Severity.OK: 0, Severity.INFO: 1, Severity.WARNING: 2, Severity.CRITICA
 class ExitStatus(enum.IntEnum):
     """Exit codes of both `gpu-doctor-probe` and `kubectl gpu-doctor` (DESIGN.md section 7).
 
-    Precedence when several apply: INTERRUPTED > USAGE > CLUSTER_ERROR > FINDINGS > INCOMPLETE > OK.
-    Findings outrank incompleteness: a critical finding is real even if another check timed out;
-    bots read `summary.complete` in the JSON document for the rest.
+    Precedence when several apply (EXIT_PRECEDENCE): INTERRUPTED > USAGE > INTERNAL >
+    CLUSTER_ERROR > FINDINGS > INCOMPLETE > OK. Findings outrank incompleteness: a critical
+    finding is real even if another check timed out; bots read `summary.complete` in the JSON
+    document for the rest. INTERNAL (70, sysexits' EX_SOFTWARE) is a bug in the tool, never
+    the cluster's or the node's state.
     """
 
     OK = 0
@@ -46,7 +48,18 @@ class ExitStatus(enum.IntEnum):
     USAGE = 2
     CLUSTER_ERROR = 3
     INCOMPLETE = 4
+    INTERNAL = 70
     INTERRUPTED = 130
+
+
+EXIT_PRECEDENCE = (ExitStatus.INTERRUPTED, ExitStatus.USAGE, ExitStatus.INTERNAL,
+                   ExitStatus.CLUSTER_ERROR, ExitStatus.FINDINGS, ExitStatus.INCOMPLETE,
+                   ExitStatus.OK)
+
+
+def worst_exit(*statuses: ExitStatus) -> ExitStatus:
+    """The status that wins when several apply (EXIT_PRECEDENCE)."""
+    return min((ExitStatus(s) for s in statuses), key=EXIT_PRECEDENCE.index)
 
 
 FAIL_ON = ("critical", "warning", "never")

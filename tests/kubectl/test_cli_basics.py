@@ -48,7 +48,8 @@ def test_local_runs_the_real_probe_in_a_child_and_renders_json():
     assert r.returncode == 0, r.stderr
     doc = json.loads(r.stdout)
     assert doc["target"]["kind"] == "local"
-    assert {c["id"] for c in doc["checks"]} == {"driver", "kmsg"}
+    # --only runs the checks named plus the producers of facts they need (driver needs nvml's)
+    assert {"driver", "kmsg"} <= {c["id"] for c in doc["checks"]} <= {"driver", "kmsg", "nvml"}
     assert doc["summary"]["complete"] is True
 
 
@@ -97,3 +98,49 @@ def test_local_probe_that_never_ends_is_stopped_at_its_deadline(monkeypatch):
 def test_bad_option_one_line():
     r = run_cli("nodes", "--concurrency", "0")
     assert r.returncode == 2 and "concurrency" in one_error_line(r.stderr)
+
+
+def test_a_bug_is_its_own_exit_code_with_one_line(monkeypatch, capsys):
+    """An internal error (a bug) is exit 70, not 3 ("cluster error"), one line, no traceback;
+    and it goes through the one mapping, errors.exit_status_of."""
+    from node_probe.protocol import ExitStatus
+
+    from kubectl_gpudoctor import cli, errors, programs
+
+    def broken(session):
+        raise ZeroDivisionError("boom")
+    monkeypatch.setattr(programs, "version", broken)
+    monkeypatch.delenv("GPU_DOCTOR_DEBUG", raising=False)
+    assert cli.main(["version"]) == ExitStatus.INTERNAL == 70
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "internal error: ZeroDivisionError: boom" in err
+    assert "Traceback" not in err
+    assert errors.exit_status_of(ValueError()) == ExitStatus.INTERNAL
+    assert errors.exit_status_of(errors.InternalError("x")) == ExitStatus.INTERNAL
+    assert not hasattr(errors, "ProbeIncomplete")
+
+
+def test_the_probe_cli_maps_its_own_bugs_to_the_same_code(monkeypatch, capsys):
+    from node_probe import cli as probe_cli
+    from node_probe.protocol import ExitStatus
+
+    monkeypatch.setattr(probe_cli.registry, "select", lambda only, skip: 1 / 0)
+    monkeypatch.delenv("GPU_DOCTOR_DEBUG", raising=False)
+    assert probe_cli.main(["--trace-seconds", "0"]) == ExitStatus.INTERNAL
+    err = capsys.readouterr().err
+    assert err.startswith("gpu-doctor-probe: internal error: ZeroDivisionError")
+    assert err.count("\n") == 1 and "Traceback" not in err
+
+
+def test_program_errors_keep_their_codes_through_main(monkeypatch, capsys):
+    """Programs raise; main maps: usage 2, cluster 3, interrupted 130."""
+    from kubectl_gpudoctor import cli, errors, programs
+    for exc, code in ((errors.UsageError("u"), 2), (errors.NotFound("node x not found"), 3),
+                      (errors.api_error(503, "Unavailable", "", "/x"), 3),
+                      (KeyboardInterrupt(), 130)):
+        def raising(session, exc=exc):
+            raise exc
+        monkeypatch.setattr(programs, "version", raising)
+        assert cli.main(["version"]) == code, exc
+        lines = [ln for ln in capsys.readouterr().err.splitlines() if ln.strip()]
+        assert len(lines) == 1 and lines[0].startswith("kubectl gpu-doctor: "), lines

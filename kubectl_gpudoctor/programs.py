@@ -1,0 +1,140 @@
+"""The programs behind the commands: each collects into the session and returns or raises.
+
+Why apart from cli.py: cli.py parses the command line (click) and `cli.main` is the one place
+that ends a run (exit codes through errors.exit_status_of, the report rendered once by
+Session.finish). A program here never calls sys.exit, never maps an error to a code and never
+renders: it returns the report's verdict (or a plain status) or raises a GpuDoctorError.
+"""
+from __future__ import annotations
+
+import os
+from typing import Any, Callable, Sequence
+
+import click
+
+from node_probe.protocol import ExitStatus
+from node_probe.protocol.version import __version__
+
+from . import errors
+from .session import Session
+
+
+def settings_of(o: dict, namespace: str):
+    from .debugpod import DEFAULT_IMAGE
+    from .diagnose import Settings
+    return Settings(namespace=namespace, probe_namespace=o.get("probe_namespace"),
+                    image=o.get("image") or DEFAULT_IMAGE,
+                    timeout_s=o["timeout"], trace_s=o["trace_seconds"],
+                    start_timeout_s=o["start_timeout"], stall_threshold_s=o["stall_threshold"],
+                    probe=not o.get("no_probe"), concurrency=o.get("concurrency") or 8,
+                    kubelet_timeout_s=o["kubelet_timeout"])
+
+
+def _cluster(session: Session, o: dict, target: dict, fn: Callable,
+             pod_target: bool = False) -> ExitStatus:
+    """Connect, open the report, run `fn(kube, out, settings, register)`; the verdict."""
+    from .kube import Kube
+    kube = Kube(o.get("kubeconfig"), o.get("context"))  # kubeconfig errors: nothing to render
+    namespace = o.get("namespace") or kube.default_namespace
+    if pod_target:
+        target["name"] = f"{namespace}/{target['name']}"
+    out = session.open_report(o["output"], o["fail_on"], target)
+    fn(kube, out, settings_of(o, namespace), session.register)
+    return out.exit_status()
+
+
+def node(session: Session, o: dict, name: str) -> ExitStatus:
+    from . import diagnose
+    return _cluster(session, o, {"kind": "node", "name": name, "node": name},
+                    lambda kube, out, s, reg: diagnose.diagnose_node(kube, name, s, out,
+                                                                     on_pod=reg))
+
+
+def pod(session: Session, o: dict, name: str) -> ExitStatus:
+    from . import diagnose
+    return _cluster(session, o, {"kind": "pod", "name": name, "node": None},
+                    lambda kube, out, s, reg: diagnose.diagnose_pod(kube, s.namespace, name, s,
+                                                                    out, on_pod=reg),
+                    pod_target=True)
+
+
+def nodes(session: Session, o: dict, selector: str | None, all_nodes: bool,
+          max_probes: int) -> ExitStatus:
+    from . import fleet
+    rows: list = []
+
+    def preamble() -> str:
+        if rows:
+            return fleet.table(rows)
+        return ("No nodes matched " + (f"-l {selector}" if selector else
+                                       "(no node has GPUs; --all shows every node)") + ".\n\n")
+    session.preamble = preamble
+    target = {"kind": "nodes", "name": selector or ("all nodes" if all_nodes else "GPU nodes"),
+              "node": None}
+    return _cluster(session, o, target,
+                    lambda kube, out, s, reg: rows.extend(fleet.scan(
+                        kube, selector, s, out, all_nodes=all_nodes, max_probes=max_probes,
+                        on_pod=reg)))
+
+
+def local(session: Session, o: dict, probe_args: Sequence[str]) -> ExitStatus:
+    """The node probe on this host in a child process, rendered like `node X`."""
+    from . import local as local_probe
+    from . import stream
+    host = os.uname().nodename
+    args = ["--timeout", f"{o['timeout']:g}", "--trace-seconds", f"{o['trace_seconds']:g}",
+            "--fail-on", o["fail_on"], *probe_args]
+    out = session.open_report(o["output"], o["fail_on"],
+                              {"kind": "local", "name": host, "node": host}, api_only=False)
+    proc = local_probe.ProbeProcess(["--target-name", host, *args])
+    try:
+        got_summary = False
+        for rec in stream.records(proc.chunks()):
+            out.node_record(rec)
+            got_summary = got_summary or rec.get("kind") == "summary"
+        rc = proc.wait(5.0)
+        if rc == ExitStatus.USAGE and not got_summary:
+            raise errors.UsageError("the probe rejected its arguments (see above)")
+        if not got_summary:
+            out.mark_incomplete(f"the probe ended without a summary (exit {rc})")
+    finally:
+        proc.stop()
+    return out.exit_status()
+
+
+def cleanup(session: Session, o: dict) -> ExitStatus:
+    """Delete leftover debug pods (by label); a pod already gone counts as deleted."""
+    from . import debugpod
+    from .kube import Kube
+    kube = Kube(o.get("kubeconfig"), o.get("context"))
+    deleted, failed = 0, []
+    for p in debugpod.list_leftovers(kube, o.get("namespace")):
+        md = p.get("metadata") or {}
+        try:
+            kube.request("DELETE", f"/api/v1/namespaces/{md.get('namespace')}/pods/"
+                         f"{md.get('name')}", [("gracePeriodSeconds", "0")])
+            deleted += 1
+        except errors.NotFound:
+            deleted += 1
+        except errors.ApiError as exc:
+            failed.append(f"{md.get('namespace')}/{md.get('name')}: {exc.status}")
+    where = f"namespace {o['namespace']}" if o.get("namespace") else "all namespaces"
+    click.echo(f"deleted {deleted} gpu-doctor debug pod(s) in {where}")
+    if failed:
+        raise errors.ClusterError(f"could not delete {len(failed)} gpu-doctor debug pod(s): "
+                                  f"{', '.join(failed)}")
+    return ExitStatus.OK
+
+
+def version(session: Session) -> ExitStatus:
+    from .debugpod import DEFAULT_IMAGE
+    click.echo(f"kubectl-gpu_doctor {__version__}\nprobe image {DEFAULT_IMAGE}")
+    return ExitStatus.OK
+
+
+def completion(session: Session, group: Any, shell: str) -> ExitStatus:
+    from click.shell_completion import get_completion_class
+    comp = get_completion_class(shell)(group, {}, "kubectl-gpu_doctor",
+                                       "_KUBECTL_GPU_DOCTOR_COMPLETE")
+    click.echo(comp.source())
+    return ExitStatus.OK
