@@ -127,8 +127,8 @@ def cleanup(session: Session, o: dict) -> ExitStatus:
 
 
 def version(session: Session) -> ExitStatus:
-    from .debugpod import DEFAULT_IMAGE
-    click.echo(f"kubectl-gpu_doctor {__version__}\nprobe image {DEFAULT_IMAGE}")
+    from .build_info import DEFAULT_PROBE_IMAGE
+    click.echo(f"kubectl-gpu_doctor {__version__}\n{DEFAULT_PROBE_IMAGE.describe()}")
     return ExitStatus.OK
 
 
