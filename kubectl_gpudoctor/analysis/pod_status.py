@@ -17,6 +17,7 @@ from node_probe.protocol import Finding
 
 from .admission import untouched_pending
 from .common import event_source, event_time, fmt_duration, gpu_requests, pod_ref
+from .wedge import blocking_findings
 
 IMAGE_REASONS = ("ErrImagePull", "ImagePullBackOff", "InvalidImageName", "ErrImageNeverPull")
 ADMISSION_MARKERS = ("UnexpectedAdmissionError", "device number not matched",
@@ -36,9 +37,12 @@ def _ev_brief(e: Mapping[str, Any]) -> dict:
 
 def analyze_pod(pod: Mapping[str, Any], events: Sequence[Mapping[str, Any]],
                 now: dt.datetime, stall_threshold_s: float = 120.0,
-                fit: Sequence[Finding] | None = None) -> list[Finding]:
+                fit: Sequence[Finding] | None = None,
+                node_findings: Sequence[Finding] = ()) -> list[Finding]:
     """`fit`: what fit.analyze_pending found for an unscheduled GPU pod (it names the case with
-    nodes and numbers, so it replaces the scheduler's sentence); None when not computed."""
+    nodes and numbers, so it replaces the scheduler's sentence); None when not computed.
+    `node_findings`: the API-side findings about the pod's node; a kubelet whose sync loop is
+    known to be blocked makes an untouched pod critical before the stall threshold."""
     spec, st = pod.get("spec") or {}, pod.get("status") or {}
     subject = f"pod/{pod_ref(pod)}"
     evs = _sorted_events(events)
@@ -94,13 +98,19 @@ def analyze_pod(pod: Mapping[str, Any], events: Sequence[Mapping[str, Any]],
     waited = untouched_pending(pod, evs, now)
     if waited is not None:
         stalled = waited >= stall_threshold_s
+        blocking = blocking_findings(node_findings, str(spec.get("nodeName") or ""))
+        cause = ("kubelet.admission_stalled" if stalled else
+                 blocking[0].id if blocking else None)
+        resource = next((f.evidence.get("resource") for f in blocking
+                         if f.evidence.get("resource")), None)
         out.append(catalog.make(
-            "pod.pending_explained", "critical" if stalled else "info", subject,
+            "pod.pending_explained", "critical" if cause else "info", subject,
             f"bound to {spec.get('nodeName')} {fmt_duration(waited)} ago but the kubelet has "
             f"not acted on it (only the scheduler's event)"
-            + ("; see kubelet.admission_stalled" if stalled else ""),
-            dict(base, waiting_s=round(waited), caused_by="kubelet.admission_stalled"
-                 if stalled else None),
+            + (f"; see {cause}" if cause else "")
+            + (f" (admission waits in the device plugin for {', '.join(resource)})"
+               if resource and not stalled else ""),
+            dict(base, waiting_s=round(waited), caused_by=cause),
             "The kubelet on the node is not admitting pods; the node findings say why "
             "(kubelet.admission_stalled, kubelet.blocked_in_device_plugin).", ()))
         return out

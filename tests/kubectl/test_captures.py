@@ -305,3 +305,15 @@ def test_client_names_a_node_finding_left_with_a_pod_uid():
                  title="Container c in pod default/gdscn-gpu cannot open",
                  evidence={"pod_uid": uid, "pod": "gdscn-gpu"})
     assert subjects.name_record(named, idx) is named
+
+
+def test_pending_pod_behind_a_blocked_sync_loop_is_critical_before_the_threshold():
+    s = Stage("wedged-20s")
+    gpu = s.pod("gdscn-gpu")
+    evs = events_by_uid(s.events)[gpu["metadata"]["uid"]]
+    [f] = pod_status.analyze_pod(gpu, evs, s.now, node_findings=s.api_findings())
+    assert f.severity.value == "critical"
+    assert f.evidence["caused_by"] == "kubelet.blocked_in_device_plugin"
+    assert "admission waits in the device plugin for nvidia.com/gpu" in f.title
+    [f] = pod_status.analyze_pod(gpu, evs, s.now, node_findings=Stage("healthy").api_findings())
+    assert f.severity.value == "info" and f.evidence["caused_by"] is None
