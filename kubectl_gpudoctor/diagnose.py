@@ -17,7 +17,7 @@ from typing import Any, Callable, Mapping
 from node_probe.protocol import catalog
 from node_probe.protocol import Finding
 
-from . import analysis, debugpod, errors, stream
+from . import analysis, debugpod, errors, pending, stream
 from .analysis import admission, goroutines, kubelet_config, pod_status
 from .analysis.common import pod_ref
 from .kube import Kube
@@ -379,7 +379,10 @@ def diagnose_pod(kube: Kube, namespace: str, name: str, settings: Settings, out:
             return
         view = collect_node(kube, node_name, settings, out, node=node)
         out.findings(view.findings)
-    out.findings(pod_status.analyze_pod(pod, evs, now_utc(), settings.stall_threshold_s))
+    # an unscheduled GPU pod: its fit against every node names the case (pending.py)
+    fit = None if node_name else pending.collect(kube, pod, evs, out, now_utc())
+    out.findings(pod_status.analyze_pod(pod, evs, now_utc(), settings.stall_threshold_s,
+                                        fit=fit))
     if not events_known:
         out.mark_incomplete("the pod's events were not readable")
     if view is not None and settings.probe:

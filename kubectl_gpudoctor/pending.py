@@ -17,7 +17,6 @@ from typing import TYPE_CHECKING, Any, Mapping, Sequence
 from node_probe.protocol import Finding
 
 from . import errors
-from . import kube as _kube
 from .analysis import fit
 
 if TYPE_CHECKING:
@@ -26,9 +25,9 @@ if TYPE_CHECKING:
 CACHED = ("resourceVersion", "0")
 BOUND_UNFINISHED = "spec.nodeName!=,status.phase!=Succeeded,status.phase!=Failed"
 LIST_TIMEOUT_S = 30.0
-# API answers: typed errors.* exceptions (and kube.ApiStatus while it still exists)
-_API_ERRORS: tuple = (errors.GpuDoctorError,) + tuple(
-    t for t in (getattr(_kube, "ApiStatus", None),) if t is not None)
+# what degrades the fit instead of ending the run: an API answer we may not read, a list
+# that times out (an unreachable API server ends the run anyway at the next call)
+_API_ERRORS = (errors.ApiError,)
 
 
 def applies(pod: Mapping[str, Any]) -> bool:
@@ -38,11 +37,8 @@ def applies(pod: Mapping[str, Any]) -> bool:
             and bool(fit.pod_gpu_requests(pod)))
 
 
-def _why(exc: BaseException) -> str:
-    status = getattr(exc, "status", None)
-    msg = getattr(exc, "message", None) or (exc.one_line() if hasattr(exc, "one_line")
-                                            else str(exc))
-    return f"{status} {msg}"[:200] if status else str(msg)[:200]
+def _why(exc: errors.ApiError) -> str:
+    return f"{exc.status} {exc.message}"[:200]
 
 
 def _items(kube, path: str, query: Sequence[tuple[str, str]]) -> list[dict]:
@@ -64,8 +60,6 @@ def collect(kube, pod: Mapping[str, Any], events: Sequence[Mapping[str, Any]], o
         f_quotas = pool.submit(_items, kube, f"/api/v1/namespaces/{ns}/resourcequotas", ())
         try:
             nodes, pods = f_nodes.result(), f_pods.result()
-        except errors.Interrupted:
-            raise
         except _API_ERRORS as exc:
             out.check("api.gpu_fit", "skipped", time.monotonic() - t0,
                       f"cannot list nodes and pods: {_why(exc)}")
@@ -74,8 +68,6 @@ def collect(kube, pod: Mapping[str, Any], events: Sequence[Mapping[str, Any]], o
             return None
         try:
             quotas = f_quotas.result()
-        except errors.Interrupted:
-            raise
         except _API_ERRORS as exc:
             quotas = []
             out.check("api.resource_quotas", "skipped", time.monotonic() - t0, _why(exc))
