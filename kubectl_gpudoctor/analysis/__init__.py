@@ -11,8 +11,8 @@ from typing import Any, Mapping, Sequence
 
 from node_probe.protocol import Finding
 
-from . import (admission, capacity, goroutines, hami, kubelet_config,  # noqa: F401
-               memory, pod_status)
+from . import (admission, capacity, dra, goroutines, hami, kubelet_config,  # noqa: F401
+               memory, mig, pod_status, runtime)
 
 
 def node_objects(node: Mapping[str, Any], pods_on_node: Sequence[Mapping[str, Any]],
@@ -20,8 +20,11 @@ def node_objects(node: Mapping[str, Any], pods_on_node: Sequence[Mapping[str, An
                  lease: Mapping[str, Any] | None, now: dt.datetime, *,
                  threshold_s: float = admission.DEFAULT_THRESHOLD_S,
                  kubelet_cfg: Mapping[str, Any] | None = None,
-                 events_known: bool = True) -> tuple[list[Finding], list[str]]:
-    """Every list-based analysis of one node. Returns (findings, errors of analyses)."""
+                 events_known: bool = True,
+                 extra: Mapping[str, Any] | None = None) -> tuple[list[Finding], list[str]]:
+    """Every list-based analysis of one node. Returns (findings, errors of analyses).
+    `extra`: lists beyond the core ones (kubectl_gpudoctor.extra_lists.fetch): runtimeclasses,
+    resourceclaims, resourceslices, deviceclasses; a list that could not be read is None."""
     findings: list[Finding] = []
     errs: list[str] = []
     ev_list = events if not isinstance(events, Mapping) else [
@@ -39,4 +42,13 @@ def node_objects(node: Mapping[str, Any], pods_on_node: Sequence[Mapping[str, An
     run("hami", lambda: hami.analyze_node(node, list(pods_on_node), list(ev_list), now))
     run("memory", lambda: memory.analyze_node(node, list(pods_on_node),
                                               dict(kubelet_cfg) if kubelet_cfg else None))
+    run("mig", mig.analyze_node, node, now)
+    run("runtime", lambda: runtime.analyze(pods_on_node, ev_list,
+                                           (extra or {}).get("runtimeclasses")))
+    run("dra.health", dra.analyze_device_health, pods_on_node)
+    x = extra or {}
+    if x.get("resourceclaims") is not None and x.get("resourceslices") is not None:
+        run("dra.claims", lambda: dra.analyze_claims(pods_on_node, x["resourceclaims"],
+                                                     x["resourceslices"],
+                                                     x.get("deviceclasses") or (), ev_list, now))
     return findings, errs

@@ -149,9 +149,11 @@ def analyze(node_name: str, dump_text: str,
     is stuck: with them, a sync loop in a plugin call is critical as soon as a pod has waited
     SNAPSHOT_GRACE_S for it, long before the stall threshold."""
     goroutines = parse_dump(dump_text)
+    from .dra import analyze_goroutines as dra_waits  # the DRA form of the same wedge
+    dra = dra_waits(node_name, goroutines)
     waits = device_plugin_waits(goroutines)
     if not waits:
-        return []
+        return dra
     longest = max((g.wait_minutes or 0) for g in waits)
     by_call: dict[str, int] = {}
     for g in waits:
@@ -206,7 +208,7 @@ def analyze(node_name: str, dump_text: str,
         "nvml.init_hang, driver.known_bad). Restarting the plugin pod releases the waiting "
         "goroutines until the next call hangs.")
     return [catalog.make("kubelet.blocked_in_device_plugin", severity, f"node/{node_name}",
-                         title, evidence, remediation, REFS)]
+                         title, evidence, remediation, REFS)] + dra
 
 
 def unavailable(node_name: str, status: int | None, message: str,

@@ -76,6 +76,12 @@ CATALOG: dict[str, str] = {
     "cdi.spec_version_mismatch": "CDI specs name driver files of another version than the loaded driver",
     "dra.plugins": "kubelet DRA plugins registered on the node and what they answer",
     "dra.plugin_unresponsive": "A kubelet DRA plugin does not answer its registration or service socket",
+    "mig.config_failed": "The MIG manager's node label says the MIG reconfiguration failed or is stuck pending",
+    "runtime.class_missing": "A pod names a RuntimeClass that does not exist",
+    "cdi.unresolvable_devices": "The runtime could not resolve the CDI devices a pod was given",
+    "dra.claim_unallocated": "A pod waits on ResourceClaims that are not allocated, and why",
+    "dra.device_unhealthy": "Pod status reports allocated devices as unhealthy",
+    "kubelet.blocked_in_dra_plugin": "kubelet goroutines are parked in DRA NodePrepareResources calls",
 }
 
 class UnknownFindingId(KeyError):

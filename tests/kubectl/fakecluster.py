@@ -95,6 +95,9 @@ class FakeCluster:
         self.events: list[dict] = []
         self.leases: dict[str, dict] = {}
         self.quotas: list[dict] = []  # ResourceQuota objects (status.used as given)
+        # other cluster-wide lists by path, e.g. "/apis/resource.k8s.io/v1/resourceslices":
+        # (kind of the list, items); a path absent here answers 404 as an unserved API does
+        self.lists: dict[str, tuple[str, list[dict]]] = {}
         self.namespaces: dict[str, dict] = {"default": {}}  # name -> labels
         self.goroutines: dict[str, str | int] = {}   # node -> dump text or HTTP status
         self.healthz: dict[str, tuple[int, str]] = {}
@@ -454,6 +457,8 @@ class FakeCluster:
                                                         ["namespace"] == m.group(1)], q)
             if path == LEASES:
                 return self._list("LeaseList", list(self.leases.values()), q)
+            if path in self.lists:
+                return self._list(self.lists[path][0], list(self.lists[path][1]), q)
             m = LEASE.match(path)
             if m:
                 if m.group(1) not in self.leases:

@@ -1,0 +1,43 @@
+"""The cluster-scoped lists the beyond-the-seeds analyses need, fetched once per run:
+RuntimeClasses (node.k8s.io/v1) and the DRA objects (resource.k8s.io/v1: ResourceClaims,
+ResourceSlices, DeviceClasses).
+
+Why a module of its own: these lists are optional. A cluster without DRA (before 1.34, or the
+API group disabled) answers 404, RBAC may forbid them; either way the other analyses still run
+and the analyses that needed the list say they could not look. One list call per kind (O(1) in
+the number of nodes), each with the client's request deadline.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+LISTS = {
+    "runtimeclasses": "/apis/node.k8s.io/v1/runtimeclasses",
+    "resourceclaims": "/apis/resource.k8s.io/v1/resourceclaims",
+    "resourceslices": "/apis/resource.k8s.io/v1/resourceslices",
+    "deviceclasses": "/apis/resource.k8s.io/v1/deviceclasses",
+}
+
+
+def fetch(kube, kinds=tuple(LISTS), timeout: float | None = None) -> tuple[dict[str, Any], list[str]]:
+    """({kind: items or None}, notes). None: the list could not be read (the note says why);
+    404 means the API is not served (no DRA), which is not an error."""
+    out: dict[str, Any] = {}
+    notes: list[str] = []
+    for kind in kinds:
+        path = LISTS[kind]
+        try:
+            doc = kube.get_json(path, timeout=timeout)
+            out[kind] = list(doc.get("items") or [])
+        except Exception as exc:  # noqa: BLE001 - typed API errors and the older ApiStatus
+            status = getattr(exc, "status", None)
+            out[kind] = None
+            if status == 404:
+                notes.append(f"{kind}: not served by this API server ({path})")
+            elif status == 403:
+                notes.append(f"{kind}: forbidden (grant list on {path.rsplit('/', 1)[-1]})")
+            elif status is None:
+                raise
+            else:
+                notes.append(f"{kind}: HTTP {status}")
+    return out, notes
