@@ -23,7 +23,7 @@ from typing import Any, Callable, Mapping, Sequence
 
 from node_probe.protocol.version import __version__
 
-from . import debugpod, errors
+from . import debugpod, errors, probens
 from .kube import Kube
 
 AGENT_NAME = "gpu-doctor-agent"
@@ -51,6 +51,8 @@ def namespace_manifest(namespace: str) -> dict:
     return {"apiVersion": "v1", "kind": "Namespace",
             "metadata": {"name": namespace, "labels": {
                 "app.kubernetes.io/part-of": debugpod.APP_NAME,
+                # the client runs probes only in namespaces with this label (probens.py)
+                probens.LABEL: probens.LABEL_VALUE,
                 # the agent is privileged (hostPID, host / mounted), like the debug pod
                 "pod-security.kubernetes.io/enforce": "privileged",
                 "pod-security.kubernetes.io/warn": "privileged",

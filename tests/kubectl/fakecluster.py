@@ -36,6 +36,7 @@ NS_EVENTS = re.compile(r"^/api/v1/namespaces/([^/]+)/events$")
 LEASE = re.compile(r"^/apis/coordination.k8s.io/v1/namespaces/kube-node-lease/leases/([^/]+)$")
 LEASES = "/apis/coordination.k8s.io/v1/namespaces/kube-node-lease/leases"
 NS_QUOTAS = re.compile(r"^/api/v1/namespaces/([^/]+)/resourcequotas$")
+NAMESPACE = re.compile(r"^/api/v1/namespaces/([^/]+)$")
 
 
 def ts(t: dt.datetime) -> str:
@@ -455,6 +456,12 @@ class FakeCluster:
             if m:
                 return self._list("ResourceQuotaList", [rq for rq in self.quotas if rq["metadata"]
                                                         ["namespace"] == m.group(1)], q)
+            m = NAMESPACE.match(path)
+            if m:
+                if m.group(1) not in self.namespaces:
+                    return self._status(404, "NotFound", f'namespaces "{m.group(1)}" not found')
+                return self._json({"apiVersion": "v1", "kind": "Namespace", "metadata": {
+                    "name": m.group(1), "labels": dict(self.namespaces[m.group(1)])}})
             if path == LEASES:
                 return self._list("LeaseList", list(self.leases.values()), q)
             if path in self.lists:

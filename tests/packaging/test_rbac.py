@@ -1,20 +1,32 @@
-"""deploy/rbac.yaml: valid Kubernetes objects (kubernetes-validate, strict) that grant exactly what
-the plugin needs (docs/install.md#rbac) and nothing that lets a user create pods elsewhere."""
+"""deploy/: the base RBAC, the opt-in nodes/proxy role and the example admission policy are
+valid Kubernetes objects (kubernetes-validate, strict); the base grants exactly what the client
+calls and nothing exec-equivalent; the admission policy's CEL, evaluated for real (cel-python),
+admits the debug pod and the agent's pod and refuses anything else in the probe namespace."""
 from __future__ import annotations
 
+import re
+
+import celpy
 import kubernetes_validate
 import pytest
 import yaml
 
+from kubectl_gpudoctor import debugpod
 from tests.packaging.conftest import REPO
 
-DOCS = list(yaml.safe_load_all((REPO / "deploy" / "rbac.yaml").read_text()))
+DEPLOY = REPO / "deploy"
+BASE = [d for d in yaml.safe_load_all((DEPLOY / "rbac.yaml").read_text()) if d]
+PROXY = [d for d in yaml.safe_load_all((DEPLOY / "rbac-nodes-proxy.yaml").read_text()) if d]
+POLICY = [d for d in yaml.safe_load_all((DEPLOY / "admission-policy.yaml").read_text()) if d]
+ALL = BASE + PROXY + POLICY
 DEBUG_NS = "gpu-doctor"
 GROUP = "gpu-doctor-users"
+PROBE_NS_LABEL = ("gpu-doctor.io/probe-namespace", "true")
+CLIENT_SRC = "\n".join(p.read_text() for p in (REPO / "kubectl_gpudoctor").rglob("*.py"))
 
 
-def by_kind(kind: str) -> list[dict]:
-    return [d for d in DOCS if d and d["kind"] == kind]
+def by_kind(docs: list[dict], kind: str) -> list[dict]:
+    return [d for d in docs if d["kind"] == kind]
 
 
 def granted(role: dict) -> set[tuple[str, str, str]]:
@@ -22,57 +34,152 @@ def granted(role: dict) -> set[tuple[str, str, str]]:
             for r in rule["resources"] for v in rule["verbs"]}
 
 
-@pytest.mark.parametrize("doc", DOCS, ids=lambda d: f"{d['kind']}/{d['metadata']['name']}")
+@pytest.mark.parametrize("doc", ALL, ids=lambda d: f"{d['kind']}/{d['metadata']['name']}")
 def test_every_object_validates_strictly(doc: dict):
     kubernetes_validate.validate(doc, kubernetes_validate.latest_version(), strict=True)
 
 
 def test_validator_rejects_a_broken_rule():
-    broken = yaml.safe_load(yaml.safe_dump(by_kind("ClusterRole")[0]))
+    broken = yaml.safe_load(yaml.safe_dump(by_kind(BASE, "ClusterRole")[0]))
     broken["rules"][0]["verb"] = broken["rules"][0].pop("verbs")  # typo: unknown field
     with pytest.raises(kubernetes_validate.ValidationError):
         kubernetes_validate.validate(broken, kubernetes_validate.latest_version(), strict=True)
 
 
-def test_cluster_wide_reads():
-    [cr] = by_kind("ClusterRole")
-    want = {("", "nodes", "get"), ("", "nodes", "list"), ("", "nodes/proxy", "get"),
-            ("", "pods", "get"), ("", "pods", "list"), ("", "events", "list"),
-            ("", "namespaces", "get")}
-    assert want <= granted(cr)
-    verbs = {v for _, _, v in granted(cr)}
-    assert verbs <= {"get", "list", "watch"}, "the ClusterRole must be read-only"
+def test_base_cluster_role_is_read_only_and_has_no_nodes_proxy():
+    [cr] = by_kind(BASE, "ClusterRole")
+    g = granted(cr)
+    assert g == {("", "nodes", "get"), ("", "nodes", "list"), ("", "pods", "get"),
+                 ("", "pods", "list"), ("", "events", "list"), ("", "resourcequotas", "list"),
+                 ("", "namespaces", "get")}
+    # namespaces get is for the probe namespace's label only
+    [ns_rule] = [r for r in cr["rules"] if "namespaces" in r["resources"]]
+    assert ns_rule["resourceNames"] == [DEBUG_NS]
+    for doc in BASE:
+        for rule in doc.get("rules") or ():
+            assert not {"nodes/proxy", "pods/exec", "pods/attach",
+                        "pods/ephemeralcontainers"} & set(rule["resources"])
+
+
+def test_grants_the_client_never_uses_are_gone():
+    g = set().union(*(granted(r) for r in by_kind(BASE, "ClusterRole") + by_kind(BASE, "Role")))
+    assert not {x for x in g if x[0] == "events.k8s.io"}
+    assert ("", "pods", "watch") not in g
+    assert "events.k8s.io" not in CLIENT_SRC
+    assert not re.search(r"\(\s*\"watch\"\s*,", CLIENT_SRC), "the client started to watch"
+    # and everything granted is used
+    evidence = {
+        "nodes": r'"/api/v1/nodes"', "pods": r'"/api/v1/pods"', "events": r'/events"',
+        "resourcequotas": r'/resourcequotas"', "namespaces": r'/api/v1/namespaces/\{[a-z_]+\}"',
+        "leases": r"kube-node-lease", "pods/log": r"/log\"",
+    }
+    for _, res, _ in g:
+        assert re.search(evidence[res], CLIENT_SRC), f"{res} is granted but never called"
 
 
 def test_debug_pod_lifecycle_only_in_its_namespace():
-    roles = {(r["metadata"]["namespace"], r["metadata"]["name"]): r for r in by_kind("Role")}
+    roles = {(r["metadata"]["namespace"], r["metadata"]["name"]): r for r in by_kind(BASE, "Role")}
     debug = [r for (ns, _), r in roles.items() if ns == DEBUG_NS]
     assert len(debug) == 1
-    want = {("", "pods", v) for v in ("create", "get", "list", "delete")} | {("", "pods/log", "get")}
-    assert want <= granted(debug[0])
+    assert granted(debug[0]) == ({("", "pods", v) for v in ("create", "get", "list", "delete")}
+                                 | {("", "pods/log", "get")})
     leases = [r for (ns, _), r in roles.items() if ns == "kube-node-lease"]
     assert len(leases) == 1
     assert granted(leases[0]) == {("coordination.k8s.io", "leases", "get"),
                                   ("coordination.k8s.io", "leases", "list")}
-    # nothing anywhere creates or deletes pods outside the debug namespace
-    for r in by_kind("ClusterRole"):
+    for r in by_kind(ALL, "ClusterRole"):
         assert not {v for _, res, v in granted(r) if res == "pods"} & {"create", "delete", "patch", "update"}
 
 
-def test_debug_namespace_allows_privileged_pods():
-    [ns] = by_kind("Namespace")
+def test_probe_namespace_is_labelled_and_allows_privileged_pods():
+    [ns] = by_kind(BASE, "Namespace")
     assert ns["metadata"]["name"] == DEBUG_NS
-    assert ns["metadata"]["labels"]["pod-security.kubernetes.io/enforce"] == "privileged"
+    labels = ns["metadata"]["labels"]
+    assert labels["pod-security.kubernetes.io/enforce"] == "privileged"
+    assert labels[PROBE_NS_LABEL[0]] == PROBE_NS_LABEL[1]
+
+
+def test_nodes_proxy_is_its_own_opt_in_role_with_the_risk_stated():
+    [cr] = by_kind(PROXY, "ClusterRole")
+    assert granted(cr) == {("", "nodes/proxy", "get")}
+    text = (DEPLOY / "rbac-nodes-proxy.yaml").read_text()
+    assert "exec-equivalent" in text and "OPT-IN" in text
+    [b] = by_kind(PROXY, "ClusterRoleBinding")
+    assert b["roleRef"]["name"] == cr["metadata"]["name"]
+    assert "pods create" in (DEPLOY / "rbac.yaml").read_text()  # node root, said in the file
 
 
 def test_bindings_point_at_the_roles_and_the_group():
-    roles = {("ClusterRole", r["metadata"]["name"]) for r in by_kind("ClusterRole")}
-    roles |= {("Role", r["metadata"]["name"], r["metadata"]["namespace"]) for r in by_kind("Role")}
-    bindings = by_kind("ClusterRoleBinding") + by_kind("RoleBinding")
+    roles = {("ClusterRole", r["metadata"]["name"]) for r in by_kind(BASE, "ClusterRole")}
+    roles |= {("Role", r["metadata"]["name"], r["metadata"]["namespace"])
+              for r in by_kind(BASE, "Role")}
+    bindings = by_kind(BASE, "ClusterRoleBinding") + by_kind(BASE, "RoleBinding")
     assert len(bindings) == 3
     for b in bindings:
         ref = b["roleRef"]
         key = (ref["kind"], ref["name"]) if ref["kind"] == "ClusterRole" else \
             (ref["kind"], ref["name"], b["metadata"]["namespace"])
         assert key in roles, b["metadata"]["name"]
-        assert b["subjects"] == [{"apiGroup": "rbac.authorization.k8s.io", "kind": "Group", "name": GROUP}]
+        assert b["subjects"] == [{"apiGroup": "rbac.authorization.k8s.io", "kind": "Group",
+                                  "name": GROUP}]
+
+
+# -- the admission policy, evaluated -----------------------------------------------------
+
+PINNED = "ghcr.io/gpu-doctor/gpu-doctor-probe:0.9.0@sha256:" + "ab" * 32
+
+
+def _admits(pod: dict) -> list[str]:
+    """Messages of the policy's validations that refuse `pod` ([] = admitted)."""
+    [policy] = by_kind(POLICY, "ValidatingAdmissionPolicy")
+    env = celpy.Environment()
+    act = {"object": celpy.json_to_cel(pod)}
+    failed = []
+    for v in policy["spec"]["validations"]:
+        ok = env.program(env.compile(v["expression"])).evaluate(act)
+        if not ok:
+            failed.append(v["message"])
+    return failed
+
+
+def _debug_pod(**kw) -> dict:
+    return debugpod.manifest("gpu-1", DEBUG_NS, "abcd1234", image=PINNED, **kw)
+
+
+def test_policy_binding_selects_the_labelled_namespace():
+    [b] = by_kind(POLICY, "ValidatingAdmissionPolicyBinding")
+    [p] = by_kind(POLICY, "ValidatingAdmissionPolicy")
+    assert b["spec"]["policyName"] == p["metadata"]["name"]
+    assert b["spec"]["validationActions"] == ["Deny"]
+    assert b["spec"]["matchResources"]["namespaceSelector"]["matchLabels"] == dict([PROBE_NS_LABEL])
+    rules = p["spec"]["matchConstraints"]["resourceRules"]
+    assert {"pods", "pods/ephemeralcontainers"} <= {r for x in rules for r in x["resources"]}
+
+
+def test_policy_admits_the_debug_pod():
+    assert _admits(_debug_pod()) == []
+
+
+def test_policy_refuses_anything_else():
+    tag_only = debugpod.manifest("gpu-1", DEBUG_NS, "abcd1234",
+                                 image="ghcr.io/gpu-doctor/gpu-doctor-probe:0.9.0")
+    assert _admits(tag_only)
+    other = _debug_pod()
+    other["spec"]["containers"][0]["image"] = "docker.io/library/busybox@sha256:" + "ab" * 32
+    assert _admits(other)
+    shell = _debug_pod()
+    shell["spec"]["containers"][0]["command"] = ["sh", "-c", "cat /host/etc/shadow"]
+    assert _admits(shell)
+    args = _debug_pod()
+    args["spec"]["containers"][0]["args"] = ["--evil"]
+    assert _admits(args)
+    sidecar = _debug_pod()
+    sidecar["spec"]["initContainers"] = [{"name": "x", "image": PINNED,
+                                          "command": ["python3", "-m", "node_probe"]}]
+    assert _admits(sidecar)
+    eph = _debug_pod()
+    eph["spec"]["ephemeralContainers"] = [{"name": "x", "image": "busybox"}]
+    assert _admits(eph)
+    token = _debug_pod()
+    token["spec"]["automountServiceAccountToken"] = True
+    assert _admits(token)
