@@ -8,17 +8,20 @@ from __future__ import annotations
 
 from typing import Any
 
+from node_probe.engine import facts
 from node_probe.engine.context import FactUnavailable
+
+NVML = facts.NVML
 
 
 def nvml(ctx, want_s: float = 13.0) -> tuple[dict[str, Any] | None, str | None]:
-    """(the nvml fact as a record, None) when NVML answered; (None, why not) otherwise."""
+    """(the nvml fact as the NVML child's record, None) when NVML answered; (record or None,
+    why not) otherwise. GPU records keep every field the child reported (fabric, processes...)."""
     try:
-        nv = ctx.wait_for("nvml", timeout=ctx.budget(want_s))
+        inv = ctx.fact(NVML, timeout=ctx.budget(want_s))
     except FactUnavailable as exc:
         return None, f"the NVML inventory is not available ({exc})"
-    if not isinstance(nv, dict):
-        nv = dict(nv)
+    nv = inv.to_dict()
     if nv.get("status") != "ok":
         return nv, f"NVML status is {nv.get('status')!r}"
     return nv, None

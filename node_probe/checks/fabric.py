@@ -38,7 +38,7 @@ def nvswitches(root) -> list[str]:
 
 
 @check("fabric", title="Fabric manager on NVSwitch systems: running, version, GPU registration",
-       timeout_s=14.0)
+       timeout_s=14.0, uses=(_gpufacts.NVML,))
 def fabric_check(ctx):
     root = ctx.options.host_root
     switches = nvswitches(root)

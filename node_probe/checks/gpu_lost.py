@@ -64,7 +64,7 @@ def xid79(ctx) -> tuple[dict[str, int], str | None]:
 
 
 @check("gpu_lost", title="Lost GPUs: Xid 79, NVML GPU_IS_LOST, GPUs NVML no longer lists",
-       timeout_s=14.0)
+       timeout_s=14.0, uses=(_gpufacts.NVML,))
 def gpu_lost_check(ctx):
     root = ctx.options.host_root
     known = driver_gpus(root)
@@ -104,8 +104,8 @@ def gpu_lost_check(ctx):
                                                       for e in lost.values()):
                     entry(bus, bus)["sources"].append("missing_from_nvml")
     if not lost:
-        if why is not None and kmsg_why is not None:
-            ctx.log("info", f"lost GPUs not judged: {why}; {kmsg_why}", check="gpu_lost")
+        if why is not None and kmsg_why is not None and not known:
+            ctx.skip(f"{why}; {kmsg_why}")
         return
     for key, e in lost.items():
         name = e["pci_bus_id"] or key

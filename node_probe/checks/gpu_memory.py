@@ -36,11 +36,12 @@ def classify(pid: int, proc, kubelet_pods) -> tuple[str, dict]:
     return "pod", details
 
 
-@check("gpu_memory", title="GPU memory held by gone processes or by no process", timeout_s=14.0)
+@check("gpu_memory", title="GPU memory held by gone processes or by no process",
+       timeout_s=14.0, needs=(_gpufacts.NVML,))
 def gpu_memory_check(ctx):
     nv, why = _gpufacts.nvml(ctx)
     if why is not None:
-        return
+        ctx.skip(why)
     proc = ctx.options.proc_root
     kubelet_pods = ctx.options.kubelet_path / "pods"
     for g in nv.get("gpus") or ():

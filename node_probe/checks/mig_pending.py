@@ -20,11 +20,12 @@ def _mode(v) -> str:
     return "enabled" if v else "disabled"
 
 
-@check("mig_pending", title="MIG mode change pending a GPU reset", timeout_s=14.0)
+@check("mig_pending", title="MIG mode change pending a GPU reset",
+       timeout_s=14.0, needs=(_gpufacts.NVML,))
 def mig_pending_check(ctx):
     nv, why = _gpufacts.nvml(ctx)
     if why is not None:
-        return
+        ctx.skip(why)
     for g in nv.get("gpus") or ():
         if "mig_pending_mode" not in g or bool(g["mig_pending_mode"]) == bool(g.get("mig_mode")):
             continue

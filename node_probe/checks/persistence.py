@@ -17,13 +17,12 @@ REFS = ("https://docs.nvidia.com/deploy/driver-persistence/index.html",
         "https://github.com/NVIDIA/nvidia-docker/issues/1648")
 
 
-@check("persistence", title="Persistence: nvidia-persistenced or persistence mode", timeout_s=14.0)
+@check("persistence", title="Persistence: nvidia-persistenced or persistence mode",
+       timeout_s=14.0, needs=(_gpufacts.NVML,))
 def persistence_check(ctx):
     nv, why = _gpufacts.nvml(ctx)
     if why is not None:
-        if nv and nv.get("status") not in ("unavailable", None):
-            ctx.log("info", f"persistence not judged: {why}", check="persistence")
-        return
+        ctx.skip(why)
     gpus = [g for g in nv.get("gpus") or () if "persistence_mode" in g]
     off = [g for g in gpus if not g["persistence_mode"]]
     if not off:

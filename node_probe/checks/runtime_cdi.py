@@ -30,7 +30,7 @@ def _is_gpu_node(root) -> bool:
 
 
 @check("runtime_cdi", title="Container runtime nvidia handler and CDI specs vs the loaded driver",
-       timeout_s=14.0)
+       timeout_s=14.0, uses=(_gpufacts.NVML,))
 def runtime_cdi_check(ctx):
     root = ctx.options.host_root
     if not _is_gpu_node(root):

@@ -161,3 +161,15 @@ def test_families_say_nothing_without_nvidia(tmp_path):
     kfile.write_text("")
     run = probe(root, kfile)
     assert not warnings(run), warnings(run)
+
+
+def test_checks_that_need_nvml_say_they_could_not_look(tmp_path):
+    root = tmp_path / "empty"
+    root.mkdir()
+    kfile = tmp_path / "k.log"
+    kfile.write_text("")
+    run = probe(root, kfile)
+    status = {c["id"]: c for c in run.summary["checks"]}
+    for cid in ("persistence", "gpu_memory", "mig_pending"):
+        assert status[cid]["status"] == "skipped" and "NVML" in status[cid]["reason"], status[cid]
+    assert run.summary["complete"] is True and run.returncode == 0
