@@ -9,6 +9,7 @@ Renderers are node_probe.protocol.render's; this module only routes records.
 from __future__ import annotations
 
 import json
+import os
 import sys
 import threading
 import time
@@ -20,6 +21,26 @@ from node_probe.protocol import render
 from node_probe.protocol import CheckResult, ExitStatus, Finding, Report
 
 FORMATS = ("table", "json", "jsonl", "yaml")
+MAX_STARTUP_S = 60.0  # a process older than this when the report opens is not a CLI start
+
+
+def process_started_at() -> float:
+    """When this process started (epoch seconds), so the report's elapsed time is what the user
+    waited, interpreter start and `import kubernetes` included, not only the part after the
+    report was opened (that printed 0.0s for a 0.55 s API-only run). From /proc/self/stat
+    (start in clock ticks since boot) and /proc/uptime; now, when unknown or when the process
+    is too old to be a CLI that just started (a long-lived embedder, a test runner)."""
+    now = time.time()
+    try:
+        with open("/proc/self/stat", "rb") as f:
+            stat = f.read(4096).decode("ascii", "replace")
+        with open("/proc/uptime", "rb") as f:
+            uptime = float(f.read(64).split()[0])
+        ticks = int(stat.rsplit(")", 1)[1].split()[19])  # field 22, after "pid (comm)"
+        age = uptime - ticks / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError):
+        return now
+    return now - age if 0.0 <= age <= MAX_STARTUP_S else now
 
 
 class Output:
@@ -31,6 +52,7 @@ class Output:
         self.out = out or sys.stdout
         self.err = err or sys.stderr
         self.report = Report(target, __version__)
+        self.report.started_at = process_started_at()
         self.live = render.LiveProgress(self.err, enabled=progress)
         self.jsonl = render.JsonlWriter(self.out) if fmt == "jsonl" else None
         self.node_summary: dict | None = None
@@ -70,6 +92,8 @@ class Output:
             for c in rec.get("checks") or ():
                 self.check(f"{node}/{c.get('id', '?')}", c.get("status", "?"),
                            float(c.get("duration_s", 0.0)), c.get("message", ""))
+            if rec.get("incomplete_reason"):  # set by the decoder (records.py)
+                self.mark_incomplete(f"{node}: {rec['incomplete_reason']}")
             if not rec.get("complete", False):
                 self.mark_incomplete(f"the probe on {node} did not finish every check")
             return
@@ -95,6 +119,8 @@ class Output:
         if kind == "summary":
             self.node_summary = dict(rec)
             self.report.add_record(rec)  # checks + completeness; our own summary goes out last
+            if rec.get("incomplete_reason"):  # set by the decoder (records.py)
+                self.mark_incomplete(str(rec["incomplete_reason"]))
             return
         self.report.add_record(rec)
         self.live(rec)

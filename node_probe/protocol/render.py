@@ -172,7 +172,7 @@ def render_table(report: Report, stream: IO, fail_on: str, exit_code: int,
     color = use_color(stream) if color is None else color
     width = max(60, min(140, shutil.get_terminal_size((120, 24)).columns))
     findings = [terminal_safe_finding(f) for f in report.sorted_findings()]
-    t = {k: terminal_safe(v) for k, v in report.target.items()}
+    t = {k: terminal_safe(v) for k, v in report.target.items() if v is not None}
     head = f"gpu-doctor {report.version}  target: {t.get('kind', '?')} {t.get('name', '')}"
     if t.get("node") and t.get("node") != t.get("name"):
         head += f" (node {t['node']})"

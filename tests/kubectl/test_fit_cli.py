@@ -6,6 +6,7 @@ from __future__ import annotations
 import datetime as dt
 import json
 import re
+import time
 import uuid
 
 from .conftest import run_cli
@@ -231,3 +232,20 @@ def test_nodes_table_has_a_free_gpu_column(cluster, kubeconfig):
     rows = {ln.split()[0]: ln.split() for ln in lines[1:3]}
     assert rows["gpu-a"][1:3] == ["8/8", "5"]
     assert rows["gpu-b"][1:3] == ["6/8", "5"]
+
+
+def test_pod_report_footer_shows_the_real_elapsed_time(cluster, kubeconfig):
+    cluster.add_node("gpu-1", gpus=2, allocatable_gpus=0)
+    pending(cluster, gpus=4)
+    t0 = time.monotonic()
+    r = run_cli("pod", "trainer-0", "-n", "ml", "--kubeconfig", str(kubeconfig), "--no-probe")
+    wall = time.monotonic() - t0
+    m = re.search(r"; (\d+\.\d)s; exit 1$", r.stdout.strip())
+    assert m, r.stdout
+    # the process's own lifetime: interpreter start and `import kubernetes` included (it
+    # printed 0.0s when only the part after opening the report was counted)
+    assert 0.1 < float(m.group(1)) <= wall + 0.05
+    assert "(node None)" not in r.stdout and "target: pod ml/trainer-0\n" in r.stdout
+    doc = json.loads(run_cli("pod", "trainer-0", "-n", "ml", "--kubeconfig", str(kubeconfig),
+                             "--no-probe", "-o", "json").stdout)
+    assert doc["duration_s"] > 0.1
