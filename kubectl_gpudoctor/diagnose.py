@@ -17,8 +17,8 @@ from typing import Any, Callable, Mapping
 from node_probe.protocol import catalog
 from node_probe.protocol import Finding
 
-from . import analysis, debugpod, errors, pending, stream
-from .analysis import admission, goroutines, kubelet_config, pod_status
+from . import analysis, debugpod, errors, extra_lists, pending, stream
+from .analysis import admission, dra, goroutines, kubelet_config, pod_status
 from .analysis.common import pod_ref
 from .kube import Kube
 from .output import Output
@@ -107,6 +107,8 @@ def collect_node(kube: Kube, name: str, settings: Settings, out: Output,
         f_gr = pool.submit(kube.get_text, f"{proxy}/debug/pprof/goroutine", [("debug", "2")],
                            kt)
         f_health = pool.submit(kube.get_text, f"{proxy}/healthz", [("verbose", "1")], kt)
+        # RuntimeClasses and the DRA lists (claims, slices, classes): optional, one call each
+        f_extra = pool.submit(extra_lists.fetch, kube, tuple(extra_lists.LISTS), 30)
         # Warning events of all pods in one list (admission errors, HAMi's `device number not
         # matched`), kept for the pods on this node; optional
         f_warn = pool.submit(kube.get_json, "/api/v1/events",
@@ -153,9 +155,11 @@ def collect_node(kube: Kube, name: str, settings: Settings, out: Output,
         except errors.GpuDoctorError as exc:
             out.check("api.kubelet_goroutines", "error", time.monotonic() - t0,
                       exc.one_line())
+        extra = _extra_lists(out, f_extra, t0)
     findings, errs = analysis.node_objects(node, pods, index, lease, now,
                                            threshold_s=settings.stall_threshold_s,
-                                           kubelet_cfg=cfg, events_known=events_known)
+                                           kubelet_cfg=cfg, events_known=events_known,
+                                           extra=extra)
     for e in errs:
         out.log("warning" if "failed" in e else "debug", e)
     findings += kubelet_config.analyze(name, cfg)
@@ -164,6 +168,21 @@ def collect_node(kube: Kube, name: str, settings: Settings, out: Output,
     elif gr_err is not None:
         findings.append(goroutines.unavailable(name, gr_err.status, gr_err.message, health))
     return NodeView(node, pods, lease, cfg, findings)
+
+
+def _extra_lists(out: Output, fut: cf.Future, t0: float) -> dict | None:
+    """The optional lists (extra_lists.fetch); a list that could not be read is None and the
+    analyses needing it do not run. 404 (no DRA API) is normal, not an error."""
+    try:
+        extra, notes = fut.result()
+    except errors.GpuDoctorError as exc:
+        out.check("api.extra_lists", "error", time.monotonic() - t0, exc.one_line())
+        return None
+    for note in notes:
+        out.log("debug", note)
+    out.check("api.extra_lists", "ok" if not notes else "skipped", time.monotonic() - t0,
+              "; ".join(notes)[:300])
+    return extra
 
 
 def _why(exc: BaseException) -> str:
@@ -381,6 +400,18 @@ def diagnose_pod(kube: Kube, namespace: str, name: str, settings: Settings, out:
         out.findings(view.findings)
     # an unscheduled GPU pod: its fit against every node names the case (pending.py)
     fit = None if node_name else pending.collect(kube, pod, evs, out, now_utc())
+    if not node_name and (pod.get("spec") or {}).get("resourceClaims"):
+        # unscheduled and waiting on DRA claims: why are they not allocated
+        t0 = time.monotonic()
+        with cf.ThreadPoolExecutor(max_workers=1) as one:
+            extra = _extra_lists(out, one.submit(
+                extra_lists.fetch, kube, ("resourceclaims", "resourceslices", "deviceclasses"),
+                30), t0)
+        if extra and extra.get("resourceclaims") is not None and \
+                extra.get("resourceslices") is not None:
+            out.findings(dra.analyze_claims([pod], extra["resourceclaims"],
+                                            extra["resourceslices"],
+                                            extra.get("deviceclasses") or (), evs, now_utc()))
     out.findings(pod_status.analyze_pod(pod, evs, now_utc(), settings.stall_threshold_s,
                                         fit=fit))
     if not events_known:

@@ -51,7 +51,10 @@ def test_base_cluster_role_is_read_only_and_has_no_nodes_proxy():
     g = granted(cr)
     assert g == {("", "nodes", "get"), ("", "nodes", "list"), ("", "pods", "get"),
                  ("", "pods", "list"), ("", "events", "list"), ("", "resourcequotas", "list"),
-                 ("", "namespaces", "get")}
+                 ("", "namespaces", "get"), ("node.k8s.io", "runtimeclasses", "list"),
+                 ("resource.k8s.io", "resourceclaims", "list"),
+                 ("resource.k8s.io", "resourceslices", "list"),
+                 ("resource.k8s.io", "deviceclasses", "list")}
     # namespaces get is for the probe namespace's label only
     [ns_rule] = [r for r in cr["rules"] if "namespaces" in r["resources"]]
     assert ns_rule["resourceNames"] == [DEBUG_NS]
@@ -72,6 +75,10 @@ def test_grants_the_client_never_uses_are_gone():
         "nodes": r'"/api/v1/nodes"', "pods": r'"/api/v1/pods"', "events": r'/events"',
         "resourcequotas": r'/resourcequotas"', "namespaces": r'/api/v1/namespaces/\{[a-z_]+\}"',
         "leases": r"kube-node-lease", "pods/log": r"/log\"",
+        "runtimeclasses": r"/apis/node\.k8s\.io/v1/runtimeclasses\"",
+        "resourceclaims": r"/apis/resource\.k8s\.io/v1/resourceclaims\"",
+        "resourceslices": r"/apis/resource\.k8s\.io/v1/resourceslices\"",
+        "deviceclasses": r"/apis/resource\.k8s\.io/v1/deviceclasses\"",
     }
     for _, res, _ in g:
         assert re.search(evidence[res], CLIENT_SRC), f"{res} is granted but never called"
