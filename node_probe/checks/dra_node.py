@@ -8,11 +8,14 @@ endpoint a gRPC health check, each with a short deadline (read-only; never Prepa
 """
 from __future__ import annotations
 
+import time
+
 from node_probe.engine.registry import check
 from node_probe.host import dra_plugins
 from node_probe.protocol import catalog
 
 DEADLINE_S = 2.0
+TOTAL_S = 9.0   # all sockets together, inside the check's 12 s
 REFS = ("https://kubernetes.io/docs/concepts/scheduling-eviction/dynamic-resource-allocation/",
         "https://github.com/kubernetes-sigs/dra-example-driver/issues/126",
         "https://github.com/kubernetes/kubernetes/issues/131957")
@@ -25,7 +28,12 @@ def dra_node_check(ctx):
     if not socks:
         return
     plugins = []
+    stop_at = time.monotonic() + TOTAL_S
     for sock in socks:
+        if time.monotonic() + DEADLINE_S > stop_at:
+            plugins.append({"registration_socket": sock.name,
+                            "get_info": {"status": "not_probed", "reason": "check time budget"}})
+            continue
         deadline = ctx.budget(DEADLINE_S, reserve=1.0)
         info = dra_plugins.get_info(sock, deadline)
         row = {"registration_socket": sock.name, "get_info": info.to_dict()}
