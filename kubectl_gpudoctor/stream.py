@@ -4,12 +4,13 @@ Why: the API server hands the log over in chunks that end wherever the network c
 the middle of a line or of a UTF-8 sequence. Records are rendered live, so each complete line
 is decoded as soon as its newline arrives and a partial tail is kept for the next chunk; the
 tail left at the end of the stream (a probe killed mid-line) is still decoded, as a log.
+Decoding and validation live in kubectl_gpudoctor.records; LineSplitter stays for callers
+that only need lines.
 """
 from __future__ import annotations
 
 from typing import Iterable, Iterator
 
-from node_probe import protocol
 
 MAX_LINE_BYTES = 4 * 1024 * 1024  # one runaway line must not eat the laptop's memory
 
@@ -38,24 +39,9 @@ class LineSplitter:
         return [rest] if rest.strip() else []
 
 
-def records(chunks: Iterable[bytes]) -> Iterator[dict]:
-    """Decode gpu-doctor/v1 records from raw chunks; bad lines become log records."""
-    splitter = LineSplitter()
-    for chunk in chunks:
-        for line in splitter.feed(chunk):
-            rec = _decode(line)
-            if rec is not None:
-                yield rec
-    for line in splitter.finish():
-        rec = _decode(line)
-        if rec is not None:
-            yield rec
-
-
-def _decode(line: bytes) -> dict | None:
-    if not line.strip():
-        return None
-    try:
-        return protocol.decode_line(line)
-    except protocol.ProtocolError as exc:
-        return protocol.log("warning", f"malformed probe record: {exc}", raw=True)
+def records(chunks: Iterable[bytes], decoder=None) -> Iterator[dict]:
+    """Validated gpu-doctor/v1 records from raw chunks: every caller (debug pod log, agent
+    exec, `local`) goes through kubectl_gpudoctor.records, which never raises, caps lines and
+    turns records that do not validate into warning logs (and the run into an incomplete one)."""
+    from . import records as _records
+    yield from _records.records(chunks, decoder)
