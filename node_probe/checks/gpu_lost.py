@@ -86,23 +86,42 @@ def gpu_lost_check(ctx):
         e["xid79_count"] = n
     nvml_listed: set[str] = set()
     if why is None:
-        for g in (nv or {}).get("gpus") or ():
+        gpus = list((nv or {}).get("gpus") or ())
+        lost_nvml = list((nv or {}).get("lost_gpus") or ())
+        for g in gpus:
             b = _gpufacts.norm_bus_id(g.get("pci_bus_id"))
             if b and not g.get("lost"):
                 nvml_listed.add(b)
-        for g in (nv or {}).get("lost_gpus") or ():
-            b = _gpufacts.norm_bus_id(g.get("pci_bus_id"))
-            e = entry(b, f"nvml index {g.get('index')}")
+        with_bus = [g for g in lost_nvml if _gpufacts.norm_bus_id(g.get("pci_bus_id"))]
+        no_bus = [g for g in lost_nvml if not _gpufacts.norm_bus_id(g.get("pci_bus_id"))]
+        seen = nvml_listed | {_gpufacts.norm_bus_id(g.get("pci_bus_id")) for g in with_bus}
+        has_bus_ids = bool(nvml_listed) or not gpus
+        missing = [b for b in sorted(known) if b not in seen] if has_bus_ids else []
+        for g in with_bus:
+            e = entry(_gpufacts.norm_bus_id(g.get("pci_bus_id")), "")
             e["uuid"] = e["uuid"] or g.get("uuid")
             e["nvml_index"] = g.get("index")
             e["sources"].append("nvml_gpu_is_lost")
-        has_bus_ids = bool(nvml_listed) or not (nv or {}).get("gpus")
-        if has_bus_ids:
-            for bus in known:
-                if bus not in nvml_listed and not any(bus == e["pci_bus_id"] and
-                                                      "nvml_gpu_is_lost" in e["sources"]
-                                                      for e in lost.values()):
-                    entry(bus, bus)["sources"].append("missing_from_nvml")
+        # A GPU NVML cannot even open has no bus id. NVML enumerates GPUs in PCI bus order, so
+        # it is the one GPU of the driver's list NVML does not name that sits between its
+        # neighbours by index; only an unambiguous match is used.
+        by_index = {g.get("index"): _gpufacts.norm_bus_id(g.get("pci_bus_id"))
+                    for g in gpus + with_bus if g.get("pci_bus_id")}
+        for g in no_bus:
+            i = g.get("index")
+            lo = max((j for j in by_index if i is not None and j < i), default=None)
+            hi = min((j for j in by_index if i is not None and j > i), default=None)
+            cands = [b for b in missing if (lo is None or b > by_index[lo])
+                     and (hi is None or b < by_index[hi])]
+            bus = cands[0] if len(cands) == 1 else None
+            if bus:
+                missing.remove(bus)
+            e = entry(bus, f"nvml index {i}")
+            e["nvml_index"] = i
+            e["pci_bus_id_inferred"] = bool(bus)
+            e["sources"].append("nvml_gpu_is_lost")
+        for bus in missing:
+            entry(bus, bus)["sources"].append("missing_from_nvml")
     if not lost:
         if why is not None and kmsg_why is not None and not known:
             ctx.skip(f"{why}; {kmsg_why}")
