@@ -299,7 +299,7 @@ class NodeFit:
                    "held": {r: self.held.get(r, 0) for r in requested},
                    "free": {r: self.free(r) for r in requested}}
         if self.excluded_by:
-            d["excluded_by"] = list(self.excluded_by)
+            d["excluded_by"] = list(self.excluded_by[:8])
         if holders is not None:
             d["holders"] = holders
         return d
@@ -636,6 +636,19 @@ def findings(pod: Mapping[str, Any], fit: Fit, events: Sequence[Mapping[str, Any
                 "predates GPUs being released: it retries by itself). Fix what the message "
                 "names: CPU/memory requests, pod (anti-)affinity, topology spread, volumes.",
             (REF_AFFINITY,))]
+    gates = [str(g.get("name")) for g in spec.get("schedulingGates") or ()][:8]
+    if gates:
+        ev["scheduling_gates"] = gates
+        return [catalog.make(
+            "pod.pending_explained", "warning", subject,
+            f"its GPUs fit on {len(ok)} node(s) ({where}), but scheduling gates keep it from "
+            f"the scheduler: {', '.join(gates)}",
+            ev, "The scheduler does not consider a pod until every entry of "
+                "spec.schedulingGates is removed, by the controller that added it (a queueing "
+                "system such as Kueue admitting the workload, or another operator). Ask that "
+                "controller why it holds the pod (e.g. `kubectl get workloads -n "
+                f"{md.get('namespace')}` for Kueue).",
+            ("https://kubernetes.io/docs/concepts/scheduling-eviction/pod-scheduling-readiness/",))]
     sched_name = spec.get("schedulerName") or "default-scheduler"
     if waited is not None and waited >= FRESH_S:
         ev["scheduler_name"] = sched_name

@@ -428,3 +428,14 @@ def test_dra_claims_are_named_not_judged_here():
     only_claims["spec"]["containers"][0]["resources"] = {}
     only_claims["spec"]["resourceClaims"] = [{"name": "c"}]
     assert run(fc, only_claims) == []  # left to the DRA analysis
+
+
+def test_fits_but_gated_names_the_gates():
+    fc = FakeCluster()
+    fc.add_node("gpu-1", gpus=8, now=NOW)
+    pod = pending(fc, gpus=1, age_s=5)
+    pod["spec"]["schedulingGates"] = [{"name": "kueue.x-k8s.io/admission"}]
+    f = run(fc, pod)[0]
+    assert f.id == "pod.pending_explained" and f.severity.value == "warning"
+    assert f.evidence["scheduling_gates"] == ["kueue.x-k8s.io/admission"]
+    assert "kueue.x-k8s.io/admission" in f.title
