@@ -3,10 +3,12 @@ a broken node (fires) and on a healthy one (no warning). A real probe process, t
 stand-in libnvidia-ml.so.1 driven by pynvml in the NVML child, real host daemons."""
 from __future__ import annotations
 
-import dataclasses
 import subprocess
 
+import pytest
+
 from tests.beyond.conftest import healthy_gpus, make_host
+from tests.cgroups.conftest import new_cid, new_uid, v1_tree  # noqa: F401 (fixture)
 from tests.fakes.nvml import FakeGpu
 from tests.probe_run import run_probe
 
@@ -177,3 +179,34 @@ def test_checks_that_need_nvml_say_they_could_not_look(tmp_path):
     for cid in ("persistence", "gpu_memory", "mig_pending"):
         assert status[cid]["status"] == "skipped" and "NVML" in status[cid]["reason"], status[cid]
     assert run.summary["complete"] is True and run.returncode == 0
+
+
+@pytest.mark.root
+def test_gpu_memory_of_live_and_deleted_pods(tmp_path, v1_tree):
+    """Real processes in real kubepods-shaped cgroups: the one whose pod the kubelet still has
+    is quiet, the one whose pod is gone from <kubelet-dir>/pods is held memory."""
+    live_uid, gone_uid = new_uid(), new_uid()
+    live = v1_tree.spawn(v1_tree.container(live_uid, new_cid()))
+    orphan = v1_tree.spawn(v1_tree.container(gone_uid, new_cid()))
+    gpus = [FakeGpu("GPU-pods", minor=0, memory_used_mib=6144,
+                    processes=((live.pid, 2 << 30), (orphan.pid, 4 << 30)))]
+    root, kfile = make_host(tmp_path, gpus)
+    (root / "var/lib/kubelet/pods" / live_uid).mkdir(parents=True)
+    run = probe(root, kfile, "gpu_memory")
+    f = run.findings("gpu.memory_orphaned")
+    assert len(f) == 1 and f[0]["severity"] == "warning", run.findings()
+    orphans = f[0]["evidence"]["orphans"]
+    assert [(o["pid"], o["state"], o["pod_uid"]) for o in orphans] == \
+        [(orphan.pid, "pod_gone", gone_uid)]
+    assert f[0]["evidence"]["host_processes"] == []
+
+
+@pytest.mark.root
+def test_gpu_memory_of_live_pods_is_quiet(tmp_path, v1_tree):
+    uid = new_uid()
+    p = v1_tree.spawn(v1_tree.container(uid, new_cid()))
+    root, kfile = make_host(tmp_path, [FakeGpu("GPU-busy", memory_used_mib=2048,
+                                               processes=((p.pid, 2 << 30),))])
+    (root / "var/lib/kubelet/pods" / uid).mkdir(parents=True)
+    run = probe(root, kfile, "gpu_memory")
+    assert not run.findings("gpu.memory_orphaned"), run.findings()
