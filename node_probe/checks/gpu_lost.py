@@ -14,6 +14,7 @@ from pathlib import Path
 
 from node_probe.checks import _gpufacts
 from node_probe.checks.kmsg import XID_RE, parse_log_file, read_kmsg
+from node_probe.engine.facts import DEVICEPLUGIN_TARGETS
 from node_probe.engine.registry import check
 from node_probe.host import hostfs
 from node_probe.protocol import catalog
@@ -64,7 +65,7 @@ def xid79(ctx) -> tuple[dict[str, int], str | None]:
 
 
 @check("gpu_lost", title="Lost GPUs: Xid 79, NVML GPU_IS_LOST, GPUs NVML no longer lists",
-       timeout_s=14.0, uses=(_gpufacts.NVML,))
+       timeout_s=14.0, uses=(_gpufacts.NVML, DEVICEPLUGIN_TARGETS))
 def gpu_lost_check(ctx):
     root = ctx.options.host_root
     known = driver_gpus(root)
@@ -126,6 +127,17 @@ def gpu_lost_check(ctx):
         if why is not None and kmsg_why is not None and not known:
             ctx.skip(f"{why}; {kmsg_why}")
         return
+    # who pays for it: the NVIDIA device plugin enumerates every GPU in GetPreferredAllocation
+    targets = ctx.fact(DEVICEPLUGIN_TARGETS, timeout=ctx.budget(3.0, reserve=2.0), default=None)
+    nv_plugins = [{"pid": t.pid, "resource": t.resource, "socket": t.socket}
+                  for t in targets or () if t.is_nvidia_resource]
+    if nv_plugins:
+        impact = (f"the NVIDIA device plugin here (pid {nv_plugins[0]['pid']}, "
+                  f"{nv_plugins[0]['resource']}) then fails GetPreferredAllocation for every "
+                  "GPU pod on the node, not only for this GPU")
+    else:
+        impact = ("with the NVIDIA device plugin this makes GetPreferredAllocation fail for "
+                  "every GPU pod on the node, not only for this GPU")
     for key, e in lost.items():
         name = e["pci_bus_id"] or key
         what = []
@@ -136,12 +148,10 @@ def gpu_lost_check(ctx):
         if "missing_from_nvml" in e["sources"]:
             what.append("the driver lists it but NVML does not")
         ev = dict(e, nvml=why, kernel_log=kmsg_why, driver_gpus=len(known),
-                  nvml_gpus=len(nvml_listed))
+                  nvml_gpus=len(nvml_listed), nvidia_device_plugins=nv_plugins)
         yield catalog.make(
             "gpu.lost", "critical", f"pci {name}",
-            f"GPU {name} is lost: " + "; ".join(what) + ". With the NVIDIA device plugin "
-            "this makes GetPreferredAllocation fail for every GPU pod on the node, not only "
-            "for this GPU",
+            f"GPU {name} is lost: " + "; ".join(what) + "; " + impact,
             ev,
             "Drain the node (`kubectl drain <node> --ignore-daemonsets`) and reboot it: a GPU "
             "that fell off the bus does not come back without a reset of the PCIe device or "

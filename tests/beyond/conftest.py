@@ -16,10 +16,11 @@ LIBDIR = "usr/lib/x86_64-linux-gnu"
 
 
 def make_host(tmp_path: Path, gpus, *, driver_version="570.172.08", kmod_version=None,
-              procfs_gpus=None, nvswitches=0, kmsg="") -> tuple[Path, Path]:
+              procfs_gpus=None, nvswitches=0, kmsg="", root: Path | None = None
+              ) -> tuple[Path, Path]:
     """(host root, kmsg file). procfs_gpus: bus ids under /proc/driver/nvidia/gpus (default:
-    those of `gpus`)."""
-    root = tmp_path / "host"
+    those of `gpus`). root: use this host root instead of <tmp_path>/host."""
+    root = root or tmp_path / "host"
     build_fake_nvml(root / LIBDIR, driver_version=driver_version, gpus=gpus)
     drv = root / "proc/driver/nvidia"
     drv.mkdir(parents=True, exist_ok=True)
@@ -38,6 +39,7 @@ def make_host(tmp_path: Path, gpus, *, driver_version="570.172.08", kmod_version
         sw.mkdir(parents=True, exist_ok=True)
         (sw / "information").write_text("Fabric Status: ...\n")
     kfile = tmp_path / "kmsg.log"
+    kfile.parent.mkdir(parents=True, exist_ok=True)
     kfile.write_text(kmsg)
     return root, kfile
 

@@ -9,6 +9,7 @@ import pytest
 
 from tests.beyond.conftest import healthy_gpus, make_host
 from tests.cgroups.conftest import new_cid, new_uid, v1_tree  # noqa: F401 (fixture)
+from tests.deviceplugin.conftest import host, start_plugin  # noqa: F401 (fixtures)
 from tests.fakes.nvml import FakeGpu
 from tests.probe_run import run_probe
 
@@ -210,3 +211,17 @@ def test_gpu_memory_of_live_pods_is_quiet(tmp_path, v1_tree):
     (root / "var/lib/kubelet/pods" / uid).mkdir(parents=True)
     run = probe(root, kfile, "gpu_memory")
     assert not run.findings("gpu.memory_orphaned"), run.findings()
+
+
+def test_lost_gpu_names_the_nvidia_device_plugin_it_breaks(host, start_plugin):
+    """A real gRPC device plugin on the kubelet's socket: the lost-GPU finding names it."""
+    plugin = start_plugin()
+    gpus = [FakeGpu("GPU-ok", minor=0, pci_bus_id="00000000:1A:00.0"),
+            FakeGpu("GPU-half", minor=1, pci_bus_id="00000000:5C:00.0", lost=2)]
+    _, kfile = make_host(host.root / "k", gpus, root=host.root)
+    run = run_probe(*host.args("--kmsg-file", str(kfile), "--trace-seconds", "0",
+                               "--only", "nvml", "--only", "gpu_lost", "--only", "deviceplugin"))
+    f = run.findings("gpu.lost")
+    assert f, run.findings()
+    assert f[0]["evidence"]["nvidia_device_plugins"][0]["pid"] == plugin.pid
+    assert f"pid {plugin.pid}" in f[0]["title"]
