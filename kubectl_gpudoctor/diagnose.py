@@ -380,7 +380,15 @@ def diagnose_node(kube: Kube, name: str, settings: Settings, out: Output,
 def diagnose_pod(kube: Kube, namespace: str, name: str, settings: Settings, out: Output,
                  cancelled: Callable[[], bool] = lambda: False,
                  on_pod: Callable = lambda p: None) -> None:
-    pod = get_pod(kube, namespace, name)
+    try:
+        pod = get_pod(kube, namespace, name)
+    except errors.NotFound:
+        # never created? a GPU quota refusing its controller's creates (StatefulSet trainer-0)
+        refused = pending.not_created(kube, namespace, name, out)
+        if not refused:
+            raise
+        out.findings(refused)
+        return
     try:
         evs = pod_events(kube, pod)
         events_known = True

@@ -88,3 +88,22 @@ def collect(kube, pod: Mapping[str, Any], events: Sequence[Mapping[str, Any]], o
     out.check("api.gpu_fit", "ok", time.monotonic() - t0,
               f"{f.case}: {len(nodes)} nodes, {len(pods)} bound pods")
     return found
+
+
+def not_created(kube, namespace: str, name: str, out: Output) -> list[Finding]:
+    """For `pod NAME` that does not exist: is a GPU quota refusing its creation (a StatefulSet's
+    `trainer-0`)? Two lists; [] when not, or when they may not be read (the caller then says
+    "not found" as before)."""
+    t0 = time.monotonic()
+    try:
+        evs = _items(kube, f"/api/v1/namespaces/{namespace}/events",
+                     [("fieldSelector", "reason=FailedCreate")])
+        if not any(f'pods "{name}"' in str(e.get("message") or "") for e in evs):
+            return []
+        quotas = _items(kube, f"/api/v1/namespaces/{namespace}/resourcequotas", ())
+    except _API_ERRORS:
+        return []
+    found = fit.refused_creation(namespace, name, quotas, evs)
+    if found:
+        out.check("api.pod_creation", "ok", time.monotonic() - t0, "refused by quota")
+    return found

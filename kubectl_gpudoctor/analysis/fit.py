@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
+import re
 from decimal import Decimal, InvalidOperation
 from typing import Any, Iterable, Mapping, Sequence
 
@@ -752,3 +753,65 @@ def node_free(node: Mapping[str, Any], pods_on_node: Iterable[Mapping[str, Any]]
     name = str((node.get("metadata") or {}).get("name") or "")
     h = held.get(name, {})
     return sum(max(0, alloc.get(k, 0) - h.get(k, 0)) for k in res)
+
+
+# -- a pod its controller cannot create ---------------------------------------------------------
+
+_QUOTA_MSG = re.compile(r"exceeded quota: ([^,]+), requested: (.*?), used: (.*?), "
+                        r"limited: (\S+)")
+
+
+def _kv(text: str) -> dict[str, int]:
+    out = {}
+    for part in text.split(","):
+        k, sep, v = part.strip().partition("=")
+        if sep:
+            out[k] = qty(v)
+    return out
+
+
+def refused_creation(namespace: str, name: str, quotas: Sequence[Mapping[str, Any]],
+                     events: Sequence[Mapping[str, Any]]) -> list[Finding]:
+    """pod.gpu_quota_exhausted for a pod that does not exist because a GPU quota refuses its
+    creation: a StatefulSet's `trainer-0` is never created, its controller records
+    `FailedCreate ... exceeded quota` naming the pod (pure; [] when no such event)."""
+    needle = f'pods "{name}"'
+    refused, blocked = [], []
+    for e in events:
+        msg = " ".join(str(e.get("message") or "").split())
+        m = _QUOTA_MSG.search(msg) if needle in msg else None
+        if not m:
+            continue
+        req, used, lim = _kv(m.group(2)), _kv(m.group(3)), _kv(m.group(4))
+        gpu = [k for k in lim if is_gpu_resource(k[len("requests."):] if
+                                                 k.startswith("requests.") else k)]
+        if not gpu:
+            continue
+        obj = e.get("involvedObject") or e.get("regarding") or {}
+        blocked.append({"object": f"{obj.get('kind')}/{obj.get('name')}",
+                        "count": e.get("count") or 1, "message": msg[:300]})
+        for k in gpu:
+            refused.append({"quota": m.group(1), "resource": k, "hard": lim[k],
+                            "used": used.get(k, 0), "this_pod": req.get(k, 0)})
+    if not refused:
+        return []
+    u = refused[-1]
+    now_hard = next(((q.get("status") or {}) for q in quotas
+                     if (q.get("metadata") or {}).get("name") == u["quota"]), None)
+    if now_hard:  # the quota as it stands now, not as the last refusal saw it
+        u = dict(u, hard=qty((now_hard.get("hard") or {}).get(u["resource"], u["hard"])),
+                 used=qty((now_hard.get("used") or {}).get(u["resource"], u["used"])))
+        refused[-1] = u
+    return [catalog.make(
+        "pod.gpu_quota_exhausted", "warning", f"pod/{namespace}/{name}",
+        f"pod {namespace}/{name} does not exist: {blocked[-1]['object']} cannot create it, "
+        f"quota {u['quota']} refuses {u['this_pod']} more {u['resource']} ({u['used']}/"
+        f"{u['hard']} used)",
+        {"case": "quota", "namespace": namespace, "pod_exists": False,
+         "quotas": refused[-4:], "failed_creates": blocked[-8:]},
+        f"The pod is not Pending: it was never created, because ResourceQuota {u['quota']} "
+        f"in {namespace} has no room for its GPUs (pods count in `used` while Pending too). "
+        f"Free quota (delete finished or stuck GPU pods: `kubectl -n {namespace} get pods "
+        f"--field-selector status.phase=Pending`) or ask the cluster admin to raise "
+        f"`{u['resource']}` (`kubectl -n {namespace} describe quota {u['quota']}`); the "
+        f"controller retries by itself.", (REF_QUOTA,))]

@@ -439,3 +439,26 @@ def test_fits_but_gated_names_the_gates():
     assert f.id == "pod.pending_explained" and f.severity.value == "warning"
     assert f.evidence["scheduling_gates"] == ["kueue.x-k8s.io/admission"]
     assert "kueue.x-k8s.io/admission" in f.title
+
+
+def test_pod_never_created_because_of_a_gpu_quota():
+    ev = {"involvedObject": {"kind": "StatefulSet", "name": "trainer"}, "count": 12,
+          "reason": "FailedCreate", "type": "Warning",
+          "message": 'create Pod trainer-0 in StatefulSet trainer failed error: pods '
+                     '"trainer-0" is forbidden: exceeded quota: gpu-quota, requested: '
+                     'cpu=1,requests.nvidia.com/gpu=4, used: cpu=3,requests.nvidia.com/gpu=6, '
+                     'limited: cpu=64,requests.nvidia.com/gpu=8'}
+    other = dict(ev, message=ev["message"].replace('"trainer-0"', '"trainer-1"'))
+    cpu_only = dict(ev, message='pods "trainer-0" is forbidden: exceeded quota: q, '
+                                'requested: cpu=1, used: cpu=8, limited: cpu=8')
+    f = fit.refused_creation("ml", "trainer-0", [], [other, cpu_only, ev])
+    assert len(f) == 1 and f[0].id == "pod.gpu_quota_exhausted"
+    assert f[0].evidence["pod_exists"] is False
+    assert f[0].evidence["quotas"] == [{"quota": "gpu-quota", "resource":
+                                        "requests.nvidia.com/gpu", "hard": 8, "used": 6,
+                                        "this_pod": 4}]
+    assert "StatefulSet/trainer cannot create it" in f[0].title
+    assert fit.refused_creation("ml", "trainer-0", [], [other, cpu_only]) == []
+    # the quota as it stands now wins over the event's numbers
+    f2 = fit.refused_creation("ml", "trainer-0", [quota(hard="8", used="7")], [ev])
+    assert f2[0].evidence["quotas"][0]["used"] == 7

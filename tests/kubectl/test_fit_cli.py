@@ -249,3 +249,28 @@ def test_pod_report_footer_shows_the_real_elapsed_time(cluster, kubeconfig):
     doc = json.loads(run_cli("pod", "trainer-0", "-n", "ml", "--kubeconfig", str(kubeconfig),
                              "--no-probe", "-o", "json").stdout)
     assert doc["duration_s"] > 0.1
+
+
+def test_statefulset_pod_never_created_because_of_gpu_quota(cluster, kubeconfig):
+    cluster.add_node("gpu-1", gpus=8)
+    cluster.add_pod("ml", "other-0", "gpu-1", gpus=8)
+    cluster.add_quota("ml", "gpu-quota", {"requests.nvidia.com/gpu": 8},
+                      {"requests.nvidia.com/gpu": 8})
+    sts = {"metadata": {"name": "trainer", "namespace": "ml", "uid": str(uuid.uuid4())}}
+    ev = cluster.add_event(sts, "Warning", "FailedCreate",
+                           'create Pod trainer-0 in StatefulSet trainer failed error: pods '
+                           '"trainer-0" is forbidden: exceeded quota: gpu-quota, requested: '
+                           'requests.nvidia.com/gpu=4, used: requests.nvidia.com/gpu=8, '
+                           'limited: requests.nvidia.com/gpu=8', "statefulset-controller",
+                           dt.datetime.now(dt.timezone.utc))
+    ev["involvedObject"]["kind"] = "StatefulSet"
+    r, doc = pod_doc(cluster, kubeconfig)
+    q = by_id(doc)["pod.gpu_quota_exhausted"]
+    assert q["evidence"]["pod_exists"] is False and r.returncode == 1
+    assert q["evidence"]["quotas"] == [{"quota": "gpu-quota", "resource":
+                                        "requests.nvidia.com/gpu", "hard": 8, "used": 8,
+                                        "this_pod": 4}]
+    assert "StatefulSet/trainer cannot create it" in q["title"]
+    # any other missing pod is still "not found" (exit 3, one line)
+    r2 = run_cli("pod", "ghost-0", "-n", "ml", "--kubeconfig", str(kubeconfig), "--no-probe")
+    assert r2.returncode == 3 and "not found" in r2.stderr
