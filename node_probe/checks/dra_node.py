@@ -79,8 +79,17 @@ def dra_node_check(ctx):
                 "restart it; pods waiting on its claims show FailedPrepareDynamicResources "
                 "events. The kubelet retries Prepare once the plugin answers again.", REFS)
     dra = [p for p in plugins if p.get("type") == "DRAPlugin"]
+    # sockets serving under plugins/<name>/ that no registration names: the kubelet does not
+    # know them ("not found in the list of registered DRA plugins")
+    endpoints = {str(dra_plugins.endpoint_path(p.get("endpoint") or "", ctx.options.host_root,
+                                               kdir)) for p in plugins if p.get("endpoint")}
+    unregistered = [str(s.relative_to(kdir)) for s in dra_plugins.plugin_sockets(kdir)
+                    if str(s) not in endpoints]
     yield catalog.make(
         "dra.plugins", "info", "node",
         f"{len(plugins)} kubelet plugin registration(s), {len(dra)} DRA driver(s)"
-        + (": " + ", ".join(p.get("name") or "?" for p in dra) if dra else ""),
-        {"plugins": plugins, "plugins_registry": str(kdir / "plugins_registry")})
+        + (": " + ", ".join(p.get("name") or "?" for p in dra) if dra else "")
+        + (f"; {len(unregistered)} plugin socket(s) no registration names" if unregistered
+           else ""),
+        {"plugins": plugins, "plugins_registry": str(kdir / "plugins_registry"),
+         "unregistered_sockets": unregistered})

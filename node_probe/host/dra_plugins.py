@@ -158,3 +158,25 @@ def endpoint_path(endpoint: str, host_root: Path, kubelet_dir: Path) -> Path:
     if not ep.startswith("/"):
         return kubelet_dir / "plugins_registry" / ep  # relative: as the kubelet resolves it
     return host_root / ep.lstrip("/")
+
+
+def plugin_sockets(kubelet_dir: Path) -> list[Path]:
+    """Sockets one level below <kubelet-dir>/plugins/<name>/ (DRA and CSI plugins serve there)."""
+    d = kubelet_dir / "plugins"
+    out: list[Path] = []
+    try:
+        subdirs = sorted(os.listdir(d))[:MAX_SOCKETS]
+    except OSError:
+        return out
+    for sub in subdirs:
+        try:
+            names = sorted(os.listdir(d / sub))[:MAX_SOCKETS]
+        except OSError:
+            continue
+        for n in names:
+            try:
+                if stat.S_ISSOCK(os.lstat(d / sub / n).st_mode):
+                    out.append(d / sub / n)
+            except OSError:
+                continue
+    return out[:MAX_SOCKETS]

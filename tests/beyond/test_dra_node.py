@@ -78,6 +78,7 @@ def test_healthy_dra_plugin_is_info_only(plugin, tmp_path):
     assert inv[0]["name"] == DRIVER and inv[0]["type"] == "DRAPlugin"
     assert inv[0]["supported_versions"] == ["v1.DRAPlugin", "v1beta1.DRAPlugin"]
     assert inv[0]["endpoint_health"] == "SERVING"
+    assert run.findings("dra.plugins")[0]["evidence"]["unregistered_sockets"] == []
     # read-only: the endpoint was asked for health only, never Prepare/Unprepare
     assert set(log.read_text().split()) == {"/grpc.health.v1.Health/Check"}
 
@@ -137,3 +138,18 @@ def test_hand_decoder_matches_protobuf(stubs):
                                                    "supported_versions": ["a", "b"]}
     with pytest.raises(ValueError):
         dra_plugins.decode_plugin_info(raw[:-1])
+
+
+def test_socket_serving_without_registration_is_listed(plugin, tmp_path):
+    import socket as so
+
+    kdir, _, _ = plugin("serving")
+    (kdir / "plugins" / "other.example.com").mkdir()
+    stray = so.socket(so.AF_UNIX)
+    stray.bind(str(kdir / "plugins" / "other.example.com" / "dra.sock"))
+    try:
+        run = probe(kdir, tmp_path)
+    finally:
+        stray.close()
+    ev = run.findings("dra.plugins")[0]["evidence"]
+    assert ev["unregistered_sockets"] == ["plugins/other.example.com/dra.sock"]
