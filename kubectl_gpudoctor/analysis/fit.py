@@ -235,16 +235,30 @@ def _term_failure(node_name: str, labels: Mapping[str, str],
 
 def placement_failures(pod: Mapping[str, Any], node: Mapping[str, Any]) -> list[str]:
     """Every GPU-independent scheduler rule that keeps this pod off this node (empty: none)."""
+    return [rule for rule, _ in _placement(pod, node)]
+
+
+def _toleration_for(t: Mapping[str, Any]) -> str:
+    if t.get("value"):
+        return (f"{{key: {t.get('key')}, operator: Equal, value: {t.get('value')}, "
+                f"effect: {t.get('effect')}}}")
+    return f"{{key: {t.get('key')}, operator: Exists, effect: {t.get('effect')}}}"
+
+
+def _placement(pod: Mapping[str, Any], node: Mapping[str, Any]) -> list[tuple[str, str]]:
+    """(rule that excludes the node, what would lift it) pairs."""
     spec, nspec = pod.get("spec") or {}, node.get("spec") or {}
     md = node.get("metadata") or {}
     name, labels = str(md.get("name") or ""), md.get("labels") or {}
     tol = list(spec.get("tolerations") or ())
-    out: list[str] = []
+    out: list[tuple[str, str]] = []
+    uncordon = f"`kubectl uncordon {name}` if the cordon is not deliberate (drain, repair)"
+    repair = f"repair the node (`kubectl gpu-doctor node {name}`)"
     taints = [t for t in nspec.get("taints") or () if t.get("effect") in NOSCHED_EFFECTS]
     keys = {t.get("key") for t in taints}
     if nspec.get("unschedulable") and UNSCHEDULABLE_TAINT not in keys and not _tolerates(
             tol, {"key": UNSCHEDULABLE_TAINT, "effect": "NoSchedule"}):
-        out.append("cordoned (spec.unschedulable)")
+        out.append(("cordoned (spec.unschedulable)", uncordon))
     ready = next((c.get("status") for c in (node.get("status") or {}).get("conditions") or ()
                   if c.get("type") == "Ready"), None)
     if ready not in (None, "True") and not keys & {NOT_READY_TAINT, UNREACHABLE_TAINT}:
@@ -252,30 +266,40 @@ def placement_failures(pod: Mapping[str, Any], node: Mapping[str, Any]) -> list[
         # the node is NotReady all the same
         taint_key = NOT_READY_TAINT if ready == "False" else UNREACHABLE_TAINT
         if not _tolerates(tol, {"key": taint_key, "effect": "NoSchedule"}):
-            out.append(f"NotReady (Ready={ready})")
+            out.append((f"NotReady (Ready={ready})", repair))
     for t in taints:
         if not _tolerates(tol, t):
+            key = t.get("key")
             what = {UNSCHEDULABLE_TAINT: " (cordoned)", NOT_READY_TAINT: " (NotReady)",
-                    UNREACHABLE_TAINT: " (NotReady: unreachable)"}.get(t.get("key"), "")
-            out.append(f"taint {_taint_str(t)} not tolerated{what}")
+                    UNREACHABLE_TAINT: " (NotReady: unreachable)"}.get(key, "")
+            hint = uncordon if key == UNSCHEDULABLE_TAINT else repair if key in (
+                NOT_READY_TAINT, UNREACHABLE_TAINT) else (
+                f"add the toleration `{_toleration_for(t)}` to the pod template (if the "
+                f"taint's owner agrees: it reserves the node)")
+            out.append((f"taint {_taint_str(t)} not tolerated{what}", hint))
     for k, v in (spec.get("nodeSelector") or {}).items():
         if labels.get(k) != v:
             have = f"node has {k}={labels[k]}" if k in labels else f"node has no label {k}"
-            out.append(f"nodeSelector {k}={v} ({have})")
+            out.append((f"nodeSelector {k}={v} ({have})",
+                        f"nodeSelector {k}: {labels[k]} to target it" if k in labels else
+                        f"drop nodeSelector {k} or label the node (`kubectl label node {name} "
+                        f"{k}={v}`)"))
     req = (((spec.get("affinity") or {}).get("nodeAffinity") or {})
            .get("requiredDuringSchedulingIgnoredDuringExecution"))
     if req is not None:
         terms = list(req.get("nodeSelectorTerms") or ())
         fails = [_term_failure(name, labels, t) for t in terms]
+        hint = "change the pod's required nodeAffinity to match the node's labels"
         if not terms:
-            out.append("required nodeAffinity has no nodeSelectorTerms (matches no node)")
+            out.append(("required nodeAffinity has no nodeSelectorTerms (matches no node)",
+                        hint))
         elif all(f is not None for f in fails):
             if len(fails) == 1:
-                out.append(f"required nodeAffinity {fails[0]}")
+                out.append((f"required nodeAffinity {fails[0]}", hint))
             else:
-                out.append(f"required nodeAffinity: none of {len(fails)} terms match ("
-                           + "; ".join(f"term {i + 1}: {f}" for i, f in enumerate(fails[:3]))
-                           + ")")
+                out.append((f"required nodeAffinity: none of {len(fails)} terms match ("
+                            + "; ".join(f"term {i + 1}: {f}" for i, f in enumerate(fails[:3]))
+                            + ")", hint))
     return out
 
 
@@ -289,6 +313,7 @@ class NodeFit:
     allocatable: Mapping[str, int]
     held: Mapping[str, int]
     excluded_by: tuple[str, ...]
+    unblock: tuple[str, ...] = ()  # per excluded_by entry: what would lift it
 
     def free(self, r: str) -> int:
         return max(0, self.allocatable.get(r, 0) - self.held.get(r, 0))
@@ -398,10 +423,11 @@ def compute(pod: Mapping[str, Any], nodes: Sequence[Mapping[str, Any]],
             stage = HELD
         else:
             stage = FITS
-        excluded = tuple(placement_failures(pod, n)) if stage > TOO_SMALL else ()
+        pl = _placement(pod, n) if stage > TOO_SMALL else []
         fits.append(NodeFit(name, stage, {r: cap.get(r, 0) for r in requested},
                             {r: alloc.get(r, 0) for r in requested},
-                            {r: h.get(r, 0) for r in requested}, excluded))
+                            {r: h.get(r, 0) for r in requested},
+                            tuple(r for r, _ in pl), tuple(u for _, u in pl)))
     placed = [f for f in fits if not f.excluded_by]
     best_any = max((f.stage for f in fits), default=TOO_SMALL)
     best_placed = max((f.stage for f in placed), default=TOO_SMALL)
@@ -595,7 +621,8 @@ def findings(pod: Mapping[str, Any], fit: Fit, events: Sequence[Mapping[str, Any
     if fit.case == EXCLUDED:
         cands = [f for f in enough_cap if f.excluded_by]
         order = {FITS: 0, HELD: 1, NOT_ALLOCATABLE: 2}
-        top = _top(cands, lambda f: (order.get(f.stage, 3), f.name))
+        # the nodes that would fit first, and of those the easiest to open up
+        top = _top(cands, lambda f: (order.get(f.stage, 3), len(f.excluded_by), f.name))
         docs = [f.doc(rs, fit.holders(f.name) if f.stage == HELD else None) for f in top]
         placed = [f for f in enough_cap if not f.excluded_by]
         ev = dict(base, nodes=docs, nodes_excluded=len(cands),
@@ -611,12 +638,12 @@ def findings(pod: Mapping[str, Any], fit: Fit, events: Sequence[Mapping[str, Any
         title = (f"asks for {_req_str(req)}; the {len(cands)} node(s) with enough are excluded "
                  f"by placement ({shown}" + ("; ..." if len(cands) > 3 else "") + ")"
                  + (f"; {free_n} of them have the GPUs free" if free_n else ""))
-        rules = " ".join(f.excluded_by[0] for f in top[:1])
-        fix = ("Make the pod's placement allow one of the nodes listed in the evidence: add a "
-               "toleration for the taint (`tolerations: [{key: ..., operator: Exists, effect: "
-               "NoSchedule}]`), fix the nodeSelector / required nodeAffinity to match the "
-               "node's labels, or uncordon / repair the node (`kubectl uncordon NODE`). "
-               f"First rule in the way: {rules}.")
+        best = top[0]
+        steps = list(dict.fromkeys(best.unblock))[:4]
+        fix = (f"To let it onto {best.name} ({_pairs(best, req, 'free')} of "
+               f"{_pairs(best, req, 'allocatable')} free): " + "; ".join(steps) + ". "
+               "Placement is part of the pod template: change it in the owning Deployment / "
+               "Job / StatefulSet; the other nodes and their rules are in the evidence.")
         if placed:
             fix += (f" The {len(placed)} node(s) the pod may use have too few GPUs available "
                     f"(see allowed_nodes).")

@@ -246,7 +246,10 @@ def test_excluded_by_taint_selector_affinity_cordon_notready():
     assert "NotReady (Ready=Unknown)" in by["notready"]
     assert "small" not in by  # too small: not a placement question
     assert ev["excluded_by_rule"]["nodeSelector pool=a100"] == 6
-    assert "tolerations" in f.remediation and "uncordon" in f.remediation
+    # the easiest node to open up first (two rules), with what lifts each rule
+    assert ev["nodes"][0]["node"] == "h100"
+    assert f.remediation.startswith("To let it onto h100 (8 of 8 free): nodeSelector pool: h100 "
+                                    "to target it; change the pod's required nodeAffinity")
 
 
 @pytest.mark.parametrize("op,values,label,ok", [
@@ -293,6 +296,8 @@ def test_excluded_wins_when_the_allowed_nodes_are_full_but_an_excluded_one_is_fr
     assert f.evidence["would_fit_if_allowed"] == 1
     assert f.evidence["allowed_nodes"][0]["node"] == "open"
     assert f.evidence["allowed_nodes"][0]["why_not"] == "held by other pods"
+    assert ("add the toleration `{key: nvidia.com/gpu, operator: Equal, value: reserved, "
+            "effect: NoSchedule}`") in f.remediation
 
 
 # -- case 5: quota --------------------------------------------------------------------------------
