@@ -89,17 +89,21 @@ _FM_LOG_VERSION = re.compile(r"Fabric ?Manager version is\s*:?\s*(\d+\.\d+(?:\.\
 
 
 def tail(root: Path, rel: str, limit: int = MAX_LOG_TAIL) -> str | None:
-    """The last `limit` bytes of a host file (logs grow without bound)."""
-    p = hostfs.resolve(root, rel)
-    if p is None or not p.is_file():
-        return None
+    """The last `limit` bytes of a regular host file inside `root` (logs grow without bound);
+    None when it is missing or not a regular file (a FIFO must not block the probe)."""
     try:
-        with open(p, "rb") as f:
-            size = f.seek(0, os.SEEK_END)
-            f.seek(max(0, size - limit))
-            return f.read(limit).decode("utf-8", "replace")
+        fd = hostfs.open_under(root, rel)
     except OSError:
         return None
+    try:
+        size = os.fstat(fd).st_size
+        if size > limit:
+            os.lseek(fd, size - limit, os.SEEK_SET)
+        return hostfs.read_fd(fd, limit).data.decode("utf-8", "replace")
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
 
 
 def fabricmanager_log_version(root: Path) -> tuple[str | None, str | None]:
