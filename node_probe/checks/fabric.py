@@ -49,11 +49,25 @@ def fabric_check(ctx):
         return  # not an NVSwitch/NVLink-fabric system: nothing to judge
     driver = ((nv or {}).get("driver_version") or (nv or {}).get("kernel_module_version"))
     fm = daemons.find(FM_NAMES, ctx.options.proc_root)
-    pkgs = daemons.dpkg_versions(root, "nvidia-fabricmanager")
-    pkgs.update(daemons.dpkg_versions(root, "cuda-drivers-fabricmanager"))
-    log_v, log_path = daemons.fabricmanager_log_version(root)
+    # the running fabric manager's version comes from its own root (host, or the driver
+    # container); without one, from what the host and the driver container have installed
+    if fm:
+        roots = list(dict.fromkeys(daemons.process_root(d.pid, ctx.options.proc_root, root)
+                                   for d in fm))
+        where = ("",)
+    else:
+        roots, where = [root], daemons.DRIVER_ROOTS
+    pkgs: dict[str, str] = {}
+    logs: list[tuple[str, str]] = []
+    for r in roots:
+        for prefix in ("nvidia-fabricmanager", "cuda-drivers-fabricmanager"):
+            pkgs.update(daemons.dpkg_versions(r, prefix, where))
+        log_v, log_path = daemons.fabricmanager_log_version(r, where)
+        if log_v:
+            logs.append((log_v, log_path))
+    log_path = logs[0][1] if logs else None
     fm_versions = sorted({v for v in (daemons.driver_version_of(x) for x in pkgs.values()) if v}
-                         | ({log_v} if log_v else set()))
+                         | {v for v, _ in logs})
     not_done = [{"uuid": g.get("uuid"), "pci_bus_id": g.get("pci_bus_id"),
                  "state": g["fabric"].get("state"), "status": g["fabric"].get("status")}
                 for g in fabric_gpus

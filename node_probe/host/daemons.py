@@ -49,11 +49,27 @@ def find(names: tuple[str, ...] | list[str], proc: Path = procfs.PROC,
     return out
 
 
-def dpkg_versions(root: Path, prefix: str) -> dict[str, str]:
+def process_root(pid: int, proc: Path, host_root: Path) -> Path:
+    """The filesystem root a process sees, as a path the probe can read under: --host-root for
+    a process whose root is the probe's own / (probe and process share the host's root, as in
+    `local`), else /proc/PID/root (the host seen from the debug pod, or a container's root such
+    as the GPU Operator's driver container)."""
+    try:
+        a, b = os.stat(proc / str(pid) / "root"), os.stat("/")
+        if (a.st_dev, a.st_ino) == (b.st_dev, b.st_ino):
+            return host_root
+    except OSError:
+        return host_root
+    return proc / str(pid) / "root"
+
+
+def dpkg_versions(root: Path, prefix: str,
+                  subroots: tuple[str, ...] = DRIVER_ROOTS) -> dict[str, str]:
     """{package: version} of installed dpkg packages whose name starts with `prefix`, read
-    from var/lib/dpkg/status under each driver root (host, GPU Operator driver container)."""
+    from var/lib/dpkg/status under each of `subroots` of `root` (by default the host and the
+    GPU Operator's driver container)."""
     out: dict[str, str] = {}
-    for droot in DRIVER_ROOTS:
+    for droot in subroots:
         rel = f"{droot}/var/lib/dpkg/status".lstrip("/")
         text = hostfs.read_text(root, rel, limit=MAX_DPKG_BYTES)
         if not text:
@@ -106,9 +122,10 @@ def tail(root: Path, rel: str, limit: int = MAX_LOG_TAIL) -> str | None:
         os.close(fd)
 
 
-def fabricmanager_log_version(root: Path) -> tuple[str | None, str | None]:
+def fabricmanager_log_version(root: Path, subroots: tuple[str, ...] = DRIVER_ROOTS
+                              ) -> tuple[str | None, str | None]:
     """(version from the newest start banner in the fabric manager's log, log path)."""
-    for droot in DRIVER_ROOTS:
+    for droot in subroots:
         rel = f"{droot}/{FM_LOG}".lstrip("/")
         text = tail(root, rel)
         if text:
