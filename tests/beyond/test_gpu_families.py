@@ -225,3 +225,37 @@ def test_lost_gpu_names_the_nvidia_device_plugin_it_breaks(host, start_plugin):
     assert f, run.findings()
     assert f[0]["evidence"]["nvidia_device_plugins"][0]["pid"] == plugin.pid
     assert f"pid {plugin.pid}" in f[0]["title"]
+
+
+@pytest.mark.root
+def test_fabric_manager_in_a_driver_container_judged_by_its_own_root(tmp_path):
+    """The fabric manager runs in its own root (as in the GPU Operator's driver container): its
+    version is what that root has installed, not what the host's dpkg says."""
+    ctr = tmp_path / "driver-ctr"
+    (ctr / "usr/bin").mkdir(parents=True)
+    src = tmp_path / "pause.c"
+    src.write_text("#include <unistd.h>\nint main(void){for(;;)pause();}\n")
+    try:
+        subprocess.run(["gcc", "-static", "-O1", "-o", str(ctr / "usr/bin/nv-fabricmanager"),
+                        str(src)], check=True, capture_output=True, timeout=60)
+    except (subprocess.CalledProcessError, FileNotFoundError):
+        pytest.skip("no static libc to build a stand-in daemon for a private root")
+    (ctr / "var/lib/dpkg").mkdir(parents=True)
+    (ctr / "var/lib/dpkg/status").write_text(
+        "Package: nvidia-fabricmanager-570\nStatus: install ok installed\nVersion: 570.124.06-1\n")
+    gpus = healthy_gpus(1, fabric_state=2)
+    root, kfile = make_host(tmp_path, gpus, nvswitches=2)
+    (root / "var/lib/dpkg").mkdir(parents=True)  # the host has the right one installed
+    (root / "var/lib/dpkg/status").write_text(
+        "Package: nvidia-fabricmanager-570\nStatus: install ok installed\nVersion: 570.172.08-1\n")
+    fm = subprocess.Popen(["unshare", "--mount", f"--root={ctr}", "/usr/bin/nv-fabricmanager"])
+    try:
+        run = probe(root, kfile, "fabric")
+    finally:
+        fm.kill()
+        fm.wait()
+    f = run.findings("fabric.not_ready")
+    assert f and f[0]["severity"] == "critical", run.findings()
+    ev = f[0]["evidence"]
+    assert ev["fabricmanager_pids"] and ev["fabricmanager_versions"] == ["570.124.06"]
+    assert "differs from driver 570.172.08" in f[0]["title"]
