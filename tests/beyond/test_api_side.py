@@ -15,7 +15,7 @@ from tests.beyond.api_objects import (DRIVER, claim, device_class, event, gpu_de
                                       resource_slice)
 
 NOW = dt.datetime(2026, 11, 23, 8, 0, tzinfo=dt.timezone.utc)
-CAPTURES = Path("/work/shared/captures/k8s-1.35")
+CAPTURES = Path(__file__).resolve().parents[1] / "data" / "captures" / "k8s-1.35"
 NODE = "gpu-node-1"
 
 
@@ -315,3 +315,23 @@ def test_fetch_forbidden_is_a_note(fake, tmp_path):
     kube = Kube(kubeconfig=str(fake.kubeconfig(tmp_path / "kc")))
     extra, notes = extra_lists.fetch(kube, kinds=("resourceclaims",))
     assert extra == {"resourceclaims": None} and "forbidden" in notes[0]
+
+
+@pytest.mark.skipif(not CAPTURES.is_dir(), reason="real captures not available")
+@pytest.mark.parametrize("state", ["healthy", "wedged-20s", "wedged-3m"])
+def test_real_1_35_captures_raise_none_of_the_new_ids(state):
+    """The node, pods, events and goroutines of a real 1.35 kubelet (device-plugin GPUs, no
+    DRA, no MIG manager): none of the beyond-the-seeds analyses speak up."""
+    import json
+
+    def load(name):
+        return json.loads((CAPTURES / f"{state}-{name}.json").read_text())
+
+    node, pods, events = load("node"), load("pods")["items"], load("events")["items"]
+    findings, errs = analysis.node_objects(node, pods, events, load("lease"), NOW,
+                                           extra={"runtimeclasses": [], "resourceclaims": [],
+                                                  "resourceslices": [], "deviceclasses": []})
+    findings += goroutines.analyze(NODE, (CAPTURES / f"{state}-goroutines.txt").read_text())
+    assert not errs
+    new = ("dra.", "runtime.", "cdi.", "mig.config_failed", "kubelet.blocked_in_dra_plugin")
+    assert not [f.id for f in findings if f.id.startswith(new)]
