@@ -25,25 +25,7 @@
 #define FUTEX_WAIT_REQUEUE_PI_ 11
 #define FUTEX_LOCK_PI2_ 13
 
-
-/* Syscall tracepoint records as tracefs describes them (events/syscalls/<name>/format): an
- * 8-byte common header, the syscall number, then the six arguments (enter) or the return value
- * (exit), each 8 bytes. A fixed ABI of kernel/trace/trace_syscalls.c, not a kernel struct from
- * headers; the loader checks the offsets against tracefs before attaching. Declared here rather
- * than through BCC's generated tracepoint structs so the programs can share one compile. */
-struct futex_sys_enter {
-    u64 common;
-    s32 nr;
-    u32 pad;
-    u64 args[6];
-};
-
-struct futex_sys_exit {
-    u64 common;
-    s32 nr;
-    u32 pad;
-    s64 ret;
-};
+#include "include/syscall_tp.h"
 
 struct futex_wait_start {
     u64 ts;
@@ -69,7 +51,7 @@ BPF_HASH(futex_start, u64, struct futex_wait_start, 16384);
 BPF_RINGBUF_OUTPUT(futex_events, 8);
 BPF_STACK_TRACE(futex_stacks, 1024);
 
-int futex_enter(struct futex_sys_enter *args)
+int futex_enter(struct gd_sys_enter *args)
 {
     u64 id = bpf_get_current_pid_tgid();
     u32 tgid = id >> 32;
@@ -85,7 +67,7 @@ int futex_enter(struct futex_sys_enter *args)
     return 0;
 }
 
-int futex_exit(struct futex_sys_exit *args)
+int futex_exit(struct gd_sys_exit *args)
 {
     u64 id = bpf_get_current_pid_tgid();
     struct futex_wait_start *s = futex_start.lookup(&id);

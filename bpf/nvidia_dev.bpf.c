@@ -1,86 +1,44 @@
 /*
- * nvidia_dev: opens of NVIDIA device nodes and the ioctls made on the fds those opens returned.
+ * nvidia_dev: ioctls on fds of NVIDIA device nodes, counted and timed per process, fd and request.
  *
- * Why: a container whose device cgroup lacks a device gets EPERM from open() (seed 002) and
- * logs nothing; a driver call that never returns sits in ioctl() (seed 000). Both are visible
- * only at the syscall boundary. Only syscall tracepoint arguments and BPF helpers are read here
- * (no kernel structs: node headers may not match the running kernel).
+ * Why: a driver call that never returns sits in ioctl() (seed 000) and is visible only at the
+ * syscall boundary. Which fds are device fds, and the opens with their errno (an EPERM from the
+ * device cgroup, seed 002), come from the shared fd tracker (include/fdtrack.h). Only
+ * tracepoint arguments and BPF helpers are read (no kernel structs).
  *
- * Options (-D cflags):
- *   NVDEV_PREFIX       path prefix to match, a C string literal (default "/dev/nvidia")
- *   NVDEV_SLOW_NS      ioctls at least this long produce an event when they return (default 1 s)
- *   NVDEV_SELF_TGID    the loader's own process, ignored (default 0)
+ * Cost: every ioctl on the node runs these programs, so the traced path avoids hash maps: a
+ * per-thread slot (array, owner tid checked) holds the call in flight, a cache of "fd N is a
+ * device fd" (valid while the process's fd generation is unchanged), and counts accumulated for
+ * the last (fd, request) until that changes. By default calls are timed with the kernel tick
+ * (bpf_jiffies64; the loader passes NVDEV_SLOW in ticks): two precise clock reads per call
+ * cost more than the whole rest of the path, and every judgement made on these times (slow
+ * >= 1 s, stalled >= 2 s) is far above a tick.
+ *
+ * Options (-D cflags, from tracing/nvidia_dev.py):
+ *   NVDEV_JIFFIES   time with bpf_jiffies64() (ticks) instead of bpf_ktime_get_ns() (ns)
+ *   NVDEV_SLOW      ioctls at least this long (in the clock's unit) produce an event when they
+ *                   return (default 1 s in ns)
  *
  * Maps read by the loader:
- *   nvdev_events   ring buffer of struct nvdev_event (opens with their result, slow ioctls)
- *   nvdev_fds      (tgid, fd) -> path of device fds, following dup/dup2/dup3/fcntl(F_DUPFD*)
- *                  and close; the loader may seed it with fds opened before attach
- *   nvdev_inflight thread -> its last ioctl on a tracked fd; in progress while ts != 0
- *   nvdev_tgid_has_fds  tgid slot -> 1 if the process may hold a tracked fd (a prefilter)
- *   nvdev_stats    (tgid, fd, request) -> count, total/max latency, errors (per CPU)
- *   nvdev_statinfo (tgid, fd, request) -> comm and path
+ *   nvdev_events      ring buffer of struct nvdev_event (slow ioctls)
+ *   nvdev_threads     per-thread slots: call in flight (ts != 0) and not yet flushed counts
+ *   nvdev_inflight    calls in flight of threads whose slot another thread holds (ts != 0)
+ *   nvdev_stats       (tgid, fd, request) -> count, total/max duration, errors (per CPU)
+ *   nvdev_statinfo    (tgid, fd, request) -> comm and path
  */
-#ifndef NVDEV_PREFIX
-#define NVDEV_PREFIX "/dev/nvidia"
+#include "include/fdtrack.h"
+
+#ifdef NVDEV_JIFFIES
+#define NVDEV_NOW() bpf_jiffies64()
+#else
+#define NVDEV_NOW() bpf_ktime_get_ns()
 #endif
-#ifndef NVDEV_SLOW_NS
-#define NVDEV_SLOW_NS 1000000000ULL
-#endif
-#ifndef NVDEV_SELF_TGID
-#define NVDEV_SELF_TGID 0
+#ifndef NVDEV_SLOW
+#define NVDEV_SLOW 1000000000ULL
 #endif
 
-#define NVDEV_PATH_LEN 128
-#define NVDEV_PLEN (sizeof(NVDEV_PREFIX) - 1)
-#define NVDEV_EV_OPEN 1
 #define NVDEV_EV_SLOW_IOCTL 2
-#define NVDEV_F_DUPFD 0
-#define NVDEV_F_DUPFD_CLOEXEC 1030
-
-/* Syscall tracepoint records as tracefs describes them (events/syscalls/<name>/format): an
- * 8-byte common header, the syscall number, then the six arguments (enter) or the return value
- * (exit), each 8 bytes. A fixed ABI of kernel/trace/trace_syscalls.c, not a kernel struct from
- * headers; the loader checks the offsets against tracefs before attaching. Declared here rather
- * than through BCC's generated tracepoint structs so the programs can share one compile. */
-struct nvdev_sys_enter {
-    u64 common;
-    s32 nr;
-    u32 pad;
-    u64 args[6];
-};
-
-struct nvdev_sys_exit {
-    u64 common;
-    s32 nr;
-    u32 pad;
-    s64 ret;
-};
-
-struct nvdev_fdkey {
-    u32 tgid;
-    s32 fd;
-};
-
-struct nvdev_fdval {
-    u64 open_ns;
-    char path[NVDEV_PATH_LEN];
-};
-
-struct nvdev_pending_open {
-    u64 ts;
-    char path[NVDEV_PATH_LEN];
-};
-
-struct nvdev_pending_dup {
-    s32 oldfd;
-    s32 newfd;   /* -1 for dup()/fcntl(): the new fd is the return value */
-};
-
-struct nvdev_call {
-    u64 ts;
-    s32 fd;
-    u32 cmd;
-};
+#define NVDEV_THREAD_SLOTS 4096
 
 struct nvdev_statkey {
     u32 tgid;
@@ -91,20 +49,44 @@ struct nvdev_statkey {
 
 struct nvdev_stat {      /* per CPU: no atomics on the traced path; the loader sums */
     u64 count;
-    u64 total_ns;
-    u64 max_ns;
+    u64 total;
+    u64 max;
     u64 errors;
 };
 
 struct nvdev_statinfo {  /* once per (tgid, fd, request), shared by all CPUs */
     char comm[16];
-    char path[NVDEV_PATH_LEN];
+    char path[FDT_FD_PATH_LEN];
+};
+
+struct nvdev_thread {
+    u64 ts;              /* start of the call in flight, 0 when none */
+    u32 tid;             /* owner of the slot */
+    u32 tgid;
+    s32 fd;
+    u32 cmd;
+    s32 cache_fd;        /* last fd found to be a device fd ... */
+    u32 cache_gen;       /* ... while the process's fdt_proc.gen was this */
+    u32 acc_tgid;        /* counts accumulated for (acc_tgid, acc_fd, acc_cmd) */
+    s32 acc_fd;
+    u32 acc_cmd;
+    u32 pad;
+    u64 count;
+    u64 total;
+    u64 max;
+    u64 errors;
+};
+
+struct nvdev_call {
+    u64 ts;
+    s32 fd;
+    u32 cmd;
 };
 
 struct nvdev_event {
     u64 ts;
     u64 cgroup_id;
-    u64 duration_ns;
+    u64 duration;        /* in the clock's unit */
     u32 kind;
     u32 pid;
     u32 tid;
@@ -112,282 +94,180 @@ struct nvdev_event {
     s32 fd;
     u32 cmd;
     char comm[16];
-    char path[NVDEV_PATH_LEN];
+    char path[FDT_FD_PATH_LEN];
 };
 
 BPF_RINGBUF_OUTPUT(nvdev_events, 16);
-BPF_HASH(nvdev_open_pending, u64, struct nvdev_pending_open, 4096);
-BPF_HASH(nvdev_fds, struct nvdev_fdkey, struct nvdev_fdval, 16384);
-BPF_HASH(nvdev_dup_pending, u64, struct nvdev_pending_dup, 4096);
-BPF_HASH(nvdev_inflight, u64, struct nvdev_call, 16384);
+BPF_ARRAY(nvdev_threads, struct nvdev_thread, NVDEV_THREAD_SLOTS);
+BPF_HASH(nvdev_inflight, u64, struct nvdev_call, 4096);
 BPF_PERCPU_HASH(nvdev_stats, struct nvdev_statkey, struct nvdev_stat, 2048);
 BPF_HASH(nvdev_statinfo, struct nvdev_statkey, struct nvdev_statinfo, 2048);
 BPF_PERCPU_ARRAY(nvdev_info_scratch, struct nvdev_statinfo, 1);   /* off the 512-byte stack */
-/* A cheap first filter for the hot syscalls (ioctl, close, dup*): "may this process hold a
- * tracked fd?", by tgid slot (collisions only cost the exact lookup). Set on every tracked open
- * (and by the loader for fds it seeds), never cleared. Array lookups are inlined by the
- * verifier, so a process without device fds pays almost nothing beyond the tracepoint itself. */
-#define NVDEV_TGID_SLOTS 65536
-BPF_ARRAY(nvdev_tgid_has_fds, u8, NVDEV_TGID_SLOTS);
-
-/* How many tracked ioctls are in flight right now (one counter): while none is, every
- * ioctl exit on the node returns at once, without even asking who is calling. */
+/* Device ioctls in flight node-wide (one counter): while none is, every ioctl exit on the
+ * node returns at once, without even asking who is calling. */
 BPF_ARRAY(nvdev_inflight_n, s64, 1);
 
-static __always_inline int nvdev_may_have_fds(u32 tgid)
+static __always_inline void nvdev_add(struct nvdev_statkey *sk, u64 count, u64 total, u64 max,
+                                      u64 errors)
 {
-    u32 slot = tgid & (NVDEV_TGID_SLOTS - 1);
-    u8 *f = nvdev_tgid_has_fds.lookup(&slot);
-    return f && *f;
+    struct nvdev_stat *s = nvdev_stats.lookup(sk);
+    if (!s) {
+        struct nvdev_stat zero_stat = {};
+        nvdev_stats.update(sk, &zero_stat);
+        s = nvdev_stats.lookup(sk);
+        if (!s)
+            return;
+    }
+    s->count += count;
+    s->total += total;
+    if (max > s->max)
+        s->max = max;
+    s->errors += errors;
 }
 
-static __always_inline int nvdev_open_enter(const char *filename)
+static __always_inline void nvdev_flush(struct nvdev_thread *t)
 {
-    u64 id = bpf_get_current_pid_tgid();
-    if ((id >> 32) == NVDEV_SELF_TGID)
-        return 0;
-    /* Cheap test first: only the prefix's bytes; the whole path only on a match. */
-    const char prefix[] = NVDEV_PREFIX;
-    char head[sizeof(NVDEV_PREFIX)] = {};
-    if (bpf_probe_read_user(head, NVDEV_PLEN, filename) != 0)
-        return 0;
-#pragma unroll
-    for (int i = 0; i < NVDEV_PLEN; i++) {
-        if (head[i] != prefix[i])
-            return 0;
-    }
-    struct nvdev_pending_open p = {};
-    p.ts = bpf_ktime_get_ns();
-    bpf_probe_read_user_str(p.path, sizeof(p.path), filename);
-    nvdev_open_pending.update(&id, &p);
-    return 0;
+    struct nvdev_statkey sk = {.tgid = t->acc_tgid, .fd = t->acc_fd, .cmd = t->acc_cmd};
+    nvdev_add(&sk, t->count, t->total, t->max, t->errors);
+    t->count = 0;
 }
 
-static __always_inline int nvdev_open_exit(long ret)
+/* comm and path of a (tgid, fd, request), noted by the calling thread the first time */
+static __always_inline void nvdev_note(struct nvdev_statkey *sk)
 {
-    u64 id = bpf_get_current_pid_tgid();
-    struct nvdev_pending_open *p = nvdev_open_pending.lookup(&id);
-    if (!p)
-        return 0;
-    if (ret >= 0) {
-        struct nvdev_fdkey k = {.tgid = id >> 32, .fd = (s32)ret};
-        struct nvdev_fdval v = {};
-        v.open_ns = p->ts;
-        __builtin_memcpy(v.path, p->path, sizeof(v.path));
-        nvdev_fds.update(&k, &v);
-        u32 slot = (u32)(id >> 32) & (NVDEV_TGID_SLOTS - 1);
-        u8 one = 1;
-        nvdev_tgid_has_fds.update(&slot, &one);
-    }
+    if (nvdev_statinfo.lookup(sk))
+        return;
+    u32 zero = 0;
+    struct nvdev_statinfo *info = nvdev_info_scratch.lookup(&zero);
+    if (!info)
+        return;
+    bpf_get_current_comm(info->comm, sizeof(info->comm));
+    struct fdt_val *v = fdt_lookup(sk->tgid, sk->fd);
+    if (v)
+        __builtin_memcpy(info->path, v->path, sizeof(info->path));
+    else
+        __builtin_memset(info->path, 0, sizeof(info->path));
+    nvdev_statinfo.update(sk, info);
+}
+
+static __always_inline void nvdev_slow(u64 id, u64 ts, u64 dur, s32 fd, u32 cmd, s64 ret)
+{
     struct nvdev_event *e = nvdev_events.ringbuf_reserve(sizeof(struct nvdev_event));
-    if (e) {
-        e->ts = p->ts;
-        e->cgroup_id = bpf_get_current_cgroup_id();
-        e->duration_ns = bpf_ktime_get_ns() - p->ts;
-        e->kind = NVDEV_EV_OPEN;
-        e->pid = id >> 32;
-        e->tid = (u32)id;
-        e->ret = (s32)ret;
-        e->fd = ret >= 0 ? (s32)ret : -1;
-        e->cmd = 0;
-        bpf_get_current_comm(e->comm, sizeof(e->comm));
-        __builtin_memcpy(e->path, p->path, sizeof(e->path));
-        nvdev_events.ringbuf_submit(e, 0);
-    }
-    nvdev_open_pending.delete(&id);
-    return 0;
+    if (!e)
+        return;
+    e->ts = ts;
+    e->cgroup_id = bpf_get_current_cgroup_id();
+    e->duration = dur;
+    e->kind = NVDEV_EV_SLOW_IOCTL;
+    e->pid = id >> 32;
+    e->tid = (u32)id;
+    e->ret = (s32)ret;
+    e->fd = fd;
+    e->cmd = cmd;
+    bpf_get_current_comm(e->comm, sizeof(e->comm));
+    struct nvdev_statkey sk = {.tgid = id >> 32, .fd = fd, .cmd = cmd};
+    struct nvdev_statinfo *info = nvdev_statinfo.lookup(&sk);
+    if (info)
+        __builtin_memcpy(e->path, info->path, sizeof(e->path));
+    else
+        __builtin_memset(e->path, 0, sizeof(e->path));
+    nvdev_events.ringbuf_submit(e, 0);
 }
 
-/* attached to sys_enter_openat and sys_enter_openat2 (same argument positions) */
-int nvdev_enter_open(struct nvdev_sys_enter *args)
-{
-    return nvdev_open_enter((const char *)args->args[1]);
-}
-
-/* attached to sys_enter_open where it exists (x86_64; glibc < 2.26, e.g. CentOS 7 images) */
-int nvdev_enter_open_legacy(struct nvdev_sys_enter *args)
-{
-    return nvdev_open_enter((const char *)args->args[0]);
-}
-
-/* attached to sys_exit_openat, sys_exit_openat2 and sys_exit_open */
-int nvdev_exit_open(struct nvdev_sys_exit *args)
-{
-    return nvdev_open_exit(args->ret);
-}
-
-/* ---- fd bookkeeping: dup family and close ------------------------------------------------ */
-
-static __always_inline int nvdev_dup_enter(s32 oldfd, s32 newfd)
+int nvdev_enter_ioctl(struct gd_sys_enter *args)
 {
     u64 id = bpf_get_current_pid_tgid();
-    if (!nvdev_may_have_fds(id >> 32))
+    u32 tgid = id >> 32;
+    u32 tid = (u32)id;
+    struct fdt_proc *proc = fdt_proc_of(tgid);
+    if (!proc || !proc->kinds[FDT_KIND_NVDEV])
         return 0;
-    struct nvdev_fdkey k = {.tgid = id >> 32, .fd = oldfd};
-    int tracked = nvdev_fds.lookup(&k) != 0;
-    if (!tracked && newfd >= 0) {
-        /* dup2/dup3 onto a tracked fd closes it: follow that too. */
-        k.fd = newfd;
-        tracked = nvdev_fds.lookup(&k) != 0;
-    }
-    if (!tracked)
+    s32 fd = (s32)args->args[0];
+    u32 slot = tid & (NVDEV_THREAD_SLOTS - 1);
+    struct nvdev_thread *t = nvdev_threads.lookup(&slot);
+    if (!t)
         return 0;
-    struct nvdev_pending_dup d = {.oldfd = oldfd, .newfd = newfd};
-    nvdev_dup_pending.update(&id, &d);
-    return 0;
-}
-
-static __always_inline int nvdev_dup_exit(long ret)
-{
-    u64 id = bpf_get_current_pid_tgid();
-    struct nvdev_pending_dup *d = nvdev_dup_pending.lookup(&id);
-    if (!d)
-        return 0;
-    if (ret >= 0 && (s32)ret != d->oldfd) {
-        struct nvdev_fdkey oldk = {.tgid = id >> 32, .fd = d->oldfd};
-        struct nvdev_fdkey newk = {.tgid = id >> 32, .fd = (s32)ret};
-        struct nvdev_fdval *v = nvdev_fds.lookup(&oldk);
-        if (v) {
-            struct nvdev_fdval copy = {};
-            __builtin_memcpy(&copy, v, sizeof(copy));
-            nvdev_fds.update(&newk, &copy);
-        } else {
-            nvdev_fds.delete(&newk);
-        }
-    }
-    nvdev_dup_pending.delete(&id);
-    return 0;
-}
-
-int nvdev_enter_dup(struct nvdev_sys_enter *args)
-{
-    return nvdev_dup_enter((s32)args->args[0], -1);
-}
-
-/* attached to sys_exit_dup, sys_exit_dup2, sys_exit_dup3 and sys_exit_fcntl */
-int nvdev_exit_dup(struct nvdev_sys_exit *args)
-{
-    return nvdev_dup_exit(args->ret);
-}
-
-/* attached to sys_enter_dup2 and sys_enter_dup3 */
-int nvdev_enter_dup2(struct nvdev_sys_enter *args)
-{
-    return nvdev_dup_enter((s32)args->args[0], (s32)args->args[1]);
-}
-
-int nvdev_enter_fcntl(struct nvdev_sys_enter *args)
-{
-    if (args->args[1] != NVDEV_F_DUPFD && args->args[1] != NVDEV_F_DUPFD_CLOEXEC)
-        return 0;
-    return nvdev_dup_enter((s32)args->args[0], -1);
-}
-
-int nvdev_enter_close(struct nvdev_sys_enter *args)
-{
-    u32 tgid = bpf_get_current_pid_tgid() >> 32;
-    if (!nvdev_may_have_fds(tgid))
-        return 0;
-    struct nvdev_fdkey k = {.tgid = tgid, .fd = (s32)args->args[0]};
-    nvdev_fds.delete(&k);
-    return 0;
-}
-
-/* ---- ioctls on tracked fds ----------------------------------------------------------------- */
-
-int nvdev_enter_ioctl(struct nvdev_sys_enter *args)
-{
-    u64 id = bpf_get_current_pid_tgid();
-    if (!nvdev_may_have_fds(id >> 32))
-        return 0;
-    struct nvdev_fdkey k = {.tgid = id >> 32, .fd = (s32)args->args[0]};
-    if (!nvdev_fds.lookup(&k))
-        return 0;
-    /* One slot per thread, reused in place (a hash update + delete per call costs more);
-     * ts != 0 marks a call in flight. */
-    struct nvdev_call *c = nvdev_inflight.lookup(&id);
-    if (c) {
-        c->fd = (s32)args->args[0];
-        c->cmd = (u32)args->args[1];
-        c->ts = bpf_ktime_get_ns();
-    } else {
-        struct nvdev_call n = {.ts = bpf_ktime_get_ns(), .fd = (s32)args->args[0],
-                               .cmd = (u32)args->args[1]};
-        if (nvdev_inflight.update(&id, &n) != 0)
+    int mine = t->tid == tid && t->tgid == tgid;
+    if (!(mine && t->cache_fd == fd && t->cache_gen == proc->gen)) {
+        u32 gen = proc->gen;   /* read before the lookup: a close in between invalidates */
+        struct fdt_val *v = fdt_lookup(tgid, fd);
+        if (!v || v->kind != FDT_KIND_NVDEV)
             return 0;
+        if (!mine) {
+            if (t->ts != 0) {
+                /* the slot's owner is inside a call: keep ours in the overflow hash */
+                struct nvdev_call c = {.ts = NVDEV_NOW(), .fd = fd, .cmd = (u32)args->args[1]};
+                if (nvdev_inflight.update(&id, &c) != 0)
+                    return 0;
+                goto counted;
+            }
+            if (t->count)
+                nvdev_flush(t);
+            t->tid = tid;
+            t->tgid = tgid;
+        }
+        t->cache_fd = fd;
+        t->cache_gen = gen;
     }
+    t->fd = fd;
+    t->cmd = (u32)args->args[1];
+    t->ts = NVDEV_NOW();
+counted:;
     u32 zero = 0;
-    s64 *n_inflight = nvdev_inflight_n.lookup(&zero);
-    if (n_inflight)
-        __sync_fetch_and_add(n_inflight, 1);
+    s64 *n = nvdev_inflight_n.lookup(&zero);
+    if (n)
+        __sync_fetch_and_add(n, 1);
     return 0;
 }
 
-int nvdev_exit_ioctl(struct nvdev_sys_exit *args)
+int nvdev_exit_ioctl(struct gd_sys_exit *args)
 {
     u32 zero = 0;
-    s64 *n_inflight = nvdev_inflight_n.lookup(&zero);
-    if (!n_inflight || *n_inflight <= 0)
+    s64 *n = nvdev_inflight_n.lookup(&zero);
+    if (!n || *n <= 0)
         return 0;
     u64 id = bpf_get_current_pid_tgid();
-    if (!nvdev_may_have_fds(id >> 32))
+    u32 tid = (u32)id;
+    u32 slot = tid & (NVDEV_THREAD_SLOTS - 1);
+    struct nvdev_thread *t = nvdev_threads.lookup(&slot);
+    if (!t)
         return 0;
+    if (t->tid == tid && t->ts != 0) {
+        __sync_fetch_and_add(n, -1);
+        u64 dur = NVDEV_NOW() - t->ts;
+        if (t->count && (t->acc_fd != t->fd || t->acc_cmd != t->cmd || t->acc_tgid != t->tgid))
+            nvdev_flush(t);
+        if (t->count == 0) {
+            t->acc_tgid = t->tgid;
+            t->acc_fd = t->fd;
+            t->acc_cmd = t->cmd;
+            t->total = 0;
+            t->max = 0;
+            t->errors = 0;
+            struct nvdev_statkey sk = {.tgid = t->tgid, .fd = t->fd, .cmd = t->cmd};
+            nvdev_note(&sk);
+        }
+        t->count++;
+        t->total += dur;
+        if (dur > t->max)
+            t->max = dur;
+        if (args->ret < 0)
+            t->errors++;
+        if (dur >= NVDEV_SLOW)
+            nvdev_slow(id, t->ts, dur, t->fd, t->cmd, args->ret);
+        t->ts = 0;
+        return 0;
+    }
     struct nvdev_call *c = nvdev_inflight.lookup(&id);
     if (!c || c->ts == 0)
         return 0;
-    __sync_fetch_and_add(n_inflight, -1);
-    u64 now = bpf_ktime_get_ns();
-    u64 dur = now - c->ts;
+    __sync_fetch_and_add(n, -1);
+    u64 dur = NVDEV_NOW() - c->ts;
     struct nvdev_statkey sk = {.tgid = id >> 32, .fd = c->fd, .cmd = c->cmd};
-    struct nvdev_stat *s = nvdev_stats.lookup(&sk);
-    if (!s) {
-        struct nvdev_stat zero_stat = {};
-        nvdev_stats.update(&sk, &zero_stat);
-        s = nvdev_stats.lookup(&sk);
-        if (!s)
-            goto out;
-    }
-    if (s->count == 0 && !nvdev_statinfo.lookup(&sk)) {   /* first call of this kind */
-        struct nvdev_statinfo *info = nvdev_info_scratch.lookup(&zero);
-        if (info) {
-            bpf_get_current_comm(info->comm, sizeof(info->comm));
-            struct nvdev_fdkey k = {.tgid = id >> 32, .fd = c->fd};
-            struct nvdev_fdval *v = nvdev_fds.lookup(&k);
-            if (v)
-                __builtin_memcpy(info->path, v->path, sizeof(info->path));
-            else
-                __builtin_memset(info->path, 0, sizeof(info->path));
-            nvdev_statinfo.update(&sk, info);
-        }
-    }
-    s->count++;
-    s->total_ns += dur;
-    if (dur > s->max_ns)
-        s->max_ns = dur;
-    if (args->ret < 0)
-        s->errors++;
-    if (dur >= NVDEV_SLOW_NS) {
-        struct nvdev_event *e = nvdev_events.ringbuf_reserve(sizeof(struct nvdev_event));
-        if (e) {
-            e->ts = c->ts;
-            e->cgroup_id = bpf_get_current_cgroup_id();
-            e->duration_ns = dur;
-            e->kind = NVDEV_EV_SLOW_IOCTL;
-            e->pid = id >> 32;
-            e->tid = (u32)id;
-            e->ret = (s32)args->ret;
-            e->fd = c->fd;
-            e->cmd = c->cmd;
-            bpf_get_current_comm(e->comm, sizeof(e->comm));
-            struct nvdev_statinfo *info = nvdev_statinfo.lookup(&sk);
-            if (info)
-                __builtin_memcpy(e->path, info->path, sizeof(e->path));
-            else
-                __builtin_memset(e->path, 0, sizeof(e->path));
-            nvdev_events.ringbuf_submit(e, 0);
-        }
-    }
-out:
-    c->ts = 0;
+    nvdev_note(&sk);
+    nvdev_add(&sk, 1, dur, dur, args->ret < 0 ? 1 : 0);
+    if (dur >= NVDEV_SLOW)
+        nvdev_slow(id, c->ts, dur, c->fd, c->cmd, args->ret);
+    nvdev_inflight.delete(&id);
     return 0;
 }

@@ -5,8 +5,10 @@ Why: the seed incidents left no log lines; syscalls told the story (an EPERM ope
 nvmlInit on a futex). This check attaches the BCC programs from bpf/ for --trace-seconds,
 publishes "trace.ready" as soon as they are live (the device-plugin check waits for it before
 provoking GetPreferredAllocation), emits live `event` records, and at the end publishes
-"trace.results" and yields the findings. Without BCC, headers or tracefs it says exactly what
-is missing (probe.ebpf_unavailable) and every other check still runs.
+"trace.results" and yields the findings. It never names a probe: the probes are
+tracing.session.LOADERS and their judgement is _trace_verdicts.VERDICTS. Without BCC, headers
+or tracefs it says exactly what is missing (probe.ebpf_unavailable) and every other check
+still runs.
 """
 from __future__ import annotations
 
@@ -14,8 +16,9 @@ import time
 
 from node_probe.engine.context import FactUnavailable
 from node_probe.engine.registry import check
-from ..tracing import bcc_env, verdicts
+from ..tracing import bcc_env
 from ..tracing.cgroup_devices import read_devices_list
+from . import _trace_verdicts as verdicts
 
 TARGETS_WAIT_S = 1.0
 CONTAINERS_WAIT_S = 1.0
@@ -36,7 +39,7 @@ class _Events:
     def __init__(self, ctx) -> None:
         self.ctx = ctx
         self.counts: dict[str, int] = {}
-        self.in_nvml: set[tuple[int, int]] = set()   # threads inside an NVML init call
+        self.state: dict = {}   # shared by the verdicts' live() of this window
 
     def emit(self, name: str, subject: str, message: str, **data) -> None:
         n = self.counts.get(name, 0)
@@ -45,33 +48,10 @@ class _Events:
             self.ctx.event(name, subject, message, **data)
 
     def __call__(self, program: str, kind: str, r: dict) -> None:
-        who = f"pid {r.get('pid')} ({r.get('comm', '')})"
-        if program == "nvidia_dev" and kind == "open" and r["errno"] == 1:
-            self.emit("nvidia.open_denied", who, f"open({r['path']}) = EPERM", **r)
-        elif program == "nvidia_dev" and kind == "slow_ioctl":
-            self.emit("ioctl.slow", who,
-                      f"ioctl {r['request_hex']} on {r['path']} took {r['duration_s']:.2f}s", **r)
-        elif program == "cgroup_devices" and kind == "write":
-            self.emit("cgroup.device_rule_write", who,
-                      f"wrote {r['text']!r} to {r['path'] or 'devices.' + r['which']}"
-                      + (f" ({r['errno_name']})" if r.get("errno") else ""), **r)
-        elif program == "cgroup_devices" and kind == "bpf_attach":
-            self.emit("cgroup.device_prog_attach", who,
-                      f"{r['cmd']} BPF_CGROUP_DEVICE on {r['cgroup'] or 'fd ' + str(r['target_fd'])}",
-                      **r)
-        elif program == "futex_wait" and kind == "long_wait":
-            # Idle runtime threads (Go's) sleep in futex all the time: live only when the
-            # thread is inside an NVML call; every long wait is in trace.results anyway.
-            if (r["pid"], r["tid"]) in self.in_nvml:
-                self.emit("futex.long_wait", f"{who} tid {r['tid']}",
-                          f"futex wait of {r['wait_s']:.2f}s inside an NVML call", **r)
-        elif program == "nvml_calls" and kind == "entered":
-            self.in_nvml.add((r["pid"], r["tid"]))
-            self.emit("nvml.entered", f"{who} tid {r['tid']}", f"entered {r['func']}", **r)
-        elif program == "nvml_calls" and kind == "returned":
-            self.in_nvml.discard((r["pid"], r["tid"]))
-            self.emit("nvml.returned", f"{who} tid {r['tid']}",
-                      f"{r['func']} returned {r['ret']} after {r['duration_s']:.3f}s", **r)
+        v = verdicts.VERDICTS.get(program)
+        said = v.live(kind, r, self.state) if v is not None else None
+        if said is not None:
+            self.emit(*said, **r)
 
 
 def _plugin_targets(ctx, wait_s: float) -> list[dict]:
@@ -98,10 +78,10 @@ def trace_check(ctx):
                                     "reason": "; ".join(env.missing)})
         ctx.publish("trace.results", _empty_results("unavailable", missing=env.missing))
         yield verdicts.unavailable_finding(env.missing, env.remedies,
-                                           {"kernel_release": env.kernel_release,
-                                            "tracefs": env.tracefs})
+                                  {"kernel_release": env.kernel_release, "tracefs": env.tracefs})
         return
 
+    from ..tracing.loader import TraceConfig
     from ..tracing.session import TraceSession  # imports bcc lazily
     events = _Events(ctx)
     session = None
@@ -109,9 +89,9 @@ def trace_check(ctx):
     plugin: list[dict] = []
     try:
         try:
-            session = TraceSession(dev_prefix=opts.dev_prefix, cgroup_dir=opts.cgroup_dir,
-                                   tracefs=env.tracefs, targets=opts.trace_pids,
-                                   futex_min_s=FUTEX_MIN_S,
+            cfg = TraceConfig(dev_prefix=opts.dev_prefix, cgroup_dir=opts.cgroup_dir,
+                              host_root=opts.host_root, futex_min_s=FUTEX_MIN_S)
+            session = TraceSession(cfg, tracefs=env.tracefs, targets=opts.trace_pids,
                                    on_event=events)
             session.compile()
             # compiling took most of the second already; still give discovery a moment
@@ -146,27 +126,22 @@ def trace_check(ctx):
     finally:
         if session is not None:
             session.close()
-
-    for c in results["nvml_calls"]:
-        if not c["returned"]:
-            futex = (f", thread asleep in futex() for {c['futex_wait_s']:.2f}s"
-                     if "futex_wait_s" in c else "")
-            events.emit("nvml.call_blocked", f"pid {c['pid']} ({c['comm']}) tid {c['tid']}",
-                        f"{c['func']} entered {c['duration_s']:.2f}s ago and has not returned"
-                        + futex, **c)
     ctx.log("debug", "trace window done", check="trace", timings=results["timings"],
             window_s=results["window_s"], since_start_s=round(time.monotonic() - started, 3))
 
-    containers = None
-    if results["cgroup_writes"] or any(o.get("errno") == 1 for o in results["opens"]):
-        try:  # only then does the container list matter
-            containers = ctx.wait_for("containers", timeout=CONTAINERS_WAIT_S)
-        except FactUnavailable:
-            pass
-    stall_s = IOCTL_STALL_S
-    yield from verdicts.eperm_findings(results["opens"], containers)
-    yield from verdicts.stall_findings(results["ioctls_inflight"], results["ioctls"], stall_s,
-                                       critical_pids=session.targets)
-    yield from verdicts.rewrite_findings(
-        results["cgroup_writes"], results["cgroup_devices"]["gpu_cgroups_at_attach"], containers,
-        lambda rel: read_devices_list(opts.cgroup_dir, rel))
+    cache: dict = {}
+
+    def containers():
+        if "v" not in cache:   # waited for only when a verdict needs it
+            try:
+                cache["v"] = ctx.wait_for("containers", timeout=CONTAINERS_WAIT_S)
+            except FactUnavailable:
+                cache["v"] = None
+        return cache["v"]
+
+    inputs = verdicts.Inputs(results=results, stall_s=IOCTL_STALL_S, targets=session.targets,
+                             containers=containers,
+                             read_list=lambda rel: read_devices_list(opts.cgroup_dir, rel),
+                             event=events.emit)
+    for v in verdicts.VERDICTS.values():
+        yield from v.findings(inputs)

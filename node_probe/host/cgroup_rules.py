@@ -108,9 +108,30 @@ class RuleSet:
             return not any(r.matches_partially(kind, major, minor, acc) for r in self.exceptions)
         return any(r.matches(kind, major, minor, acc) for r in self.exceptions)
 
+    def allows_major(self, kind: str, major: int, access: str | Iterable[str] = "rw") -> bool:
+        """Some device of this type and major (any minor) may be accessed so: a default-allow
+        cgroup, or one exception naming the major (or any) that covers every access bit."""
+        if self.default_allow:
+            return True
+        acc = frozenset(access)
+        return any(r.kind in ("a", kind) and r.major in (None, major) and acc <= r.access
+                   for r in self.exceptions)
+
     def nvidia_lines(self, majors: Iterable[int]) -> list[str]:
         ms = set(majors)
         return [str(r) for r in self.exceptions if r.major is None or r.major in ms]
+
+
+def parse_lines(text: str) -> list[Rule]:
+    """The rules of a devices.allow / devices.deny write (one per line; lines the kernel
+    would reject are left out)."""
+    out = []
+    for line in text.splitlines():
+        try:
+            out.append(Rule.parse(line))
+        except ValueError:
+            continue
+    return out
 
 
 def read_rules(cgroup: Path) -> RuleSet | None:

@@ -5,11 +5,15 @@ with -D cflags, attaches, reads the ring buffer and returns plain dicts) must st
 separate, and everything that needs `bcc` is imported lazily from here, so the probe runs
 without BCC (DESIGN.md section 2) and reports `probe.ebpf_unavailable` instead.
 
-Layout: bcc_env (can BCC run: module, headers, tracefs), sources (where bpf/ is), bundle (one
-compile for all programs, syscall tracepoint attach/detach), one loader per program
-(nvidia_dev, cgroup_devices, futex_wait, nvml_calls), session (one trace window), verdicts
-(results -> findings). What a blocked thread is inside, from /proc, comes from
-node_probe.host.proctasks and node_probe.host.elfsyms (shared with the device-plugin check).
+Layout: bcc_env (can BCC run: module, headers, tracefs), sources (where bpf/ is; the shared
+headers of bpf/include pasted into each compile unit), bundle (one compile for all programs,
+syscall tracepoint attach/detach), abi (the C's integer #defines, read from the C), loader (the
+Loader protocol and TraceConfig), fdtrack (the one fd tracker every syscall program shares),
+ticks (the kernel tick as the ioctl clock), one loader per program (nvidia_dev, cgroup_devices,
+futex_wait, nvml_calls), session (one trace window; LOADERS, the one list of probes). Verdicts
+live in node_probe/checks/_trace_verdicts.py. What a blocked thread is inside, from /proc,
+comes from node_probe.host.proctasks and node_probe.host.elfsyms (shared with the
+device-plugin check).
 
 Known limits, by design or for now:
 - Only syscall tracepoint arguments, user memory and BPF helpers are read: no kernel structs
@@ -18,7 +22,9 @@ Known limits, by design or for now:
   is alive (best effort), and a device opened through another path (/dev/char/195:0) or
   relative to /dev is not matched by the prefix.
 - fds are tracked per process: a child forked during the window inherits device fds the maps
-  do not know (processes that exist at attach time are seeded from /proc/PID/fd). fds closed
+  do not know (processes that exist at attach time are seeded from /proc/PID/fd). ioctls are
+  timed with the kernel tick (1-10 ms) unless TraceConfig.precise_ioctl_clock: enough for slow
+  (>= 1 s) and stalled (>= 2 s) calls, not for the mean latency of fast ones. fds closed
   by close_range(2) or by exec of O_CLOEXEC fds stay in the maps; an ioctl on a reused fd
   number of that process could then be attributed to the old path.
 - Calls and waits that began before the programs attached are invisible to BPF; futex waits

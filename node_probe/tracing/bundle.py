@@ -2,10 +2,13 @@
 
 Why one module: BCC pays ~0.4 s of clang start-up per compile, so four separate compiles miss
 the 2 s compile+attach budget (DESIGN.md section 8). The sources are concatenated unchanged,
-each behind a #line directive so compiler errors name the real file; every file also compiles
-on its own (tests/tracing check that). Options reach the programs only as -D cflags. The
-programs read syscall tracepoint records through their own fixed-layout structs, so the layout
-is checked here against tracefs before attaching, once per tracepoint.
+each behind a #line directive so compiler errors name the real file, with the shared headers
+of bpf/include pasted in once (sources.unit_text); every file also compiles on its own
+(tests/tracing check that). Options reach the programs only as -D cflags. The programs read
+syscall tracepoint records through one fixed-layout struct (bpf/include/syscall_tp.h), so the
+layout is checked here against tracefs before attaching, once per tracepoint. A tracepoint
+is attached once per program function even when several loaders list it (the shared fd
+tracker's).
 """
 from __future__ import annotations
 
@@ -26,11 +29,7 @@ _FIELD_RE = re.compile(r"field:([^;]*);\s*offset:(\d+);\s*size:(\d+);")
 
 
 def compile_text(names: Iterable[str]) -> str:
-    parts = []
-    for name in names:
-        path = sources.source_path(name)
-        parts.append(f'#line 1 "{path}"\n{path.read_text()}\n')
-    return "".join(parts)
+    return sources.unit_text(names)
 
 
 def compile_programs(names: Iterable[str], cflags: Iterable[str]):
@@ -72,6 +71,8 @@ class TracepointSet:
     def attach(self, pairs: Iterable[tuple[str, str]], required: Iterable[str] = ()) -> None:
         required = set(required)
         for event, fn in pairs:
+            if any(e == event and f == fn for e, f, _fd in self.attached):
+                continue
             if not os.path.isdir(os.path.join(self.tracefs, "events", "syscalls", event)):
                 if event in required:
                     raise RuntimeError(f"syscall tracepoint {event} does not exist")

@@ -2,10 +2,11 @@
 
 Why: returns, as plain dicts, every write to a devices.allow / devices.deny file (rule text,
 writer pid/comm, the cgroup it targets, the result) and every bpf() attach/detach of a
-BPF_CGROUP_DEVICE program with the cgroup it targets. Paths are resolved when the event is
-read: relative ones against the writer's cwd or directory fd (best effort, the writer may be
-gone). Also snapshots which v1 device cgroups allow the NVIDIA major (195) at attach time, so
-the verdict can tell a GPU container's rules from any other's.
+BPF_CGROUP_DEVICE program with the cgroup it targets. Opens of those files come from the
+shared fd tracker; paths are resolved when the event is read: relative ones against the
+writer's cwd or directory fd (best effort, the writer may be gone). Also snapshots which v1
+device cgroups grant the NVIDIA major at attach time (rules read by host/cgroup_rules, the one
+grammar), so the verdict can tell a GPU container's rules from any other's.
 """
 from __future__ import annotations
 
@@ -14,32 +15,23 @@ import os
 import re
 import time
 from pathlib import Path
-from typing import Callable
+from typing import Iterable
 
 from node_probe.host import procfs
+from node_probe.host.cgroup_rules import RuleSet
+from node_probe.host.nvidia_devices import NVIDIA_MAJOR
+from .abi import Constants
 from .bundle import cstr, mono_to_wall, TracepointSet
+from .fdtrack import FdTracker
+from .loader import Emit, TraceConfig
 
-NAME = "cgroup_devices"
-EV_OPEN, EV_WRITE, EV_BPF = 1, 2, 3
-WHICH = {1: "allow", 2: "deny"}
-BPF_CMDS = {8: "BPF_PROG_ATTACH", 9: "BPF_PROG_DETACH", 28: "BPF_LINK_CREATE"}
-AT_FDCWD = -100
-NVIDIA_MAJOR = 195
-TRACEPOINTS = (   # (syscall tracepoint, program): one program may serve several
-    ("sys_enter_openat", "cgdev_enter_open"), ("sys_exit_openat", "cgdev_exit_open"),
-    ("sys_enter_openat2", "cgdev_enter_open"), ("sys_exit_openat2", "cgdev_exit_open"),
-    ("sys_enter_open", "cgdev_enter_open_legacy"), ("sys_exit_open", "cgdev_exit_open"),
-    ("sys_enter_dup", "cgdev_enter_dup"), ("sys_exit_dup", "cgdev_exit_dup"),
-    ("sys_enter_dup2", "cgdev_enter_dup2"), ("sys_exit_dup2", "cgdev_exit_dup"),
-    ("sys_enter_dup3", "cgdev_enter_dup2"), ("sys_exit_dup3", "cgdev_exit_dup"),
-    ("sys_enter_fcntl", "cgdev_enter_fcntl"), ("sys_exit_fcntl", "cgdev_exit_dup"),
-    ("sys_enter_close", "cgdev_enter_close"),
+C = Constants("cgroup_devices")
+TRACEPOINTS = (
     ("sys_enter_write", "cgdev_enter_write"), ("sys_exit_write", "cgdev_exit_write"),
     ("sys_enter_bpf", "cgdev_enter_bpf"), ("sys_exit_bpf", "cgdev_exit_bpf"),
 )
-REQUIRED = ("sys_enter_openat", "sys_exit_openat", "sys_enter_write", "sys_exit_write")
+REQUIRED = ("sys_enter_write", "sys_exit_write")
 _DEVICES_ROOT_RE = re.compile(r"/cgroup/(?:[^/]*,)?devices(?:,[^/]*)?(?=/|$)")
-_RULE_RE = re.compile(r"^\s*([abc])(?:\s+(\*|\d+):(\*|\d+)(?:\s+([rwm]+))?)?\s*$")
 
 
 def devices_relpath(dir_path: str) -> str | None:
@@ -54,32 +46,19 @@ def devices_relpath(dir_path: str) -> str | None:
     return rest or "/"
 
 
-def parse_rules(text: str) -> list[dict]:
-    """'c 195:* rwm' -> [{"type": "c", "major": 195, "minor": None, "access": "rwm"}];
-    'a' and 'a *:* rwm' -> type 'a'. Unparseable lines are kept with type None."""
-    out = []
-    for line in text.splitlines():
-        if not line.strip():
-            continue
-        m = _RULE_RE.match(line)
-        if not m:
-            out.append({"type": None, "text": line.strip()})
-            continue
-        typ, major, minor, access = m.groups()
-        out.append({"type": typ, "major": None if major in (None, "*") else int(major),
-                    "minor": None if minor in (None, "*") else int(minor),
-                    "access": access or "rwm", "text": line.strip()})
-    return out
+def grants_gpus(devices_list: str) -> bool:
+    """Does this devices.list let a GPU container open NVIDIA devices, by an exception of its
+    own? (A default-allow cgroup, the root or a privileged container, is not evidence that a
+    container is a GPU container.)"""
+    try:
+        rs = RuleSet.parse(devices_list)
+    except ValueError:
+        return False
+    return not rs.default_allow and rs.allows_major("c", NVIDIA_MAJOR)
 
 
-def allows_major(rules: list[dict], major: int) -> bool:
-    """Explicit allow of a char device with this major (not the blanket 'a')."""
-    return any(r.get("type") == "c" and r.get("major") == major for r in rules)
-
-
-def snapshot_gpu_cgroups(cgroup_dir: Path, budget_s: float = 0.3,
-                         major: int = NVIDIA_MAJOR) -> dict[str, str]:
-    """{relpath: devices.list} for v1 device cgroups whose list allows `major` explicitly."""
+def snapshot_gpu_cgroups(cgroup_dir: Path, budget_s: float = 0.3) -> dict[str, str]:
+    """{relpath: devices.list} for v1 device cgroups whose list grants the NVIDIA major."""
     root = Path(cgroup_dir) / "devices"
     out: dict[str, str] = {}
     if not (root / "devices.list").is_file():
@@ -91,7 +70,7 @@ def snapshot_gpu_cgroups(cgroup_dir: Path, budget_s: float = 0.3,
         text = procfs.read_str(Path(dirpath, "devices.list"), 1 << 20)
         if text is None:
             continue
-        if allows_major(parse_rules(text), major):
+        if grants_gpus(text):
             rel = "/" + os.path.relpath(dirpath, root)
             out["/" if rel == "/." else rel] = text
     return out
@@ -103,52 +82,58 @@ def read_devices_list(cgroup_dir: Path, relpath: str) -> str | None:
 
 
 class CgroupDevices:
-    name = NAME
+    name = "cgroup_devices"
+    uses_fds = True
 
-    def __init__(self, cgroup_dir: Path, self_tgid: int | None = None,
-                 proc: Path = procfs.PROC,
-                 on_event: Callable[[str, dict], None] | None = None) -> None:
-        self.cgroup_dir = Path(cgroup_dir)
-        self.self_tgid = os.getpid() if self_tgid is None else self_tgid
-        self.proc = proc
-        self.on_event = on_event or (lambda kind, data: None)
+    def __init__(self, cfg: TraceConfig, emit: Emit, fds: FdTracker | None) -> None:
+        assert fds is not None
+        self.cgroup_dir = Path(cfg.cgroup_dir)
+        self.proc = cfg.proc
+        self.emit = emit
         self.b = None
+        self.which = {C.FDT_KIND_CG_ALLOW: "allow", C.FDT_KIND_CG_DENY: "deny"}
+        self.bpf_cmds = {C.CGDEV_BPF_PROG_ATTACH: "BPF_PROG_ATTACH",
+                         C.CGDEV_BPF_PROG_DETACH: "BPF_PROG_DETACH",
+                         C.CGDEV_BPF_LINK_CREATE: "BPF_LINK_CREATE"}
         self.opens: dict[tuple[int, int], dict] = {}   # (pid, open_id) -> open
         self.writes: list[dict] = []
         self.attaches: list[dict] = []
         self.gpu_cgroups_at_attach: dict[str, str] = {}
+        fds.subscribe(self.which, self._on_open)
 
     def cflags(self) -> list[str]:
-        return [f"-DCGDEV_SELF_TGID={self.self_tgid}"]
+        return []
 
-    def attach(self, b, tps: TracepointSet) -> None:
+    def attach(self, b, tps: TracepointSet, targets: Iterable[int]) -> bool:
         self.b = b
         b[b"cgdev_events"].open_ring_buffer(self._on_ring)
         tps.attach(TRACEPOINTS, required=REQUIRED)
         self.gpu_cgroups_at_attach = snapshot_gpu_cgroups(self.cgroup_dir)
+        return True
 
     def _resolve(self, pid: int, dfd: int, path: str) -> tuple[str, bool]:
         if path.startswith("/"):
             return os.path.normpath(path), True
-        link = "cwd" if dfd == AT_FDCWD else f"fd/{dfd}"
+        link = "cwd" if dfd == C.FDT_AT_FDCWD else f"fd/{dfd}"
         try:
             base = os.readlink(self.proc / str(pid) / link)
         except OSError:
             return path, False
         return os.path.normpath(os.path.join(base, path)), True
 
+    def _on_open(self, e) -> None:
+        path, resolved = self._resolve(e.pid, e.dfd, cstr(e.path))
+        self.opens[(e.pid, e.ts)] = {
+            "pid": e.pid, "comm": cstr(e.comm), "path": path, "resolved": resolved,
+            "which": self.which.get(e.kind, "?"), "ret": e.ret, "ts": mono_to_wall(e.ts)}
+
     def _on_ring(self, ctx, data, size) -> None:
         e = self.b[b"cgdev_events"].event(data)
         comm = cstr(e.comm)
-        if e.kind == EV_OPEN:
-            path, resolved = self._resolve(e.pid, e.dfd, cstr(e.text))
-            self.opens[(e.pid, e.open_id)] = {
-                "pid": e.pid, "comm": comm, "path": path, "resolved": resolved,
-                "which": WHICH.get(e.which, "?"), "ret": e.ret, "ts": mono_to_wall(e.ts)}
-        elif e.kind == EV_WRITE:
+        if e.kind == C.CGDEV_EV_WRITE:
             op = self.opens.get((e.pid, e.open_id)) or {}
             path = op.get("path", "")
-            if not path:  # open not seen (fd seeded? never): try the fd itself
+            if not path:  # open not seen (fd seeded before attach): try the fd itself
                 try:
                     path = os.readlink(self.proc / str(e.pid) / "fd" / str(e.fd))
                 except OSError:
@@ -157,26 +142,27 @@ class CgroupDevices:
             err = -e.ret if e.ret < 0 else 0
             cg = devices_relpath(os.path.dirname(path)) if path else None
             rec = {"pid": e.pid, "tid": e.tid, "comm": comm, "path": path,
-                   "which": WHICH.get(e.which, "?"), "text": text.rstrip("\n"),
-                   "rules": parse_rules(text), "ret": e.ret, "errno": err,
+                   "which": self.which.get(e.which, "?"), "text": text.rstrip("\n"),
+                   "ret": e.ret, "errno": err,
                    "errno_name": errno_mod.errorcode.get(err) if err else None,
-                   "cgroup": cg, "writer_cgroup": procfs.read_cgroups(e.pid, self.proc).get("devices"),
+                   "cgroup": cg,
+                   "writer_cgroup": procfs.read_cgroups(e.pid, self.proc).get("devices"),
                    "ts": mono_to_wall(e.ts)}
             self.writes.append(rec)   # ring buffer order: the order the writes were made
-            self.on_event("write", rec)
-        elif e.kind == EV_BPF:
+            self.emit("write", rec)
+        elif e.kind == C.CGDEV_EV_BPF:
             try:
                 target = os.readlink(self.proc / str(e.pid) / "fd" / str(e.fd))
             except OSError:
                 target = None
             err = -e.ret if e.ret < 0 else 0
             rec = {"pid": e.pid, "tid": e.tid, "comm": comm,
-                   "cmd": BPF_CMDS.get(e.bpf_cmd, str(e.bpf_cmd)),
+                   "cmd": self.bpf_cmds.get(e.bpf_cmd, str(e.bpf_cmd)),
                    "attach_type": "BPF_CGROUP_DEVICE", "target_fd": e.fd, "cgroup": target,
                    "flags": e.flags, "ret": e.ret, "errno": err, "ts": mono_to_wall(e.ts)}
             self.attaches.append(rec)
-            self.on_event("bpf_attach", rec)
+            self.emit("bpf_attach", rec)
 
-    def collect(self) -> dict:
-        return {"cgroup_writes": list(self.writes), "bpf_attaches": list(self.attaches),
-                "cgroup_devices": {"gpu_cgroups_at_attach": sorted(self.gpu_cgroups_at_attach)}}
+    def collect(self, out: dict, now_ns: int) -> None:
+        out.update({"cgroup_writes": list(self.writes), "bpf_attaches": list(self.attaches),
+                    "cgroup_devices": {"gpu_cgroups_at_attach": sorted(self.gpu_cgroups_at_attach)}})

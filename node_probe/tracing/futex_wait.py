@@ -6,18 +6,21 @@ captures user stacks for long waits; waits still in progress at the end are read
 map, and threads that were already asleep in futex() before the probe attached are found in
 /proc/PID/task/TID/syscall. In-progress waits get a stack scan (proctasks.symbolic_stack)
 because BPF user stacks stop at glibc. Nothing is attached when there are no targets (futex() is hot).
+Unfinished library calls of earlier loaders (out["_pending_calls"], e.g. nvml_calls) have their
+threads scanned first and get the wait and its stack attached.
 """
 from __future__ import annotations
 
 import platform
 import time
 from pathlib import Path
-from typing import Callable, Iterable
+from typing import Iterable
 
 from node_probe.host import procfs, proctasks
 from .bundle import cstr, mono_to_wall, TracepointSet
+from .fdtrack import FdTracker
+from .loader import Emit, TraceConfig
 
-NAME = "futex_wait"
 TRACEPOINTS = (("sys_enter_futex", "futex_enter"), ("sys_exit_futex", "futex_exit"))
 FUTEX_NR = {"x86_64": 202, "aarch64": 98}.get(platform.machine())
 MAX_WAITS = 500
@@ -26,15 +29,14 @@ SCAN_BUDGET_S = 0.5   # stack scans of in-progress waits (first ELF parse of a b
 
 
 class FutexWait:
-    name = NAME
+    name = "futex_wait"
+    uses_fds = False
 
-    def __init__(self, targets: Iterable[int], min_wait_s: float = 0.5,
-                 proc: Path = procfs.PROC,
-                 on_event: Callable[[str, dict], None] | None = None) -> None:
-        self.targets = sorted({int(p) for p in targets})
-        self.min_wait_s = min_wait_s
-        self.proc = proc
-        self.on_event = on_event or (lambda kind, data: None)
+    def __init__(self, cfg: TraceConfig, emit: Emit, fds: FdTracker | None) -> None:
+        self.targets: list[int] = []
+        self.min_wait_s = cfg.futex_min_s
+        self.proc = cfg.proc
+        self.emit = emit
         self.b = None
         self.waits: list[dict] = []
         self.attached = False
@@ -43,17 +45,19 @@ class FutexWait:
     def cflags(self) -> list[str]:
         return [f"-DFUTEX_MIN_NS={int(self.min_wait_s * 1e9)}ULL"]
 
-    def attach(self, b, tps: TracepointSet) -> None:
+    def attach(self, b, tps: TracepointSet, targets: Iterable[int]) -> bool:
         self.b = b
+        self.targets = sorted({int(p) for p in targets})
         self.attach_mono = time.monotonic_ns()
         if not self.targets:
-            return
+            return False
         t = b[b"futex_targets"]
         for pid in self.targets:
             t[t.Key(pid)] = t.Leaf(1)
         b[b"futex_events"].open_ring_buffer(self._on_ring)
         tps.attach(TRACEPOINTS, required=[e for e, _ in TRACEPOINTS])
         self.attached = True
+        return True
 
     def _stack(self, stack_id: int, pid: int) -> list[str]:
         if stack_id < 0:
@@ -76,12 +80,21 @@ class FutexWait:
                "ts": mono_to_wall(e.ts)}
         if len(self.waits) < MAX_WAITS:
             self.waits.append(rec)
-        self.on_event("long_wait", rec)
+        self.emit("long_wait", rec)
 
-    def collect(self, scan_tids: Iterable[tuple[int, int]] = (), now: int | None = None) -> dict:
-        """Finished long waits, plus waits in progress now. `scan_tids` are threads to stack-scan
-        first (e.g. ones inside an NVML call that has not returned)."""
-        now = time.monotonic_ns() if now is None else now
+    def collect(self, out: dict, now_ns: int) -> None:
+        """Finished long waits, plus waits in progress now; threads inside an unfinished
+        library call (out["_pending_calls"]) are stack-scanned first and get their wait."""
+        pending = out.get("_pending_calls", [])
+        out.update(self._collect([(c["pid"], c["tid"]) for c in pending], now_ns))
+        waits = {(w["pid"], w["tid"]): w for w in out["futex_waits"] if w["in_progress"]}
+        for c in pending:
+            w = waits.get((c["pid"], c["tid"]))
+            if w is not None:
+                c["futex_wait_s"] = w["wait_s"]
+                c["stack"] = w.get("stack", [])
+
+    def _collect(self, scan_tids: Iterable[tuple[int, int]], now: int) -> dict:
         waits = list(self.waits)
         in_progress: dict[tuple[int, int], dict] = {}
         if self.attached:

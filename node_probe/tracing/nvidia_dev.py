@@ -1,10 +1,11 @@
 """Loader for bpf/nvidia_dev.bpf.c: device opens (with errno) and ioctls on those fds.
 
-Why: turns the kernel side's ring buffer and maps into plain dicts for "trace.results":
-every open under the device prefix with its result and the opener's device cgroup, ioctl
-count/latency per process, fd and request, and ioctls still in flight at the end of the
-window with how long they have waited. fds opened before the probe attached are seeded from
-/proc/PID/fd so their ioctls are seen too.
+Why: turns the kernel side's ring buffers and maps into plain dicts for "trace.results":
+every open under the device prefix with its result and the opener's device cgroup (from the
+shared fd tracker), ioctl count/duration per process, fd and request, and ioctls still in
+flight at the end of the window with how long they have waited. Calls are timed with the
+kernel tick when its rate is known (ticks.py; `ioctl_clock` in the results says which clock
+and its resolution).
 """
 from __future__ import annotations
 
@@ -12,29 +13,17 @@ import errno as errno_mod
 import os
 import time
 from pathlib import Path
-from typing import Callable
+from typing import Iterable
 
 from node_probe.host import procfs
+from . import ticks
+from .abi import Constants
 from .bundle import cstr, mono_to_wall, TracepointSet
-from .sources import cstring
+from .fdtrack import FdTracker
+from .loader import Emit, TraceConfig
 
-NAME = "nvidia_dev"
-PATH_LEN = 128
-TGID_SLOTS = 65536   # NVDEV_TGID_SLOTS in the .bpf.c
-EV_OPEN, EV_SLOW_IOCTL = 1, 2
-TRACEPOINTS = (   # (syscall tracepoint, program): one program may serve several
-    ("sys_enter_openat", "nvdev_enter_open"), ("sys_exit_openat", "nvdev_exit_open"),
-    ("sys_enter_openat2", "nvdev_enter_open"), ("sys_exit_openat2", "nvdev_exit_open"),
-    ("sys_enter_open", "nvdev_enter_open_legacy"), ("sys_exit_open", "nvdev_exit_open"),
-    ("sys_enter_dup", "nvdev_enter_dup"), ("sys_exit_dup", "nvdev_exit_dup"),
-    ("sys_enter_dup2", "nvdev_enter_dup2"), ("sys_exit_dup2", "nvdev_exit_dup"),
-    ("sys_enter_dup3", "nvdev_enter_dup2"), ("sys_exit_dup3", "nvdev_exit_dup"),
-    ("sys_enter_fcntl", "nvdev_enter_fcntl"), ("sys_exit_fcntl", "nvdev_exit_dup"),
-    ("sys_enter_close", "nvdev_enter_close"),
-    ("sys_enter_ioctl", "nvdev_enter_ioctl"), ("sys_exit_ioctl", "nvdev_exit_ioctl"),
-)
-REQUIRED = ("sys_enter_openat", "sys_exit_openat", "sys_enter_ioctl", "sys_exit_ioctl",
-            "sys_enter_close")
+C = Constants("nvidia_dev")
+TRACEPOINTS = (("sys_enter_ioctl", "nvdev_enter_ioctl"), ("sys_exit_ioctl", "nvdev_exit_ioctl"))
 MAX_OPENS = 2000
 
 
@@ -43,132 +32,137 @@ def _errname(code: int) -> str:
 
 
 class NvidiaDev:
-    name = NAME
+    name = "nvidia_dev"
+    uses_fds = True
 
-    def __init__(self, dev_prefix: str = "/dev/nvidia", slow_s: float = 1.0,
-                 self_tgid: int | None = None, proc: Path = procfs.PROC,
-                 on_event: Callable[[str, dict], None] | None = None,
-                 seed_budget_s: float = 0.3) -> None:
-        if not dev_prefix or len(dev_prefix.encode()) >= PATH_LEN - 1:
-            raise ValueError(f"device prefix must be 1..{PATH_LEN - 2} bytes: {dev_prefix!r}")
-        self.prefix = dev_prefix
-        self.slow_s = slow_s
-        self.self_tgid = os.getpid() if self_tgid is None else self_tgid
-        self.proc = proc
-        self.on_event = on_event or (lambda kind, data: None)
-        self.seed_budget_s = seed_budget_s
+    def __init__(self, cfg: TraceConfig, emit: Emit, fds: FdTracker | None) -> None:
+        assert fds is not None
+        self.cfg = cfg
+        self.proc = cfg.proc
+        self.emit = emit
+        self.fds = fds
         self.b = None
         self.opens: list[dict] = []
         self.slow_ioctls: list[dict] = []
-        self.seeded = 0
         self.dropped = 0
+        self.hz = None if cfg.precise_ioctl_clock else ticks.tick_hz(cfg.host_root, cfg.proc)
+        self.unit_s = 1.0 / self.hz if self.hz else 1e-9
+        self._tick_at_attach: tuple[int, int] | None = None
+        fds.subscribe([C.FDT_KIND_NVDEV], self._on_open)
 
     def cflags(self) -> list[str]:
-        return [f"-DNVDEV_PREFIX={cstring(self.prefix)}",
-                f"-DNVDEV_SLOW_NS={int(self.slow_s * 1e9)}ULL",
-                f"-DNVDEV_SELF_TGID={self.self_tgid}"]
+        slow = max(1, round(self.cfg.ioctl_slow_s / self.unit_s))
+        return [f"-DNVDEV_SLOW={slow}ULL", *(["-DNVDEV_JIFFIES"] if self.hz else [])]
 
-    def attach(self, b, tps: TracepointSet, first_pids=()) -> None:
+    def attach(self, b, tps: TracepointSet, targets: Iterable[int]) -> bool:
         self.b = b
         b[b"nvdev_events"].open_ring_buffer(self._on_ring)
-        tps.attach(TRACEPOINTS, required=REQUIRED)
-        self.seed_open_fds(first_pids)
+        tps.attach(TRACEPOINTS, required=[e for e, _ in TRACEPOINTS])
+        return True
 
-    # -- fds opened before attach -------------------------------------------------------------
-    def seed_open_fds(self, first_pids=()) -> int:
-        """Put already-open device fds into nvdev_fds (targets first, then every process, within
-        a time budget). Attached before seeding, so no open/close falls in between unseen."""
-        fds = self.b[b"nvdev_fds"]
-        deadline = time.monotonic() + self.seed_budget_s
-        order = list(dict.fromkeys([*first_pids, *procfs.pids(self.proc)]))
-        prefix = self.prefix
-        for pid in order:
-            if time.monotonic() > deadline:
-                break
-            if pid == self.self_tgid:
-                continue
-            fd_dir = self.proc / str(pid) / "fd"
-            try:
-                names = os.listdir(fd_dir)
-            except OSError:
-                continue
-            for n in names:
-                try:
-                    target = os.readlink(fd_dir / n)
-                except OSError:
-                    continue
-                if not target.startswith(prefix):
-                    continue
-                key = fds.Key(pid, int(n))
-                leaf = fds.Leaf()
-                leaf.open_ns = 0
-                raw = target.encode()[:PATH_LEN - 1]
-                leaf.path = raw
-                fds[key] = leaf
-                slots = self.b[b"nvdev_tgid_has_fds"]
-                slots[slots.Key(pid & (TGID_SLOTS - 1))] = slots.Leaf(1)
-                self.seeded += 1
-        return self.seeded
+    # -- clock ------------------------------------------------------------------------------
+    def _clock_now(self) -> tuple[int, int]:
+        """(now in the programs' clock, CLOCK_MONOTONIC ns at that moment)."""
+        if self.hz:
+            s = ticks.sample(self.proc)
+            if s is not None:
+                return s[1], s[0]
+        now = time.monotonic_ns()
+        return now, now
 
-    # -- ring buffer ----------------------------------------------------------------------------
+    def _mono_ns(self, ts: int, clock_now: tuple[int, int]) -> int:
+        now, mono = clock_now
+        return mono - round((now - ts) * self.unit_s * 1e9)
+
+    # -- ring buffers -------------------------------------------------------------------------
+    def _on_open(self, e) -> None:
+        err = -e.ret if e.ret < 0 else 0
+        rec = {"pid": e.pid, "tid": e.tid, "comm": cstr(e.comm), "path": cstr(e.path),
+               "fd": e.ret if e.ret >= 0 else None, "ret": e.ret, "errno": err,
+               "errno_name": _errname(err) if err else None,
+               "cgroup_id": e.cgroup_id, "cgroup": procfs.read_cgroups(e.pid, self.proc),
+               "ts": mono_to_wall(e.ts)}
+        rec["device"] = _device_of(self.proc, e.pid, rec["path"])
+        if len(self.opens) < MAX_OPENS:
+            self.opens.append(rec)
+        else:
+            self.dropped += 1
+        self.emit("open", rec)
+
     def _on_ring(self, ctx, data, size) -> None:
         e = self.b[b"nvdev_events"].event(data)
-        if e.kind == EV_OPEN:
-            err = -e.ret if e.ret < 0 else 0
-            rec = {"pid": e.pid, "tid": e.tid, "comm": cstr(e.comm), "path": cstr(e.path),
-                   "fd": e.fd if e.ret >= 0 else None, "ret": e.ret, "errno": err,
-                   "errno_name": _errname(err) if err else None,
-                   "cgroup_id": e.cgroup_id, "cgroup": procfs.read_cgroups(e.pid, self.proc),
-                   "ts": mono_to_wall(e.ts)}
-            rec["device"] = _device_of(self.proc, e.pid, rec["path"])
-            if len(self.opens) < MAX_OPENS:
-                self.opens.append(rec)
-            else:
-                self.dropped += 1
-            self.on_event("open", rec)
-        elif e.kind == EV_SLOW_IOCTL:
-            rec = {"pid": e.pid, "tid": e.tid, "comm": cstr(e.comm), "fd": e.fd,
-                   "path": cstr(e.path), "request": e.cmd, "request_hex": f"0x{e.cmd:08x}",
-                   "duration_s": round(e.duration_ns / 1e9, 6), "ret": e.ret,
-                   "ts": mono_to_wall(e.ts)}
-            self.slow_ioctls.append(rec)
-            self.on_event("slow_ioctl", rec)
+        if e.kind != C.NVDEV_EV_SLOW_IOCTL:
+            return
+        clock_now = self._clock_now()
+        rec = {"pid": e.pid, "tid": e.tid, "comm": cstr(e.comm), "fd": e.fd,
+               "path": cstr(e.path), "request": e.cmd, "request_hex": f"0x{e.cmd:08x}",
+               "duration_s": round(e.duration * self.unit_s, 6), "ret": e.ret,
+               "ts": mono_to_wall(self._mono_ns(e.ts, clock_now))}
+        self.slow_ioctls.append(rec)
+        self.emit("slow_ioctl", rec)
 
-    # -- end of window --------------------------------------------------------------------------
-    def collect(self, now: int | None = None) -> dict:
-        now = time.monotonic_ns() if now is None else now
-        fds = {(k.tgid, k.fd): cstr(v.path) for k, v in self.b[b"nvdev_fds"].items()}
-        ioctls = []
+    # -- end of window ------------------------------------------------------------------------
+    def collect(self, out: dict, now_ns: int) -> None:
+        clock_now = self._clock_now()
+        tracked = self.fds.tracked()
+        paths = {k: p for k, (kind, p) in tracked.items() if kind == C.FDT_KIND_NVDEV}
         infos = {(k.tgid, k.fd, k.cmd): v for k, v in self.b[b"nvdev_statinfo"].items()}
+        acc: dict[tuple[int, int, int], list[int]] = {}   # key -> [count, total, max, errors]
+
+        def add(key, count, total, mx, errors):
+            a = acc.setdefault(key, [0, 0, 0, 0])
+            a[0] += count
+            a[1] += total
+            a[2] = max(a[2], mx)
+            a[3] += errors
+
         for k, per_cpu in self.b[b"nvdev_stats"].items():
-            count = sum(int(v.count) for v in per_cpu)
-            total = sum(int(v.total_ns) for v in per_cpu)
-            info = infos.get((k.tgid, k.fd, k.cmd))
-            ioctls.append({"pid": k.tgid, "comm": cstr(info.comm) if info else "", "fd": k.fd,
-                           "path": (cstr(info.path) if info else "") or fds.get((k.tgid, k.fd), ""),
-                           "request": k.cmd, "request_hex": f"0x{k.cmd:08x}", "count": count,
-                           "total_s": round(total / 1e9, 6),
-                           "mean_s": round(total / 1e9 / count, 9) if count else 0.0,
-                           "max_s": round(max(int(v.max_ns) for v in per_cpu) / 1e9, 6),
-                           "errors": sum(int(v.errors) for v in per_cpu)})
-        ioctls.sort(key=lambda r: (-r["max_s"], r["pid"], r["request"]))
+            add((k.tgid, k.fd, k.cmd), sum(int(v.count) for v in per_cpu),
+                sum(int(v.total) for v in per_cpu), max(int(v.max) for v in per_cpu),
+                sum(int(v.errors) for v in per_cpu))
         inflight = []
-        for k, v in self.b[b"nvdev_inflight"].items():
-            if v.ts == 0:
-                continue  # the thread's last call returned
-            pid, tid = k.value >> 32, k.value & 0xFFFFFFFF
+        for _k, t in _array_items(self.b[b"nvdev_threads"]):
+            if t.count:   # counts the thread has not flushed into nvdev_stats yet
+                add((t.acc_tgid, t.acc_fd, t.acc_cmd), int(t.count), int(t.total), int(t.max),
+                    int(t.errors))
+            if t.ts:
+                inflight.append((t.tgid, t.tid, t.fd, t.cmd, int(t.ts)))
+        for k, c in self.b[b"nvdev_inflight"].items():
+            if c.ts:
+                inflight.append((k.value >> 32, k.value & 0xFFFFFFFF, c.fd, c.cmd, int(c.ts)))
+        ioctls = []
+        for (tgid, fd, cmd), (count, total, mx, errors) in acc.items():
+            info = infos.get((tgid, fd, cmd))
+            ioctls.append({"pid": tgid, "comm": cstr(info.comm) if info else "", "fd": fd,
+                           "path": (cstr(info.path) if info else "") or paths.get((tgid, fd), ""),
+                           "request": cmd, "request_hex": f"0x{cmd:08x}", "count": count,
+                           "total_s": round(total * self.unit_s, 6),
+                           "mean_s": round(total * self.unit_s / count, 9) if count else 0.0,
+                           "max_s": round(mx * self.unit_s, 6), "errors": errors})
+        ioctls.sort(key=lambda r: (-r["max_s"], r["pid"], r["request"]))
+        waiting = []
+        for pid, tid, fd, cmd, ts in inflight:
             if not (self.proc / str(pid) / "task" / str(tid)).exists():
                 continue  # the thread died inside the call (no exit tracepoint fires then)
-            inflight.append({"pid": pid, "tid": tid,
-                             "comm": _thread_comm(self.proc, pid, tid),
-                             "fd": v.fd, "path": fds.get((pid, v.fd), ""),
-                             "request": v.cmd, "request_hex": f"0x{v.cmd:08x}",
-                             "wait_s": round((now - v.ts) / 1e9, 6)})
-        inflight.sort(key=lambda r: -r["wait_s"])
-        return {"opens": list(self.opens), "ioctls": ioctls, "ioctls_inflight": inflight,
-                "ioctls_slow": list(self.slow_ioctls),
-                "nvidia_dev": {"prefix": self.prefix, "seeded_fds": self.seeded,
-                               "tracked_fds": len(fds), "opens_dropped": self.dropped}}
+            waiting.append({"pid": pid, "tid": tid, "comm": _thread_comm(self.proc, pid, tid),
+                            "fd": fd, "path": paths.get((pid, fd), ""),
+                            "request": cmd, "request_hex": f"0x{cmd:08x}",
+                            "wait_s": round(max(0, clock_now[0] - ts) * self.unit_s, 6)})
+        waiting.sort(key=lambda r: -r["wait_s"])
+        out.update({"opens": list(self.opens), "ioctls": ioctls, "ioctls_inflight": waiting,
+                    "ioctls_slow": list(self.slow_ioctls),
+                    "nvidia_dev": {"prefix": self.fds.prefix, "seeded_fds": self.fds.seeded,
+                                   "tracked_fds": len(paths), "opens_dropped": self.dropped,
+                                   "ioctl_clock": {"source": "jiffies" if self.hz else "ktime",
+                                                   "resolution_s": self.unit_s}}})
+
+
+def _array_items(table):
+    """Entries of a BPF array in one syscall where the kernel allows (5.6+), else one by one."""
+    try:
+        return list(table.items_lookup_batch())
+    except Exception:
+        return list(table.items())
 
 
 def _thread_comm(proc: Path, pid: int, tid: int) -> str:

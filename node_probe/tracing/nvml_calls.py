@@ -9,15 +9,15 @@ through /proc/PID/root, for that pid only.
 from __future__ import annotations
 
 import re
-import time
 from pathlib import Path
-from typing import Callable, Iterable
+from typing import Iterable
 
 from node_probe.host import hostfs, procfs
 from ..checks.nvml import LIB_DIRS   # where a driver's libnvidia-ml.so.1 lives, one list
-from .bundle import cstr, mono_to_wall
+from .bundle import cstr, mono_to_wall, TracepointSet
+from .fdtrack import FdTracker
+from .loader import Emit, TraceConfig
 
-NAME = "nvml_calls"
 FUNCS = {1: "nvmlInit_v2", 2: "nvmlInit", 3: "nvmlInitWithFlags"}
 ENTRY_FN = {"nvmlInit_v2": "nvml_enter_init_v2", "nvmlInit": "nvml_enter_init",
             "nvmlInitWithFlags": "nvml_enter_init_with_flags"}
@@ -49,13 +49,13 @@ def find_library(pid: int, proc: Path = procfs.PROC) -> tuple[str | None, str | 
 
 
 class NvmlCalls:
-    name = NAME
+    name = "nvml_calls"
+    uses_fds = False
 
-    def __init__(self, targets: Iterable[int], proc: Path = procfs.PROC,
-                 on_event: Callable[[str, dict], None] | None = None) -> None:
-        self.targets = sorted({int(p) for p in targets})
-        self.proc = proc
-        self.on_event = on_event or (lambda kind, data: None)
+    def __init__(self, cfg: TraceConfig, emit: Emit, fds: FdTracker | None) -> None:
+        self.targets: list[int] = []
+        self.proc = cfg.proc
+        self.emit = emit
         self.b = None
         self.calls: list[dict] = []
         self.attachments: list[dict] = []
@@ -64,10 +64,11 @@ class NvmlCalls:
     def cflags(self) -> list[str]:
         return []
 
-    def attach(self, b) -> None:
+    def attach(self, b, tps: TracepointSet, targets: Iterable[int]) -> bool:
         self.b = b
+        self.targets = sorted({int(p) for p in targets})
         if not self.targets:
-            return
+            return False
         b[b"nvml_events"].open_ring_buffer(self._on_ring)
         for pid in self.targets:
             inner, path, how = find_library(pid, self.proc)
@@ -87,6 +88,7 @@ class NvmlCalls:
                     rec["errors"].append(f"{func}: {exc}")
             if rec["functions"]:
                 self._libs[pid] = inner
+        return bool(self._libs)
 
     @property
     def attached_pids(self) -> list[int]:
@@ -98,17 +100,17 @@ class NvmlCalls:
         if e.kind == EV_ENTER:
             rec = {"pid": e.pid, "tid": e.tid, "comm": cstr(e.comm), "func": func,
                    "library": self._libs.get(e.pid), "ts": mono_to_wall(e.ts)}
-            self.on_event("entered", rec)
+            self.emit("entered", rec)
         elif e.kind == EV_RETURN:
             rec = {"pid": e.pid, "tid": e.tid, "comm": cstr(e.comm), "func": func,
                    "library": self._libs.get(e.pid), "returned": True,
                    "duration_s": round(e.duration_ns / 1e9, 6), "ret": e.ret,
                    "ts": mono_to_wall(e.ts)}
             self.calls.append(rec)
-            self.on_event("returned", rec)
+            self.emit("returned", rec)
 
-    def collect(self, now: int | None = None) -> dict:
-        now = time.monotonic_ns() if now is None else now
+    def collect(self, out: dict, now_ns: int) -> None:
+        now = now_ns
         calls = list(self.calls)
         if self.targets:
             for k, v in self.b[b"nvml_entered"].items():
@@ -121,4 +123,5 @@ class NvmlCalls:
                               "library": self._libs.get(pid), "returned": False,
                               "duration_s": round((now - v.ts) / 1e9, 6),
                               "ts": mono_to_wall(v.ts)})
-        return {"nvml_calls": calls, "nvml_attachments": self.attachments}
+        out.update({"nvml_calls": calls, "nvml_attachments": self.attachments})
+        out.setdefault("_pending_calls", []).extend(c for c in calls if not c["returned"])

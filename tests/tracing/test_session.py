@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from node_probe.tracing import bundle, sources
+from node_probe.tracing.loader import TraceConfig
 from node_probe.tracing.session import PROGRAMS, TraceSession
 from tests.tracing.conftest import build_helper
 
@@ -29,8 +30,9 @@ def session_for(tmp_path):
     made = []
 
     def make(**kw) -> TraceSession:
-        s = TraceSession(dev_prefix=kw.pop("dev_prefix", str(tmp_path / "nvidia")),
-                         cgroup_dir=Path("/sys/fs/cgroup"), tracefs=TRACEFS, **kw)
+        cfg = TraceConfig(dev_prefix=kw.pop("dev_prefix", str(tmp_path / "nvidia")),
+                          cgroup_dir=Path("/sys/fs/cgroup"))
+        s = TraceSession(cfg, tracefs=TRACEFS, **kw)
         made.append(s)
         s.compile()
         return s
@@ -42,8 +44,9 @@ def session_for(tmp_path):
 
 @pytest.mark.parametrize("name", PROGRAMS)
 def test_each_program_compiles_on_its_own(bcc_ready, name):
+    """Alone in its compile unit, without any -D option (the headers it includes pasted in)."""
     from bcc import BPF
-    b = BPF(src_file=str(sources.source_path(name)).encode(), cflags=["-w"])
+    b = BPF(text=sources.unit_text([name]).encode(), cflags=["-w"])
     try:
         assert b.load_funcs()  # and the verifier accepts every program in it
     finally:
@@ -205,7 +208,7 @@ def test_legacy_open_syscall_is_traced(bcc_ready, children, session_for, tmp_pat
     pid = int(child.expect("ready").split()[1])
     s = session_for()
     s.attach()
-    assert ("sys_enter_open", "nvdev_enter_open_legacy") in [(e, f) for e, f, _ in s.tps.attached]
+    assert ("sys_enter_open", "fdt_enter_open_legacy") in [(e, f) for e, f, _ in s.tps.attached]
     child.send()
     fd = int(child.expect("fd").split()[1])
     s.poll(time.monotonic() + 0.3)
@@ -243,3 +246,62 @@ def test_rule_writes_relative_to_a_directory_fd_resolve(bcc_ready, children, dev
     assert [(w["which"], w["text"], w["cgroup"], w["ret"]) for w in mine] == [
         ("deny", "a", "/" + cg.name, 1), ("allow", "c 1:3 rwm", "/" + cg.name, 9)]
     assert mine[0]["path"] == str(cg / "devices.deny")
+
+
+def test_each_syscall_tracepoint_runs_one_program(bcc_ready, session_for):
+    """One fd tracker for all programs: openat/close/dup*/fcntl run ONE prefilter, not one per
+    program (nvidia_dev and cgroup_devices used to attach 15 tracepoints each)."""
+    from collections import Counter
+    s = session_for(targets=[os.getpid()])
+    s.attach()
+    per_event = Counter(e for e, _f, _fd in s.tps.attached)
+    assert per_event and max(per_event.values()) == 1, per_event
+
+
+REUSE = r"""
+import array, fcntl, os, sys, termios
+buf = array.array("i", [0])
+print("ready", flush=True)
+sys.stdin.readline()
+fd = os.open(sys.argv[1], os.O_RDONLY)                 # tracked
+for _ in range(3): fcntl.ioctl(fd, termios.FIONREAD, buf)
+os.close(fd)
+fd2 = os.open(sys.argv[2], os.O_RDONLY)                # untracked, same fd number
+assert fd2 == fd, (fd, fd2)
+for _ in range(5): fcntl.ioctl(fd2, termios.FIONREAD, buf)
+t = os.open(sys.argv[1], os.O_RDONLY)                  # tracked again ...
+for _ in range(2): fcntl.ioctl(t, termios.FIONREAD, buf)
+u = os.open(sys.argv[2], os.O_RDONLY)
+os.dup2(u, t)                                          # ... then replaced by dup2
+for _ in range(7): fcntl.ioctl(t, termios.FIONREAD, buf)
+print("done", fd, t, flush=True)
+sys.stdin.readline()
+"""
+
+
+def test_fd_reused_after_close_or_dup2_is_not_counted(bcc_ready, children, session_for, tmp_path):
+    """The per-thread "this fd is a device fd" cache must not outlive the fd: counts stop at
+    close() and at dup2() of another file onto it."""
+    dev = tmp_path / "nvidiactl"
+    dev.write_bytes(b"x")
+    other = tmp_path / "plain"
+    other.write_bytes(b"y")
+    child = children([sys.executable, "-c", REUSE, str(dev), str(other)])
+    child.expect("ready")
+    s = session_for()
+    s.attach()
+    child.send()
+    _, fd, t = child.expect("done").split()
+    s.poll(time.monotonic() + 0.3)
+    r = s.collect()
+    mine = sorted((x["fd"], x["count"], x["path"]) for x in r["ioctls"]
+                  if x["pid"] == child.proc.pid)
+    assert mine == sorted([(int(fd), 3, str(dev)), (int(t), 2, str(dev))]), mine
+
+
+def test_ioctl_clock_is_reported_with_its_resolution(bcc_ready, session_for):
+    s = session_for()
+    s.attach()
+    clock = s.collect()["nvidia_dev"]["ioctl_clock"]
+    assert clock["source"] in ("jiffies", "ktime")
+    assert 0 < clock["resolution_s"] <= 0.01

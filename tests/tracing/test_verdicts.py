@@ -3,8 +3,9 @@ from __future__ import annotations
 
 import errno
 
-from node_probe.tracing import verdicts
-from node_probe.tracing.cgroup_devices import allows_major, devices_relpath, parse_rules
+from node_probe.checks import _trace_verdicts as verdicts
+from node_probe.host.cgroup_rules import parse_lines
+from node_probe.tracing.cgroup_devices import devices_relpath, grants_gpus
 
 
 def _open(pid, path, err, comm="cuda-app", cg="/kubepods/pod1/c1"):
@@ -28,7 +29,7 @@ def test_eperm_is_a_denial_and_enxio_is_not():
 
 
 def _w(which, text, pid=50, comm="runc", cg="/kubepods/pod1/c1", ret=None):
-    return {"pid": pid, "comm": comm, "which": which, "text": text, "rules": parse_rules(text),
+    return {"pid": pid, "comm": comm, "which": which, "text": text,
             "ret": len(text) if ret is None else ret, "cgroup": cg, "path": "", "ts": 1.0}
 
 
@@ -92,9 +93,12 @@ def test_stall_severity_depends_on_target_and_threshold():
 
 
 def test_rules_parsing_and_devices_paths():
-    rules = parse_rules("a *:* rwm\nc 195:* rwm\nc 1:3 r\nb 8:0 m\na\n")
-    assert [r["type"] for r in rules] == ["a", "c", "c", "b", "a"]
-    assert allows_major(rules, 195) and not allows_major(parse_rules("a *:* rwm"), 195)
+    rules = parse_lines("a *:* rwm\nc 195:* rwm\nc 1:3 r\nb 8:0 m\na\nnot a rule\n")
+    assert [r.kind for r in rules] == ["a", "c", "c", "b", "a"]
+    # a GPU container at attach: an exception of its own for 195 with open access; the
+    # default-allow root (or a privileged container) is not evidence of one
+    assert grants_gpus("c 1:3 rwm\nc 195:* rwm\n") and grants_gpus("c 195:0 rw\n")
+    assert not grants_gpus("a *:* rwm\n") and not grants_gpus("c 195:* m\n")
     assert devices_relpath("/sys/fs/cgroup/devices/kubepods/pod1/c1") == "/kubepods/pod1/c1"
     assert devices_relpath("/host/sys/fs/cgroup/cpuset,devices/x") == "/x"
     assert devices_relpath("/sys/fs/cgroup/devices") == "/"
@@ -113,3 +117,25 @@ def test_eperm_names_the_container_from_the_fact():
     found = verdicts.eperm_findings([_open(10, "/dev/nvidia-uvm", errno.EPERM)], fact)
     assert "ml/trainer-0 container main" in found[0].title
     assert found[0].evidence["container"]["pod"] == "trainer-0"
+
+
+def test_rewrite_verdict_reads_rules_as_the_kernel_does():
+    """The two inputs the old private regex got backwards: after a rewrite to 'a *:* rwm' the
+    NVIDIA major IS allowed (default allow), after 'c 195:* m' it is NOT (mknod only)."""
+    gpu = ["/kubepods/pod1/c1"]
+    to_all = [_w("deny", "a"), _w("allow", "a *:* rwm")]
+    assert verdicts.rewrite_findings(to_all, gpu, None, _never) == []
+    mknod_only = [_w("deny", "a"), _w("allow", "c 195:* m")]
+    found = verdicts.rewrite_findings(mknod_only, gpu, None, _never)
+    assert len(found) == 1 and found[0].id == "cgroup.device_rules_rewritten"
+    # and what the kernel then shows in devices.list decides the same way
+    assert verdicts.rewrite_findings(mknod_only, gpu, None, lambda rel: "c 195:* m\n")
+    assert verdicts.rewrite_findings(mknod_only, gpu, None, lambda rel: "a *:* rwm\n") == []
+    # a deny of mknod alone takes no open access away; a deny of read does
+    assert verdicts.rewrite_findings([_w("deny", "c 195:* m")], gpu, None, _never) == []
+    assert len(verdicts.rewrite_findings([_w("deny", "c 195:* r")], gpu, None, _never)) == 1
+
+
+def test_every_loader_has_a_verdict_and_live_events_name_no_unknown_program():
+    from node_probe.tracing.session import LOADERS
+    assert [c.name for c in LOADERS] == list(verdicts.VERDICTS)

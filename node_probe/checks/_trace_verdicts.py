@@ -1,18 +1,23 @@
-"""Turn one trace window's results into findings (no BPF here: plain dicts in, Findings out).
+"""Verdicts of the trace window, one per probe: live events and findings from its results.
 
-Why separate from the loaders: the rules (an EPERM open is a denial, ENXIO is not; a rewrite
-matters only for a GPU container and only if it dropped the NVIDIA major; an ioctl is stalled
-when it has waited longer than a threshold) are the product's judgement and are tested on
-their own, with recorded results as input.
+Why here and not in node_probe/tracing: the rules (an EPERM open is a denial, ENXIO is not; a
+rewrite matters only for a GPU container and only if it took the NVIDIA major away; an ioctl is
+stalled when it has waited longer than a threshold) are the product's judgement, tested on
+recorded results without BPF; tracing/ only loads programs and returns plain dicts. Each probe
+of tracing.session.LOADERS has one Verdict here, registered with @verdict("<loader name>"), so
+the `trace` check never names a probe. Device cgroup rules are read with host/cgroup_rules (the
+one grammar, the kernel's semantics).
 """
 from __future__ import annotations
 
+import dataclasses
 import errno
 from collections import OrderedDict
-from typing import Any, Iterable, Mapping
+from typing import Any, Callable, Iterable, Mapping
 
+from node_probe.host.cgroup_rules import RuleSet, parse_lines
+from node_probe.host.nvidia_devices import NVIDIA_MAJOR
 from node_probe.protocol import catalog
-from .cgroup_devices import NVIDIA_MAJOR, allows_major, parse_rules
 
 EPERM_REFS = (
     "https://github.com/NVIDIA/k8s-device-plugin/issues/222",
@@ -143,6 +148,32 @@ def _gpu_container(containers: Iterable[Mapping[str, Any]] | None, cgroup: str):
     return None, False
 
 
+EARLIER = f"an earlier write in the window allowed major {NVIDIA_MAJOR}"
+OPEN_ACCESS = "rw"   # what opening a device node for CUDA/NVML (O_RDWR) needs
+
+
+def grants_nvidia(rules) -> bool:
+    """A devices.allow write of these rules lets the cgroup open NVIDIA devices again: 'a'
+    (default allow) or an exception for major 195 (or any) with read and write access. A rule
+    with only 'm' (mknod) does not."""
+    return any(r.kind in ("a", "c") and r.major in (None, NVIDIA_MAJOR)
+               and frozenset(OPEN_ACCESS) <= r.access for r in rules)
+
+
+def revokes_nvidia(rules) -> bool:
+    """A devices.deny write of these rules takes NVIDIA open access away: 'a' (reset to deny
+    all) or an exception naming major 195 (or any) with read or write."""
+    return any(r.kind == "a" or (r.kind == "c" and r.major in (None, NVIDIA_MAJOR)
+                                 and bool(frozenset(OPEN_ACCESS) & r.access)) for r in rules)
+
+
+def _list_allows_nvidia(devices_list: str) -> bool:
+    try:
+        return RuleSet.parse(devices_list).allows_major("c", NVIDIA_MAJOR, OPEN_ACCESS)
+    except ValueError:
+        return False
+
+
 def rewrite_findings(writes: list[Mapping[str, Any]], gpu_cgroups_at_attach: Iterable[str],
                      containers: Iterable[Mapping[str, Any]] | None,
                      read_list) -> list:
@@ -160,7 +191,7 @@ def rewrite_findings(writes: list[Mapping[str, Any]], gpu_cgroups_at_attach: Ite
         container, fact_gpu = _gpu_container(containers, cg)
         gpu_evidence = []
         if cg in at_attach:
-            gpu_evidence.append("its devices.list allowed major 195 when tracing started")
+            gpu_evidence.append(f"its devices.list allowed major {NVIDIA_MAJOR} when tracing started")
         if fact_gpu:
             gpu_evidence.append("the containers fact marks it as a GPU container")
         removal = None        # the write that removed NVIDIA access
@@ -168,19 +199,19 @@ def rewrite_findings(writes: list[Mapping[str, Any]], gpu_cgroups_at_attach: Ite
         for w in ws:
             if w.get("ret", 0) < 0:
                 continue  # a rejected write changes nothing
-            rules = w.get("rules") or parse_rules(w.get("text", ""))
+            rules = parse_lines(w.get("text", ""))
             if w.get("which") == "allow":
-                if allows_major(rules, NVIDIA_MAJOR):
+                if grants_nvidia(rules):
                     allowed_after = True
-                    if removal is None and "an earlier write in the window allowed major 195" not in gpu_evidence:
-                        gpu_evidence.append("an earlier write in the window allowed major 195")
+                    if removal is None and EARLIER not in gpu_evidence:
+                        gpu_evidence.append(EARLIER)
             elif w.get("which") == "deny":
-                if any(r.get("type") == "a" for r in rules) or allows_major(rules, NVIDIA_MAJOR):
+                if revokes_nvidia(rules):
                     removal, allowed_after = w, False
         if removal is None or allowed_after or not gpu_evidence:
             continue
         now = read_list(cg) if cg.startswith("/") else None
-        if now is not None and allows_major(parse_rules(now), NVIDIA_MAJOR):
+        if now is not None and _list_allows_nvidia(now):
             continue  # access came back through a path we did not see
         writers = list(OrderedDict(((w["pid"], w["comm"]), None) for w in ws))
         subject = (f"container {str(container.get('container_id', ''))[:13]} "
@@ -188,7 +219,7 @@ def rewrite_findings(writes: list[Mapping[str, Any]], gpu_cgroups_at_attach: Ite
         who = ", ".join(f"{c} (pid {p})" for p, c in writers)
         out.append(catalog.make(
             "cgroup.device_rules_rewritten", "critical", subject,
-            f"{who} rewrote the device rules of {cg} without the NVIDIA devices (major 195)",
+            f"{who} rewrote the device rules of {cg} without the NVIDIA devices (major {NVIDIA_MAJOR})",
             evidence={"cgroup": cg, "writers": [{"pid": p, "comm": c} for p, c in writers],
                       "writes": [{"which": w["which"], "text": w["text"], "pid": w["pid"],
                                   "comm": w["comm"], "ret": w.get("ret"), "ts": w.get("ts")}
@@ -215,3 +246,121 @@ def unavailable_finding(missing: list[str], remedies: list[str], detail: Mapping
         remediation="To enable tracing: " + "; ".join(remedies) if remedies else "",
         refs=("https://github.com/iovisor/bcc/blob/master/INSTALL.md",
               "https://docs.kernel.org/trace/ftrace.html"))
+
+
+# -- one Verdict per probe ------------------------------------------------------------------
+
+@dataclasses.dataclass
+class Inputs:
+    """What a verdict may use besides its probe's results."""
+    results: Mapping[str, Any]
+    stall_s: float
+    targets: list[int]
+    containers: Callable[[], Any]          # the containers fact (waited for on first call)
+    read_list: Callable[[str], str | None]  # a v1 cgroup's devices.list now, by relpath
+    event: Callable[..., None]              # (name, subject, message, **data): a live event
+
+
+class Verdict:
+    """Live events while the window is open, findings once it is read out."""
+    program = ""
+
+    def live(self, kind: str, rec: dict, state: dict) -> tuple[str, str, str] | None:
+        """(event name, subject, message) for a record as it arrives, or None. `state` is
+        shared by all verdicts of one window."""
+        return None
+
+    def findings(self, inp: Inputs) -> Iterable:
+        return ()
+
+
+VERDICTS: dict[str, Verdict] = {}
+
+
+def verdict(program: str):
+    """Register the Verdict of the loader named `program` (tracing.session.LOADERS)."""
+    def deco(cls):
+        v = cls()
+        v.program = program
+        VERDICTS[program] = v
+        return cls
+    return deco
+
+
+def _actor(rec: Mapping[str, Any]) -> str:
+    return f"pid {rec.get('pid')} ({rec.get('comm', '')})"
+
+
+@verdict("nvidia_dev")
+class _NvidiaDev(Verdict):
+    def live(self, kind, r, state):
+        if kind == "open" and r["errno"] == errno.EPERM:
+            return "nvidia.open_denied", _actor(r), f"open({r['path']}) = EPERM"
+        if kind == "slow_ioctl":
+            return ("ioctl.slow", _actor(r),
+                    f"ioctl {r['request_hex']} on {r['path']} took {r['duration_s']:.2f}s")
+        return None
+
+    def findings(self, inp):
+        opens = inp.results.get("opens", [])
+        containers = (inp.containers() if any(o.get("errno") == errno.EPERM for o in opens)
+                      else None)
+        yield from eperm_findings(opens, containers)
+        yield from stall_findings(inp.results.get("ioctls_inflight", []),
+                                  inp.results.get("ioctls", []), inp.stall_s,
+                                  critical_pids=inp.targets)
+
+
+@verdict("cgroup_devices")
+class _CgroupDevices(Verdict):
+    def live(self, kind, r, state):
+        if kind == "write":
+            return ("cgroup.device_rule_write", _actor(r),
+                    f"wrote {r['text']!r} to {r['path'] or 'devices.' + r['which']}"
+                    + (f" ({r['errno_name']})" if r.get("errno") else ""))
+        if kind == "bpf_attach":
+            return ("cgroup.device_prog_attach", _actor(r),
+                    f"{r['cmd']} BPF_CGROUP_DEVICE on {r['cgroup'] or 'fd ' + str(r['target_fd'])}")
+        return None
+
+    def findings(self, inp):
+        writes = inp.results.get("cgroup_writes", [])
+        if not writes:
+            return
+        at_attach = (inp.results.get("cgroup_devices") or {}).get("gpu_cgroups_at_attach", [])
+        yield from rewrite_findings(writes, at_attach, inp.containers(), inp.read_list)
+
+
+@verdict("nvml_calls")
+class _NvmlCalls(Verdict):
+    def live(self, kind, r, state):
+        inside = state.setdefault("in_nvml", set())   # threads inside an NVML init call
+        who = f"{_actor(r)} tid {r['tid']}"
+        if kind == "entered":
+            inside.add((r["pid"], r["tid"]))
+            return "nvml.entered", who, f"entered {r['func']}"
+        if kind == "returned":
+            inside.discard((r["pid"], r["tid"]))
+            return "nvml.returned", who, f"{r['func']} returned {r['ret']} after {r['duration_s']:.3f}s"
+        return None
+
+    def findings(self, inp):
+        for c in inp.results.get("nvml_calls", []):
+            if not c["returned"]:
+                futex = (f", thread asleep in futex() for {c['futex_wait_s']:.2f}s"
+                         if "futex_wait_s" in c else "")
+                inp.event("nvml.call_blocked", f"pid {c['pid']} ({c['comm']}) tid {c['tid']}",
+                          f"{c['func']} entered {c['duration_s']:.2f}s ago and has not returned"
+                          + futex, **c)
+        return ()
+
+
+@verdict("futex_wait")
+class _FutexWait(Verdict):
+    def live(self, kind, r, state):
+        # Idle runtime threads (Go's) sleep in futex all the time: live only when the thread
+        # is inside an NVML call; every long wait is in trace.results anyway.
+        if kind == "long_wait" and (r["pid"], r["tid"]) in state.get("in_nvml", ()):
+            return ("futex.long_wait", f"{_actor(r)} tid {r['tid']}",
+                    f"futex wait of {r['wait_s']:.2f}s inside an NVML call")
+        return None
