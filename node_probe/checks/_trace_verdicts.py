@@ -16,6 +16,7 @@ from collections import OrderedDict
 from typing import Any, Callable, Iterable, Mapping
 
 from node_probe.host.cgroup_rules import RuleSet, parse_lines
+from node_probe.engine.facts import ContainerList
 from node_probe.host.nvidia_devices import NVIDIA_MAJOR
 from node_probe.protocol import catalog
 
@@ -36,30 +37,26 @@ STALL_REFS = (
     "https://github.com/NVIDIA/go-nvml/issues/152",
     "https://github.com/kubernetes/kubernetes/issues/117435",
 )
-GPU_KEYS = ("gpu", "is_gpu", "gpus", "gpu_devices", "nvidia_devices", "expected_devices",
-            "nvidia_visible_devices")
+EVIDENCE_KEYS = ("namespace", "pod", "container", "pod_uid", "container_id", "cgroup_path")
 
 
-def _container_of(containers, pid: int, cgroup: str | None):
-    """The containers-fact entry holding this pid (or this devices cgroup), if any."""
-    for c in containers or ():
-        if pid in (c.get("pids") or ()):
-            return c
-    if cgroup:
-        return _gpu_container(containers, cgroup)[0]
-    return None
+def _container_of(containers: ContainerList | None, pid: int, cgroup: str | None):
+    """The container holding this pid (or this devices cgroup), if any."""
+    if containers is None:
+        return None
+    return containers.by_pid(pid) or containers.by_cgroup(cgroup)
 
 
 def _who(container) -> str:
-    if not container:
+    if container is None:
         return ""
-    if container.get("pod"):
-        return (f" in {container.get('namespace') or '?'}/{container['pod']}"
-                f" container {container.get('container') or '?'}")
-    return f" in container {str(container.get('container_id', ''))[:13]}"
+    if container.meta.get("pod"):
+        return f" in {container.pod_label} container {container.meta.get('container') or '?'}"
+    return f" in container {container.ref.container_id[:13]}"
 
 
-def eperm_findings(opens: Iterable[Mapping[str, Any]], containers=None) -> list:
+def eperm_findings(opens: Iterable[Mapping[str, Any]],
+                   containers: ContainerList | None = None) -> list:
     """container.nvidia_eperm: one finding per process whose device opens failed with EPERM."""
     by_pid: "OrderedDict[int, list]" = OrderedDict()
     for o in opens:
@@ -82,9 +79,8 @@ def eperm_findings(opens: Iterable[Mapping[str, Any]], containers=None) -> list:
             f"{comm} (pid {pid}){_who(container)} was denied {names} by its device cgroup "
             f"({len(items)} EPERM open{'s' if len(items) != 1 else ''})",
             evidence={"pid": pid, "comm": comm, "errno": errno.EPERM,
-                      **({"container": {k: container.get(k) for k in (
-                          "namespace", "pod", "container", "pod_uid", "container_id",
-                          "cgroup_path")}} if container else {}),
+                      **({"container": {k: container.to_fact().get(k) for k in EVIDENCE_KEYS}}
+                         if container is not None else {}),
                       "count": len(items), "devices": list(devices.values()),
                       "cgroup": cg, "cgroup_id": items[0].get("cgroup_id"),
                       "tids": sorted({o["tid"] for o in items}),
@@ -135,19 +131,6 @@ def stall_findings(inflight: Iterable[Mapping[str, Any]], ioctls: Iterable[Mappi
     return out
 
 
-def _gpu_container(containers: Iterable[Mapping[str, Any]] | None, cgroup: str):
-    """(container entry or None, is it a GPU container per the fact?) for a devices relpath."""
-    if not cgroup or cgroup == "/":
-        return None, False
-    for c in containers or ():
-        for key in ("cgroup_rel", "cgroup_path"):
-            rel = str(c.get(key) or "").rstrip("/")
-            if rel and rel != "/" and (cgroup == rel or cgroup.endswith(rel)
-                                       or rel.endswith(cgroup)):
-                return c, any(c.get(k) for k in GPU_KEYS)
-    return None, False
-
-
 EARLIER = f"an earlier write in the window allowed major {NVIDIA_MAJOR}"
 OPEN_ACCESS = "rw"   # what opening a device node for CUDA/NVML (O_RDWR) needs
 
@@ -175,7 +158,7 @@ def _list_allows_nvidia(devices_list: str) -> bool:
 
 
 def rewrite_findings(writes: list[Mapping[str, Any]], gpu_cgroups_at_attach: Iterable[str],
-                     containers: Iterable[Mapping[str, Any]] | None,
+                     containers: ContainerList | None,
                      read_list) -> list:
     """cgroup.device_rules_rewritten: a GPU container's device rules reset ("a" denied) or the
     NVIDIA major denied, and not allowed again afterwards in the window.
@@ -188,7 +171,8 @@ def rewrite_findings(writes: list[Mapping[str, Any]], gpu_cgroups_at_attach: Ite
         by_cg.setdefault(key, []).append(w)
     out = []
     for cg, ws in by_cg.items():
-        container, fact_gpu = _gpu_container(containers, cg)
+        container = containers.by_cgroup(cg) if containers is not None else None
+        fact_gpu = container is not None and container.is_gpu
         gpu_evidence = []
         if cg in at_attach:
             gpu_evidence.append(f"its devices.list allowed major {NVIDIA_MAJOR} when tracing started")
@@ -214,8 +198,8 @@ def rewrite_findings(writes: list[Mapping[str, Any]], gpu_cgroups_at_attach: Ite
         if now is not None and _list_allows_nvidia(now):
             continue  # access came back through a path we did not see
         writers = list(OrderedDict(((w["pid"], w["comm"]), None) for w in ws))
-        subject = (f"container {str(container.get('container_id', ''))[:13]} "
-                   f"(pod {container.get('pod_uid', '?')})" if container else f"cgroup {cg}")
+        subject = (f"container {container.ref.container_id[:13]} (pod {container.ref.pod_uid})"
+                   if container is not None else f"cgroup {cg}")
         who = ", ".join(f"{c} (pid {p})" for p, c in writers)
         out.append(catalog.make(
             "cgroup.device_rules_rewritten", "critical", subject,
@@ -225,7 +209,7 @@ def rewrite_findings(writes: list[Mapping[str, Any]], gpu_cgroups_at_attach: Ite
                                   "comm": w["comm"], "ret": w.get("ret"), "ts": w.get("ts")}
                                  for w in ws],
                       "gpu_evidence": gpu_evidence, "devices_list_now": now,
-                      "container": dict(container) if container else None},
+                      "container": container.to_fact() if container is not None else None},
             remediation=(
                 "Something (usually the runtime, on behalf of kubelet's CPU manager or a systemd "
                 "daemon-reload) rewrote this container's device allow-list from the container "
@@ -256,7 +240,7 @@ class Inputs:
     results: Mapping[str, Any]
     stall_s: float
     targets: list[int]
-    containers: Callable[[], Any]          # the containers fact (waited for on first call)
+    containers: Callable[[], ContainerList | None]   # the fact, waited for on first call
     read_list: Callable[[str], str | None]  # a v1 cgroup's devices.list now, by relpath
     event: Callable[..., None]              # (name, subject, message, **data): a live event
 

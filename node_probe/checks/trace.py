@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import time
 
-from node_probe.engine.context import FactUnavailable
+from node_probe.engine.facts import CONTAINERS, DEVICEPLUGIN_TARGETS, TRACE_READY, TRACE_RESULTS
 from node_probe.engine.registry import check
 from ..tracing import bcc_env
 from ..tracing.cgroup_devices import read_devices_list
@@ -55,28 +55,26 @@ class _Events:
 
 
 def _plugin_targets(ctx, wait_s: float) -> list[dict]:
-    try:
-        value = ctx.wait_for("deviceplugin.targets", timeout=max(0.0, wait_s))
-    except FactUnavailable:
-        return []
-    return [t for t in (value or []) if isinstance(t, dict) and t.get("pid")]
+    targets = ctx.fact(DEVICEPLUGIN_TARGETS, timeout=max(0.0, wait_s), default=())
+    return [t.to_dict() for t in targets if t.pid]
 
 
 @check("trace", title="eBPF: NVIDIA device opens/ioctls, device cgroup rules, futex waits, NVML init",
-       timeout_s=10.0, provides=("trace.ready", "trace.results"), uses_trace_window=True)
+       timeout_s=10.0, provides=(TRACE_READY, TRACE_RESULTS),
+       uses=(DEVICEPLUGIN_TARGETS, CONTAINERS), uses_trace_window=True)
 def trace_check(ctx):
     opts = ctx.options
     started = time.monotonic()
     if opts.trace_s <= 0:
-        ctx.publish("trace.ready", {"available": False, "probes": [], "target_pids": [],
+        ctx.publish(TRACE_READY, {"available": False, "probes": [], "target_pids": [],
                                     "reason": "disabled"})
-        ctx.publish("trace.results", _empty_results("disabled"))
+        ctx.publish(TRACE_RESULTS, _empty_results("disabled"))
         return
     env = bcc_env.check(opts.host_root, ctx.log)
     if not env.ok:
-        ctx.publish("trace.ready", {"available": False, "probes": [], "target_pids": [],
+        ctx.publish(TRACE_READY, {"available": False, "probes": [], "target_pids": [],
                                     "reason": "; ".join(env.missing)})
-        ctx.publish("trace.results", _empty_results("unavailable", missing=env.missing))
+        ctx.publish(TRACE_RESULTS, _empty_results("unavailable", missing=env.missing))
         yield verdicts.unavailable_finding(env.missing, env.remedies,
                                   {"kernel_release": env.kernel_release, "tracefs": env.tracefs})
         return
@@ -100,10 +98,10 @@ def trace_check(ctx):
             probes = session.attach()
         except Exception as exc:
             reason = f"{type(exc).__name__}: {exc}"
-            ctx.publish("trace.ready", {"available": False, "probes": [],
+            ctx.publish(TRACE_READY, {"available": False, "probes": [],
                                         "target_pids": session.targets if session else [],
                                         "reason": reason})
-            ctx.publish("trace.results", _empty_results("failed", error=reason))
+            ctx.publish(TRACE_RESULTS, _empty_results("failed", error=reason))
             yield verdicts.unavailable_finding(
                 [f"compiling or attaching the BPF programs failed ({reason})"],
                 ["check that the kernel headers match the running kernel's version "
@@ -111,7 +109,7 @@ def trace_check(ctx):
                  "CAP_SYS_ADMIN"],
                 {"kernel_release": env.kernel_release, "kernel_source": env.kernel_source})
             return
-        ctx.publish("trace.ready", {"available": True, "probes": probes,
+        ctx.publish(TRACE_READY, {"available": True, "probes": probes,
                                     "target_pids": session.targets})
         ctx.progress(phase="trace", check="trace", probes=probes, target_pids=session.targets,
                      compile_s=session.timings.get("compile_s"),
@@ -122,7 +120,7 @@ def trace_check(ctx):
         results.update(available=True, probes=probes, target_pids=session.targets,
                        plugin_targets=plugin, bcc=env.to_dict())
         # published before detaching: checks waiting on it should not wait for the kernel
-        ctx.publish("trace.results", results)
+        ctx.publish(TRACE_RESULTS, results)
     finally:
         if session is not None:
             session.close()
@@ -133,10 +131,7 @@ def trace_check(ctx):
 
     def containers():
         if "v" not in cache:   # waited for only when a verdict needs it
-            try:
-                cache["v"] = ctx.wait_for("containers", timeout=CONTAINERS_WAIT_S)
-            except FactUnavailable:
-                cache["v"] = None
+            cache["v"] = ctx.fact(CONTAINERS, timeout=CONTAINERS_WAIT_S, default=None)
         return cache["v"]
 
     inputs = verdicts.Inputs(results=results, stall_s=IOCTL_STALL_S, targets=session.targets,

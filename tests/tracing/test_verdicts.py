@@ -3,9 +3,27 @@ from __future__ import annotations
 
 import errno
 
+from pathlib import Path
+
 from node_probe.checks import _trace_verdicts as verdicts
+from node_probe.engine.facts import ContainerList
+from node_probe.host import containers as hc
 from node_probe.host.cgroup_rules import parse_lines
 from node_probe.tracing.cgroup_devices import devices_relpath, grants_gpus
+
+
+UID = "3f8a1c52-6b1e-4c1b-9a9e-0d2f5e7a8b90"
+CID = "ab" * 32
+
+
+def _containers(pids=(), gpu=True, **meta) -> ContainerList:
+    """The typed containers fact holding one container of pod UID (devices cgroup relpath
+    /kubepods/burstable/pod<UID>/<CID>)."""
+    ref = hc.parse_cgroup_path(f"/kubepods/burstable/pod{UID}/{CID}")
+    c = hc.Container(ref=ref, cgroup_path=Path("/sys/fs/cgroup/devices" + ref.rel),
+                     cgroup_version=1, pids=list(pids), meta=dict(meta),
+                     gpu_source="podresources" if gpu else None)
+    return ContainerList(None, (c,))
 
 
 def _open(pid, path, err, comm="cuda-app", cg="/kubepods/pod1/c1"):
@@ -60,10 +78,13 @@ def test_rewrite_of_non_gpu_container_is_not_a_finding():
 def test_gpu_evidence_from_an_earlier_write_or_the_containers_fact():
     earlier = [_w("allow", "c 195:0 rw"), _w("deny", "a *:* rwm"), _w("allow", "c 1:3 rwm")]
     assert len(verdicts.rewrite_findings(earlier, [], None, _never)) == 1
-    fact = [{"pod_uid": "uid-1", "container_id": "abcdef0123456789", "cgroup_path": "/kubepods/pod1/c1",
-             "gpu": True}]
-    found = verdicts.rewrite_findings([_w("deny", "a"), _w("allow", "c 1:3 rwm")], [], fact, _never)
-    assert len(found) == 1 and found[0].subject.startswith("container abcdef0123456")
+    cg = f"/kubepods/burstable/pod{UID}/{CID}"
+    writes = [_w("deny", "a", cg=cg), _w("allow", "c 1:3 rwm", cg=cg)]
+    found = verdicts.rewrite_findings(writes, [], _containers(), _never)
+    assert len(found) == 1 and found[0].subject == f"container {CID[:13]} (pod {UID})"
+    assert found[0].evidence["container"]["gpu"] is True
+    # the same container without GPUs: nothing says it is a GPU container
+    assert verdicts.rewrite_findings(writes, [], _containers(gpu=False), _never) == []
 
 
 def test_explicit_deny_of_195_counts_and_rejected_writes_do_not():
@@ -112,8 +133,7 @@ def test_unavailable_finding_says_what_and_how():
 
 
 def test_eperm_names_the_container_from_the_fact():
-    fact = [{"pod_uid": "u1", "container_id": "c0ffee", "cgroup_path": "/x", "pids": [10],
-             "namespace": "ml", "pod": "trainer-0", "container": "main", "gpu": True}]
+    fact = _containers(pids=[10], namespace="ml", pod="trainer-0", container="main")
     found = verdicts.eperm_findings([_open(10, "/dev/nvidia-uvm", errno.EPERM)], fact)
     assert "ml/trainer-0 container main" in found[0].title
     assert found[0].evidence["container"]["pod"] == "trainer-0"
