@@ -189,12 +189,11 @@ class DebugPod:
             self.in_doubt = False
             msg = exc.message
             if "PodSecurity" in msg:
+                from .probens import pod_security_hint
                 raise errors.PodSecurityRejected(
                     f"Pod Security admission rejected the debug pod in namespace "
-                    f"{self.namespace} ({_first_clause(msg)}); allow privileged pods there with "
-                    f"`kubectl label ns {self.namespace} "
-                    f"pod-security.kubernetes.io/enforce=privileged` or pass -n with a "
-                    f"namespace that allows them") from None
+                    f"{self.namespace} ({_first_clause(msg)}); "
+                    f"{pod_security_hint(self.namespace)}") from None
             raise errors.Forbidden(
                 f"not allowed to create pods in namespace {self.namespace}: "
                 f"{_first_clause(msg)}; the debug pod needs `create`, `get`, `delete` on "

@@ -17,7 +17,7 @@ from typing import Any, Callable, Mapping
 from node_probe.protocol import catalog
 from node_probe.protocol import Finding
 
-from . import analysis, debugpod, errors, extra_lists, pending, stream
+from . import analysis, debugpod, errors, extra_lists, pending, probens, stream
 from .analysis import admission, dra, goroutines, kubelet_config, pod_status
 from .analysis.common import pod_ref
 from .kube import Kube
@@ -30,8 +30,8 @@ PROXY_TIMEOUT_S = 10.0
 
 @dataclasses.dataclass
 class Settings:
-    namespace: str = "default"       # of `pod Y`, and of the debug pod unless probe_namespace
-    probe_namespace: str | None = None
+    namespace: str = "default"       # of `pod Y` only: never where the debug pod runs
+    probe_namespace: str | None = None  # the debug pod's (probens.choose: flag, env, default)
     image: str = debugpod.DEFAULT_IMAGE
     timeout_s: float = 60.0          # node probe deadline (passed to the probe)
     trace_s: float = 5.0
@@ -256,7 +256,8 @@ def run_probe(kube: Kube, view: NodeView, settings: Settings, out: Output,
     check_id = f"node.probe/{name}" if fleet else "node.probe"
     subject = f"node/{name}"
     run_id = debugpod.new_run_id()
-    body = debugpod.manifest(name, settings.probe_namespace or settings.namespace, run_id,
+    probe_ns = probens.choose(settings.probe_namespace)  # never settings.namespace (-n)
+    body = debugpod.manifest(name, probe_ns, run_id,
                              settings.image,
                              settings.timeout_s, settings.trace_s, focus_pods,
                              extra_args=settings.probe_args)
@@ -276,6 +277,7 @@ def run_probe(kube: Kube, view: NodeView, settings: Settings, out: Output,
     try:
         if cancelled():  # `nodes --probe` interrupted before this worker began
             raise errors.Interrupted("interrupted")
+        probens.verify(kube, probe_ns)  # a root pod goes only where the label says it may
         pod.create()
         try:
             pod.wait_running(start_timeout, cancelled=cancelled)

@@ -22,7 +22,8 @@ from .session import Session
 def settings_of(o: dict, namespace: str):
     from .debugpod import DEFAULT_IMAGE
     from .diagnose import Settings
-    return Settings(namespace=namespace, probe_namespace=o.get("probe_namespace"),
+    from .probens import choose
+    return Settings(namespace=namespace, probe_namespace=choose(o.get("probe_namespace")),
                     image=o.get("image") or DEFAULT_IMAGE,
                     timeout_s=o["timeout"], trace_s=o["trace_seconds"],
                     start_timeout_s=o["start_timeout"], stall_threshold_s=o["stall_threshold"],

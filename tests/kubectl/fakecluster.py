@@ -99,7 +99,10 @@ class FakeCluster:
         # other cluster-wide lists by path, e.g. "/apis/resource.k8s.io/v1/resourceslices":
         # (kind of the list, items); a path absent here answers 404 as an unserved API does
         self.lists: dict[str, tuple[str, list[dict]]] = {}
-        self.namespaces: dict[str, dict] = {"default": {}}  # name -> labels
+        # name -> labels; "gpu-doctor" as deploy/rbac.yaml makes it (the probe namespace)
+        self.namespaces: dict[str, dict] = {"default": {}, "gpu-doctor": {
+            "gpu-doctor.io/probe-namespace": "true",
+            "pod-security.kubernetes.io/enforce": "privileged"}}
         self.goroutines: dict[str, str | int] = {}   # node -> dump text or HTTP status
         self.healthz: dict[str, tuple[int, str]] = {}
         self.configz: dict[str, dict | int] = {}

@@ -86,6 +86,7 @@ def kube(xc, tmp_path):
 
 
 def test_install_status_uninstall(xc, kube):
+    xc.namespaces.pop("gpu-doctor", None)  # a cluster without deploy/rbac.yaml applied
     img = agent.default_image()
     before = agent.status(kube, "gpu-doctor", img)
     assert before["installed"] is False and not agent.status_ok(before)

@@ -123,7 +123,6 @@ def test_pod_pending_on_wedged_node_explained(cluster, kubeconfig):
 
 def test_pod_with_probe_namespace_runs_debug_pod_elsewhere(cluster, kubeconfig):
     healthy_node(cluster)
-    cluster.namespaces["gpu-doctor"] = {}
     cluster.log_chunks = [(DATA / "probe_stream.ndjson").read_bytes()]
     r = run_cli("pod", "train-0", "-n", "ml", "--probe-namespace", "gpu-doctor",
                 "--kubeconfig", str(kubeconfig), "-o", "json")
@@ -168,13 +167,14 @@ def test_forbidden(cluster, kubeconfig):
 def test_pod_security_rejection(cluster, kubeconfig):
     healthy_node(cluster)
     cluster.namespaces["restricted"] = {}
-    cluster.pod_security_enforce["restricted"] = "baseline"
+    cluster.pod_security_enforce["gpu-doctor"] = "baseline"
     r = run_cli("node", "gpu-1", "--kubeconfig", str(kubeconfig), "-n", "restricted")
     line = one_error_line(r.stderr)
     assert r.returncode == 3
-    assert ("kubectl label ns restricted pod-security.kubernetes.io/enforce=privileged"
-            in line)
-    assert "Pod Security" in line
+    assert "Pod Security" in line and "namespace gpu-doctor" in line
+    # the fix is the probe namespace's (deploy/rbac.yaml), never relaxing the -n namespace
+    assert "kubectl apply -f deploy/rbac.yaml" in line
+    assert "kubectl label ns" not in line and "restricted" not in line
     assert cluster.deleted == []  # nothing was created, nothing to delete
 
 
@@ -183,7 +183,7 @@ def test_rbac_forbids_creating_the_debug_pod(cluster, kubeconfig):
     cluster.forbid.append(("POST", re.compile(r"/pods$")))
     r = run_cli("node", "gpu-1", "--kubeconfig", str(kubeconfig))
     line = one_error_line(r.stderr)
-    assert r.returncode == 3 and "not allowed to create pods in namespace default" in line
+    assert r.returncode == 3 and "not allowed to create pods in namespace gpu-doctor" in line
     assert "kubelet.config" in r.stdout  # the API-side findings are still shown
 
 
@@ -342,7 +342,7 @@ def test_ctrl_c_while_the_create_is_unanswered_still_deletes_the_pod(cluster, ku
     """The API server created the pod but its answer has not arrived (slow webhook, lost
     reply) when the user presses Ctrl-C: the pod may exist, so it is deleted all the same."""
     healthy_node(cluster)
-    cluster.slow_reply["/api/v1/namespaces/default/pods"] = 20.0
+    cluster.slow_reply["/api/v1/namespaces/gpu-doctor/pods"] = 20.0
     p = popen_cli("node", "gpu-1", "--kubeconfig", str(kubeconfig))
     out, err = interrupt_when(p, lambda: cluster.created, settle_s=0.3)
     assert p.returncode == 130 and "Traceback" not in err

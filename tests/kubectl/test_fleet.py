@@ -79,10 +79,10 @@ def test_ctrl_c_while_debug_pods_are_being_created_leaves_none(cluster, kubeconf
     the workers get their answers, see the interrupt and delete their pods before exit."""
     from .conftest import interrupt_when, popen_cli
     build_fleet(cluster, 3, 3)
-    cluster.slow["/api/v1/namespaces/default/pods"] = 1.5
+    cluster.slow["/api/v1/namespaces/gpu-doctor/pods"] = 1.5
     p = popen_cli("nodes", "--probe", "--kubeconfig", str(kubeconfig), "-o", "json")
     out, err = interrupt_when(
-        p, lambda: cluster.count("POST", "/api/v1/namespaces/default/pods") >= 3, settle_s=0.2)
+        p, lambda: cluster.count("POST", "/api/v1/namespaces/gpu-doctor/pods") >= 3, settle_s=0.2)
     assert p.returncode == 130 and "Traceback" not in err
     time.sleep(2.0)  # any create still pending in the fake has landed by now
     assert len(cluster.created) == 3

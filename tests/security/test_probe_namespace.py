@@ -42,6 +42,7 @@ def test_unlabelled_namespace_is_refused_with_the_fix(cluster, kubeconfig):  # n
 
 
 def test_missing_namespace_says_how_to_create_it(cluster, kubeconfig):  # noqa: F811
+    cluster.namespaces.pop("gpu-doctor")
     with pytest.raises(probens.NotProbeNamespace) as ei:
         probens.verify(Kube(str(kubeconfig)), "gpu-doctor")
     assert re.search("does not exist.*kubectl apply -f deploy/rbac.yaml", ei.value.one_line())
@@ -58,3 +59,42 @@ def test_pod_security_hint_never_relaxes_a_tenant_namespace():
     hint = probens.pod_security_hint("gpu-doctor")
     assert "deploy/rbac.yaml" in hint
     assert "kubectl label" not in hint
+
+
+# -- through the real CLI ------------------------------------------------------------------
+
+def test_pod_in_team_namespace_runs_the_probe_in_gpu_doctor(cluster, kubeconfig):  # noqa: F811
+    from tests.kubectl.conftest import DATA, run_cli
+    from tests.kubectl.test_cli_cluster import healthy_node
+    healthy_node(cluster)                               # pod ml/train-0 on gpu-1
+    cluster.namespaces["ml"] = {"pod-security.kubernetes.io/enforce": "privileged"}
+    cluster.log_chunks = [(DATA / "probe_stream.ndjson").read_bytes()]
+    r = run_cli("pod", "train-0", "-n", "ml", "--kubeconfig", str(kubeconfig), "-o", "json")
+    assert r.returncode == 1, r.stderr
+    assert [b["metadata"]["namespace"] for b in cluster.created] == ["gpu-doctor"]
+    assert cluster.count("GET", r"^/api/v1/namespaces/ml/pods/train-0$") >= 1
+    assert cluster.deleted[0][0] == "gpu-doctor"
+
+
+def test_context_namespace_is_not_where_the_probe_goes(cluster, kubeconfig, tmp_path):  # noqa: F811
+    from tests.kubectl.conftest import DATA, run_cli
+    from tests.kubectl.test_cli_cluster import healthy_node
+    healthy_node(cluster)
+    cluster.namespaces["team"] = {}
+    kc = cluster.kubeconfig(tmp_path / "kc-team", namespace="team")
+    cluster.log_chunks = [(DATA / "probe_stream.ndjson").read_bytes()]
+    r = run_cli("node", "gpu-1", "--kubeconfig", str(kc), "-n", "team", "-o", "json")
+    assert r.returncode == 1, r.stderr
+    assert [b["metadata"]["namespace"] for b in cluster.created] == ["gpu-doctor"]
+
+
+def test_unlabelled_probe_namespace_is_refused_before_any_pod(cluster, kubeconfig):  # noqa: F811
+    from tests.kubectl.conftest import one_error_line, run_cli
+    from tests.kubectl.test_cli_cluster import healthy_node
+    healthy_node(cluster)
+    cluster.namespaces["team"] = {"pod-security.kubernetes.io/enforce": "privileged"}
+    r = run_cli("node", "gpu-1", "--kubeconfig", str(kubeconfig), "--probe-namespace", "team")
+    line = one_error_line(r.stderr)
+    assert r.returncode == 3 and "not a gpu-doctor probe namespace" in line
+    assert "--probe-namespace gpu-doctor" in line
+    assert cluster.created == [] and "Traceback" not in r.stderr
