@@ -219,12 +219,19 @@ def analyze(ev: dict, subject: str = "node") -> Finding:
     refault = _max(ev.get("refault_file_per_s"), ev.get("refault_per_s"))
     avail_pct = ev.get("mem_available_pct")
     daemons = ev.get("daemons_faulting") or []
-    top = ev.get("top_major_faulters") or []
+    # a faulter at 0/s (rounded) over the window is not evidence of anything
+    top = [p for p in ev.get("top_major_faulters") or () if p.get("major_per_s", 0) >= 1.0]
 
     thrash = majflt >= MAJFLT_CRIT_PER_S or refault >= REFAULT_CRIT_PER_S
+    # IO stall counts only when memory is involved (a memory stall, refaults or little
+    # MemAvailable): a busy disk on a node with ample memory is not memory pressure
+    mem_involved = bool(full >= FULL_WARN_PCT or some >= SOME_INFO_PCT
+                        or refault >= REFAULT_WARN_PER_S
+                        or (avail_pct is not None and avail_pct < AVAIL_INFO_PCT))
+    io_stall = io_full >= FULL_WARN_PCT and mem_involved
     # something the node as a whole feels: stalls, little MemAvailable, daemons re-faulting
     node_signal = bool(daemons or full >= FULL_WARN_PCT or some >= SOME_INFO_PCT
-                       or io_full >= FULL_WARN_PCT
+                       or io_stall
                        or (avail_pct is not None and avail_pct < AVAIL_INFO_PCT))
     stall = full >= FULL_CRIT_PCT or some >= 2 * SOME_WARN_PCT
     reasons = []
@@ -236,7 +243,7 @@ def analyze(ev: dict, subject: str = "node") -> Finding:
         reasons.append(f"memory PSI full {full:.1f}%")
     elif some >= SOME_INFO_PCT:
         reasons.append(f"memory PSI some {some:.1f}%")
-    if io_full >= FULL_WARN_PCT:
+    if io_stall:
         reasons.append(f"io PSI full {io_full:.1f}%")
     if avail_pct is not None and avail_pct < AVAIL_INFO_PCT:
         reasons.append(f"MemAvailable {avail_pct:.1f}%")
@@ -250,7 +257,7 @@ def analyze(ev: dict, subject: str = "node") -> Finding:
             title += " (node daemons among them: " + ", ".join(
                 sorted({p["comm"] for p in daemons})) + ")"
     elif (daemons or full >= FULL_WARN_PCT or some >= SOME_WARN_PCT
-          or io_full >= FULL_WARN_PCT
+          or io_stall
           or (avail_pct is not None and avail_pct < AVAIL_WARN_PCT)
           or ((thrash or majflt >= MAJFLT_WARN_PER_S or refault >= REFAULT_WARN_PER_S)
               and node_signal)):
