@@ -23,7 +23,7 @@ import click
 
 from node_probe.protocol import FAIL_ON, ExitStatus
 
-from . import errors, programs
+from . import errors, params, programs
 from .output import FORMATS
 from .session import PROG, Session
 
@@ -31,7 +31,7 @@ _GROUP_OPTS = "gpu_doctor.group_options"
 CONTEXT_SETTINGS = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
 _DEFAULTS = {"output": "table", "fail_on": "warning", "timeout": 60.0, "trace_seconds": 5.0,
              "start_timeout": 60.0, "stall_threshold": 120.0, "concurrency": 8,
-             "kubelet_timeout": 10.0}
+             "kubelet_timeout": 10.0, "request_timeout": 15.0}
 
 
 def _apply(f: Callable, opts: list) -> Callable:
@@ -47,10 +47,11 @@ def _output_options(f: Callable) -> Callable:
                      help="Output format (default table)."),
         click.option("--fail-on", type=click.Choice(FAIL_ON), default=None,
                      help="Exit 1 if findings at or above this severity (default warning)."),
-        click.option("--timeout", type=click.FloatRange(min=1), default=None,
-                     help="Deadline in seconds for the node probe (default 60)."),
-        click.option("--trace-seconds", type=click.FloatRange(min=0), default=None,
-                     help="eBPF trace window on the node; 0 disables tracing (default 5)."),
+        click.option("--timeout", type=params.Duration(1), default=None,
+                     help="Deadline for the node probe: 60s, 2m, 1m30s or seconds "
+                          "(default 60s)."),
+        click.option("--trace-seconds", type=params.Duration(0), default=None,
+                     help="eBPF trace window on the node; 0 disables tracing (default 5s)."),
     ])
 
 
@@ -60,7 +61,10 @@ def _common(f: Callable) -> Callable:
         click.option("--kubeconfig", type=click.Path(dir_okay=False), default=None,
                      help="Path to the kubeconfig file (default: $KUBECONFIG, ~/.kube/config)."),
         click.option("--context", default=None, help="The kubeconfig context to use."),
-        click.option("-n", "--namespace", default=None,
+        click.option("--request-timeout", type=params.Duration(0.1), default=None,
+                     help="Wall-clock limit of each API request, however slowly the server "
+                          "answers (default 15s)."),
+        click.option("-n", "--namespace", type=params.NAMESPACE, default=None,
                      help="Namespace of the debug pod and of `pod Y` (default: the context's)."),
         click.option("--image", default=None,
                      help="Probe image for the debug pod (default: the pinned release image)."),
@@ -93,21 +97,22 @@ def cli(ctx: click.Context, **kw: Any) -> None:
 
 
 def _kubelet_timeout(f: Callable) -> Callable:
-    return click.option("--kubelet-timeout", type=click.FloatRange(min=0.1), default=None,
-                        help="Seconds to wait for each kubelet call proxied by the API server "
-                             "(goroutine dump, healthz, configz; default 10).")(f)
+    return click.option("--kubelet-timeout", type=params.Duration(0.1), default=None,
+                        help="Wall-clock limit of each kubelet call proxied by the API server "
+                             "(goroutine dump, healthz, configz; default 10s).")(f)
 
 
 def _cluster_options(f: Callable) -> Callable:
     f = _kubelet_timeout(f)
-    f = click.option("--start-timeout", type=click.FloatRange(min=1), default=None,
-                     help="Seconds to wait for the debug pod to run (default 60).")(f)
-    f = click.option("--stall-threshold", type=click.FloatRange(min=1), default=None,
-                     help="Seconds a bound pod may go untouched by the kubelet before it "
-                          "counts as stalled (default 120).")(f)
+    f = click.option("--start-timeout", type=params.Duration(1), default=None,
+                     help="How long to wait for the debug pod to run (default 60s).")(f)
+    f = click.option("--stall-threshold", type=params.Duration(1), default=None,
+                     help="How long a bound pod may go untouched by the kubelet before it "
+                          "counts as stalled (default 2m).")(f)
     f = click.option("--no-probe", is_flag=True, default=False,
                      help="API-side analysis only; do not start a debug pod.")(f)
-    f = click.option("--probe-namespace", default=None, envvar="GPU_DOCTOR_NAMESPACE",
+    f = click.option("--probe-namespace", type=params.NAMESPACE, default=None,
+                     envvar="GPU_DOCTOR_NAMESPACE",
                      help="Namespace of the debug pod when it differs from -n (e.g. the "
                           "privileged `gpu-doctor` namespace of deploy/rbac.yaml while "
                           "`pod Y -n team`); env GPU_DOCTOR_NAMESPACE.")(f)
@@ -130,7 +135,7 @@ def _session(ctx: click.Context) -> Session:
 
 
 @cli.command("node", context_settings=CONTEXT_SETTINGS)
-@click.argument("name", shell_complete=_complete_nodes)
+@click.argument("name", type=params.NODE_NAME, shell_complete=_complete_nodes)
 @_common
 @_cluster_options
 @click.pass_context
@@ -140,7 +145,7 @@ def node_cmd(ctx: click.Context, name: str, **kw: Any) -> int:
 
 
 @cli.command("pod", context_settings=CONTEXT_SETTINGS)
-@click.argument("name")
+@click.argument("name", type=params.POD_NAME)
 @_common
 @_cluster_options
 @click.pass_context
@@ -156,16 +161,18 @@ def pod_cmd(ctx: click.Context, name: str, **kw: Any) -> int:
               help="Without -l: include nodes without GPUs.")
 @click.option("--concurrency", type=click.IntRange(min=1, max=64), default=None,
               help="Parallel per-node kubelet calls for flagged nodes (default 8).")
-@click.option("--stall-threshold", type=click.FloatRange(min=1), default=None,
-              help="Seconds a bound pod may go untouched before it counts as stalled.")
+@click.option("--stall-threshold", type=params.Duration(1), default=None,
+              help="How long a bound pod may go untouched before it counts as stalled "
+                   "(default 2m).")
 @click.option("--probe", "probe", is_flag=True, default=False,
               help="Also run the node probe in a debug pod on every selected node, "
                    "--concurrency at a time (narrow the set with -l).")
 @click.option("--max-probes", type=click.IntRange(min=1), default=20, show_default=True,
               help="Refuse --probe on more nodes than this.")
-@click.option("--start-timeout", type=click.FloatRange(min=1), default=None,
-              help="Seconds to wait for each debug pod to run (default 60).")
-@click.option("--probe-namespace", default=None, envvar="GPU_DOCTOR_NAMESPACE",
+@click.option("--start-timeout", type=params.Duration(1), default=None,
+              help="How long to wait for each debug pod to run (default 60s).")
+@click.option("--probe-namespace", type=params.NAMESPACE, default=None,
+              envvar="GPU_DOCTOR_NAMESPACE",
               help="Namespace of the debug pods (default: -n / the context's); env "
                    "GPU_DOCTOR_NAMESPACE.")
 @_kubelet_timeout
@@ -280,19 +287,20 @@ _ENDING_SIGNALS = {signal.SIGINT, signal.SIGTERM}
 
 def _end(session: Session, status: int, error: errors.GpuDoctorError | None,
          exiting: bool) -> int:
-    """Session.finish with SIGINT/SIGTERM held: Ctrl-C hammered while the run ends must not
-    cut the pod deletions or the report short. The finish is bounded (each DELETE has a
-    deadline); signals that arrive meanwhile are dropped, the run is ending anyway."""
+    """Session.finish with SIGINT/SIGTERM ignored: Ctrl-C hammered while the run ends must
+    not cut the pod deletions or the report short. The finish is bounded (each DELETE has a
+    deadline); signals that arrive meanwhile are dropped, the run is ending anyway. Ignored,
+    not masked: a mask is per thread, and the kernel hands a process signal to any thread
+    that does not block it, while Python runs the handler in the main thread regardless."""
     held = threading.current_thread() is threading.main_thread()
     if held:
-        old = signal.pthread_sigmask(signal.SIG_BLOCK, _ENDING_SIGNALS)
+        old = {s: signal.signal(s, signal.SIG_IGN) for s in _ENDING_SIGNALS}
     try:
         return session.finish(status, error)
     finally:
         if held and not exiting:
-            while signal.sigpending() & _ENDING_SIGNALS:
-                signal.sigtimedwait(_ENDING_SIGNALS, 0)
-            signal.pthread_sigmask(signal.SIG_SETMASK, old)
+            for sig, handler in old.items():
+                signal.signal(sig, handler)
 
 
 def _as_error(exc: BaseException) -> errors.GpuDoctorError:

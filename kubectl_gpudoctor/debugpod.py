@@ -22,7 +22,7 @@ from typing import Any, Callable, Iterator, Mapping, Sequence
 from node_probe.protocol.version import __version__
 
 from . import build_info, errors
-from .kube import Kube
+from .kube import Kube, seg
 
 DEFAULT_IMAGE_REPO = build_info.DEFAULT_IMAGE_REPO
 DEFAULT_IMAGE = build_info.DEFAULT_PROBE_IMAGE.reference  # digest-pinned in release builds
@@ -176,13 +176,13 @@ class DebugPod:
 
     @property
     def path(self) -> str:
-        return f"/api/v1/namespaces/{self.namespace}/pods/{self.name}"
+        return f"/api/v1/namespaces/{seg(self.namespace)}/pods/{seg(self.name)}"
 
     def create(self) -> None:
         self.in_doubt = True
         what = f"debug pod {self.namespace}/{self.name}"
         try:
-            self.kube.post_json(f"/api/v1/namespaces/{self.namespace}/pods", self.body)
+            self.kube.post_json(f"/api/v1/namespaces/{seg(self.namespace)}/pods", self.body)
         except errors.GatewayTimeout as exc:  # no answer in time: the pod may exist (in doubt)
             raise exc.about(what, "create") from None
         except errors.Forbidden as exc:  # an answer: the pod was not created
@@ -366,7 +366,7 @@ def _first_clause(msg: str) -> str:
 
 
 def list_leftovers(kube: Kube, namespace: str | None) -> list[dict]:
-    path = "/api/v1/pods" if namespace is None else f"/api/v1/namespaces/{namespace}/pods"
+    path = "/api/v1/pods" if namespace is None else f"/api/v1/namespaces/{seg(namespace)}/pods"
     try:
         doc = kube.get_json(path, [("labelSelector", f"{APP_LABEL}={APP_NAME},{RUN_LABEL}")])
     except errors.ApiError as exc:

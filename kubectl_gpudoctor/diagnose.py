@@ -20,7 +20,7 @@ from node_probe.protocol import Finding
 from . import analysis, debugpod, errors, extra_lists, pending, probens, stream
 from .analysis import admission, dra, goroutines, kubelet_config, pod_status
 from .analysis.common import pod_ref
-from .kube import Kube
+from .kube import Kube, seg, worker_pool
 from .output import Output
 
 MAX_EVENT_LOOKUPS = 20
@@ -69,21 +69,21 @@ def _timed(out: Output, check_id: str, fn: Callable[[], Any]) -> Any:
 
 def get_node(kube: Kube, name: str) -> dict:
     try:
-        return kube.get_json(f"/api/v1/nodes/{name}")
+        return kube.get_json(f"/api/v1/nodes/{seg(name)}")
     except errors.ApiError as exc:
         raise exc.about(f"node {name}") from None
 
 
 def get_pod(kube: Kube, namespace: str, name: str) -> dict:
     try:
-        return kube.get_json(f"/api/v1/namespaces/{namespace}/pods/{name}")
+        return kube.get_json(f"/api/v1/namespaces/{seg(namespace)}/pods/{seg(name)}")
     except errors.ApiError as exc:
         raise exc.about(f"pod {namespace}/{name}") from None
 
 
 def pod_events(kube: Kube, pod: Mapping[str, Any]) -> list[dict]:
     md = pod.get("metadata") or {}
-    doc = kube.get_json(f"/api/v1/namespaces/{md.get('namespace')}/events",
+    doc = kube.get_json(f"/api/v1/namespaces/{seg(md.get('namespace'))}/events",
                         [("fieldSelector", f"involvedObject.uid={md.get('uid')}")])
     return list(doc.get("items") or ())
 
@@ -95,13 +95,13 @@ def collect_node(kube: Kube, name: str, settings: Settings, out: Output,
     out.say(f"reading {name}'s pods, Lease and kubelet state through the API server")
     node = node or _timed(out, "api.node", lambda: get_node(kube, name))
     now = now_utc()
-    proxy = f"/api/v1/nodes/{name}/proxy"
-    with cf.ThreadPoolExecutor(max_workers=8, thread_name_prefix="api") as pool:
+    proxy = f"/api/v1/nodes/{seg(name)}/proxy"
+    with worker_pool(8, "api") as pool:
         f_pods = pool.submit(kube.get_json, "/api/v1/pods",
                              [("fieldSelector", f"spec.nodeName={name}")])
         f_lease = pool.submit(kube.get_json,
                               f"/apis/coordination.k8s.io/v1/namespaces/kube-node-lease/"
-                              f"leases/{name}")
+                              f"leases/{seg(name)}")
         kt = settings.kubelet_timeout_s
         f_configz = pool.submit(kube.get_json, f"{proxy}/configz", None, kt)
         f_gr = pool.submit(kube.get_text, f"{proxy}/debug/pprof/goroutine", [("debug", "2")],

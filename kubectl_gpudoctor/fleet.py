@@ -18,7 +18,7 @@ from . import analysis, errors
 from .analysis import capacity, fit, goroutines
 from .analysis.common import events_by_uid, node_is_ready
 from .diagnose import Settings, now_utc
-from .kube import Kube
+from .kube import Kube, seg, worker_pool
 
 INTERRUPT_GRACE_S = 5.0  # after Ctrl-C, how long to wait for creates still unanswered
 from .output import Output
@@ -48,7 +48,7 @@ def scan(kube: Kube, selector: str | None, settings: Settings, out: Output,
     t0 = time.monotonic()
     q = [("labelSelector", selector)] if selector else []
     # all four lists at once: their transfer overlaps, and json.loads runs without the GC
-    with cf.ThreadPoolExecutor(max_workers=4, thread_name_prefix="list") as pool:
+    with worker_pool(4, "list") as pool:
         f_nodes = pool.submit(_list, kube, "/api/v1/nodes", "nodes", q)
         f_pods = pool.submit(_list, kube, "/api/v1/pods", "pods")
         f_events = pool.submit(_list, kube, "/api/v1/events", "events",
@@ -158,7 +158,7 @@ def _dumps(kube: Kube, names: list[str], settings: Settings, out: Output,
     t0 = time.monotonic()
 
     def one(name: str):
-        base = f"/api/v1/nodes/{name}/proxy"
+        base = f"/api/v1/nodes/{seg(name)}/proxy"
         health = None
         try:
             health = goroutines.parse_healthz(kube.get_text(
@@ -176,8 +176,7 @@ def _dumps(kube: Kube, names: list[str], settings: Settings, out: Output,
         return goroutines.analyze(name, text, health)
 
     by_name = {r["node"]: r for r in rows}
-    with cf.ThreadPoolExecutor(max_workers=max(1, settings.concurrency),
-                               thread_name_prefix="proxy") as pool:
+    with worker_pool(settings.concurrency, "proxy") as pool:
         futs = {pool.submit(one, n): n for n in names}
         for fut in cf.as_completed(futs):
             name = futs[fut]

@@ -10,16 +10,21 @@ Why this module exists:
 - API and transport failures become typed errors.py exceptions in exactly one place (`_send`,
   through `errors.api_error`): callers catch `errors.NotFound`, `errors.Forbidden`, ... and
   never look at status numbers.
+- Every request has a wall-clock deadline (deadline.py), not only per-read timeouts: a server
+  that trickles a byte every few seconds cannot hold a call past its budget.
 """
 from __future__ import annotations
 
+import concurrent.futures as cf
+import contextlib
 import gc
 import json
 import os
 import threading
+import urllib.parse
 from typing import Any, Iterator, Mapping, Sequence
 
-from . import errors
+from . import deadline, errors
 
 DEFAULT_REQUEST_TIMEOUT_S = 15.0
 
@@ -55,13 +60,17 @@ class Kube:
         self.default_namespace = _context_namespace(kconfig, kubeconfig, context)
         self.context = context
         self._api = kclient.ApiClient(cfg)
+        self._watchdog = deadline.Watchdog()
+        deadline.install(self._api.rest_client.pool_manager)
         self._lock = threading.Lock()
         self.timeout_s = request_timeout_s
         self.calls: list[tuple[str, str]] = []  # (method, path): for diagnostics and tests
 
     # -- the one raw request -------------------------------------------------------------
     def _send(self, method: str, path: str, query: Sequence[tuple[str, Any]] | None,
-              body: Any, timeout: Any, accept: str):
+              body: Any, timeout: Any, accept: str, ticket: deadline.Ticket):
+        """Send; return the response with its body unread. Non-2xx answers raise the typed
+        error; a request past its deadline (`ticket`) raises GatewayTimeout."""
         with self._lock:
             self.calls.append((method, path))
         headers = {"Accept": accept}
@@ -82,31 +91,53 @@ class Kube:
                                    auth_settings=["BearerToken"], _preload_content=False,
                                    _return_http_data_only=True, _request_timeout=timeout)
         except self._exc_types["api"] as exc:  # legacy REST layer raises on non-2xx
+            if ticket.expired:
+                raise _too_slow(ticket, path) from None
             raise errors.api_error(int(getattr(exc, "status", 0) or 0),
                                    str(getattr(exc, "reason", "")),
                                    _text(getattr(exc, "body", "")), path) from None
         except self._exc_types["read_timeout"]:
             raise _no_answer(timeout, path) from None
         except self._exc_types["transport"] as exc:
+            if ticket.expired:
+                raise _too_slow(ticket, path) from None
             if isinstance(getattr(exc, "reason", None), self._exc_types["read_timeout"]):
                 # urllib3 wraps it in MaxRetryError once its (zero) retries are used up
                 raise _no_answer(timeout, path) from None
             raise errors.ApiUnreachable(
                 f"cannot reach the API server at {self.host}: {_short(exc)}") from None
         if not 200 <= raw.status <= 299:
-            body_text = _text(raw.data)
-            raw.release_conn()
+            try:
+                body_text = _text(self._read_all(raw, ticket, path))
+            finally:
+                _release(raw, ticket)
             raise errors.api_error(raw.status, str(raw.reason or ""), body_text, path)
         return raw
+
+    def _read_all(self, raw: Any, ticket: deadline.Ticket, path: str) -> bytes:
+        try:
+            data = raw.data
+        except (self._exc_types["read_timeout"], *self._exc_types["transport"]) as exc:
+            if ticket.expired or isinstance(exc, self._exc_types["read_timeout"]):
+                raise _too_slow(ticket, path) from None
+            raise errors.ApiUnreachable(
+                f"the answer from {self.host} broke off: {_short(exc)}") from None
+        if ticket.expired:  # a body without a length ends at the shut socket, cut short
+            raise _too_slow(ticket, path)
+        return data
 
     def request(self, method: str, path: str, query: Sequence[tuple[str, Any]] | None = None,
                 body: Any = None, timeout: float | None = None,
                 accept: str = "application/json") -> bytes:
-        raw = self._send(method, path, query, body, timeout or self.timeout_s, accept)
-        try:
-            return raw.data
-        finally:
-            raw.release_conn()
+        """One request, bounded by `timeout` seconds of wall-clock time in all (connect,
+        headers and body), and by the same per read."""
+        budget = timeout or self.timeout_s
+        with self._watchdog.arm(budget) as ticket:
+            raw = self._send(method, path, query, body, budget, accept, ticket)
+            try:
+                return self._read_all(raw, ticket, path)
+            finally:
+                _release(raw, ticket)
 
     def get_json(self, path: str, query: Sequence[tuple[str, Any]] | None = None,
                  timeout: float | None = None) -> dict:
@@ -127,26 +158,71 @@ class Kube:
 
     def stream(self, path: str, query: Sequence[tuple[str, Any]] | None = None,
                connect_timeout: float | None = None, read_timeout: float | None = None,
-               chunk_size: int = 8192) -> Iterator[bytes]:
-        """Yield raw body chunks as they arrive (pod logs with follow=true)."""
+               chunk_size: int = 8192, deadline_s: float | None = None) -> Iterator[bytes]:
+        """Yield raw body chunks as they arrive (pod logs with follow=true). The whole stream
+        is bounded by `deadline_s` of wall-clock time (default: the read timeout)."""
         timeout = (connect_timeout or self.timeout_s, read_timeout or self.timeout_s)
-        raw = self._send("GET", path, query, None, timeout, "*/*")
-        try:
-            while True:
-                try:
-                    chunk = raw.read1(chunk_size) if hasattr(raw, "read1") else raw.read(
-                        chunk_size)
-                except self._exc_types["read_timeout"]:
-                    raise errors.StreamBroken(
-                        f"the log stream was silent for {_fmt_timeout(timeout)}") from None
-                except self._exc_types["transport"] as exc:
-                    raise errors.StreamBroken(f"the log stream broke: {_short(exc)}") from None
-                if not chunk:
-                    return
-                yield chunk
-        finally:
-            raw.release_conn()
-            raw.close()
+        budget = deadline_s or timeout[1]
+        with self._watchdog.arm(budget) as ticket:
+            raw = self._send("GET", path, query, None, timeout, "*/*", ticket)
+            try:
+                while True:
+                    try:
+                        chunk = raw.read1(chunk_size) if hasattr(raw, "read1") else raw.read(
+                            chunk_size)
+                    except self._exc_types["read_timeout"]:
+                        raise errors.StreamBroken(
+                            f"the log stream was silent for {_fmt_timeout(timeout)}") from None
+                    except self._exc_types["transport"] as exc:
+                        if ticket.expired:
+                            raise _stream_over(ticket) from None
+                        raise errors.StreamBroken(
+                            f"the log stream broke: {_short(exc)}") from None
+                    if ticket.expired:
+                        raise _stream_over(ticket)
+                    if not chunk:
+                        return
+                    yield chunk
+            finally:
+                _release(raw, ticket)
+                raw.close()
+
+
+def _release(raw: Any, ticket: deadline.Ticket) -> None:
+    """Back to the pool, unless the watchdog shut its socket (then it is closed)."""
+    if ticket.expired:
+        raw.close()
+    else:
+        raw.release_conn()
+
+
+def _stream_over(ticket: deadline.Ticket) -> errors.StreamBroken:
+    return errors.StreamBroken(f"the log stream ran past its deadline of "
+                               f"{_fmt_timeout(ticket.budget_s)}")
+
+
+def _too_slow(ticket: deadline.Ticket, path: str) -> errors.GatewayTimeout:
+    """Past the request's wall-clock deadline (a slow or trickling answer)."""
+    return errors.GatewayTimeout(f"no complete answer within {_fmt_timeout(ticket.budget_s)}",
+                                 status=504, reason="Timeout", path=path)
+
+
+def seg(name: Any) -> str:
+    """One URL path segment: percent-quoted, so a name such as `../nodes/x` or `x?watch=1`
+    stays one (invalid) name and never addresses another object or adds a query."""
+    return urllib.parse.quote(str(name), safe="")
+
+
+@contextlib.contextmanager
+def worker_pool(workers: int, prefix: str) -> Iterator[cf.ThreadPoolExecutor]:
+    """A thread pool whose exit never waits for its workers (a `with ThreadPoolExecutor`
+    does: an interrupted or failed caller would wait on every request still in flight).
+    Each request has its own deadline, so abandoned workers end soon on their own."""
+    pool = cf.ThreadPoolExecutor(max_workers=max(1, workers), thread_name_prefix=prefix)
+    try:
+        yield pool
+    finally:
+        pool.shutdown(wait=False, cancel_futures=True)
 
 
 def _context_namespace(kconfig, kubeconfig: str | None, context: str | None) -> str:
@@ -170,8 +246,8 @@ def _exception_types() -> dict:
 def _no_answer(timeout: Any, path: str) -> errors.GatewayTimeout:
     """Connected, but no answer in time: for a proxied kubelet call that is evidence (the
     kubelet hangs), not a dead API server, so it is the proxy's 504, not ApiUnreachable."""
-    return errors.GatewayTimeout(f"no answer within {_fmt_timeout(timeout)}", status=504,
-                                 reason="Timeout", path=path)
+    return errors.GatewayTimeout(f"no complete answer within {_fmt_timeout(timeout)}",
+                                 status=504, reason="Timeout", path=path)
 
 
 def _fmt_timeout(timeout: Any) -> str:

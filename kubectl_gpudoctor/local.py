@@ -17,6 +17,8 @@ import sys
 import time
 from typing import Iterator, NoReturn, Sequence
 
+from node_probe.protocol import duration
+
 PROBE_ARGV0 = "__probe"
 DEFAULT_TIMEOUT_S = 30.0   # the probe's own --timeout default
 GRACE_S = 10.0             # past its --timeout the probe is stuck (or a child holds stdout)
@@ -103,9 +105,9 @@ def _timeout_arg(args: Sequence[str]) -> float:
     for i, a in enumerate(args):
         try:
             if a == "--timeout" and i + 1 < len(args):
-                value = float(args[i + 1])
+                value = duration.parse(args[i + 1])
             elif a.startswith("--timeout="):
-                value = float(a.split("=", 1)[1])
-        except ValueError:
-            pass
+                value = duration.parse(a.split("=", 1)[1])
+        except duration.DurationError:
+            pass  # the probe rejects it itself (usage error)
     return value

@@ -31,11 +31,17 @@ def settings_of(o: dict, namespace: str):
                     kubelet_timeout_s=o["kubelet_timeout"])
 
 
+def connect(o: dict):
+    """The API client for these options (kubeconfig, context, --request-timeout)."""
+    from .kube import DEFAULT_REQUEST_TIMEOUT_S, Kube
+    return Kube(o.get("kubeconfig"), o.get("context"),
+                request_timeout_s=o.get("request_timeout") or DEFAULT_REQUEST_TIMEOUT_S)
+
+
 def _cluster(session: Session, o: dict, target: dict, fn: Callable,
              pod_target: bool = False) -> ExitStatus:
     """Connect, open the report, run `fn(kube, out, settings, register)`; the verdict."""
-    from .kube import Kube
-    kube = Kube(o.get("kubeconfig"), o.get("context"))  # kubeconfig errors: nothing to render
+    kube = connect(o)  # kubeconfig errors: nothing to render
     namespace = o.get("namespace") or kube.default_namespace
     if pod_target:
         target["name"] = f"{namespace}/{target['name']}"
@@ -106,14 +112,14 @@ def local(session: Session, o: dict, probe_args: Sequence[str]) -> ExitStatus:
 def cleanup(session: Session, o: dict) -> ExitStatus:
     """Delete leftover debug pods (by label); a pod already gone counts as deleted."""
     from . import debugpod
-    from .kube import Kube
-    kube = Kube(o.get("kubeconfig"), o.get("context"))
+    from .kube import seg
+    kube = connect(o)
     deleted, failed = 0, []
     for p in debugpod.list_leftovers(kube, o.get("namespace")):
         md = p.get("metadata") or {}
         try:
-            kube.request("DELETE", f"/api/v1/namespaces/{md.get('namespace')}/pods/"
-                         f"{md.get('name')}", [("gracePeriodSeconds", "0")])
+            kube.request("DELETE", f"/api/v1/namespaces/{seg(md.get('namespace'))}/pods/"
+                         f"{seg(md.get('name'))}", [("gracePeriodSeconds", "0")])
             deleted += 1
         except errors.NotFound:
             deleted += 1

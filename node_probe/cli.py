@@ -12,6 +12,7 @@ import sys
 from pathlib import Path
 
 from node_probe import protocol
+from node_probe.protocol import duration
 from node_probe.protocol.version import __version__
 from node_probe.engine import registry
 from node_probe.protocol import render
@@ -36,10 +37,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--version", action="version", version=f"gpu-doctor-probe {__version__}")
     p.add_argument("-o", "--output", choices=("table", "json", "jsonl"), default="table")
     p.add_argument("--fail-on", choices=protocol.FAIL_ON, default="warning")
-    p.add_argument("--timeout", type=float, default=30.0, metavar="SECONDS",
-                   help="deadline for the whole run (default 30)")
-    p.add_argument("--trace-seconds", type=float, default=5.0, metavar="SECONDS",
-                   help="eBPF trace window; 0 disables tracing (default 5)")
+    p.add_argument("--timeout", type=duration.argparse_type(0, exclusive=True), default=30.0,
+                   metavar="DURATION",
+                   help="deadline for the whole run: 30s, 2m, 1m30s or seconds (default 30s)")
+    p.add_argument("--trace-seconds", type=duration.argparse_type(0), default=5.0,
+                   metavar="DURATION", help="eBPF trace window; 0 disables tracing (default 5s)")
     p.add_argument("--host-root", type=Path, default=Path("/"),
                    help="where the host's / is mounted (default /; /host in the debug pod)")
     p.add_argument("--cgroup-root", type=Path, default=None,
@@ -50,7 +52,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="read the kernel log from this file instead of /dev/kmsg")
     p.add_argument("--plugin-log", type=Path, default=None,
                    help="a device plugin log file to scan for known errors")
-    p.add_argument("--nvml-timeout", type=float, default=8.0, metavar="SECONDS")
+    p.add_argument("--nvml-timeout", type=duration.argparse_type(0, exclusive=True),
+                   default=8.0, metavar="DURATION",
+                   help="how long NVML init may take before it counts as hung (default 8s)")
     p.add_argument("--dev-prefix", default="/dev/nvidia",
                    help="device path prefix traced by eBPF (tests use a temp dir)")
     p.add_argument("--trace-pid", action="append", type=int, default=[], metavar="PID",
