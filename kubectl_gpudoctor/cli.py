@@ -111,6 +111,9 @@ def _cluster_options(f: Callable) -> Callable:
                           "counts as stalled (default 2m).")(f)
     f = click.option("--no-probe", is_flag=True, default=False,
                      help="API-side analysis only; do not start a debug pod.")(f)
+    f = click.option("--force-pod", is_flag=True, default=False,
+                     help="Create the debug pod even when the API side already shows the "
+                          "kubelet admits no pod (by default it is not created there).")(f)
     f = click.option("--probe-namespace", type=params.NAMESPACE, default=None,
                      envvar="GPU_DOCTOR_NAMESPACE",
                      help="Namespace of the debug pod when it differs from -n (e.g. the "

@@ -19,6 +19,7 @@ from node_probe.protocol import Finding
 
 from . import analysis, debugpod, errors, extra_lists, pending, probens, stream
 from .analysis import admission, dra, goroutines, kubelet_config, pod_status
+from .analysis import subjects, wedge
 from .analysis.common import pod_ref
 from .kube import Kube, seg, worker_pool
 from .output import Output
@@ -41,6 +42,8 @@ class Settings:
     probe_args: tuple[str, ...] = ()
     concurrency: int = 8
     kubelet_timeout_s: float = PROXY_TIMEOUT_S  # per proxied kubelet call (dump, healthz, configz)
+    force_pod: bool = False          # create the debug pod even when the API side says it
+                                     # cannot start (wedge.decide)
 
 
 @dataclasses.dataclass
@@ -164,9 +167,11 @@ def collect_node(kube: Kube, name: str, settings: Settings, out: Output,
         out.log("warning" if "failed" in e else "debug", e)
     findings += kubelet_config.analyze(name, cfg)
     if gr_text is not None:
-        findings += goroutines.analyze(name, gr_text, health)
+        findings += goroutines.analyze(name, gr_text, health, pods=pods, now=now)
     elif gr_err is not None:
         findings.append(goroutines.unavailable(name, gr_err.status, gr_err.message, health))
+    # the likely root cause from GPU Feature Discovery labels (no node access needed)
+    findings += wedge.known_bad_driver(node, findings)
     return NodeView(node, pods, lease, cfg, findings)
 
 
@@ -255,6 +260,18 @@ def run_probe(kube: Kube, view: NodeView, settings: Settings, out: Output,
     name = view.node["metadata"]["name"]
     check_id = f"node.probe/{name}" if fleet else "node.probe"
     subject = f"node/{name}"
+    # Decide from the API side first: on a kubelet that admits no pod, a debug pod could only
+    # sit Pending beside the others (unless --force-pod).
+    decision = wedge.decide(name, view.findings, view.pods, force=settings.force_pod)
+    if not decision.create_pod:
+        out.finding(wedge.not_created_finding(name, decision))
+        out.check(check_id, "skipped", 0.0, "no debug pod: " + decision.reason)
+        out.mark_incomplete("the node-side checks did not run: the kubelet admits no pod, so "
+                            "no debug pod was created" + (f" on {name}" if fleet else ""))
+        return
+    if decision.forced:
+        out.say(decision.reason)
+    names = subjects.PodIndex(view.pods)
     run_id = debugpod.new_run_id()
     probe_ns = probens.choose(settings.probe_namespace)  # never settings.namespace (-n)
     body = debugpod.manifest(name, probe_ns, run_id,
@@ -285,12 +302,15 @@ def run_probe(kube: Kube, view: NodeView, settings: Settings, out: Output,
             _pod_not_started(out, name, pod, exc, stalled, view)
             out.check(check_id, "skipped", time.monotonic() - t0, "debug pod never started")
             return
+        for note in pod.notes:   # fallbacks taken to start it (e.g. no mount propagation)
+            out.log("info", note)
         out.say(f"probe running on {name}; following its output")
         deadline = time.monotonic() + settings.timeout_s + 30
         got_summary = False
         try:
             for rec in stream.records(pod.follow_log(read_timeout_s=settings.timeout_s + 30)):
-                out.node_record(rec, node=name if fleet else None)
+                out.node_record(subjects.name_record(rec, names),
+                                node=name if fleet else None)
                 if rec.get("kind") == "summary":
                     got_summary = True
                 if time.monotonic() > deadline:
@@ -423,7 +443,7 @@ def diagnose_pod(kube: Kube, namespace: str, name: str, settings: Settings, out:
                                             extra["resourceslices"],
                                             extra.get("deviceclasses") or (), evs, now_utc()))
     out.findings(pod_status.analyze_pod(pod, evs, now_utc(), settings.stall_threshold_s,
-                                        fit=fit))
+                                        fit=fit, node_findings=view.findings if view else ()))
     if not events_known:
         out.mark_incomplete("the pod's events were not readable")
     if view is not None and settings.probe:

@@ -28,7 +28,8 @@ def settings_of(o: dict, namespace: str):
                     timeout_s=o["timeout"], trace_s=o["trace_seconds"],
                     start_timeout_s=o["start_timeout"], stall_threshold_s=o["stall_threshold"],
                     probe=not o.get("no_probe"), concurrency=o.get("concurrency") or 8,
-                    kubelet_timeout_s=o["kubelet_timeout"])
+                    kubelet_timeout_s=o["kubelet_timeout"],
+                    force_pod=bool(o.get("force_pod")))
 
 
 def connect(o: dict):

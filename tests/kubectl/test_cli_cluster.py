@@ -82,11 +82,31 @@ def wedged_node(cluster, name="gpu-1"):
     cluster.debug_pod_mode = "pending"  # the kubelet never admits our pod either
 
 
-def test_wedged_admission_is_diagnosed_and_pod_not_started_is_a_consequence(cluster,
-                                                                            kubeconfig):
+def test_wedged_admission_is_diagnosed_and_no_doomed_pod_is_created(cluster, kubeconfig):
+    """The API side already knows the kubelet admits no pod: the debug pod is not created;
+    the report says why and which ways in exist (issue 13)."""
+    wedged_node(cluster)
+    r = run_cli("node", "gpu-1", "--kubeconfig", str(kubeconfig), "-o", "json")
+    doc = json.loads(r.stdout)
+    by_id = {f["id"]: f for f in doc["findings"]}
+    assert by_id["kubelet.admission_stalled"]["severity"] == "critical"
+    ns = by_id["probe.pod_not_started"]
+    assert ns["severity"] == "warning" and ns["evidence"]["created"] is False
+    assert set(ns["evidence"]["caused_by"]) == {"kubelet.admission_stalled",
+                                                "kubelet.blocked_in_device_plugin"}
+    assert any("local" in w for w in ns["evidence"]["ways_in"])
+    assert r.returncode == doc["exit_code"] == 1
+    assert doc["summary"]["complete"] is False and r.stderr.strip() == ""
+    assert cluster.count("POST", r"/api/v1/namespaces/[^/]+/pods") == 0
+    assert cluster.count("DELETE", DEBUG_POD) == 0
+    checks = {c["id"]: c for c in doc["checks"]}
+    assert checks["node.probe"]["status"] == "skipped"
+
+
+def test_forced_pod_on_wedged_node_does_not_start_and_is_a_consequence(cluster, kubeconfig):
     wedged_node(cluster)
     r = run_cli("node", "gpu-1", "--kubeconfig", str(kubeconfig), "--start-timeout", "2",
-                "-o", "json")
+                "--force-pod", "-o", "json")
     doc = json.loads(r.stdout)
     by_id = {f["id"]: f for f in doc["findings"]}
     assert by_id["kubelet.admission_stalled"]["severity"] == "critical"
