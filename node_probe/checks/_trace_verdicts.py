@@ -17,6 +17,7 @@ from typing import Any, Callable, Iterable, Mapping
 
 from node_probe.host.cgroup_rules import RuleSet, parse_lines
 from node_probe.engine.facts import ContainerList
+from node_probe.checks.kmsg import XID_RE
 from node_probe.host.nvidia_devices import NVIDIA_MAJOR
 from node_probe.protocol import catalog
 
@@ -243,6 +244,7 @@ class Inputs:
     containers: Callable[[], ContainerList | None]   # the fact, waited for on first call
     read_list: Callable[[str], str | None]  # a v1 cgroup's devices.list now, by relpath
     event: Callable[..., None]              # (name, subject, message, **data): a live event
+    kernel_log: Callable[[], list] = list   # [(seconds since boot or None, message)], on demand
 
 
 class Verdict:
@@ -337,6 +339,117 @@ class _NvmlCalls(Verdict):
                           f"{c['func']} entered {c['duration_s']:.2f}s ago and has not returned"
                           + futex, **c)
         return ()
+
+
+CUDA_REFS = (
+    "https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__TYPES.html",
+    "https://github.com/NVIDIA/nvidia-container-toolkit/issues/48",
+    "https://github.com/NVIDIA/k8s-device-plugin/issues/222",
+    "https://docs.nvidia.com/deploy/xid-errors/",
+)
+# calls without which the process cannot use the GPU at all (memory errors may be the job's own)
+CUDA_FATAL = ("cuInit", "cuDeviceGetCount", "cuDeviceGet", "cuDevicePrimaryCtxRetain",
+              "cuCtxCreate_v2", "cuCtxCreate_v3", "cuCtxCreate_v4")
+NEAR_S = 2.0        # "at the same moment": within this many seconds of the call
+
+
+def _near(a0: float, a1: float, t: float | None) -> bool:
+    return t is not None and a0 - NEAR_S <= t <= a1 + NEAR_S
+
+
+def cuda_findings(failed: Iterable[Mapping[str, Any]], opens: Iterable[Mapping[str, Any]],
+                  containers: ContainerList | None, kernel_log: Callable[[], list]) -> list:
+    """cuda.call_failed: one finding per process whose CUDA driver calls returned errors, with
+    what the kernel saw around them: its own failed opens of NVIDIA device nodes (EPERM from
+    the device cgroup, ...) and Xid lines in the kernel log."""
+    by_pid: "OrderedDict[int, list]" = OrderedDict()
+    for c in failed:
+        by_pid.setdefault(c["pid"], []).append(c)
+    if not by_pid:
+        return []
+    opens = list(opens)
+    xids = []
+    for t, msg in kernel_log() or ():
+        m = XID_RE.search(msg)
+        if m:
+            xids.append({"uptime_s": t, "pci": m.group(1).strip(), "xid": int(m.group(2)),
+                         "text": m.group(3).strip()[:200]})
+    out = []
+    for pid, calls in by_pid.items():
+        first, comm = calls[0], calls[0].get("comm", "")
+        w0 = min(c["ts"] for c in calls)
+        w1 = max(c["ts"] + c.get("duration_s", 0) for c in calls)
+        m0 = min(c["mono_s"] for c in calls)
+        m1 = max(c["mono_s"] + c.get("duration_s", 0) for c in calls)
+        denied = [o for o in opens if o.get("pid") == pid and o.get("errno")
+                  and _near(w0, w1, o.get("ts"))]
+        near_xids = [x for x in xids if _near(m0, m1, x["uptime_s"])]
+        summary: "OrderedDict[tuple[str, int], dict]" = OrderedDict()
+        for c in calls:
+            s = summary.setdefault((c["func"], c["result"]), {
+                "func": c["func"], "result": c["result"], "error": c["error"], "count": 0,
+                "first_ts": c["ts"]})
+            s["count"] += 1
+        cgroups = first.get("cgroup") or {}
+        container = _container_of(containers, pid, cgroups.get("devices") or cgroups.get(""))
+        fatal = any(c["func"] in CUDA_FATAL for c in calls)
+        what = "; ".join(f"{s['func']} returned {s['error']} ({s['result']})"
+                         + (f" x{s['count']}" if s["count"] > 1 else "")
+                         for s in summary.values())
+        cause = []
+        if denied:
+            paths = ", ".join(dict.fromkeys(f"{o['path']} ({o.get('errno_name') or o['errno']})"
+                                            for o in denied))
+            cause.append(f"the kernel refused it {paths} at the same moment")
+        if near_xids:
+            cause.append("Xid " + ", ".join(dict.fromkeys(f"{x['xid']} on {x['pci']}"
+                                                         for x in near_xids)))
+        title = (f"{what} in {comm} (pid {pid}){_who(container)}"
+                 + (f": {'; '.join(cause)}" if cause else ""))
+        if denied and any(o.get("errno") == errno.EPERM for o in denied):
+            fix = ("The device cgroup denied the NVIDIA device nodes CUDA opens (usually "
+                   "/dev/nvidia-uvm or /dev/nvidiactl): see container.nvidia_eperm and "
+                   "cgroup.device_rules_rewritten for why, then recreate the pod.")
+        elif near_xids:
+            fix = ("The driver reported an Xid at the same moment: see gpu.xid for what it "
+                   "means; the GPU may need a reset or the node a drain.")
+        else:
+            fix = ("No kernel-side cause was seen in the window. Check the error name: "
+                   "CUDA_ERROR_NO_DEVICE / NOT_PERMITTED point at device visibility "
+                   "(NVIDIA_VISIBLE_DEVICES, the device plugin's allocation), "
+                   "SYSTEM_NOT_READY at fabric manager, SYSTEM_DRIVER_MISMATCH at a library "
+                   "of another driver version in the image, OUT_OF_MEMORY at the job or "
+                   "another process holding the GPU's memory.")
+        out.append(catalog.make(
+            "cuda.call_failed", "critical" if fatal else "warning", f"pid {pid} ({comm})",
+            title,
+            evidence={"pid": pid, "comm": comm, "calls": list(summary.values()),
+                      "tids": sorted({c["tid"] for c in calls}),
+                      **({"container": {k: container.to_fact().get(k) for k in EVIDENCE_KEYS}}
+                         if container is not None else {}),
+                      "cgroup": cgroups.get("devices") or cgroups.get(""),
+                      "kernel": {"denied_opens": [
+                          {k: o.get(k) for k in ("path", "errno", "errno_name", "ts", "device")}
+                          for o in denied],
+                          "xids": near_xids, "window_s": NEAR_S}},
+            remediation=fix, refs=CUDA_REFS))
+    return out
+
+
+@verdict("cuda_calls")
+class _CudaCalls(Verdict):
+    def live(self, kind, r, state):
+        if kind == "failed":
+            return ("cuda.call_failed", _actor(r),
+                    f"{r['func']} returned {r['error']} ({r['result']})")
+        return None
+
+    def findings(self, inp):
+        failed = inp.results.get("cuda_failed_calls", [])
+        if not failed:
+            return []
+        return cuda_findings(failed, inp.results.get("opens", []), inp.containers(),
+                             inp.kernel_log)
 
 
 @verdict("futex_wait")

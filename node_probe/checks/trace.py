@@ -13,12 +13,15 @@ still runs.
 from __future__ import annotations
 
 import time
+from pathlib import Path
 
 from node_probe.engine.facts import CONTAINERS, DEVICEPLUGIN_TARGETS, TRACE_READY, TRACE_RESULTS
 from node_probe.engine.registry import check
+from node_probe.host import hostfs
 from ..tracing import bcc_env
 from ..tracing.cgroup_devices import read_devices_list
 from . import _trace_verdicts as verdicts
+from .kmsg import parse_log_file, read_kmsg
 
 TARGETS_WAIT_S = 1.0
 CONTAINERS_WAIT_S = 1.0
@@ -82,6 +85,13 @@ def trace_check(ctx):
     from ..tracing.loader import TraceConfig
     from ..tracing.session import TraceSession  # imports bcc lazily
     events = _Events(ctx)
+    cache: dict = {}
+
+    def containers(timeout: float = CONTAINERS_WAIT_S):
+        if cache.get("v") is None:   # waited for only when something needs it
+            cache["v"] = ctx.fact(CONTAINERS, timeout=timeout, default=None)
+        return cache["v"]
+
     session = None
     probes: list[str] = []
     plugin: list[dict] = []
@@ -94,7 +104,9 @@ def trace_check(ctx):
             session.compile()
             # compiling took most of the second already; still give discovery a moment
             plugin = _plugin_targets(ctx, max(0.25, TARGETS_WAIT_S - (time.monotonic() - started)))
-            session.set_targets(t["pid"] for t in plugin)
+            listed = containers(timeout=0.1)   # GPU containers' libcuda for the CUDA probe
+            session.set_targets((t["pid"] for t in plugin),
+                                gpu_pids=[p for c in (listed.gpu if listed else ()) for p in c.pids])
             probes = session.attach()
         except Exception as exc:
             reason = f"{type(exc).__name__}: {exc}"
@@ -127,16 +139,19 @@ def trace_check(ctx):
     ctx.log("debug", "trace window done", check="trace", timings=results["timings"],
             window_s=results["window_s"], since_start_s=round(time.monotonic() - started, 3))
 
-    cache: dict = {}
-
-    def containers():
-        if "v" not in cache:   # waited for only when a verdict needs it
-            cache["v"] = ctx.fact(CONTAINERS, timeout=CONTAINERS_WAIT_S, default=None)
-        return cache["v"]
+    def kernel_log() -> list:
+        try:
+            if opts.kmsg_file is not None:
+                return parse_log_file(opts.kmsg_file.read_text(errors="replace"))
+            return read_kmsg(hostfs.resolve(opts.host_root, "dev/kmsg") or Path("/dev/kmsg"))
+        except OSError as exc:
+            ctx.log("info", f"kernel log not readable for the trace verdicts: {exc.strerror}",
+                    check="trace")
+            return []
 
     inputs = verdicts.Inputs(results=results, stall_s=IOCTL_STALL_S, targets=session.targets,
                              containers=containers,
                              read_list=lambda rel: read_devices_list(opts.cgroup_dir, rel),
-                             event=events.emit)
+                             event=events.emit, kernel_log=kernel_log)
     for v in verdicts.VERDICTS.values():
         yield from v.findings(inputs)

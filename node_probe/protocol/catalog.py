@@ -37,6 +37,7 @@ CATALOG: dict[str, str] = {
     "cgroup.dev_char_symlinks_missing": "/dev/char symlinks for NVIDIA devices are missing on a systemd-driver node",
     "container.nvidia_eperm": "Opens of /dev/nvidia* failed with EPERM",
     "ioctl.stall": "An ioctl on /dev/nvidia* has not returned for a long time",
+    "cuda.call_failed": "CUDA driver calls (init, context, memory) of a process returned errors",
     # kubelet (API side and node side)
     "kubelet.admission_stalled": "Pods bound to the node get no kubelet action while the node looks Ready",
     "kubelet.blocked_in_device_plugin": "kubelet goroutines are parked in device plugin calls",
@@ -45,6 +46,7 @@ CATALOG: dict[str, str] = {
     "kubelet.config": "kubelet configuration relevant to GPUs",
     "node.gpu_capacity_mismatch": "GPU capacity and allocatable differ",
     "node.not_found": "The node does not exist",
+    "node.not_kubernetes": "This host runs no kubelet: not a Kubernetes node",
     # pods (API side)
     "pod.pending_explained": "Why the pod is not running, from its events and conditions",
     "pod.admission_error": "The kubelet rejected the pod at admission",
@@ -83,6 +85,7 @@ CATALOG: dict[str, str] = {
     "dra.device_unhealthy": "Pod status reports allocated devices as unhealthy",
     "kubelet.blocked_in_dra_plugin": "kubelet goroutines are parked in DRA NodePrepareResources calls",
 }
+
 
 class UnknownFindingId(KeyError):
     pass

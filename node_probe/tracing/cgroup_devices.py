@@ -15,7 +15,6 @@ import os
 import re
 import time
 from pathlib import Path
-from typing import Iterable
 
 from node_probe.host import procfs
 from node_probe.host.cgroup_rules import RuleSet
@@ -23,7 +22,7 @@ from node_probe.host.nvidia_devices import NVIDIA_MAJOR
 from .abi import Constants
 from .bundle import cstr, mono_to_wall, TracepointSet
 from .fdtrack import FdTracker
-from .loader import Emit, TraceConfig
+from .loader import Emit, Targets, TraceConfig
 
 C = Constants("cgroup_devices")
 TRACEPOINTS = (
@@ -104,7 +103,7 @@ class CgroupDevices:
     def cflags(self) -> list[str]:
         return []
 
-    def attach(self, b, tps: TracepointSet, targets: Iterable[int]) -> bool:
+    def attach(self, b, tps: TracepointSet, targets: Targets) -> bool:
         self.b = b
         b[b"cgdev_events"].open_ring_buffer(self._on_ring)
         tps.attach(TRACEPOINTS, required=REQUIRED)

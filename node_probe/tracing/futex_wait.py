@@ -19,7 +19,7 @@ from typing import Iterable
 from node_probe.host import procfs, proctasks
 from .bundle import cstr, mono_to_wall, TracepointSet
 from .fdtrack import FdTracker
-from .loader import Emit, TraceConfig
+from .loader import Emit, Targets, TraceConfig
 
 TRACEPOINTS = (("sys_enter_futex", "futex_enter"), ("sys_exit_futex", "futex_exit"))
 FUTEX_NR = {"x86_64": 202, "aarch64": 98}.get(platform.machine())
@@ -45,9 +45,9 @@ class FutexWait:
     def cflags(self) -> list[str]:
         return [f"-DFUTEX_MIN_NS={int(self.min_wait_s * 1e9)}ULL"]
 
-    def attach(self, b, tps: TracepointSet, targets: Iterable[int]) -> bool:
+    def attach(self, b, tps: TracepointSet, targets: Targets) -> bool:
         self.b = b
-        self.targets = sorted({int(p) for p in targets})
+        self.targets = sorted(set(targets.deep))
         self.attach_mono = time.monotonic_ns()
         if not self.targets:
             return False

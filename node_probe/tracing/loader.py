@@ -12,7 +12,7 @@ from __future__ import annotations
 import dataclasses
 import os
 from pathlib import Path
-from typing import Callable, ClassVar, Iterable, Protocol
+from typing import Callable, ClassVar, Protocol
 
 from node_probe.host import procfs
 from .bundle import TracepointSet
@@ -33,6 +33,16 @@ class TraceConfig:
     self_tgid: int = dataclasses.field(default_factory=os.getpid)
 
 
+@dataclasses.dataclass(frozen=True)
+class Targets:
+    """Processes the probes look at closely, known only after compiling."""
+    deep: tuple[int, ...] = ()   # device plugin + --trace-pid: futex waits, NVML calls
+    gpu: tuple[int, ...] = ()    # processes of GPU containers: their CUDA library
+
+    def __iter__(self):          # the deep targets, for probes that need only those
+        return iter(self.deep)
+
+
 class Loader(Protocol):
     name: ClassVar[str]           # its source is bpf/<name>.bpf.c
     uses_fds: ClassVar[bool]      # needs the shared fd tracker (bpf/include/fdtrack.h)
@@ -42,7 +52,7 @@ class Loader(Protocol):
     def cflags(self) -> list[str]:
         """-D options of its program (the fd tracker's are the session's)."""
 
-    def attach(self, b, tps: TracepointSet, targets: Iterable[int]) -> bool:
+    def attach(self, b, tps: TracepointSet, targets: Targets) -> bool:
         """Attach its programs; True when it is live (a probe with nothing to watch, e.g.
         no target pids, may stay detached)."""
 

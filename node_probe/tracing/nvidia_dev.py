@@ -13,14 +13,13 @@ import errno as errno_mod
 import os
 import time
 from pathlib import Path
-from typing import Iterable
 
 from node_probe.host import procfs
 from . import ticks
 from .abi import Constants
 from .bundle import cstr, mono_to_wall, TracepointSet
 from .fdtrack import FdTracker
-from .loader import Emit, TraceConfig
+from .loader import Emit, Targets, TraceConfig
 
 C = Constants("nvidia_dev")
 TRACEPOINTS = (("sys_enter_ioctl", "nvdev_enter_ioctl"), ("sys_exit_ioctl", "nvdev_exit_ioctl"))
@@ -54,7 +53,7 @@ class NvidiaDev:
         slow = max(1, round(self.cfg.ioctl_slow_s / self.unit_s))
         return [f"-DNVDEV_SLOW={slow}ULL", *(["-DNVDEV_JIFFIES"] if self.hz else [])]
 
-    def attach(self, b, tps: TracepointSet, targets: Iterable[int]) -> bool:
+    def attach(self, b, tps: TracepointSet, targets: Targets) -> bool:
         self.b = b
         b[b"nvdev_events"].open_ring_buffer(self._on_ring)
         tps.attach(TRACEPOINTS, required=[e for e, _ in TRACEPOINTS])

@@ -10,13 +10,12 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
-from typing import Iterable
 
 from node_probe.host import hostfs, procfs
 from ..checks.nvml import LIB_DIRS   # where a driver's libnvidia-ml.so.1 lives, one list
 from .bundle import cstr, mono_to_wall, TracepointSet
 from .fdtrack import FdTracker
-from .loader import Emit, TraceConfig
+from .loader import Emit, Targets, TraceConfig
 
 FUNCS = {1: "nvmlInit_v2", 2: "nvmlInit", 3: "nvmlInitWithFlags"}
 ENTRY_FN = {"nvmlInit_v2": "nvml_enter_init_v2", "nvmlInit": "nvml_enter_init",
@@ -64,9 +63,9 @@ class NvmlCalls:
     def cflags(self) -> list[str]:
         return []
 
-    def attach(self, b, tps: TracepointSet, targets: Iterable[int]) -> bool:
+    def attach(self, b, tps: TracepointSet, targets: Targets) -> bool:
         self.b = b
-        self.targets = sorted({int(p) for p in targets})
+        self.targets = sorted(set(targets.deep))
         if not self.targets:
             return False
         b[b"nvml_events"].open_ring_buffer(self._on_ring)

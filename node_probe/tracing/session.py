@@ -14,14 +14,15 @@ from typing import Callable, Iterable
 
 from . import bundle
 from .cgroup_devices import CgroupDevices
+from .cuda_calls import CudaCalls
 from .fdtrack import FdTracker
 from .futex_wait import FutexWait
-from .loader import Loader, TraceConfig
+from .loader import Loader, Targets, TraceConfig
 from .nvidia_dev import NvidiaDev
 from .nvml_calls import NvmlCalls
 
 # Collection order: a loader may read what an earlier one added (futex_wait: pending calls).
-LOADERS: tuple[type[Loader], ...] = (NvidiaDev, CgroupDevices, NvmlCalls, FutexWait)
+LOADERS: tuple[type[Loader], ...] = (NvidiaDev, CgroupDevices, NvmlCalls, CudaCalls, FutexWait)
 PROGRAMS = tuple(cls.name for cls in LOADERS)
 
 OnEvent = Callable[[str, str, dict], None]   # (program, kind, record)
@@ -33,6 +34,7 @@ class TraceSession:
                  loaders: Iterable[type[Loader]] = LOADERS) -> None:
         self.cfg = cfg
         self.targets = sorted({int(p) for p in targets if int(p) > 0})
+        self.gpu_pids: list[int] = []
         self.tracefs = tracefs
         cb = on_event or (lambda prog, kind, rec: None)
         classes = tuple(loaders)
@@ -56,18 +58,21 @@ class TraceSession:
         self.b = bundle.compile_programs([ld.name for ld in self.loaders], cflags)
         self.timings["compile_s"] = round(time.monotonic() - t0, 3)
 
-    def set_targets(self, targets: Iterable[int]) -> None:
-        """Targets known only after compiling (the device plugin's pid): before attach()."""
+    def set_targets(self, targets: Iterable[int], gpu_pids: Iterable[int] = ()) -> None:
+        """Targets known only after compiling (the device plugin's pid, the processes of GPU
+        containers): before attach()."""
         self.targets = sorted({*self.targets, *(int(p) for p in targets if int(p) > 0)})
+        self.gpu_pids = sorted({*self.gpu_pids, *(int(p) for p in gpu_pids if int(p) > 0)})
 
     def attach(self) -> list[str]:
         """Attach everything; returns the names of the programs that are live."""
         t0 = time.monotonic()
         self.tps = bundle.TracepointSet(self.b, self.tracefs)
         live = []
+        targets = Targets(deep=tuple(self.targets), gpu=tuple(self.gpu_pids))
         try:
             for ld in self.loaders:
-                if ld.attach(self.b, self.tps, self.targets):
+                if ld.attach(self.b, self.tps, targets):
                     live.append(ld.name)
             if self.fds is not None:   # last: its seeding must not miss what the others track
                 self.fds.attach(self.b, self.tps, first_pids=self.targets)

@@ -28,7 +28,8 @@ def test_bpf_dir_env_override(monkeypatch, tmp_path):
 
 def test_default_bpf_dir_has_all_programs(monkeypatch):
     monkeypatch.delenv(sources.ENV, raising=False)
-    for name in ("nvidia_dev", "cgroup_devices", "futex_wait", "nvml_calls"):
+    from node_probe.tracing.session import PROGRAMS
+    for name in PROGRAMS:
         assert sources.source_path(name).is_file()
 
 

@@ -159,3 +159,43 @@ def test_rewrite_verdict_reads_rules_as_the_kernel_does():
 def test_every_loader_has_a_verdict_and_live_events_name_no_unknown_program():
     from node_probe.tracing.session import LOADERS
     assert [c.name for c in LOADERS] == list(verdicts.VERDICTS)
+
+
+def _cuda(pid, func, result, ts=100.0, mono=50.0, comm="train"):
+    from node_probe.tracing.cuda_calls import error_name
+    return {"pid": pid, "tid": pid, "comm": comm, "func": func, "result": result,
+            "error": error_name(result), "duration_s": 0.01, "ts": ts, "mono_s": mono,
+            "cgroup": {"devices": f"/kubepods/burstable/pod{UID}/{CID}"}}
+
+
+def test_cuda_failures_are_grouped_per_process_and_memory_only_is_a_warning():
+    fact = _containers(pids=[7], namespace="ml", pod="trainer-0", container="main")
+    failed = [_cuda(7, "cuMemAlloc_v2", 2), _cuda(7, "cuMemAlloc_v2", 2, ts=100.5),
+              _cuda(8, "cuInit", 100, comm="probe")]
+    found = verdicts.cuda_findings(failed, [], fact, lambda: [])
+    assert [(f.evidence["pid"], f.severity.value) for f in found] == [(7, "warning"),
+                                                                    (8, "critical")]
+    ev = found[0].evidence
+    assert ev["calls"] == [{"func": "cuMemAlloc_v2", "result": 2,
+                            "error": "CUDA_ERROR_OUT_OF_MEMORY", "count": 2, "first_ts": 100.0}]
+    assert ev["container"]["pod"] == "trainer-0"       # by pid, then by cgroup
+    assert "ml/trainer-0 container main" in found[0].title
+    assert "CUDA_ERROR_NO_DEVICE (100)" in found[1].title
+    assert found[1].evidence["container"]["pod"] == "trainer-0"   # pid 8 found by its cgroup
+
+
+def test_cuda_kernel_evidence_only_from_the_same_moment_and_process():
+    opens = [{"pid": 7, "path": "/dev/nvidia-uvm", "errno": errno.EPERM, "errno_name": "EPERM",
+              "ts": 101.0},
+             {"pid": 7, "path": "/dev/nvidia0", "errno": errno.EPERM, "errno_name": "EPERM",
+              "ts": 160.0},                                   # a minute later: not the cause
+             {"pid": 9, "path": "/dev/nvidiactl", "errno": errno.EPERM, "errno_name": "EPERM",
+              "ts": 100.0}]                                   # another process
+    log = [(50.5, "NVRM: Xid (PCI:0000:3b:00): 79, pid=7, GPU has fallen off the bus."),
+           (10.0, "NVRM: Xid (PCI:0000:3b:00): 13, long before"), (None, "unrelated")]
+    found = verdicts.cuda_findings([_cuda(7, "cuInit", 999)], opens, None, lambda: log)
+    k = found[0].evidence["kernel"]
+    assert [o["path"] for o in k["denied_opens"]] == ["/dev/nvidia-uvm"]
+    assert [x["xid"] for x in k["xids"]] == [79]
+    assert "/dev/nvidia-uvm (EPERM)" in found[0].title and "Xid 79" in found[0].title
+    assert verdicts.cuda_findings([], opens, None, lambda: log) == []
