@@ -137,24 +137,25 @@ def _session(ctx: click.Context) -> Session:
     return ctx.ensure_object(Session)
 
 
-@cli.command("node", context_settings=CONTEXT_SETTINGS)
-@click.argument("name", type=params.NODE_NAME, shell_complete=_complete_nodes)
-@_common
-@_cluster_options
-@click.pass_context
-def node_cmd(ctx: click.Context, name: str, **kw: Any) -> int:
-    """Diagnose node NAME: API-side analysis, then the node probe in a debug pod."""
-    return programs.node(_session(ctx), _opts(ctx, kw), name)
+def _target_command(kind: str, name_type: click.ParamType, help: str,
+                    **argument: Any) -> click.Command:
+    """`node NAME` and `pod NAME`: one named target, the same options, programs.<kind>."""
+    @cli.command(kind, context_settings=CONTEXT_SETTINGS, help=help)
+    @click.argument("name", type=name_type, **argument)
+    @_common
+    @_cluster_options
+    @click.pass_context
+    def command(ctx: click.Context, name: str, **kw: Any) -> int:
+        return getattr(programs, kind)(_session(ctx), _opts(ctx, kw), name)
+    return command
 
 
-@cli.command("pod", context_settings=CONTEXT_SETTINGS)
-@click.argument("name", type=params.POD_NAME)
-@_common
-@_cluster_options
-@click.pass_context
-def pod_cmd(ctx: click.Context, name: str, **kw: Any) -> int:
-    """Explain why pod NAME is not running, then run the node checks focused on it."""
-    return programs.pod(_session(ctx), _opts(ctx, kw), name)
+node_cmd = _target_command(
+    "node", params.NODE_NAME, shell_complete=_complete_nodes,
+    help="Diagnose node NAME: API-side analysis, then the node probe in a debug pod.")
+pod_cmd = _target_command(
+    "pod", params.POD_NAME,
+    help="Explain why pod NAME is not running, then run the node checks focused on it.")
 
 
 @cli.command("nodes", context_settings=CONTEXT_SETTINGS)
