@@ -66,6 +66,13 @@ class Kube:
         self.timeout_s = request_timeout_s
         self.calls: list[tuple[str, str]] = []  # (method, path): for diagnostics and tests
 
+    @property
+    def api_client(self) -> Any:
+        """The kubernetes ApiClient (host, auth, TLS) for what raw requests cannot do, such
+        as a websocket exec. Requests made through it bypass `request`'s deadlines and typed
+        errors: bound them yourself."""
+        return self._api
+
     # -- the one raw request -------------------------------------------------------------
     def _send(self, method: str, path: str, query: Sequence[tuple[str, Any]] | None,
               body: Any, timeout: Any, accept: str, ticket: deadline.Ticket):
