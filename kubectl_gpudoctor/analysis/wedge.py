@@ -54,14 +54,16 @@ def blocking_findings(findings: Sequence[Finding], node_name: str) -> list[Findi
     subject = f"node/{node_name}"
     out = []
     for f in findings:
-        if f.subject != subject or f.severity.value != "critical":
+        if f.subject != subject:
             continue
         ev = f.evidence or {}
-        if f.id == "kubelet.blocked_in_device_plugin" and ev.get("in_sync_loop"):
+        if "syncloop" in (ev.get("healthz_failed") or ()):
+            out.append(f)   # the kubelet itself says its sync loop is stuck (any severity)
+        elif f.severity.value != "critical":
+            continue
+        elif f.id == "kubelet.blocked_in_device_plugin" and ev.get("in_sync_loop"):
             out.append(f)
         elif f.id == "kubelet.admission_stalled":
-            out.append(f)
-        elif "syncloop" in (ev.get("healthz_failed") or ()):
             out.append(f)
     return out
 

@@ -317,3 +317,15 @@ def test_pending_pod_behind_a_blocked_sync_loop_is_critical_before_the_threshold
     assert "admission waits in the device plugin for nvidia.com/gpu" in f.title
     [f] = pod_status.analyze_pod(gpu, evs, s.now, node_findings=Stage("healthy").api_findings())
     assert f.severity.value == "info" and f.evidence["caused_by"] is None
+
+
+def test_syncloop_failed_with_no_readable_dump_still_decides_against_the_pod():
+    s = Stage("wedged-3m")
+    failed = goroutines.parse_healthz(s.healthz.replace("[+]syncloop ok",
+                                                        "[-]syncloop failed: reason withheld"))
+    f = goroutines.unavailable(NODE, 403, "forbidden", failed)
+    assert f.severity.value == "info"
+    d = wedge.decide(NODE, [f], s.pods)
+    assert d.create_pod is False and d.caused_by == ("kubelet.goroutines_unavailable",)
+    ok = goroutines.unavailable(NODE, 403, "forbidden", goroutines.parse_healthz(s.healthz))
+    assert wedge.decide(NODE, [ok], s.pods).create_pod is True
