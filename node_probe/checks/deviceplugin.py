@@ -18,7 +18,7 @@ import time
 from pathlib import Path
 
 from node_probe.protocol import catalog
-from node_probe.host import proctasks
+from node_probe.host import kubeletconfig, proctasks
 from node_probe.protocol import known_drivers
 from node_probe.engine.facts import (DEVICEPLUGIN_TARGETS, NVML, PODRESOURCES, TRACE_READY,
                                      TRACE_RESULTS, NvmlInventory, PluginTargetInfo)
@@ -157,6 +157,18 @@ def deviceplugin_check(ctx):
     kdir = opts.kubelet_path
     proc = opts.proc_root
     t0 = time.monotonic()
+    here = kubeletconfig.presence(kdir, proc)
+    if not here["kubelet"]:
+        # No kubelet, no device plugins to serve it: a missing plugin is not a fault here.
+        yield catalog.make(
+            "node.not_kubernetes", "info", "node",
+            "Not a Kubernetes node: no kubelet socket and no kubelet process; the "
+            "kubelet-facing checks were skipped", here,
+            "Nothing to do on a host that is not a node. If it should be one, start the "
+            "kubelet; if its root directory is not /var/lib/kubelet, pass --kubelet-dir.",
+            ("https://kubernetes.io/docs/reference/command-line-tools-reference/kubelet/",))
+        ctx.skip(f"not a Kubernetes node: no {kdir}/device-plugins/kubelet.sock and no "
+                 f"kubelet process")
     targets = discovery.discover(kdir, proc)
     ctx.publish(DEVICEPLUGIN_TARGETS, tuple(PluginTargetInfo.of(t) for t in targets))
     ctx.progress(message=f"{len(targets)} device plugin socket(s) in {kdir / 'device-plugins'}",

@@ -78,6 +78,10 @@ def device_specs_setting(pid: int, proc: Path) -> dict:
 def kubelet_check(ctx):
     opts = ctx.options
     proc = opts.proc_root
+    here = kubeletconfig.presence(opts.kubelet_path, proc)
+    if not here["kubelet"] and not (opts.kubelet_path / "config.yaml").is_file():
+        ctx.skip(f"not a Kubernetes node: no kubelet process, no "
+                 f"{opts.kubelet_path}/device-plugins/kubelet.sock, no kubelet config")
     fact = kubeletconfig.load(opts.host_root, opts.kubelet_path, proc)
     ctx.publish(KUBELET_CONFIG, fact)
     if fact.get("error"):

@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import stat
 from pathlib import Path
 
 from node_probe.host import hostfs, procfs
@@ -173,6 +174,21 @@ def find_kubelets(proc: Path = procfs.PROC) -> list[tuple[int, list[str]]]:
             continue
         out.append((pid, procfs.read_cmdline(pid, proc)))
     return out
+
+
+def presence(kubelet_dir: Path, proc: Path = procfs.PROC) -> dict:
+    """Whether this host runs a kubelet at all: its registration socket
+    (<kubelet-dir>/device-plugins/kubelet.sock, a stale one counts: the node's kubelet is down)
+    or a process named kubelet. Without either, the host is not a Kubernetes node and the
+    kubelet-facing checks have nothing to judge (a GPU workstation, a build host)."""
+    sock = Path(kubelet_dir) / "device-plugins" / "kubelet.sock"
+    try:
+        has_sock = stat.S_ISSOCK(os.lstat(sock).st_mode)
+    except OSError:
+        has_sock = False
+    pids = [pid for pid, _ in find_kubelets(proc)]
+    return {"kubelet": bool(has_sock or pids), "kubelet_sock": str(sock) if has_sock else None,
+            "kubelet_pids": pids, "kubelet_dir": str(kubelet_dir)}
 
 
 def _feature_gates(text: str) -> dict:

@@ -6,6 +6,7 @@ import os
 import select
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
@@ -28,6 +29,14 @@ class Host:
         self.plugins_dir = self.kubelet / "device-plugins"
         self.plugins_dir.mkdir(parents=True)
         (self.kubelet / "pod-resources").mkdir()
+        # the kubelet's registration socket: this fake host is a Kubernetes node (a host
+        # without it and without a kubelet process is not one: node.not_kubernetes)
+        k = socket.socket(socket.AF_UNIX)
+        k.bind(str(self.plugins_dir / "kubelet.sock"))
+        k.close()
+
+    def not_a_node(self) -> None:
+        (self.plugins_dir / "kubelet.sock").unlink()
 
     def args(self, *extra: str) -> list[str]:
         return ["--host-root", str(self.root), "--kubelet-dir", str(self.kubelet), *extra]
