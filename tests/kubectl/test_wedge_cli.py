@@ -16,7 +16,8 @@ import pytest
 
 from kubectl_gpudoctor.analysis.common import parse_time
 
-from .conftest import run_cli
+from .conftest import DATA, run_cli
+from .fakecluster import cut_odd
 from .test_captures import CAPTURES, GFD_570_158, NODE
 
 _TS = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d+)?Z$")
@@ -106,8 +107,20 @@ def test_force_pod_creates_it_anyway(cluster, kubeconfig):
     assert nc and nc[0]["evidence"].get("created") is not False
 
 
-def test_healthy_capture_still_runs_the_probe(cluster, kubeconfig):
+@pytest.mark.parametrize("root_private", [False, True])
+def test_healthy_capture_runs_the_probe_even_where_root_is_private(cluster, kubeconfig,
+                                                                   root_private):
+    """The real kubelet refused the old debug pod on a node whose / is private (exit 3, no
+    node-side result); the pod without mount propagation runs there."""
     load_stage(cluster, "healthy", gfd=False)
     cluster.debug_pod_mode = "run"
-    run_cli("node", NODE, "--kubeconfig", str(kubeconfig), "-o", "json")
+    cluster.root_private = root_private
+    cluster.log_chunks = cut_odd((DATA / "probe_stream.ndjson").read_bytes())
+    r = run_cli("node", NODE, "--kubeconfig", str(kubeconfig), "-o", "json",
+                "--start-timeout", "10s")
+    assert r.returncode != 3, r.stderr
+    doc = json.loads(r.stdout)
     assert cluster.count("POST", POD_CREATE) == 1
+    assert {c["id"]: c["status"] for c in doc["checks"]}["node.probe"] == "ok"
+    assert doc["summary"]["complete"] is True
+    assert cluster.count("DELETE", POD_CREATE + "/gpu-doctor-[^/]+") == 1
