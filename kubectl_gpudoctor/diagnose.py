@@ -231,24 +231,6 @@ def _api_failed(out: Output, check_id: str, exc: errors.ApiError, t0: float,
 
 # -- the node probe in a debug pod ---------------------------------------------------------
 
-def exec_candidates(pods: list[dict]) -> list[str]:
-    """Running pods on the node to exec into when no new pod can start: the device plugin's
-    own pod first (it sees what the plugin sees), then privileged / hostPID pods."""
-    scored = []
-    for p in pods:
-        spec, st = p.get("spec") or {}, p.get("status") or {}
-        if st.get("phase") != "Running" or (p.get("metadata") or {}).get("deletionTimestamp"):
-            continue
-        name = (p.get("metadata") or {}).get("name", "")
-        plugin = "device-plugin" in name or "vgpu-device" in name
-        priv = spec.get("hostPID") or any(
-            ((c.get("securityContext") or {}).get("privileged"))
-            for c in spec.get("containers") or ())
-        if plugin or priv:
-            scored.append((0 if plugin else 1, pod_ref(p)))
-    return [ref for _, ref in sorted(scored)[:3]]
-
-
 def run_probe(kube: Kube, view: NodeView, settings: Settings, out: Output,
               focus_pods: tuple[str, ...] = (), cancelled: Callable[[], bool] = lambda: False,
               on_pod: Callable[[debugpod.DebugPod | None], None] = lambda p: None,
@@ -340,9 +322,7 @@ def _pod_not_started(out: Output, node: str, pod: debugpod.DebugPod,
     st = exc.pod.get("status") or {}
     untouched = admission.untouched_pending(exc.pod, (), now_utc()) is not None
     ways = [f"ssh {node} and run `kubectl-gpu_doctor local` (or `python3 -m node_probe`)"]
-    for ref in exec_candidates(view.pods):
-        ns, pname = ref.split("/", 1)
-        ways.append(f"kubectl -n {ns} exec -it {pname} -- sh  (already running on the node)")
+    ways += wedge.exec_ways(view.pods)
     evidence = {"pod": f"{pod.namespace}/{pod.name}", "waited_s": round(exc.waited_s, 1),
                 "phase": st.get("phase") or "Pending", "kubelet_touched": not untouched,
                 "caused_by": [f.id for f in stalled] or None, "ways_in": ways}

@@ -77,6 +77,13 @@ def ways_in(node_name: str, pods: Sequence[Mapping[str, Any]] = (),
     if agent:
         out.append(f"the standing agent {agent} (exec into a pod that is already running)")
     out.append(f"ssh {node_name} and run `kubectl-gpu_doctor local` (or `python3 -m node_probe`)")
+    return out + exec_ways(pods)
+
+
+def exec_ways(pods: Sequence[Mapping[str, Any]]) -> list[str]:
+    """`kubectl exec` into up to three Running pods on the node that see what the probe needs:
+    the device plugin's own pod first, then privileged / hostPID pods."""
+    out = []
     scored = []
     for p in pods:
         spec, st = p.get("spec") or {}, p.get("status") or {}
