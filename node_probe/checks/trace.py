@@ -18,6 +18,7 @@ from pathlib import Path
 from node_probe.engine.facts import CONTAINERS, DEVICEPLUGIN_TARGETS, TRACE_READY, TRACE_RESULTS
 from node_probe.engine.registry import check
 from node_probe.host import hostfs
+from node_probe.protocol import tracefit
 from ..tracing import bcc_env
 from ..tracing.cgroup_devices import read_devices_list
 from . import _trace_verdicts as verdicts
@@ -73,6 +74,14 @@ def trace_check(ctx):
                                     "reason": "disabled"})
         ctx.publish(TRACE_RESULTS, _empty_results("disabled"))
         return
+    window_s, fit_note = tracefit.fit(opts.timeout_s, opts.trace_s)
+    if window_s <= 0:  # not even a short window fits in --timeout: say so, do not time out
+        ctx.publish(TRACE_READY, {"available": False, "probes": [], "target_pids": [],
+                                    "reason": fit_note})
+        ctx.publish(TRACE_RESULTS, _empty_results("skipped", error=fit_note))
+        ctx.skip(fit_note)
+    if fit_note:
+        ctx.log("info", fit_note, check="trace")
     env = bcc_env.check(opts.host_root, ctx.log)
     if not env.ok:
         ctx.publish(TRACE_READY, {"available": False, "probes": [], "target_pids": [],
@@ -126,7 +135,7 @@ def trace_check(ctx):
         ctx.progress(phase="trace", check="trace", probes=probes, target_pids=session.targets,
                      compile_s=session.timings.get("compile_s"),
                      attach_s=session.timings.get("attach_s"))
-        window = ctx.budget(opts.trace_s, reserve=1.0)
+        window = ctx.budget(window_s, reserve=1.0)
         session.poll(time.monotonic() + window, ctx.cancelled)
         results = session.collect()
         results.update(available=True, probes=probes, target_pids=session.targets,
