@@ -211,11 +211,25 @@ def find_agent_pod(kube: Kube, namespace: str, node: str) -> tuple[dict | None, 
         return None, f"cannot list agent pods in {namespace} ({exc.status})"
     ready = [p for p in pods if pod_ready(p)]
     if ready:
+        try:  # only gpu-doctor's labelled namespace is trusted to hold the agent (probens.py)
+            probens.verify(kube, namespace)
+        except errors.GpuDoctorError as exc:
+            return None, exc.one_line()
         return ready[0], ""
     if pods:
         st = (pods[0].get("status") or {}).get("phase") or "Pending"
         return None, f"the agent pod on {node} is {st}"
     return None, "no agent pod on this node"
+
+
+def way_in(note: str) -> str:
+    """The report's line about the agent when it could not be used on a node (`note` is
+    find_agent_pod's reason)."""
+    if note.startswith("namespace ") or note == "no agent pod on this node":
+        return (f"the standing agent is not installed here ({note}): `{INSTALL_COMMAND}` makes "
+                f"the next wedge reachable by exec (its pod cannot start on a node that "
+                f"already admits nothing)")
+    return f"the standing agent cannot be used: {note}"
 
 
 # -- status ------------------------------------------------------------------------------------

@@ -346,3 +346,35 @@ def replay(doc: Mapping[str, Any], fmt: str, fail_on: str | None = None,
         (stderr or sys.stderr).write(f"kubectl gpu-doctor: (replayed) error: "
                                      f"{err.get('message')}\n")
     return code
+
+
+class Saver:
+    """`--save FILE` for one run: records from the start, writes at the verdict
+    (Session.finish). The target directory is checked up front, so a typo fails before
+    anything runs."""
+
+    def __init__(self, path: str, kube: Any, out: Any, image: str | None,
+                 argv: Sequence[str] | None = None) -> None:
+        directory = os.path.dirname(os.path.abspath(path))
+        if not os.path.isdir(directory) or not os.access(directory, os.W_OK):
+            raise errors.UsageError(f"--save {path}: directory {directory} does not exist or "
+                                    f"is not writable")
+        if os.path.isdir(path):
+            raise errors.UsageError(f"--save {path}: is a directory")
+        self.path = path
+        self.out = out
+        self.image = image
+        self.argv = list(argv if argv is not None else ["kubectl-gpu_doctor", *sys.argv[1:]])
+        self.recorder = Recorder()
+        self.recorder.attach_kube(kube)
+        self.recorder.attach_output(out)
+
+    def save(self, code: int, error: errors.GpuDoctorError | None,
+             preamble: Callable[[], str] = lambda: "") -> None:
+        try:
+            pre = preamble() if self.out.fmt == "table" else ""
+            write(self.path, build(self.out, code, error, self.recorder, self.argv,
+                                   image=self.image, preamble=pre))
+        except (OSError, errors.GpuDoctorError) as exc:
+            sys.stderr.write(f"kubectl gpu-doctor: warning: could not write the bundle "
+                             f"{self.path}: {getattr(exc, 'strerror', None) or exc}\n")

@@ -102,7 +102,22 @@ def _kubelet_timeout(f: Callable) -> Callable:
                              "(goroutine dump, healthz, configz; default 10s).")(f)
 
 
+def _agent_options(f: Callable) -> Callable:
+    """The standing agent (exec first) and evidence bundles: node, pod, nodes."""
+    f = click.option("--save", "save", type=click.Path(dir_okay=False), default=None,
+                     help="Also write an evidence bundle to FILE (the report, the raw "
+                          "evidence, versions, the command line; secrets redacted). "
+                          "`replay FILE` renders it again offline.")(f)
+    f = click.option("--agent-namespace", default=None, envvar="GPU_DOCTOR_AGENT_NAMESPACE",
+                     help="Namespace of the standing agent (default gpu-doctor); env "
+                          "GPU_DOCTOR_AGENT_NAMESPACE.")(f)
+    f = click.option("--no-agent", is_flag=True, default=False,
+                     help="Do not exec into a Running agent pod; always use a debug pod.")(f)
+    return f
+
+
 def _cluster_options(f: Callable) -> Callable:
+    f = _agent_options(f)
     f = _kubelet_timeout(f)
     f = click.option("--start-timeout", type=params.Duration(1), default=None,
                      help="How long to wait for the debug pod to run (default 60s).")(f)
@@ -169,10 +184,11 @@ pod_cmd = _target_command(
               help="How long a bound pod may go untouched before it counts as stalled "
                    "(default 2m).")
 @click.option("--probe", "probe", is_flag=True, default=False,
-              help="Also run the node probe in a debug pod on every selected node, "
-                   "--concurrency at a time (narrow the set with -l).")
+              help="Also run the node probe on every selected node, --concurrency at a "
+                   "time: by exec in the standing agent where one runs, else in a debug pod.")
 @click.option("--max-probes", type=click.IntRange(min=1), default=20, show_default=True,
-              help="Refuse --probe on more nodes than this.")
+              help="Refuse --probe when more than this many nodes would need a debug pod "
+                   "(nodes with a Running agent do not count).")
 @click.option("--start-timeout", type=params.Duration(1), default=None,
               help="How long to wait for each debug pod to run (default 60s).")
 @click.option("--probe-namespace", type=params.NAMESPACE, default=None,
@@ -180,6 +196,7 @@ pod_cmd = _target_command(
               help="Namespace of the debug pods (default: -n / the context's); env "
                    "GPU_DOCTOR_NAMESPACE.")
 @_kubelet_timeout
+@_agent_options
 @_common
 @click.pass_context
 def nodes_cmd(ctx: click.Context, selector: str | None, all_nodes: bool, probe: bool,
@@ -224,6 +241,72 @@ def local_cmd(ctx: click.Context, host_root, cgroup_root, kubelet_dir, kmsg_file
 def cleanup_cmd(ctx: click.Context, **kw: Any) -> int:
     """Delete leftover debug pods (label app.kubernetes.io/name=gpu-doctor)."""
     return programs.cleanup(_session(ctx), _opts(ctx, kw))
+
+
+@cli.group("agent", context_settings=CONTEXT_SETTINGS)
+def agent_group() -> None:
+    """The optional standing agent: a DaemonSet of the probe image, idle until `node X`
+    execs the probe in it (works on nodes whose kubelet admits no new pod)."""
+
+
+def _agent_cmd_options(f: Callable) -> Callable:
+    return _apply(f, [
+        click.option("--kubeconfig", type=click.Path(dir_okay=False), default=None,
+                     help="Path to the kubeconfig file."),
+        click.option("--context", default=None, help="The kubeconfig context to use."),
+        click.option("-n", "--namespace", default=None, envvar="GPU_DOCTOR_AGENT_NAMESPACE",
+                     help="The agent's namespace (default gpu-doctor)."),
+        click.option("--image", default=None,
+                     help="Probe image (default: the pinned release image)."),
+    ])
+
+
+@agent_group.command("install", context_settings=CONTEXT_SETTINGS)
+@_agent_cmd_options
+@click.option("--node-selector", default=None,
+              help="Run the agent only on nodes with these labels (key=value[,key=value]); "
+                   "default: every node (it tolerates every taint).")
+@click.option("--dry-run", is_flag=True, default=False,
+              help="Print the manifests instead of applying them (GitOps).")
+@click.option("-o", "--output", type=click.Choice(("yaml", "json")), default="yaml",
+              help="Format of --dry-run (default yaml).")
+@click.pass_context
+def agent_install_cmd(ctx: click.Context, **kw: Any) -> int:
+    """Install (or update) the agent DaemonSet, its namespace and priority quota."""
+    return programs.agent_install(_session(ctx), kw)
+
+
+@agent_group.command("status", context_settings=CONTEXT_SETTINGS)
+@_agent_cmd_options
+@click.option("-l", "--selector", default=None,
+              help="Nodes to report (default: those the DaemonSet selects).")
+@click.option("-o", "--output", type=click.Choice(("table", "json", "yaml")), default="table")
+@click.pass_context
+def agent_status_cmd(ctx: click.Context, **kw: Any) -> int:
+    """Nodes with and without a Running agent, and version skew with this plugin
+    (exit 0: every node has a Running agent of this version; 1 otherwise)."""
+    return programs.agent_status(_session(ctx), kw)
+
+
+@agent_group.command("uninstall", context_settings=CONTEXT_SETTINGS)
+@_agent_cmd_options
+@click.pass_context
+def agent_uninstall_cmd(ctx: click.Context, **kw: Any) -> int:
+    """Delete the agent DaemonSet (its pods go with it) and its quota."""
+    return programs.agent_uninstall(_session(ctx), kw)
+
+
+@cli.command("replay", context_settings=CONTEXT_SETTINGS)
+@click.argument("bundle_file", metavar="FILE", type=click.Path(dir_okay=False))
+@click.option("-o", "--output", type=click.Choice(FORMATS), default=None,
+              help="Output format (default table).")
+@click.option("--fail-on", type=click.Choice(FAIL_ON), default=None,
+              help="Recompute the exit code for this threshold (default: the saved run's).")
+@click.pass_context
+def replay_cmd(ctx: click.Context, bundle_file: str, output: str | None,
+               fail_on: str | None) -> int:
+    """Render a bundle saved with --save again, offline, with the same exit code."""
+    return programs.replay(_session(ctx), bundle_file, output or "table", fail_on)
 
 
 @cli.command("version", context_settings=CONTEXT_SETTINGS)

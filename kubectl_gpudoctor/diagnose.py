@@ -42,6 +42,8 @@ class Settings:
     probe_args: tuple[str, ...] = ()
     concurrency: int = 8
     kubelet_timeout_s: float = PROXY_TIMEOUT_S  # per proxied kubelet call (dump, healthz, configz)
+    agent: bool = True               # exec in a Running agent pod first (agent.py)
+    agent_namespace: str = "gpu-doctor"
     force_pod: bool = False          # create the debug pod even when the API side says it
                                      # cannot start (wedge.decide)
 
@@ -53,6 +55,7 @@ class NodeView:
     lease: dict | None
     kubelet_cfg: dict | None
     findings: list[Finding]
+    agent_note: str = ""             # why the agent was not used on this node (report text)
 
 
 def now_utc() -> dt.datetime:
@@ -234,14 +237,24 @@ def _api_failed(out: Output, check_id: str, exc: errors.ApiError, t0: float,
 def run_probe(kube: Kube, view: NodeView, settings: Settings, out: Output,
               focus_pods: tuple[str, ...] = (), cancelled: Callable[[], bool] = lambda: False,
               on_pod: Callable[[debugpod.DebugPod | None], None] = lambda p: None,
-              fleet: bool = False) -> None:
-    """Run the node probe in a debug pod on the view's node; merge its records into `out`.
+              fleet: bool = False) -> str:
+    """Run the node probe on the view's node -- by exec in the standing agent's pod when one
+    runs there, else in a debug pod -- and merge its records into `out`. Returns the path
+    taken: "agent" or "debug pod".
 
     fleet=True: one of several nodes in one report (subjects and check ids get the node name).
     """
     name = view.node["metadata"]["name"]
     check_id = f"node.probe/{name}" if fleet else "node.probe"
     subject = f"node/{name}"
+    if settings.agent:  # exec needs no new pod: it works on a node that admits none
+        from . import agent
+        apod, view.agent_note = agent.find_agent_pod(kube, settings.agent_namespace, name)
+        if apod is not None and agent.run_probe(
+                kube, name, apod, out, timeout_s=settings.timeout_s, trace_s=settings.trace_s,
+                focus_pods=focus_pods, extra_args=settings.probe_args, fleet=fleet,
+                check_id=check_id):
+            return "agent"
     # Decide from the API side first: on a kubelet that admits no pod, a debug pod could only
     # sit Pending beside the others (unless --force-pod).
     decision = wedge.decide(name, view.findings, view.pods, force=settings.force_pod)
@@ -283,7 +296,7 @@ def run_probe(kube: Kube, view: NodeView, settings: Settings, out: Output,
         except debugpod.PodNeverStarted as exc:
             _pod_not_started(out, name, pod, exc, stalled, view)
             out.check(check_id, "skipped", time.monotonic() - t0, "debug pod never started")
-            return
+            return "debug pod"
         for note in pod.notes:   # fallbacks taken to start it (e.g. no mount propagation)
             out.log("info", note)
         out.say(f"probe running on {name}; following its output")
@@ -305,7 +318,9 @@ def run_probe(kube: Kube, view: NodeView, settings: Settings, out: Output,
             reason = pod.terminated_reason()
             out.mark_incomplete(f"the probe's output{' on ' + name if fleet else ''} ended "
                                 f"without a summary" + (f" ({reason})" if reason else ""))
-        out.check(check_id, "ok" if got_summary else "error", time.monotonic() - t0)
+        out.check(check_id, "ok" if got_summary else "error", time.monotonic() - t0,
+                  f"via debug pod {pod.namespace}/{pod.name}")
+        return "debug pod"
     finally:
         if pod.created or pod.in_doubt:
             if pod.delete():
@@ -322,6 +337,9 @@ def _pod_not_started(out: Output, node: str, pod: debugpod.DebugPod,
     st = exc.pod.get("status") or {}
     untouched = admission.untouched_pending(exc.pod, (), now_utc()) is not None
     ways = [f"ssh {node} and run `kubectl-gpu_doctor local` (or `python3 -m node_probe`)"]
+    if view.agent_note:
+        from . import agent
+        ways.append(agent.way_in(view.agent_note))
     ways += wedge.exec_ways(view.pods)
     evidence = {"pod": f"{pod.namespace}/{pod.name}", "waited_s": round(exc.waited_s, 1),
                 "phase": st.get("phase") or "Pending", "kubelet_touched": not untouched,

@@ -70,8 +70,12 @@ class ExecStream:
         from kubernetes import client as kclient
         from kubernetes.stream import stream
 
-        api = kclient.CoreV1Api(self.kube.api_client if hasattr(self.kube, "api_client")
-                                else self.kube._api)
+        # `stream()` swaps call_api on the ApiClient it is given while it connects: on the
+        # Kube's shared client that would send other threads' GETs down the websocket path
+        # (seen with `nodes --probe`), so every exec gets its own client over the same config.
+        shared = self.kube.api_client if hasattr(self.kube, "api_client") else self.kube._api
+        self._api_client = kclient.ApiClient(shared.configuration)
+        api = kclient.CoreV1Api(self._api_client)
         box: dict = {}
 
         def connect() -> None:
@@ -87,11 +91,13 @@ class ExecStream:
         t = threading.Thread(target=connect, name="exec-connect", daemon=True)
         t.start()
         t.join(self.connect_timeout_s)
-        if t.is_alive():
+        if t.is_alive():  # the thread is abandoned (daemon); its client is not ours to close
+            self._api_client = None
             raise errors.ApiUnreachable(
                 f"no answer to the exec into {self.namespace}/{self.pod} within "
                 f"{self.connect_timeout_s:g}s")
         if "error" in box:
+            self.close()
             raise _refusal(box["error"], self.namespace, self.pod) from None
         self.client = box["client"]
         try:
@@ -152,6 +158,12 @@ class ExecStream:
             try:
                 c.close()
             except Exception:  # noqa: BLE001 - closing a dead socket
+                pass
+        api_client, self._api_client = getattr(self, "_api_client", None), None
+        if api_client is not None:
+            try:
+                api_client.close()
+            except Exception:  # noqa: BLE001 - its pools hold no state worth an error
                 pass
 
 

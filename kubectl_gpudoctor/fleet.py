@@ -14,7 +14,7 @@ import threading
 import time
 from typing import Any, Callable, Mapping
 
-from . import analysis, errors
+from . import analysis, errors, pager
 from .analysis import capacity, fit, goroutines
 from .analysis.common import events_by_uid, node_is_ready
 from .diagnose import Settings, now_utc
@@ -28,8 +28,15 @@ CACHED = ("resourceVersion", "0")
 
 
 def _list(kube: Kube, path: str, what: str, query: list | None = None,
-          required: bool = True) -> list[dict] | None:
+          required: bool = True, paged: bool = False) -> list[dict] | None:
+    """All items. Small lists (nodes, Leases) in one call from the API server's watch cache
+    (resourceVersion=0, the cheapest list there is); big ones (pods, events) paged with
+    limit/continue and slimmed page by page (pager.py), so memory stays bounded on 150,000
+    pods -- a cluster whose pods fit in one page still needs one call."""
     try:
+        if paged:
+            items, _ = pager.list_items(kube, path, list(query or ()), timeout=60)
+            return items
         doc = kube.get_json(path, [CACHED] + list(query or ()), timeout=60)
     except errors.ApiError as exc:
         if not required:
@@ -50,9 +57,9 @@ def scan(kube: Kube, selector: str | None, settings: Settings, out: Output,
     # all four lists at once: their transfer overlaps, and json.loads runs without the GC
     with worker_pool(4, "list") as pool:
         f_nodes = pool.submit(_list, kube, "/api/v1/nodes", "nodes", q)
-        f_pods = pool.submit(_list, kube, "/api/v1/pods", "pods")
+        f_pods = pool.submit(_list, kube, "/api/v1/pods", "pods", None, True, True)
         f_events = pool.submit(_list, kube, "/api/v1/events", "events",
-                               [("fieldSelector", "involvedObject.kind=Pod")], False)
+                               [("fieldSelector", "involvedObject.kind=Pod")], False, True)
         f_leases = pool.submit(_list, kube,
                                "/apis/coordination.k8s.io/v1/namespaces/kube-node-lease/leases",
                                "node leases", None, False)
@@ -61,10 +68,15 @@ def scan(kube: Kube, selector: str | None, settings: Settings, out: Output,
     if not selector and not all_nodes:
         nodes = [n for n in nodes if capacity.is_gpu_node(n)]
     names = {(n.get("metadata") or {}).get("name") for n in nodes}
-    if settings.probe and len(nodes) > max_probes:
+    with_agent: set[str] = set()
+    if settings.probe and settings.agent:
+        with_agent = _agent_nodes(kube, settings, out) & names
+    if settings.probe and len(names - with_agent) > max_probes:
         raise errors.UsageError(
-            f"--probe would start debug pods on {len(nodes)} nodes (more than --max-probes "
-            f"{max_probes}); narrow the selection with -l or raise --max-probes")
+            f"--probe would start debug pods on {len(names - with_agent)} nodes without a "
+            f"running agent (more than --max-probes {max_probes}); narrow the selection with "
+            f"-l, raise --max-probes, or install the agent (`kubectl gpu-doctor agent "
+            f"install`)")
     out.check("api.list_pods_events_leases", "ok", time.monotonic() - t0)
     if events is None:
         out.log("warning", "events not readable; stalled pods judged from their status only")
@@ -100,15 +112,38 @@ def scan(kube: Kube, selector: str | None, settings: Settings, out: Output,
     if flagged:
         _dumps(kube, flagged, settings, out, rows, node_findings)
     if settings.probe and nodes:
-        _probe_all(kube, nodes, by_node, settings, out, rows, on_pod, node_findings)
+        _probe_all(kube, nodes, by_node, settings, out, rows, on_pod, node_findings,
+                   with_agent)
     return rows
+
+
+def _agent_nodes(kube: Kube, settings: Settings, out: Output) -> set[str]:
+    """Nodes with a Running agent pod (one list call); exec there needs no debug pod."""
+    from . import agent, probens
+    try:
+        pods = agent.list_agent_pods(kube, settings.agent_namespace)
+        running = {(p.get("spec") or {}).get("nodeName") for p in pods if agent.pod_ready(p)}
+        if running:
+            probens.verify(kube, settings.agent_namespace)  # the agent's namespace is ours
+    except errors.NotFound:
+        return set()
+    except errors.GpuDoctorError as exc:
+        out.log("warning", f"not using the agents in {settings.agent_namespace}: "
+                           f"{exc.one_line()}; using debug pods")
+        return set()
+    return running
 
 
 def _probe_all(kube: Kube, nodes: list[dict], by_node: dict, settings: Settings, out: Output,
                rows: list[dict], on_pod: Callable,
-               node_findings: Mapping[str, list] | None = None) -> None:
-    """The node probe on many nodes, `concurrency` debug pods at a time, each deleted."""
+               node_findings: Mapping[str, list] | None = None,
+               with_agent: set[str] = frozenset()) -> None:
+    """The node probe on many nodes, `concurrency` at a time: by exec in the agent where one
+    runs (`with_agent`), else in a debug pod (each deleted). Each row says which path."""
+    import dataclasses
+
     from .diagnose import NodeView, run_probe
+    no_agent = dataclasses.replace(settings, agent=False)  # no lookup where none runs
     stop = threading.Event()
     pool = cf.ThreadPoolExecutor(max_workers=max(1, settings.concurrency),
                                  thread_name_prefix="probe")
@@ -125,12 +160,18 @@ def _probe_all(kube: Kube, nodes: list[dict], by_node: dict, settings: Settings,
             name = n["metadata"]["name"]
             view = NodeView(n, by_node.get(name, []), None, None,
                             list((node_findings or {}).get(name, ())))
-            futs[pool.submit(run_probe, kube, view, settings, out, (), stop.is_set, track,
-                             True)] = name
+            futs[pool.submit(run_probe, kube, view,
+                             settings if name in with_agent else no_agent, out, (),
+                             stop.is_set, track, True)] = name
+        by_row = {r["node"]: r for r in rows}
         for fut in cf.as_completed(futs):
             try:
-                fut.result()
+                path = fut.result()
+                if futs[fut] in by_row:
+                    by_row[futs[fut]]["path"] = path
             except errors.GpuDoctorError as exc:  # one node's launch error: report, go on
+                if futs[fut] in by_row:
+                    by_row[futs[fut]]["path"] = "failed"
                 out.log("error", f"{futs[fut]}: {exc.one_line()}")
                 out.mark_incomplete(f"the probe could not run on {futs[fut]}: "
                                     f"{exc.one_line()}")
@@ -225,17 +266,26 @@ def table(rows: list[dict], limit: int | None = None) -> str:
 
     rows = sorted(rows, key=lambda r: (-r["critical"], -r["warning"], r["node"]))
     shown = rows if limit is None else rows[:limit]
+    probed = any("path" in r for r in rows)  # `--probe`: which way each node was reached
     body = [[r["node"], r["gpu"], "-" if r.get("free") is None else str(r["free"]),
              r["ready"], "-" if r["lease_age_s"] is None else f"{r['lease_age_s']}s",
-             r["pods"], r["critical"], r["warning"], r["top"] or "-"] for r in shown]
+             r["pods"], r["critical"], r["warning"], r["top"] or "-"]
+            + ([r.get("path") or "-"] if probed else []) for r in shown]
     lines = [tabulate(body, headers=["NODE", "GPU A/C", "FREE", "READY", "LEASE", "PODS",
-                                     "CRIT", "WARN", "TOP FINDING"],
+                                     "CRIT", "WARN", "TOP FINDING"]
+                      + (["PROBE VIA"] if probed else []),
                       tablefmt="plain", disable_numparse=True,
                       colalign=("left", "left", "right", "left", "left", "right", "right",
-                                "right", "left"))]
+                                "right", "left") + (("left",) if probed else ()))]
     healthy = sum(1 for r in rows if not r["critical"] and not r["warning"])
     if limit is not None and len(rows) > limit:
         lines.append(f"... {len(rows) - limit} more node(s) not shown")
     lines.append(f"{len(rows)} node(s), {len(rows) - healthy} with findings, "
                  f"{healthy} without")
+    if probed:
+        ways = {}
+        for r in rows:
+            ways[r.get("path") or "not probed"] = ways.get(r.get("path") or "not probed", 0) + 1
+        lines.append("node probe: " + ", ".join(f"{n} via {w}" if w in ("agent", "debug pod")
+                                                else f"{n} {w}" for w, n in sorted(ways.items())))
     return "\n".join(lines) + "\n\n"

@@ -16,7 +16,7 @@ from typing import Any, Callable, Sequence
 from . import errors
 from .kube import Kube
 
-PAGE_SIZE = 1000
+PAGE_SIZE = 5000  # ~17 MiB of pod JSON per page: few round trips, bounded memory
 _POD_SPEC_BULK = ("volumes",)
 _CONTAINER_BULK = ("env", "envFrom", "volumeMounts", "livenessProbe", "readinessProbe",
                    "startupProbe", "terminationMessagePath", "terminationMessagePolicy")

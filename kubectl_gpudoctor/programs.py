@@ -29,6 +29,8 @@ def settings_of(o: dict, namespace: str):
                     start_timeout_s=o["start_timeout"], stall_threshold_s=o["stall_threshold"],
                     probe=not o.get("no_probe"), concurrency=o.get("concurrency") or 8,
                     kubelet_timeout_s=o["kubelet_timeout"],
+                    agent=not o.get("no_agent"),
+                    agent_namespace=o.get("agent_namespace") or "gpu-doctor",
                     force_pod=bool(o.get("force_pod")))
 
 
@@ -47,7 +49,11 @@ def _cluster(session: Session, o: dict, target: dict, fn: Callable,
     if pod_target:
         target["name"] = f"{namespace}/{target['name']}"
     out = session.open_report(o["output"], o["fail_on"], target)
-    fn(kube, out, settings_of(o, namespace), session.register)
+    settings = settings_of(o, namespace)
+    if o.get("save"):  # --save FILE: record the evidence as it is read
+        from . import bundle
+        session.bundle = bundle.Saver(o["save"], kube, out, settings.image)
+    fn(kube, out, settings, session.register)
     return out.exit_status()
 
 
@@ -146,3 +152,57 @@ def completion(session: Session, group: Any, shell: str) -> ExitStatus:
                                        "_KUBECTL_GPU_DOCTOR_COMPLETE")
     click.echo(comp.source())
     return ExitStatus.OK
+
+
+# -- the standing agent and bundles ----------------------------------------------------------
+
+def _agent_kube(o: dict):
+    return connect(o)
+
+
+def agent_install(session: Session, o: dict) -> ExitStatus:
+    from . import agent
+    from .debugpod import DEFAULT_IMAGE
+    docs = agent.manifests(o.get("namespace") or agent.DEFAULT_NAMESPACE,
+                           o.get("image") or DEFAULT_IMAGE,
+                           agent.parse_selector(o.get("node_selector")))
+    if o.get("dry_run"):
+        import json
+        import yaml
+        if o.get("output") == "json":
+            click.echo(json.dumps({"apiVersion": "v1", "kind": "List", "items": docs},
+                                  indent=2))
+        else:
+            click.echo(yaml.safe_dump_all(docs, sort_keys=False), nl=False)
+        return ExitStatus.OK
+    for line in agent.install(_agent_kube(o), docs):
+        click.echo(line)
+    return ExitStatus.OK
+
+
+def agent_status(session: Session, o: dict) -> ExitStatus:
+    from . import agent
+    from .debugpod import DEFAULT_IMAGE
+    doc = agent.status(_agent_kube(o), o.get("namespace") or agent.DEFAULT_NAMESPACE,
+                       o.get("image") or DEFAULT_IMAGE, o.get("selector"))
+    if o.get("output") == "json":
+        import json
+        click.echo(json.dumps(doc, indent=2))
+    elif o.get("output") == "yaml":
+        import yaml
+        click.echo(yaml.safe_dump(doc, sort_keys=False), nl=False)
+    else:
+        click.echo(agent.status_table(doc), nl=False)
+    return ExitStatus.OK if agent.status_ok(doc) else ExitStatus.FINDINGS
+
+
+def agent_uninstall(session: Session, o: dict) -> ExitStatus:
+    from . import agent
+    for line in agent.uninstall(_agent_kube(o), o.get("namespace") or agent.DEFAULT_NAMESPACE):
+        click.echo(line)
+    return ExitStatus.OK
+
+
+def replay(session: Session, path: str, fmt: str, fail_on: str | None) -> ExitStatus:
+    from . import bundle
+    return ExitStatus(bundle.replay(bundle.load(path), fmt, fail_on))

@@ -22,6 +22,7 @@ class Session:
         self.out: Output | None = None        # the report, once a program opened one
         self.pods: list = []                  # every debug pod of this run (DebugPod)
         self.preamble: Callable[[], str] = lambda: ""  # table-only text before the report
+        self.bundle: Any = None               # bundle.Saver of `--save FILE`
 
     def open_report(self, fmt: str, fail_on: str, target: Mapping[str, Any],
                     api_only: bool = True) -> Output:
@@ -59,6 +60,8 @@ class Session:
             if error is not None:
                 out.mark_incomplete(error.one_line())
             code = int(out.exit_status(err_status))
+            if self.bundle is not None:  # the same verdict the report shows
+                self.bundle.save(code, error, self.preamble)
             if error is None or out.report.findings or out.fmt != "table":
                 out.finish(code, pre_table=self.preamble(), error=None if error is None else {
                     "type": type(error).__name__, "message": error.one_line()})

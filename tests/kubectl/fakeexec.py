@@ -50,6 +50,7 @@ NAMESPACE = re.compile(r"^/api/v1/namespaces/([^/]+)$")
 QUOTAS = re.compile(r"^/api/v1/namespaces/([^/]+)/resourcequotas$")
 QUOTA = re.compile(r"^/api/v1/namespaces/([^/]+)/resourcequotas/([^/]+)$")
 STDOUT, STDERR, ERROR = 1, 2, 3
+PROBE_NS = "gpu-doctor.io/probe-namespace"  # the label gpu-doctor's own namespace carries
 
 
 def success_status() -> dict:

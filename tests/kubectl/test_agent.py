@@ -16,6 +16,7 @@ from kubectl_gpudoctor import agent, debugpod, errors
 from kubectl_gpudoctor.kube import Kube
 from node_probe import __version__
 
+from .fakeexec import PROBE_NS  # noqa: E402
 from .fakeexec import ExecCluster
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -134,7 +135,7 @@ def test_install_status_uninstall(xc, kube):
 
 
 def test_agent_pod_not_running_is_not_used(xc, kube):
-    xc.namespaces["gpu-doctor"] = {}
+    xc.namespaces["gpu-doctor"] = {PROBE_NS: "true"}
     xc.add_agent_pod("gpu-a", phase="Pending")
     assert agent.find_agent_pod(kube, "gpu-doctor", "gpu-a") == (
         None, "the agent pod on gpu-a is Pending")
@@ -143,7 +144,7 @@ def test_agent_pod_not_running_is_not_used(xc, kube):
 
 def test_install_forbidden_says_who_may(xc, kube):
     xc.forbid.append(("POST", re.compile(r"/daemonsets$")))
-    xc.namespaces["gpu-doctor"] = {}
+    xc.namespaces["gpu-doctor"] = {PROBE_NS: "true"}
     with pytest.raises(errors.Forbidden) as ei:
         agent.install(kube, agent.manifests("gpu-doctor", PINNED))
     assert "cluster admin" in ei.value.one_line() and "--dry-run -o yaml" in ei.value.one_line()

@@ -17,6 +17,7 @@ from tests.deviceplugin.conftest import GPU_A, host, start_plugin  # noqa: F401 
 from tests.fakes.nvml import build_fake_nvml
 
 from .conftest import run_cli
+from .fakeexec import PROBE_NS  # noqa: E402
 from .fakeexec import ExecCluster, local_probe_argv
 from .kubelet_dump import wedged_kubelet_dump
 
@@ -38,7 +39,7 @@ def stuck_plugin(host, start_plugin, tmp_path):  # noqa: F811 - fixtures importe
 @pytest.fixture
 def wedged(host):  # noqa: F811
     fc = ExecCluster()
-    fc.namespaces["gpu-doctor"] = {}
+    fc.namespaces["gpu-doctor"] = {PROBE_NS: "true"}
     fc.add_node(NODE)
     for k in range(3):
         fc.add_pod("ml", f"train-{k}", NODE, phase="Pending", gpus=1, age_s=600,

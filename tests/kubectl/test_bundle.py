@@ -122,11 +122,12 @@ def test_bundle_holds_the_evidence_and_no_secrets(fc, tmp_path):
             "lease"} <= kinds
     (dump,) = [e for e in doc["evidence"]["api"] if e["kind"] == "goroutine_dump"]
     assert "GetPreferredAllocation" in dump["text"] and dump["bytes"] >= len(dump["text"])
-    (pods,) = [e for e in doc["evidence"]["api"] if e["kind"] == "pods"]
-    env = {e["name"]: e["value"] for e in pods["items"][0]["spec"]["containers"][0]["env"]
-           if pods["items"][0]["metadata"]["name"] == "train-0"} or \
-        {e["name"]: e["value"] for p in pods["items"] if p["metadata"]["name"] == "train-0"
-         for e in p["spec"]["containers"][0]["env"]}
+    # the node's pods (one list by spec.nodeName); the agent lookup is recorded too
+    (pods,) = [e for e in doc["evidence"]["api"] if e["kind"] == "pods"
+               and ["fieldSelector", "spec.nodeName=gpu-1"] in e["query"]
+               and e["path"] == "/api/v1/pods"]
+    env = {e["name"]: e["value"] for p in pods["items"] if p["metadata"]["name"] == "train-0"
+           for e in p["spec"]["containers"][0]["env"]}
     assert env == {"DB_PASSWORD": bundle.REDACTED, "MODEL": bundle.REDACTED}
     assert any(e["kind"] == "events" for e in doc["evidence"]["api"])
 

@@ -15,6 +15,7 @@ from kubectl_gpudoctor import agent, errors, execstream
 from kubectl_gpudoctor.kube import Kube
 from kubectl_gpudoctor.output import Output
 
+from .fakeexec import PROBE_NS  # noqa: E402
 from .fakeexec import ExecCluster
 
 NODE = "gpu-0001"
@@ -23,7 +24,7 @@ NODE = "gpu-0001"
 @pytest.fixture
 def xc():
     fc = ExecCluster()
-    fc.namespaces["gpu-doctor"] = {}
+    fc.namespaces["gpu-doctor"] = {PROBE_NS: "true"}
     fc.add_node(NODE)
     fc.start()
     try:

@@ -28,7 +28,11 @@ def test_nodes_uses_constant_list_calls(cluster, kubeconfig, nodes, pods):
     r = run_cli("nodes", "--kubeconfig", str(kubeconfig), "-o", "json", timeout=120)
     doc = json.loads(r.stdout)
     assert r.returncode == 1, r.stderr
-    assert list_calls(cluster) == 4  # nodes, pods, events, leases: once each, whatever the size
+    # nodes and Leases once each; pods and events paged (limit/continue): a constant number
+    # of calls per page of pager.PAGE_SIZE, one page each up to that many
+    from kubectl_gpudoctor.pager import PAGE_SIZE
+    pages = -(-len(cluster.pods) // PAGE_SIZE) + max(1, -(-len(cluster.events) // PAGE_SIZE))
+    assert list_calls(cluster) == 2 + pages
     # only the two flagged nodes get kubelet proxy calls (goroutine dump + healthz)
     assert per_node_calls(cluster) == 4
     stalled = {f["subject"] for f in doc["findings"] if f["id"] == "kubelet.admission_stalled"}
@@ -36,9 +40,12 @@ def test_nodes_uses_constant_list_calls(cluster, kubeconfig, nodes, pods):
                if f["id"] == "kubelet.blocked_in_device_plugin"}
     assert stalled == blocked == {f"node/{names[3]}", f"node/{names[7]}"}
     assert doc["target"]["kind"] == "nodes"
-    # the lists were served from the watch cache (resourceVersion=0)
-    assert all(q.get("resourceVersion") == "0" for m, p, q in cluster.requests()
-               if p in LISTS)
+    # nodes and Leases from the watch cache (resourceVersion=0); pods and events paged
+    for m, p, q in cluster.requests():
+        if p in LISTS[::3]:
+            assert q.get("resourceVersion") == "0"
+        elif p in LISTS:
+            assert q.get("limit") == str(PAGE_SIZE) and "resourceVersion" not in q
 
 
 def test_nodes_table_and_selector(cluster, kubeconfig):

@@ -1,0 +1,190 @@
+"""The agent through the real CLI process: `agent install|status|uninstall`, `node X` by exec in
+the agent (no debug pod), the wedge with both halves of the verdict, `nodes --probe` through
+agents past the debug-pod cap, and `--save` + `replay`."""
+from __future__ import annotations
+
+import json
+import time
+
+import kubernetes_validate
+import pytest
+import yaml
+
+from kubectl_gpudoctor import agent
+
+from .conftest import DATA, run_cli
+from .fakeexec import PROBE_NS  # noqa: E402
+from .fakeexec import ExecCluster
+from .kubelet_dump import healthy_kubelet_dump
+
+PINNED = "registry.local/gpu-doctor-probe:0.1.0@sha256:" + "0123456789abcdef" * 4
+PROBE_STREAM = (DATA / "probe_stream.ndjson").read_bytes()
+
+
+@pytest.fixture
+def xc():
+    fc = ExecCluster()
+    fc.start()
+    try:
+        yield fc
+    finally:
+        fc.stop()
+
+
+@pytest.fixture
+def kc(xc, tmp_path):
+    return str(xc.kubeconfig(tmp_path / "kubeconfig"))
+
+
+def recorded_probe(cmd):
+    """The agent container's process: prints the recorded probe stream and exits 1 (it has
+    critical findings), as `python3 -m node_probe -o jsonl` would."""
+    import sys
+    return [sys.executable, "-c",
+            "import sys; sys.stdout.buffer.write(open(%r, 'rb').read()); sys.exit(1)"
+            % str(DATA / "probe_stream.ndjson")]
+
+
+def test_install_dry_run_prints_valid_manifests():
+    r = run_cli("agent", "install", "--dry-run", "-o", "yaml", "--image", PINNED,
+                "--node-selector", "nvidia.com/gpu.present=true")
+    assert r.returncode == 0, r.stderr
+    docs = [d for d in yaml.safe_load_all(r.stdout) if d]
+    assert [d["kind"] for d in docs] == ["Namespace", "ResourceQuota", "DaemonSet"]
+    for d in docs:
+        kubernetes_validate.validate(d, kubernetes_validate.latest_version(), strict=True)
+    ds = docs[2]
+    assert ds["spec"]["template"]["spec"]["containers"][0]["image"] == PINNED
+    assert ds["spec"]["template"]["spec"]["nodeSelector"] == {"nvidia.com/gpu.present": "true"}
+    j = run_cli("agent", "install", "--dry-run", "-o", "json")
+    assert [i["kind"] for i in json.loads(j.stdout)["items"]][-1] == "DaemonSet"
+
+
+def test_install_status_uninstall_through_the_cli(xc, kc):
+    for n in ("gpu-a", "gpu-b"):
+        xc.add_node(n)
+    r = run_cli("agent", "status", "--kubeconfig", kc)
+    assert r.returncode == 1 and "not installed" in r.stdout
+    assert "kubectl gpu-doctor agent install" in r.stdout
+    r = run_cli("agent", "install", "--kubeconfig", kc)
+    assert r.returncode == 0, r.stderr
+    assert "daemonset/gpu-doctor-agent created" in r.stdout
+    r = run_cli("agent", "status", "--kubeconfig", kc, "-o", "json")
+    assert r.returncode == 0, r.stdout + r.stderr
+    doc = json.loads(r.stdout)
+    assert [(x["node"], x["phase"]) for x in doc["nodes"]] == [("gpu-a", "Running"),
+                                                               ("gpu-b", "Running")]
+    r = run_cli("agent", "uninstall", "--kubeconfig", kc)
+    assert r.returncode == 0 and "daemonset/gpu-doctor-agent deleted" in r.stdout
+    r = run_cli("agent", "install", "--kubeconfig", kc, "--node-selector", "bad")
+    assert r.returncode == 2 and r.stderr.count("\n") == 1
+
+
+def _healthy_with_agent(xc, name="gpu-1"):
+    xc.namespaces["gpu-doctor"] = {PROBE_NS: "true"}
+    xc.add_node(name)
+    xc.add_pod("ml", "train-0", name, gpus=1)
+    xc.goroutines[name] = healthy_kubelet_dump()
+    xc.configz[name] = {"cpuManagerPolicy": "none", "cgroupDriver": "systemd"}
+    xc.add_agent_pod(name)
+    xc.exec_argv = recorded_probe
+
+
+def test_node_runs_the_probe_by_exec_in_the_agent(xc, kc):
+    _healthy_with_agent(xc)
+    t0 = time.monotonic()
+    r = run_cli("node", "gpu-1", "--kubeconfig", kc, "-o", "json", "--trace-seconds", "0")
+    wall = time.monotonic() - t0
+    assert r.returncode == 1, r.stderr
+    doc = json.loads(r.stdout)
+    assert "nvml.init_hang" in {f["id"] for f in doc["findings"]}
+    checks = {c["id"]: c for c in doc["checks"]}
+    assert checks["node.probe"]["status"] == "ok"
+    assert "via agent pod gpu-doctor/gpu-doctor-agent-" in checks["node.probe"]["message"]
+    assert xc.created == []  # no debug pod
+    (ex,) = xc.execs
+    assert ex["command"][:3] == ["python3", "-m", "node_probe"]
+    assert ex["command"][ex["command"].index("--trace-seconds") + 1] == "0"
+    print(f"node X via the agent, --trace-seconds 0: {wall:.2f}s wall (CLI process)")
+
+
+def test_no_agent_flag_uses_the_debug_pod(xc, kc):
+    _healthy_with_agent(xc)
+    xc.log_chunks = [PROBE_STREAM]
+    r = run_cli("node", "gpu-1", "--kubeconfig", kc, "-o", "json", "--no-agent",
+                "--start-timeout", "10")
+    assert r.returncode == 1, r.stderr
+    assert len(xc.created) == 1 and xc.execs == []
+
+
+def test_exec_refused_falls_back_to_the_debug_pod(xc, kc):
+    import re
+    _healthy_with_agent(xc)
+    xc.forbid.append(("*", re.compile(r"/exec$")))
+    xc.log_chunks = [PROBE_STREAM]
+    r = run_cli("node", "gpu-1", "--kubeconfig", kc, "-o", "json", "--start-timeout", "10")
+    assert r.returncode == 1, r.stderr
+    assert len(xc.created) == 1
+    doc = json.loads(r.stdout)
+    assert "via debug pod" in {c["id"]: c for c in doc["checks"]}["node.probe"]["message"]
+
+
+def test_without_agent_the_report_names_the_install_command(xc, kc):
+    """Neither way works (the debug pod never starts, no agent): the report says which ways
+    in exist, the agent's install command among them."""
+    xc.namespaces["gpu-doctor"] = {PROBE_NS: "true"}
+    xc.add_node("gpu-1")
+    xc.goroutines["gpu-1"] = healthy_kubelet_dump()
+    xc.debug_pod_mode = "pending"
+    r = run_cli("node", "gpu-1", "--kubeconfig", kc, "-o", "json", "--start-timeout", "2")
+    doc = json.loads(r.stdout)
+    text = json.dumps(doc)
+    assert "kubectl gpu-doctor agent install" in text, text[-2000:]
+
+
+def test_save_then_replay_same_document_and_exit_code(xc, kc, tmp_path):
+    _healthy_with_agent(xc)
+    path = tmp_path / "incident.json"
+    r = run_cli("node", "gpu-1", "--kubeconfig", kc, "-o", "json", "--trace-seconds", "0",
+                "--save", str(path))
+    assert r.returncode == 1, r.stderr
+    assert path.exists()
+    b = json.loads(path.read_text())
+    assert b["command_line"][1:] == ["node", "gpu-1", "--kubeconfig", kc, "-o", "json",
+                                     "--trace-seconds", "0", "--save", str(path)]
+    assert [x["kind"] for x in b["evidence"]["probe_ndjson"]][-1] == "summary"
+    rp = run_cli("replay", str(path), "-o", "json")
+    assert rp.returncode == r.returncode
+    a, c = json.loads(r.stdout), json.loads(rp.stdout)
+    a.pop("duration_s")
+    c.pop("duration_s")
+    assert json.dumps(a, indent=2) == json.dumps(c, indent=2)
+    t = run_cli("replay", str(path))
+    assert t.returncode == 1 and "nvml.init_hang" in t.stdout
+    bad = tmp_path / "bad.json"
+    bad.write_text("{}")
+    rb = run_cli("replay", str(bad))
+    assert rb.returncode == 2 and rb.stderr.strip().count("\n") == 0
+    assert "not a gpu-doctor bundle" in rb.stderr
+    r = run_cli("node", "gpu-1", "--kubeconfig", kc, "--save", str(tmp_path / "no" / "x.json"))
+    assert r.returncode == 2 and "does not exist" in r.stderr
+
+
+def test_nodes_probe_through_agents_has_no_debug_pod_cap(xc, kc):
+    xc.namespaces["gpu-doctor"] = {PROBE_NS: "true"}
+    for i in range(25):
+        name = f"gpu-{i:02d}"
+        xc.add_node(name)
+        if i < 23:
+            xc.add_agent_pod(name)
+    xc.exec_argv = recorded_probe
+    xc.log_chunks = [PROBE_STREAM]
+    r = run_cli("nodes", "--kubeconfig", kc, "--probe", "--max-probes", "2",
+                "--start-timeout", "10", timeout=120)
+    assert r.returncode == 1, r.stderr
+    assert len(xc.execs) == 23 and len(xc.created) == 2
+    assert "PROBE VIA" in r.stdout
+    assert "node probe: 23 via agent, 2 via debug pod" in r.stdout
+    # over the cap counting only nodes without an agent
+    r = run_cli("nodes", "--kubeconfig", kc, "--probe", "--max-probes", "1")
+    assert r.returncode == 2 and "2 nodes without a running agent" in r.stderr
