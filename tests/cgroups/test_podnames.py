@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import socket
 import subprocess
 import tempfile
 import uuid
@@ -164,6 +165,9 @@ def named_end_to_end(v1_tree, base, tmp_path):
     assert p.stdout.readline().strip() == "ok"
     kdir = host / "var/lib/kubelet"
     (kdir / "device-plugins").mkdir(parents=True, exist_ok=True)
+    k = socket.socket(socket.AF_UNIX)   # the kubelet's registration socket: a Kubernetes node
+    k.bind(str(kdir / "device-plugins" / "kubelet.sock"))
+    k.close()
     (kdir / "device-plugins/kubelet_internal_checkpoint").write_text(checkpoint([
         (uid, "server", "nvidia.com/gpu", [GPU0_UUID])]))
     server = serve(kdir / "pod-resources" / "kubelet.sock", [
