@@ -185,3 +185,19 @@ def test_trickling_kubelet_proxy_is_bounded_by_kubelet_timeout(trickler, tmp_pat
     checks = {c["id"]: c for c in doc["checks"]}
     assert checks["api.kubelet_goroutines"]["status"] == "skipped"
     assert trickler.trickling == 3
+
+
+def test_worker_pool_exit_does_not_wait_for_stuck_workers():
+    """An interrupted caller leaves at once; a `with ThreadPoolExecutor` would wait 5 s."""
+    from kubectl_gpudoctor.kube import worker_pool
+    release = threading.Event()
+    t0 = time.monotonic()
+    with pytest.raises(KeyboardInterrupt):
+        with worker_pool(2, "test") as pool:
+            running = pool.submit(release.wait, 5)
+            queued = [pool.submit(release.wait, 5) for _ in range(3)]
+            raise KeyboardInterrupt
+    assert time.monotonic() - t0 < 1.0
+    assert all(f.cancelled() for f in queued[1:])  # not started: cancelled, never run
+    release.set()
+    assert running.result(timeout=5) is True
