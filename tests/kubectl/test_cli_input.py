@@ -121,3 +121,32 @@ def test_duration_minimum():
     with pytest.raises(click.BadParameter, match="minimum 1s"):
         params.Duration(1).convert("500ms", None, None)
     assert params.Duration(1).convert("1s", None, None) == 1.0
+
+
+def _all_params(cmd, path=()):
+    for p in cmd.params:
+        yield path + (cmd.name,), p
+    for sub in getattr(cmd, "commands", {}).values():
+        yield from _all_params(sub, path + (cmd.name,))
+
+
+def test_every_duration_option_of_every_command_is_a_duration():
+    """New commands keep the rule: an option named like a duration takes Go durations."""
+    from kubectl_gpudoctor import cli
+    durationish = ("timeout", "seconds", "threshold", "interval", "deadline", "grace")
+    seen = 0
+    for where, p in _all_params(cli.cli):
+        if isinstance(p, click.Option) and any(w in p.name for w in durationish):
+            seen += 1
+            assert isinstance(p.type, params.Duration), (where, p.name, p.type)
+    assert seen >= 8
+
+
+def test_every_name_argument_and_namespace_option_is_validated():
+    from kubectl_gpudoctor import cli
+    for where, p in _all_params(cli.cli):
+        if p.name in ("namespace", "probe_namespace") and where[-1] != "agent" and \
+                "agent" not in where:
+            assert p.type is params.NAMESPACE, (where, p.name)
+    assert cli.cli.commands["node"].params[0].type is params.NODE_NAME
+    assert cli.cli.commands["pod"].params[0].type is params.POD_NAME
