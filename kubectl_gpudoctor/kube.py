@@ -196,7 +196,10 @@ class Kube:
 
 
 def _release(raw: Any, ticket: deadline.Ticket) -> None:
-    """Back to the pool, unless the watchdog shut its socket (then it is closed)."""
+    """Back to the pool, unless the watchdog shut its socket (then it is closed). The ticket
+    is finished first: a connection back in the pool may serve another thread's request,
+    and this ticket's deadline must not shut it then."""
+    ticket.finish()
     if ticket.expired:
         raw.close()
     else:
