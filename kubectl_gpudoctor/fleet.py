@@ -15,7 +15,7 @@ import time
 from typing import Any, Callable, Mapping
 
 from . import analysis, errors, pager
-from .analysis import capacity, fit, goroutines
+from .analysis import capacity, fit, goroutines, wedge
 from .analysis.common import events_by_uid, node_is_ready
 from .diagnose import Settings, now_utc
 from .kube import Kube, seg, worker_pool
@@ -100,6 +100,7 @@ def scan(kube: Kube, selector: str | None, settings: Settings, out: Output,
         fs, errs = analysis.node_objects(n, node_pods, idx, lease_by.get(name), now,
                                          threshold_s=settings.stall_threshold_s,
                                          events_known=events is not None)
+        fs += wedge.known_bad_driver(n, fs)  # GFD labels: a wedge waiting to happen
         for e in errs:
             if "failed" in e:
                 out.log("warning", f"{name}: {e}")

@@ -124,3 +124,20 @@ def test_healthy_capture_runs_the_probe_even_where_root_is_private(cluster, kube
     assert {c["id"]: c["status"] for c in doc["checks"]}["node.probe"] == "ok"
     assert doc["summary"]["complete"] is True
     assert cluster.count("DELETE", POD_CREATE + "/gpu-doctor-[^/]+") == 1
+
+
+def test_nodes_names_a_known_bad_driver_where_the_layout_triggers_it(cluster, kubeconfig):
+    """`nodes` over a fleet: the node whose GFD labels say 570.158.01 and which advertises
+    full GPUs beside MIG slices gets driver.known_bad (warning: nothing wedged yet); the same
+    driver without MIG slices, and a fixed driver, stay quiet."""
+    mig = {"nvidia.com/mig-1g.10gb": 2}
+    cluster.add_node("gpu-a", gpus=2, labels=GFD_570_158, extra_capacity=mig)
+    cluster.add_node("gpu-b", gpus=2, labels=GFD_570_158)
+    cluster.add_node("gpu-c", gpus=2, extra_capacity=mig, labels=dict(
+        GFD_570_158, **{"nvidia.com/cuda.driver.minor": "172", "nvidia.com/cuda.driver.rev": "08"}))
+    r = run_cli("nodes", "--kubeconfig", str(kubeconfig), "-o", "json")
+    doc = json.loads(r.stdout)
+    drv = [f for f in doc["findings"] if f["id"] == "driver.known_bad"]
+    assert [(f["subject"], f["severity"]) for f in drv] == [("node/gpu-a", "warning")]
+    assert drv[0]["evidence"]["trigger_present"] is True
+    assert cluster.count("POST", POD_CREATE) == 0
