@@ -86,19 +86,17 @@ class Facts:
     def publish(self, key: FactKey | str, value: Any) -> None:
         """Publish once (later publishes and fails are ignored); TypeError on a wrong payload."""
         key = facts.resolve(key)
-        value = key.check(value)
-        with self._cond:
-            if key.name in self._values or key.name in self._failed:
-                return
-            self._values[key.name] = value
-            self._cond.notify_all()
+        self._settle(self._values, key.name, key.check(value))
 
     def fail(self, key: FactKey | str, reason: str) -> None:
-        key = facts.resolve(key)
+        self._settle(self._failed, facts.resolve(key).name, reason)
+
+    def _settle(self, into: dict[str, Any], name: str, value: Any) -> None:
+        """A fact is settled once: published or failed, whichever comes first."""
         with self._cond:
-            if key.name in self._values or key.name in self._failed:
+            if name in self._values or name in self._failed:
                 return
-            self._failed[key.name] = reason
+            into[name] = value
             self._cond.notify_all()
 
     def wait(self, key: FactKey | str, timeout: float) -> Any:
@@ -177,12 +175,6 @@ class ProbeContext:
             if default is _MISSING:
                 raise
             return default
-
-    def wait_for(self, key: str, timeout: float | None = None) -> Any:
-        """Deprecated: use `fact()`. The pre-typed payload of a fact, for code not moved yet."""
-        k = facts.resolve(key)
-        value = self.fact(k, timeout)
-        return k.legacy(value) if k.legacy is not None else value
 
     # -- could not look -----------------------------------------------------------------------
     @staticmethod

@@ -17,7 +17,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Mapping
 from types import MappingProxyType
-from typing import Any, Callable, Generic, Iterable, TypeVar
+from typing import Any, Generic, Iterable, TypeVar
 
 from node_probe.host.containers import Container, Hierarchy
 
@@ -36,9 +36,6 @@ class FactKey(Generic[T]):
     type: type                       # isinstance() check of the payload
     item: type | None = None         # payload is a tuple of these (lists are converted)
     doc: str = ""
-    # The pre-typed form, for the deprecated ProbeContext.wait_for only (code not yet moved to
-    # ctx.fact()); None: the payload is already what wait_for returned before.
-    legacy: Callable[[Any], Any] | None = None
 
     def check(self, value: Any) -> Any:
         """The payload as stored (lists become tuples); TypeError if it has the wrong type."""
@@ -61,15 +58,14 @@ class FactKey(Generic[T]):
 _DECLARED: dict[str, FactKey] = {}
 
 
-def declare(name: str, type: type, *, item: type | None = None, doc: str = "",
-            legacy: Callable[[Any], Any] | None = None) -> FactKey:
+def declare(name: str, type: type, *, item: type | None = None, doc: str = "") -> FactKey:
     """Declare a fact key (idempotent for the same name and type)."""
     old = _DECLARED.get(name)
     if old is not None:
         if old.type is not type or old.item is not item:
             raise ValueError(f"fact {name!r} declared twice with different types")
         return old
-    key = FactKey(name, type, item, doc, legacy)
+    key = FactKey(name, type, item, doc)
     _DECLARED[name] = key
     return key
 
@@ -261,26 +257,20 @@ class ContainerList:
                     return c
         return None
 
-    def records(self) -> list[dict]:
-        return [c.to_fact() for c in self.items]
-
 
 # -- the facts ----------------------------------------------------------------------------------
 
 NVML: FactKey[NvmlInventory] = declare(
-    "nvml", NvmlInventory, doc="driver library, init status, versions and the GPU list (nvml)",
-    legacy=lambda v: v.to_dict())
+    "nvml", NvmlInventory, doc="driver library, init status, versions and the GPU list (nvml)")
 CONTAINERS: FactKey[ContainerList] = declare(
-    "containers", ContainerList, doc="kubelet containers with pids, names and GPUs (containers)",
-    legacy=lambda v: v.records())
+    "containers", ContainerList, doc="kubelet containers with pids, names and GPUs (containers)")
 DEVICEPLUGIN_TARGETS: FactKey[tuple[PluginTargetInfo, ...]] = declare(
     "deviceplugin.targets", tuple, item=PluginTargetInfo,
-    doc="device-plugin sockets and their serving processes (deviceplugin)",
-    legacy=lambda v: [t.to_dict() for t in v])
+    doc="device-plugin sockets and their serving processes (deviceplugin)")
 PODRESOURCES: FactKey[tuple[Mapping[str, Any], ...]] = declare(
     "podresources", tuple, item=Mapping,
     doc="kubelet pod-resources List rows: namespace, pod, container, resource, device_ids "
-        "(deviceplugin)", legacy=list)
+        "(deviceplugin)")
 KUBELET_CONFIG: FactKey[Mapping[str, Any]] = declare(
     "kubelet.config", Mapping,
     doc="host.kubeletconfig.load(): path, source, pid, cpuManagerPolicy, cgroupDriver, flags, "

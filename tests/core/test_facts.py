@@ -139,17 +139,6 @@ def test_container_list_finds_a_container_by_pid_and_by_cgroup():
         gpu.pids = []
 
 
-def test_deprecated_wait_for_returns_the_pre_typed_shapes():
-    """Kept only for code not yet moved to ctx.fact(); it must not break it meanwhile."""
-    ctx = _ctx()
-    ref = containers.parse_cgroup_path(f"/kubepods/burstable/pod{UID}/{CID}")
-    c = containers.Container(ref=ref, cgroup_path=Path("/cg"), cgroup_version=1, pids=[5])
-    ctx.publish(facts.CONTAINERS, facts.ContainerList(None, (c,)))
-    ctx.publish(facts.DEVICEPLUGIN_TARGETS, (facts.PluginTargetInfo("s.sock", pid=3),))
-    assert ctx.wait_for("containers", 0)[0]["pids"] == [5]
-    assert ctx.wait_for("deviceplugin.targets", 0)[0]["pid"] == 3
-
-
 # -- a check that could not look ------------------------------------------------------------------
 
 def test_a_check_says_it_could_not_look_with_a_reason():
