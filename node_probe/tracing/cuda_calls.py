@@ -2,9 +2,8 @@
 
 Why: "CUDA error 999 in pod X" becomes useful when it comes with the container and what the
 kernel saw at that moment. uprobes are per inode; GPU containers get the host's libcuda.so.1
-bind-mounted by the NVIDIA container toolkit, so the library is found per process (in
-/proc/PID/maps, or under /proc/PID/root in the standard library directories when not loaded
-yet), attached by absolute path through /proc/PID/root once per distinct inode, for all
+bind-mounted by the NVIDIA container toolkit, so the library is found per process (libs.py),
+attached by absolute path through /proc/PID/root once per distinct inode, for all
 processes (containers that start during the window are covered). The host's own library
 (under --host-root) is attached too. Functions a library does not export are skipped.
 """
@@ -14,8 +13,8 @@ import os
 import re
 from pathlib import Path
 
-from node_probe.host import hostfs, procfs
-from ..checks.nvml import LIB_DIRS   # where a driver's libraries live, one list
+from node_probe.host import procfs
+from . import libs
 from .abi import Constants
 from .bundle import cstr, mono_to_wall, TracepointSet
 from .fdtrack import FdTracker
@@ -56,19 +55,7 @@ def error_name(code: int) -> str:
 
 def find_library(pid: int, proc: Path = procfs.PROC) -> str | None:
     """The libcuda.so.1 the process maps, or would load, as a path through /proc/PID/root."""
-    root = proc / str(pid) / "root"
-    maps = procfs.read_str(proc / str(pid) / "maps", 16 << 20) or ""
-    for line in maps.splitlines():
-        parts = line.split(None, 5)
-        if len(parts) == 6 and _LIB_RE.search(parts[5].strip()):
-            inner = parts[5].strip()
-            if not inner.endswith(" (deleted)"):
-                return str(root / inner.lstrip("/"))
-    for d in LIB_DIRS:
-        p = hostfs.resolve(root, f"{d}/libcuda.so.1")
-        if p is not None:
-            return str(p)
-    return None
+    return libs.find_in_process(pid, _LIB_RE, "libcuda.so.1", proc)[1]
 
 
 class CudaCalls:
@@ -92,8 +79,7 @@ class CudaCalls:
     def _candidates(self, targets: Targets) -> list[tuple[str, str]]:
         """(path to attach, where it came from) for each distinct libcuda inode."""
         out, seen = [], set()
-        host = [(str(p), "host") for d in LIB_DIRS
-                if (p := hostfs.resolve(self.cfg.host_root, f"{d}/libcuda.so.1")) is not None]
+        host = [(str(p), "host") for p in libs.find_on_host(self.cfg.host_root, "libcuda.so.1")]
         procs = [(find_library(pid, self.proc), f"pid {pid}")
                  for pid in dict.fromkeys([*targets.deep, *targets.gpu])]
         for path, origin in [*procs, *host]:

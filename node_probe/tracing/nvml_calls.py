@@ -1,18 +1,16 @@
 """Loader for bpf/nvml_calls.bpf.c: NVML init calls of target processes, entered and returned.
 
-Why: uprobes are per inode, and the library a containerised device plugin uses may exist only
-in its own mount namespace; attaching "by name" would pick the probe's own (or no) library and
-ignore the process's LD_LIBRARY_PATH. So the library is found in /proc/PID/maps (or, if not
-loaded yet, in the standard library directories under /proc/PID/root) and attached by path
-through /proc/PID/root, for that pid only.
+Why: "entered nvmlInit_v2 and not returned, for N seconds" is the direct evidence of seed 000.
+The library the device plugin really uses is found through /proc/PID (libs.py) and the uprobes
+are attached by that path, for that pid only.
 """
 from __future__ import annotations
 
 import re
 from pathlib import Path
 
-from node_probe.host import hostfs, procfs
-from ..checks.nvml import LIB_DIRS   # where a driver's libnvidia-ml.so.1 lives, one list
+from node_probe.host import procfs
+from . import libs
 from .bundle import cstr, mono_to_wall, TracepointSet
 from .fdtrack import FdTracker
 from .loader import Emit, Targets, TraceConfig
@@ -28,23 +26,7 @@ _LIB_RE = re.compile(r"/libnvidia-ml\.so(\.[0-9.]+)?$")
 def find_library(pid: int, proc: Path = procfs.PROC) -> tuple[str | None, str | None, str]:
     """(path inside the process's mount namespace, path to attach through /proc/PID/root,
     how it was found)."""
-    root = proc / str(pid) / "root"
-    try:
-        maps = hostfs.read_file(proc / str(pid) / "maps", 16 << 20).text.splitlines()
-    except OSError as exc:
-        return None, None, f"cannot read maps: {exc.strerror or exc}"
-    for line in maps:
-        parts = line.split(None, 5)
-        if len(parts) == 6 and _LIB_RE.search(parts[5].strip()):
-            inner = parts[5].strip()
-            if inner.endswith(" (deleted)"):
-                continue
-            return inner, str(root / inner.lstrip("/")), "mapped"
-    for d in LIB_DIRS:
-        p = hostfs.resolve(root, f"{d}/libnvidia-ml.so.1")
-        if p is not None:
-            return "/" + str(p.relative_to(root)), str(p), "not loaded yet; standard path"
-    return None, None, "libnvidia-ml.so.1 neither mapped nor in the standard library paths"
+    return libs.find_in_process(pid, _LIB_RE, "libnvidia-ml.so.1", proc)
 
 
 class NvmlCalls:

@@ -130,3 +130,29 @@ def test_missing_tracefs_is_named(monkeypatch, tmp_path):
     monkeypatch.setattr(bcc_env, "TRACEFS_CANDIDATES", (str(tmp_path / "nope"),))
     path, err = bcc_env._tracefs(lambda *a, **k: None)
     assert path is None and "does not exist" in err
+
+
+def test_library_lookup_stays_inside_the_process_root_and_skips_non_files(tmp_path):
+    """A tenant controls its own filesystem: a symlink to a host path resolves inside the
+    container's root, a FIFO named like the library is never handed to BCC (it would block)."""
+    import re
+    from node_probe.tracing import libs
+    root = tmp_path / "proc" / "42" / "root"
+    (root / "usr/lib/x86_64-linux-gnu").mkdir(parents=True)
+    (root / "usr/lib/x86_64-linux-gnu/libcuda.so.1").symlink_to("/etc/hostname")
+    (root / "usr/lib64").mkdir(parents=True)
+    os.mkfifo(root / "usr/lib64/libcuda.so.1")
+    (root / "opt").mkdir()
+    (root / "opt/libcuda.so.550.1").write_bytes(b"\x7fELF")
+    maps = tmp_path / "proc" / "42" / "maps"
+    maps.write_text("7f00-7f01 r-xp 00000000 08:01 1 /usr/lib/x86_64-linux-gnu/libcuda.so.1\n")
+    pat = re.compile(r"/libcuda\.so(\.[0-9.]+)?$")
+    assert libs.find_in_process(42, pat, "libcuda.so.1", tmp_path / "proc")[1] is None
+    (root / "usr/lib").mkdir(exist_ok=True)
+    (root / "usr/lib/libcuda.so.1").write_bytes(b"\x7fELF")
+    assert libs.find_in_process(42, pat, "libcuda.so.1", tmp_path / "proc") == (
+        "/usr/lib/libcuda.so.1", str(root / "usr/lib/libcuda.so.1"),
+        "not loaded yet; standard path")
+    maps.write_text("7f00-7f01 r-xp 00000000 08:01 1 /opt/libcuda.so.550.1\n")
+    assert libs.find_in_process(42, pat, "libcuda.so.1", tmp_path / "proc")[1:] == (
+        str(root / "opt/libcuda.so.550.1"), "mapped")
