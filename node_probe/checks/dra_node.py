@@ -24,9 +24,9 @@ REFS = ("https://kubernetes.io/docs/concepts/scheduling-eviction/dynamic-resourc
 @check("dra_node", title="kubelet DRA plugins: registration and endpoint answer", timeout_s=12.0)
 def dra_node_check(ctx):
     kdir = ctx.options.kubelet_path
+    if not (kdir / "plugins_registry").is_dir():
+        ctx.skip(f"no {kdir}/plugins_registry: no kubelet plugin registrations to ask")
     socks = dra_plugins.registration_sockets(kdir)
-    if not socks:
-        return
     plugins = []
     stop_at = time.monotonic() + TOTAL_S
     for sock in socks:
@@ -59,7 +59,8 @@ def dra_node_check(ctx):
         ep = dra_plugins.endpoint_path(info.value.get("endpoint") or "", ctx.options.host_root,
                                        kdir)
         deadline = ctx.budget(DEADLINE_S, reserve=1.0)
-        h = dra_plugins.health(ep, deadline)
+        h = (dra_plugins.health(ep, deadline) if ep is not None else dra_plugins.Call(
+            "unavailable", 0.0, detail="no socket at the endpoint inside the host root"))
         row["endpoint_call"] = h.to_dict()
         if h.status == "ok":
             row["endpoint_health"] = h.value
@@ -85,6 +86,8 @@ def dra_node_check(ctx):
                                                kdir)) for p in plugins if p.get("endpoint")}
     unregistered = [str(s.relative_to(kdir)) for s in dra_plugins.plugin_sockets(kdir)
                     if str(s) not in endpoints]
+    if not plugins and not unregistered:
+        return
     yield catalog.make(
         "dra.plugins", "info", "node",
         f"{len(plugins)} kubelet plugin registration(s), {len(dra)} DRA driver(s)"

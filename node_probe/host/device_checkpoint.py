@@ -18,6 +18,7 @@ import json
 from pathlib import Path
 
 from node_probe.host import hostfs, procfs
+from node_probe.host.protowire import fields as _fields
 
 CHECKPOINT = "device-plugins/kubelet_internal_checkpoint"
 MAX_BYTES = 16 << 20
@@ -30,42 +31,6 @@ class Entry:
     resource: str
     device_ids: tuple[str, ...]
     alloc: dict | None          # decoded ContainerAllocateResponse (None if absent/bad)
-
-
-def _varint(buf: bytes, i: int) -> tuple[int, int]:
-    shift = result = 0
-    while True:
-        if i >= len(buf) or shift > 63:
-            raise ValueError("truncated varint")
-        b = buf[i]
-        i += 1
-        result |= (b & 0x7F) << shift
-        if not b & 0x80:
-            return result, i
-        shift += 7
-
-
-def _fields(buf: bytes):
-    """(field number, wire type, value) of one protobuf message; value is bytes for
-    length-delimited fields, int otherwise."""
-    i = 0
-    while i < len(buf):
-        key, i = _varint(buf, i)
-        num, wt = key >> 3, key & 7
-        if wt == 0:
-            v, i = _varint(buf, i)
-        elif wt == 1:
-            v, i = int.from_bytes(buf[i:i + 8], "little"), i + 8
-        elif wt == 5:
-            v, i = int.from_bytes(buf[i:i + 4], "little"), i + 4
-        elif wt == 2:
-            n, i = _varint(buf, i)
-            if i + n > len(buf):
-                raise ValueError("truncated field")
-            v, i = buf[i:i + n], i + n
-        else:
-            raise ValueError(f"unsupported wire type {wt}")
-        yield num, wt, v
 
 
 def _strings(buf: bytes) -> dict[int, str]:

@@ -17,48 +17,22 @@ import stat
 import time
 from pathlib import Path
 
+from node_probe.host import hostfs, protowire
+
 GET_INFO = "/pluginregistration.Registration/GetInfo"
 HEALTH_CHECK = "/grpc.health.v1.Health/Check"
 CHANNEL_OPTIONS = (("grpc.enable_http_proxy", 0), ("grpc.enable_retries", 0),
                    ("grpc.max_receive_message_length", 1 << 20))
 MAX_SOCKETS = 64
+MAX_STRING = 256   # a plugin's name/endpoint/version as kept for evidence
 DEFAULT_KUBELET_DIR = "/var/lib/kubelet"
-
-
-def _varint(data: bytes, i: int) -> tuple[int, int]:
-    shift = value = 0
-    while True:
-        if i >= len(data) or shift > 63:
-            raise ValueError("truncated varint")
-        b = data[i]
-        i += 1
-        value |= (b & 0x7F) << shift
-        if not b & 0x80:
-            return value, i
-        shift += 7
 
 
 def decode_fields(data: bytes) -> dict[int, list]:
     """Protobuf wire format -> {field number: [values]} (length-delimited values as bytes)."""
     out: dict[int, list] = {}
-    i = 0
-    while i < len(data):
-        key, i = _varint(data, i)
-        field, wire = key >> 3, key & 7
-        if wire == 0:
-            v, i = _varint(data, i)
-        elif wire == 2:
-            n, i = _varint(data, i)
-            if i + n > len(data):
-                raise ValueError("truncated field")
-            v, i = data[i:i + n], i + n
-        elif wire == 1:
-            v, i = data[i:i + 8], i + 8
-        elif wire == 5:
-            v, i = data[i:i + 4], i + 4
-        else:
-            raise ValueError(f"unsupported wire type {wire}")
-        out.setdefault(field, []).append(v)
+    for num, _, v in protowire.fields(data):
+        out.setdefault(num, []).append(v)
     return out
 
 
@@ -67,7 +41,7 @@ def decode_plugin_info(data: bytes) -> dict:
     f = decode_fields(data)
 
     def s(v) -> str:
-        return v.decode("utf-8", "replace") if isinstance(v, bytes) else ""
+        return v[:MAX_STRING].decode("utf-8", "replace") if isinstance(v, bytes) else ""
 
     return {"type": s((f.get(1) or [b""])[-1]), "name": s((f.get(2) or [b""])[-1]),
             "endpoint": s((f.get(3) or [b""])[-1]),
@@ -149,15 +123,23 @@ def registration_sockets(kubelet_dir: Path) -> list[Path]:
     return out
 
 
-def endpoint_path(endpoint: str, host_root: Path, kubelet_dir: Path) -> Path:
-    """The plugin's endpoint (a host path) as the probe sees it: under --kubelet-dir when it is
-    below the kubelet's default directory, else under --host-root."""
+def endpoint_path(endpoint: str, host_root: Path, kubelet_dir: Path) -> Path | None:
+    """The plugin's endpoint (a host path the plugin chose) as the probe sees it: under
+    --kubelet-dir when it is below the kubelet's default directory, else under --host-root;
+    symlinks resolved inside that root (hostfs). None when there is no socket there: the probe
+    never connects to a path outside the host's root."""
     ep = endpoint.strip()
     if ep.startswith(DEFAULT_KUBELET_DIR + "/"):
-        return kubelet_dir / ep[len(DEFAULT_KUBELET_DIR) + 1:]
-    if not ep.startswith("/"):
-        return kubelet_dir / "plugins_registry" / ep  # relative: as the kubelet resolves it
-    return host_root / ep.lstrip("/")
+        base, rel = kubelet_dir, ep[len(DEFAULT_KUBELET_DIR) + 1:]
+    elif not ep.startswith("/"):
+        base, rel = kubelet_dir, f"plugins_registry/{ep}"  # relative: as the kubelet resolves it
+    else:
+        base, rel = host_root, ep.lstrip("/")
+    real = hostfs.resolve(base, rel) if rel.strip("/") else None
+    try:
+        return real if real is not None and stat.S_ISSOCK(os.lstat(real).st_mode) else None
+    except OSError:
+        return None
 
 
 def plugin_sockets(kubelet_dir: Path) -> list[Path]:

@@ -123,6 +123,46 @@ def test_no_registry_no_findings(tmp_path):
     kdir.mkdir()
     run = probe(kdir, tmp_path)
     assert not run.findings("dra.plugins") and not run.findings("dra.plugin_unresponsive")
+    check = next(c for c in run.summary["checks"] if c["id"] == "dra_node")
+    assert check["status"] == "skipped" and "plugins_registry" in check["reason"], check
+
+
+def test_empty_registry_is_quiet_and_looked(tmp_path):
+    kdir = tmp_path / "kubelet"
+    (kdir / "plugins_registry").mkdir(parents=True)
+    run = probe(kdir, tmp_path)
+    assert not run.findings()
+    assert next(c for c in run.summary["checks"] if c["id"] == "dra_node")["status"] == "ok"
+
+
+def test_endpoint_is_never_dialled_outside_the_host_root():
+    """The endpoint is the plugin's word: `..`, and symlinks out of the root, stay inside it."""
+    import socket as so
+
+    base = Path(tempfile.mkdtemp(prefix="gd-ep-"))   # unix socket paths must stay < 108 bytes
+    socks = []
+    try:
+        root, kdir, out = base / "host", base / "kubelet", base / "outside"
+        for d in (root / "run/drv", kdir / "plugins/drv", out):
+            d.mkdir(parents=True)
+        for p in (out / "x.sock", root / "run/drv/ok.sock", kdir / "plugins/drv/dra.sock"):
+            s = so.socket(so.AF_UNIX)
+            s.bind(str(p))
+            socks.append(s)
+        (root / "run/drv/link.sock").symlink_to(out / "x.sock")        # absolute, out of root
+        (kdir / "plugins/drv/up.sock").symlink_to("../../../outside/x.sock")
+        (root / "run/drv/file.sock").write_text("")
+        ep = lambda e: dra_plugins.endpoint_path(e, root, kdir)   # noqa: E731
+        assert ep("/run/drv/ok.sock") == root / "run/drv/ok.sock"
+        assert ep("/var/lib/kubelet/plugins/drv/dra.sock") == kdir / "plugins/drv/dra.sock"
+        assert ep("/run/drv/link.sock") is None
+        assert ep("/var/lib/kubelet/plugins/drv/up.sock") is None
+        assert ep("/../outside/x.sock") is None and ep("../../outside/x.sock") is None
+        assert ep("/run/drv/file.sock") is None and ep("") is None and ep("/") is None
+    finally:
+        for s in socks:
+            s.close()
+        shutil.rmtree(base, ignore_errors=True)
 
 
 def test_hand_decoder_matches_protobuf(stubs):
