@@ -27,6 +27,15 @@ def nvml(ctx, want_s: float = 13.0) -> tuple[dict[str, Any] | None, str | None]:
     return nv, None
 
 
+def nvml_or_skip(ctx, want_s: float = 13.0) -> dict[str, Any]:
+    """The nvml fact as the NVML child's record; ends the calling check as `skipped` with the
+    reason when NVML could not look."""
+    nv, why = nvml(ctx, want_s)
+    if why is not None:
+        ctx.skip(why)
+    return nv
+
+
 def gpu_subject(g: dict[str, Any]) -> str:
     return str(g.get("uuid") or g.get("pci_bus_id") or f"gpu{g.get('index')}")
 

@@ -38,7 +38,7 @@ def nvswitches(root) -> list[str]:
 
 
 @check("fabric", title="Fabric manager on NVSwitch systems: running, version, GPU registration",
-       timeout_s=14.0, uses=(_gpufacts.NVML,))
+       timeout_s=14.0, needs=(_gpufacts.NVML,))
 def fabric_check(ctx):
     root = ctx.options.host_root
     switches = nvswitches(root)
@@ -46,6 +46,9 @@ def fabric_check(ctx):
     gpus = (nv or {}).get("gpus") or [] if why is None else []
     fabric_gpus = [g for g in gpus if g.get("fabric")]
     if not switches and not fabric_gpus:
+        if why is not None:   # no switch in procfs/dev, and no NVML to ask the GPUs
+            ctx.skip(f"no NVSwitch in {ctx.options.host('proc/driver/nvidia-nvswitch')} or "
+                     f"{ctx.options.host('dev')}, and {why}")
         return  # not an NVSwitch/NVLink-fabric system: nothing to judge
     driver = ((nv or {}).get("driver_version") or (nv or {}).get("kernel_module_version"))
     fm = daemons.find(FM_NAMES, ctx.options.proc_root)

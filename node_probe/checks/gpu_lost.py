@@ -65,7 +65,7 @@ def xid79(ctx) -> tuple[dict[str, int], str | None]:
 
 
 @check("gpu_lost", title="Lost GPUs: Xid 79, NVML GPU_IS_LOST, GPUs NVML no longer lists",
-       timeout_s=14.0, uses=(_gpufacts.NVML, DEVICEPLUGIN_TARGETS))
+       timeout_s=14.0, needs=(_gpufacts.NVML,), uses=(DEVICEPLUGIN_TARGETS,))
 def gpu_lost_check(ctx):
     root = ctx.options.host_root
     known = driver_gpus(root)
@@ -124,8 +124,9 @@ def gpu_lost_check(ctx):
         for bus in missing:
             entry(bus, bus)["sources"].append("missing_from_nvml")
     if not lost:
-        if why is not None and kmsg_why is not None and not known:
-            ctx.skip(f"{why}; {kmsg_why}")
+        if why is not None and not known:   # nothing to compare: no driver GPUs, no NVML
+            ctx.skip(f"no GPU in {ctx.options.host('proc/driver/nvidia/gpus')}; {why}"
+                     + (f"; {kmsg_why}" if kmsg_why else ""))
         return
     # who pays for it: the NVIDIA device plugin enumerates every GPU in GetPreferredAllocation
     targets = ctx.fact(DEVICEPLUGIN_TARGETS, timeout=ctx.budget(3.0, reserve=2.0), default=None)

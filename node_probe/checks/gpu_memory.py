@@ -18,6 +18,7 @@ REFS = ("https://github.com/NVIDIA/k8s-device-plugin/issues/12",
         "https://docs.nvidia.com/deploy/nvml-api/group__nvmlDeviceQueries.html")
 MIN_UNOWNED_BYTES = 1 << 30     # driver-reserved memory stays well below this
 MIN_UNOWNED_FRACTION = 0.02
+MAX_ROWS = 10                   # processes named in evidence per GPU (counts are complete)
 
 
 def classify(pid: int, proc, kubelet_pods) -> tuple[str, dict]:
@@ -39,9 +40,7 @@ def classify(pid: int, proc, kubelet_pods) -> tuple[str, dict]:
 @check("gpu_memory", title="GPU memory held by gone processes or by no process",
        timeout_s=14.0, needs=(_gpufacts.NVML,))
 def gpu_memory_check(ctx):
-    nv, why = _gpufacts.nvml(ctx)
-    if why is not None:
-        ctx.skip(why)
+    nv = _gpufacts.nvml_or_skip(ctx)
     proc = ctx.options.proc_root
     kubelet_pods = ctx.options.kubelet_path / "pods"
     for g in nv.get("gpus") or ():
@@ -68,7 +67,9 @@ def gpu_memory_check(ctx):
                 "gpu.memory_orphaned", "warning", subject,
                 f"{len(orphans)} process(es) NVML lists on this GPU are gone or belong to a "
                 f"pod the kubelet no longer has; they hold {held / 2**20:.0f} MiB",
-                {**ev_base, "orphans": orphans, "orphaned_bytes": held, "host_processes": hosts},
+                {**ev_base, "orphans": orphans[:MAX_ROWS], "orphan_count": len(orphans),
+                 "orphaned_bytes": held, "host_processes": hosts[:MAX_ROWS],
+                 "host_process_count": len(hosts)},
                 "The next pod given this GPU can run out of memory on an idle-looking GPU. "
                 "If the pid still exists, find it (`ps -o pid,stat,cmd -p PID`): a process in "
                 "D state is stuck in the driver and needs a GPU reset. If the pid is gone, the "
@@ -79,7 +80,8 @@ def gpu_memory_check(ctx):
                 "gpu.memory_orphaned", "info", subject,
                 f"{len(hosts)} process(es) outside any pod use this GPU (not accounted for "
                 "by Kubernetes)",
-                {**ev_base, "orphans": [], "host_processes": hosts},
+                {**ev_base, "orphans": [], "host_processes": hosts[:MAX_ROWS],
+                 "host_process_count": len(hosts)},
                 "A host process (a test run, a monitoring agent with a CUDA context) shares "
                 "the GPU with the pods the device plugin assigns to it. Stop it if it is not "
                 "meant to run there.", REFS)

@@ -23,9 +23,7 @@ def _mode(v) -> str:
 @check("mig_pending", title="MIG mode change pending a GPU reset",
        timeout_s=14.0, needs=(_gpufacts.NVML,))
 def mig_pending_check(ctx):
-    nv, why = _gpufacts.nvml(ctx)
-    if why is not None:
-        ctx.skip(why)
+    nv = _gpufacts.nvml_or_skip(ctx)
     for g in nv.get("gpus") or ():
         if "mig_pending_mode" not in g or bool(g["mig_pending_mode"]) == bool(g.get("mig_mode")):
             continue

@@ -20,9 +20,7 @@ REFS = ("https://docs.nvidia.com/deploy/driver-persistence/index.html",
 @check("persistence", title="Persistence: nvidia-persistenced or persistence mode",
        timeout_s=14.0, needs=(_gpufacts.NVML,))
 def persistence_check(ctx):
-    nv, why = _gpufacts.nvml(ctx)
-    if why is not None:
-        ctx.skip(why)
+    nv = _gpufacts.nvml_or_skip(ctx)
     gpus = [g for g in nv.get("gpus") or () if "persistence_mode" in g]
     off = [g for g in gpus if not g["persistence_mode"]]
     if not off:

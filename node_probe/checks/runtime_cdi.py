@@ -34,7 +34,8 @@ def _is_gpu_node(root) -> bool:
 def runtime_cdi_check(ctx):
     root = ctx.options.host_root
     if not _is_gpu_node(root):
-        return
+        ctx.skip(f"no NVIDIA driver under {root} (no proc/driver/nvidia/version, no "
+                 "dev/nvidiactl): no GPU wiring to judge")
     specs = [s for s in runtime_config.cdi_specs(root) if s.is_nvidia]
     cfgs = [c for c in (runtime_config.containerd(root, ctx.options.proc_root),
                         runtime_config.crio(root)) if c is not None]

@@ -148,6 +148,19 @@ def test_orphaned_gpu_memory(tmp_path):
     assert not [k for k in found if k[0] == "GPU-idle"]
 
 
+def test_orphaned_gpu_memory_evidence_is_bounded(tmp_path):
+    """Many dead contexts on one GPU: the evidence names a bounded few, the counts are whole."""
+    pids = [4_194_304 + 1000 + i for i in range(16)]   # above any pid_max: never alive
+    root, kfile = make_host(tmp_path, [FakeGpu("GPU-many", minor=0, memory_used_mib=16384,
+                                               processes=tuple((p, 1 << 30) for p in pids))])
+    run = probe(root, kfile, "gpu_memory")
+    (f,) = run.findings("gpu.memory_orphaned")
+    ev = f["evidence"]
+    assert ev["orphan_count"] == 16 and ev["orphaned_bytes"] == 16 << 30
+    assert [o["pid"] for o in ev["orphans"]] == pids[:10]
+    assert "16 process(es)" in f["title"]
+
+
 def test_mig_mode_pending(tmp_path):
     gpus = [FakeGpu("GPU-pend", minor=0, mig=False, mig_pending=True, processes=((1, 1 << 20),)),
             FakeGpu("GPU-same", minor=1, mig=True, mig_pending=True,
@@ -177,7 +190,7 @@ def test_checks_that_need_nvml_say_they_could_not_look(tmp_path):
     kfile.write_text("")
     run = probe(root, kfile)
     status = {c["id"]: c for c in run.summary["checks"]}
-    for cid in ("persistence", "gpu_memory", "mig_pending"):
+    for cid in FAMILIES:
         assert status[cid]["status"] == "skipped" and "NVML" in status[cid]["reason"], status[cid]
     assert run.summary["complete"] is True and run.returncode == 0
 

@@ -169,3 +169,5 @@ def test_not_a_gpu_node_is_quiet(tmp_path):
     kfile.write_text("")
     run = probe(root, kfile)
     assert not run.findings("runtime.handler_missing")
+    check = next(c for c in run.summary["checks"] if c["id"] == "runtime_cdi")
+    assert check["status"] == "skipped" and "no NVIDIA driver" in check["reason"], check

@@ -76,6 +76,9 @@ def test_selecting_a_check_pulls_in_the_producers_of_what_it_needs():
     ids = lambda cs: [c.id for c in cs]   # noqa: E731
     assert ids(registry.select(["hami"])) == ["containers", "hami"]
     assert ids(registry.select(["driver"])) == ["driver", "nvml"]
+    # every GPU family judged from NVML's view pulls the NVML child in (--only fabric)
+    for cid in ("fabric", "gpu_lost", "gpu_memory", "mig_pending", "persistence"):
+        assert ids(registry.select([cid])) == sorted([cid, "nvml"]), cid
     # `uses` is not pulled in: --only cgroup.devices must not start device-plugin RPCs
     assert ids(registry.select(["cgroup.devices"])) == ["cgroup.devices", "containers"]
     # an explicit --skip wins; the consumer then reads the fact's default at once
