@@ -13,6 +13,7 @@ from pathlib import Path
 
 from node_probe.protocol import catalog
 from node_probe.host import hostfs, subproc
+from node_probe.engine.context import Skipped
 from node_probe.engine.facts import NVML, NvmlInventory
 from node_probe.engine.registry import check
 
@@ -90,7 +91,7 @@ def nvml_check(ctx):
              "With the GPU Operator, check the driver daemonset (run/nvidia/driver)."
              if loaded else "Nothing to do on a node without GPUs. On a GPU node, install the "
              "NVIDIA driver or check that the GPU Operator driver pod is running."))
-        return
+        return Skipped(f"no libnvidia-ml.so.1 under {root}: NVML could not be asked")
 
     timeout = ctx.budget(ctx.options.nvml_timeout_s, reserve=1.0)
     ctx.progress(message=f"NVML init via {lib} (deadline {timeout:.1f}s)")
@@ -130,7 +131,7 @@ def nvml_check(ctx):
                            "NVML client (nvidia-ml-py) is missing from the probe environment",
                            {"library": str(lib), "error": result.get("error")},
                            "pip install nvidia-ml-py (the probe image includes it).")
-        return
+        return Skipped("nvidia-ml-py is missing from the probe: NVML could not be asked")
     if status in ("load_error", "error"):
         fact["status"] = "error"
         fact["driver_version"] = fact["library_version"] or kmod

@@ -16,6 +16,7 @@ import time
 from pathlib import Path
 
 from node_probe.engine.facts import CONTAINERS, DEVICEPLUGIN_TARGETS, TRACE_READY, TRACE_RESULTS
+from node_probe.engine.context import Skipped
 from node_probe.engine.registry import check
 from node_probe.host import hostfs
 from node_probe.protocol import tracefit
@@ -89,7 +90,7 @@ def trace_check(ctx):
         ctx.publish(TRACE_RESULTS, _empty_results("unavailable", missing=env.missing))
         yield verdicts.unavailable_finding(env.missing, env.remedies,
                                   {"kernel_release": env.kernel_release, "tracefs": env.tracefs})
-        return
+        return Skipped("eBPF unavailable: " + "; ".join(env.missing))
 
     from ..tracing.loader import TraceConfig
     from ..tracing.session import TraceSession  # imports bcc lazily
@@ -129,7 +130,7 @@ def trace_check(ctx):
                  "(BCC_KERNEL_SOURCE) and that the probe has CAP_BPF, CAP_PERFMON and "
                  "CAP_SYS_ADMIN"],
                 {"kernel_release": env.kernel_release, "kernel_source": env.kernel_source})
-            return
+            return Skipped(f"eBPF programs could not be loaded: {reason}")
         ctx.publish(TRACE_READY, {"available": True, "probes": probes,
                                     "target_pids": session.targets})
         ctx.progress(phase="trace", check="trace", probes=probes, target_pids=session.targets,

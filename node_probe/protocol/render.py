@@ -199,6 +199,7 @@ def render_table(report: Report, stream: IO, fail_on: str, exit_code: int,
             stream.write(f"  {terminal_safe(c.id)}: {terminal_safe(c.status)} after "
                          f"{c.duration_s:.1f}s"
                          f"{' - ' + terminal_safe(c.message) if c.message else ''}\n")
+    _write_skipped(report, stream)
     doc = report.document(fail_on, exit_code)
     s = doc["summary"]
     if s.get("incomplete_reason"):
@@ -208,6 +209,18 @@ def render_table(report: Report, stream: IO, fail_on: str, exit_code: int,
                f"; {doc['duration_s']:.1f}s; exit {exit_code}\n")
     stream.write(verdict)
     stream.flush()
+
+
+def _write_skipped(report: Report, stream: IO) -> None:
+    """Footer: the checks that could not look, each with its own reason (a check that did
+    not look is never shown as ok)."""
+    skipped = [c for c in report.checks if c.status == "skipped"]
+    if not skipped:
+        return
+    stream.write("\nChecks that could not look (skipped):\n")
+    for c in skipped:
+        why = c.reason or c.message or "no reason given"
+        stream.write(f"  {terminal_safe(c.id)}: {terminal_safe(why)}\n")
 
 
 def _write_details(f: Finding, stream: IO, color: bool, width: int) -> None:
