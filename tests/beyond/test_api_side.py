@@ -165,14 +165,12 @@ created by k8s.io/kubernetes/pkg/kubelet.(*podWorkers).UpdatePod in goroutine 29
 """
 
 
-@pytest.mark.skipif(not CAPTURES.is_dir(), reason="real captures not available")
 def test_real_healthy_kubelet_dump_has_no_dra_wait():
     text = (CAPTURES / "healthy-goroutines.txt").read_text()
     assert "cm/dra.(*Manager).Start" in text  # the DRA manager runs, idle
     assert not [f for f in goroutines.analyze(NODE, text) if f.id.startswith("kubelet.")]
 
 
-@pytest.mark.skipif(not CAPTURES.is_dir(), reason="real captures not available")
 def test_kubelet_parked_in_node_prepare_resources():
     text = (CAPTURES / "healthy-goroutines.txt").read_text() + DRA_WEDGE
     f = [x for x in goroutines.analyze(NODE, text) if x.id == "kubelet.blocked_in_dra_plugin"]
@@ -317,7 +315,6 @@ def test_fetch_forbidden_is_a_note(fake, tmp_path):
     assert extra == {"resourceclaims": None} and "forbidden" in notes[0]
 
 
-@pytest.mark.skipif(not CAPTURES.is_dir(), reason="real captures not available")
 @pytest.mark.parametrize("state", ["healthy", "wedged-20s", "wedged-3m"])
 def test_real_1_35_captures_raise_none_of_the_new_ids(state):
     """The node, pods, events and goroutines of a real 1.35 kubelet (device-plugin GPUs, no

@@ -90,13 +90,16 @@ def test_fact_of_a_producer_outside_the_run_fails_at_start():
     seen = {}
 
     def consumer(ctx):
-        t0 = time.monotonic()
         seen["value"] = ctx.fact(facts.CONTAINERS, timeout=10, default="none")
-        seen["waited"] = time.monotonic() - t0
         seen["why"] = ctx.facts.why(facts.CONTAINERS)
 
-    _run([Check("c", consumer, "c", needs=(facts.CONTAINERS,))])
-    assert seen["value"] == "none" and seen["waited"] < 1.0
+    runner = Runner([Check("c", consumer, "c", needs=(facts.CONTAINERS,))],
+                    ProbeOptions(timeout_s=5, trace_s=0), lambda rec: None)
+    # failed when the run is set up, so a wait returns at once instead of spending its timeout
+    assert runner.ctx.facts.why(facts.CONTAINERS) == \
+        "containers: check containers is not part of this run"
+    res = runner.run()
+    assert seen["value"] == "none" and res.checks[0].status == "ok"
     assert seen["why"] == "containers: check containers is not part of this run"
 
 
@@ -105,7 +108,7 @@ def test_fact_without_default_raises_and_times_out():
     t0 = time.monotonic()
     with pytest.raises(FactUnavailable, match="kubelet.config: not published within 0.2s"):
         ctx.fact(facts.KUBELET_CONFIG, timeout=0.2)
-    assert 0.15 < time.monotonic() - t0 < 1.0
+    assert time.monotonic() - t0 >= 0.2   # it did wait its timeout
 
 
 # -- typed payloads -------------------------------------------------------------------------------

@@ -30,7 +30,7 @@ def test_hung_check_times_out_and_summary_is_last():
     res, out, wall = _run([Check("a.hang", hangs, "h", timeout_s=0.5),
                            Check("b.fine", fine, "f")])
     try:
-        assert wall < 2.0
+        assert wall < 30   # a hang guard, far from both the 0.5 s deadline and the 60 s hang
         assert out[-1]["kind"] == "summary"
         st = {c.id: c.status for c in res.checks}
         assert st == {"a.hang": "timeout", "b.fine": "ok"}
@@ -49,8 +49,8 @@ def test_whole_run_deadline_bounds_every_check():
         return []
 
     res, out, wall = _run([Check("slow", slow, "s", timeout_s=100)], timeout_s=1.0)
-    assert wall < 1.5
     assert res.checks[0].status == "timeout"
+    assert wall < 15   # a hang guard: the check sleeps 30 s
 
 
 def test_crash_becomes_error_status_and_log_record():
@@ -67,12 +67,14 @@ def test_crash_becomes_error_status_and_log_record():
 
 
 def test_checks_run_concurrently():
-    def sleeper(ctx):
-        time.sleep(0.4)
+    meet = threading.Barrier(5)
+
+    def together(ctx):
+        meet.wait(timeout=4)   # breaks (BrokenBarrierError: status error) unless all 5 run at once
         return []
 
-    _, _, wall = _run([Check(f"s{i}", sleeper, "s") for i in range(5)])
-    assert wall < 1.5  # 5 x 0.4 s sequentially would be 2 s
+    res, _, _ = _run([Check(f"s{i}", together, "s") for i in range(5)])
+    assert {c.status for c in res.checks} == {"ok"}, res.checks
 
 
 X = facts.declare("test.runner.x", int)
@@ -98,14 +100,14 @@ def test_facts_flow_and_failed_producer_releases_consumers():
         seen["y_default"] = ctx.fact(Y, timeout=10, default="none")
         return []
 
-    t0 = time.monotonic()
-    _run([Check("p", producer, "p", provides=(X,)),
-          Check("q", broken_producer, "q", provides=(Y,)),
-          Check("c", consumer, "c", needs=(X,), uses=(Y,))])
+    res, _, _ = _run([Check("p", producer, "p", provides=(X,)),
+                      Check("q", broken_producer, "q", provides=(Y,)),
+                      Check("c", consumer, "c", needs=(X,), uses=(Y,))])
     assert seen["x"] == 42
+    # released by the failure, not by its 10 s timeout (that would say "not published within")
     assert "check q ended without publishing it" in seen["y"]
     assert seen["y_default"] == "none"
-    assert time.monotonic() - t0 < 2
+    assert {c.id: c.status for c in res.checks}["c"] == "ok"
 
 
 def test_duplicate_findings_are_emitted_once():
@@ -122,14 +124,13 @@ def test_facts_of_checks_outside_the_run_fail_at_once():
     seen = {}
 
     def consumer(ctx):
-        t0 = time.monotonic()
         try:
             ctx.fact(facts.NVML, timeout=10)
         except FactUnavailable as exc:
             seen["why"] = str(exc)
-        seen["waited"] = time.monotonic() - t0
         return []
 
-    _run([Check("c", consumer, "c")])
+    res, _, _ = _run([Check("c", consumer, "c")])
+    # failed before any check ran (a timed-out wait would say "not published within")
     assert "check nvml is not part of this run" in seen["why"]
-    assert seen["waited"] < 1.0
+    assert res.checks[0].status == "ok"
