@@ -69,13 +69,15 @@ def is_gpu_resource(name: str) -> bool:
     return name.startswith(GPU_RESOURCE_PREFIXES)  # one C call: this runs for every pod
 
 
+QTY_MAX = 2 ** 63 - 1  # the API server's int64 ceiling; a larger (hostile) value is clamped
+
+
 def qty(value: Any) -> int:
-    """A Kubernetes quantity as a whole number (extended resources are integers); 0 if bad."""
-    s = str(value if value is not None else "").strip()
-    try:
-        return int(s)
-    except ValueError:
-        pass
+    """A Kubernetes quantity as a whole number (extended resources are integers); 0 if bad.
+    Bounded work: `1e999999` is clamped to QTY_MAX, never expanded into a huge integer."""
+    s = str(value if value is not None else "").strip()[:64]
+    if s.isdigit():
+        return min(int(s), QTY_MAX)
     mult = Decimal(1)
     for suf, m in _SUFFIX:
         if s.endswith(suf):
@@ -85,10 +87,15 @@ def qty(value: Any) -> int:
         if s.endswith("m"):
             s, mult = s[:-1], Decimal("0.001")
     try:
-        v = Decimal(s) * mult
-    except InvalidOperation:
+        v = Decimal(s)
+        if not v.is_finite() or v.is_signed():
+            return 0
+        if v and v.adjusted() > 30:
+            return QTY_MAX
+        v *= mult
+    except ArithmeticError:   # InvalidOperation, Overflow
         return 0
-    return int(v.to_integral_value(rounding="ROUND_CEILING")) if v.is_finite() else 0
+    return min(int(v.to_integral_value(rounding="ROUND_CEILING")), QTY_MAX)
 
 
 def _node_gpu_resources(node: Mapping[str, Any]) -> tuple[dict[str, int], dict[str, int]]:
