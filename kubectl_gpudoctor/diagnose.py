@@ -258,6 +258,10 @@ def run_probe(kube: Kube, view: NodeView, settings: Settings, out: Output,
     # Decide from the API side first: on a kubelet that admits no pod, a debug pod could only
     # sit Pending beside the others (unless --force-pod).
     decision = wedge.decide(name, view.findings, view.pods, force=settings.force_pod)
+    if view.agent_note and decision.blocked:  # say how the agent would have been the way in
+        from . import agent
+        decision = dataclasses.replace(
+            decision, ways_in=decision.ways_in + (agent.way_in(view.agent_note),))
     if not decision.create_pod:
         out.finding(wedge.not_created_finding(name, decision))
         out.check(check_id, "skipped", 0.0, "no debug pod: " + decision.reason)

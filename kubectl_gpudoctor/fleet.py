@@ -31,11 +31,12 @@ def _list(kube: Kube, path: str, what: str, query: list | None = None,
           required: bool = True, paged: bool = False) -> list[dict] | None:
     """All items. Small lists (nodes, Leases) in one call from the API server's watch cache
     (resourceVersion=0, the cheapest list there is); big ones (pods, events) paged with
-    limit/continue and slimmed page by page (pager.py), so memory stays bounded on 150,000
-    pods -- a cluster whose pods fit in one page still needs one call."""
+    limit/continue and reduced page by page (pager.py: steady pods to a shared skeleton), so
+    memory stays bounded on 150,000 pods -- pods that fit in one page still need one call."""
     try:
         if paged:
-            items, _ = pager.list_items(kube, path, list(query or ()), timeout=60)
+            each = pager.PodCompactor() if path.endswith("/pods") else pager.slim
+            items, _ = pager.list_items(kube, path, list(query or ()), timeout=60, each=each)
             return items
         doc = kube.get_json(path, [CACHED] + list(query or ()), timeout=60)
     except errors.ApiError as exc:

@@ -11,7 +11,9 @@ the list once from the beginning.
 """
 from __future__ import annotations
 
-from typing import Any, Callable, Sequence
+import json
+import sys
+from typing import Any, Callable, Mapping, Sequence
 
 from . import errors
 from .kube import Kube
@@ -38,6 +40,67 @@ def slim(obj: dict) -> dict:
                     for k in _CONTAINER_BULK:
                         c.pop(k, None)
     return obj
+
+
+class PodCompactor:
+    """Fleet-scale pod lists: a pod in steady state (Running, every container ready and never
+    restarted, not being deleted, no HAMi annotations) is kept as the skeleton the fleet
+    analyses read -- name, namespace, uid, creation time, labels, annotations, owners, node,
+    each container's name and resources, priority, phase -- with identical parts (a
+    Deployment's replicas share labels, annotations and container resources) stored once.
+    Any other pod is kept whole (slimmed): it is the one a verdict may be about. Measured on
+    the bench's pods: ~17 KB each as parsed JSON, ~8.5 KB slimmed, ~1.5 KB as a skeleton."""
+
+    def __init__(self) -> None:
+        self._shared: dict[str, Any] = {}
+
+    def _one(self, obj: Any) -> Any:
+        if not obj:
+            return obj
+        key = json.dumps(obj, sort_keys=True, separators=(",", ":"))
+        return self._shared.setdefault(key, obj)
+
+    def __call__(self, pod: dict) -> dict:
+        md, spec, st = pod.get("metadata") or {}, pod.get("spec") or {}, pod.get("status") or {}
+        if not _steady(md, spec, st):
+            return slim(pod)
+        ann = {k: v for k, v in (md.get("annotations") or {}).items()
+               if not k.endswith("last-applied-configuration")}
+        meta = {"name": md.get("name"), "namespace": sys.intern(md.get("namespace") or ""),
+                "uid": md.get("uid"),
+                "creationTimestamp": sys.intern(md.get("creationTimestamp") or "")}
+        for k, v in (("labels", md.get("labels")), ("annotations", ann),
+                     ("ownerReferences", [{k2: o.get(k2) for k2 in ("kind", "name",
+                                                                   "controller")}
+                                          for o in md.get("ownerReferences") or ()])):
+            if v:
+                meta[k] = self._one(v)
+        sp: dict = {"nodeName": sys.intern(spec.get("nodeName") or "")}
+        for key in ("containers", "initContainers"):
+            cs = [{"name": c.get("name"), "resources": c.get("resources") or {}}
+                  for c in spec.get(key) or ()]
+            if cs:
+                sp[key] = self._one(cs)
+        for key in ("priority", "priorityClassName", "overhead", "resourceClaims",
+                    "schedulerName"):
+            if key in spec:
+                sp[key] = spec[key]
+        status = {"phase": sys.intern(st.get("phase") or "")}
+        if st.get("qosClass"):
+            status["qosClass"] = sys.intern(st["qosClass"])
+        return {"metadata": meta, "spec": sp, "status": status}
+
+
+def _steady(md: Mapping[str, Any], spec: Mapping[str, Any], st: Mapping[str, Any]) -> bool:
+    if st.get("phase") != "Running" or md.get("deletionTimestamp") or not spec.get("nodeName"):
+        return False
+    if any("hami.io" in k or "nvidia.com" in k for k in md.get("annotations") or ()):
+        return False
+    statuses = st.get("containerStatuses") or ()
+    if not statuses:
+        return False
+    return all(c.get("ready") and not c.get("restartCount") and
+               "running" in (c.get("state") or {}) for c in statuses)
 
 
 def list_items(kube: Kube, path: str, query: Sequence[tuple[str, Any]] = (), *,

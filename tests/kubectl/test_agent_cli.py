@@ -188,3 +188,19 @@ def test_nodes_probe_through_agents_has_no_debug_pod_cap(xc, kc):
     # over the cap counting only nodes without an agent
     r = run_cli("nodes", "--kubeconfig", kc, "--probe", "--max-probes", "1")
     assert r.returncode == 2 and "2 nodes without a running agent" in r.stderr
+
+
+def test_known_wedge_without_agent_names_the_install_command_and_creates_no_pod(xc, kc):
+    from .kubelet_dump import wedged_kubelet_dump
+    xc.add_node("gpu-w")
+    for k in range(3):
+        xc.add_pod("ml", f"train-{k}", "gpu-w", phase="Pending", gpus=1, age_s=600,
+                   events="scheduled-only")
+    xc.goroutines["gpu-w"] = wedged_kubelet_dump(stuck=2, minutes=10)
+    xc.debug_pod_mode = "pending"
+    r = run_cli("node", "gpu-w", "--kubeconfig", kc, "-o", "json")
+    doc = json.loads(r.stdout)
+    assert xc.created == []  # the stall is known: no pod that could not start
+    ids = {f["id"] for f in doc["findings"]}
+    assert "kubelet.admission_stalled" in ids
+    assert "kubectl gpu-doctor agent install" in json.dumps(doc)

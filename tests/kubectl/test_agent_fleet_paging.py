@@ -72,3 +72,36 @@ def test_expired_token_restarts_once_then_fails(fleet):
     reqs = [q for m, p, q in fc.requests() if p == "/api/v1/pods"]
     # page 1, 410, restart: page 1, 410 -> give up
     assert [bool(q.get("continue")) for q in reqs] == [False, True, False, True]
+
+
+def test_pod_compactor_keeps_what_verdicts_read(fleet):
+    fc, kube = fleet
+    pods = list(fc.pods.values())
+    steady = next(p for p in pods if p["status"]["phase"] == "Running")
+    stuck = fc.add_pod("ml", "stuck-0", "gpu-0001", phase="Pending", gpus=1, age_s=600,
+                       events="scheduled-only")
+    hami = fc.add_pod("ml", "vgpu-0", "gpu-0001", gpus=1)
+    hami["metadata"]["annotations"] = {"hami.io/vgpu-devices-allocated": "GPU-x,NVIDIA,1000,30"}
+    crashing = fc.add_pod("ml", "crash-0", "gpu-0001", gpus=1)
+    crashing["status"]["containerStatuses"][0]["restartCount"] = 4
+    c = pager.PodCompactor()
+    import json as _json
+    s = c(_json.loads(_json.dumps(steady)))
+    assert set(s) == {"metadata", "spec", "status"}
+    assert s["spec"]["nodeName"] == steady["spec"]["nodeName"]
+    assert s["spec"]["containers"] == [{"name": "main", "resources":
+                                        steady["spec"]["containers"][0]["resources"]}]
+    assert s["status"]["phase"] == "Running"
+    assert s["metadata"]["uid"] == steady["metadata"]["uid"]
+    # identical parts of two replicas are one object
+    other = next(p for p in pods if p is not steady and p["status"]["phase"] == "Running"
+                 and p["spec"]["containers"][0]["resources"] ==
+                 steady["spec"]["containers"][0]["resources"])
+    o = c(_json.loads(_json.dumps(other)))
+    assert o["spec"]["containers"] is s["spec"]["containers"]
+    assert o["metadata"]["annotations"] is s["metadata"]["annotations"]
+    # pods a verdict may be about stay whole
+    for p in (stuck, hami, crashing):
+        kept = c(_json.loads(_json.dumps(p)))
+        assert kept["status"] == p["status"] and kept["metadata"]["name"] == p["metadata"]["name"]
+        assert "managedFields" not in kept["metadata"]

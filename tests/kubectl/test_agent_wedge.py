@@ -73,3 +73,23 @@ def test_agent_exec_returns_blocked_in_nvml(wedged, stuck_plugin, tmp_path):
     assert out.report.complete
     assert stuck_plugin.alive()
     assert wedged.created == []  # no pod was created on the wedged node
+
+
+def test_node_on_a_wedged_node_reports_both_halves_through_the_agent(wedged, stuck_plugin,
+                                                                    tmp_path):
+    """`kubectl gpu-doctor node X` as a user runs it: the API side's stall and the node side's
+    root cause in one report, without a pod being created."""
+    kc = str(wedged.kubeconfig(tmp_path / "kc"))
+    t0 = time.monotonic()
+    r = run_cli("node", NODE, "--kubeconfig", kc, "-o", "json", "--trace-seconds", "0",
+                "--timeout", "20")
+    wall = time.monotonic() - t0
+    assert r.returncode == 1, r.stderr
+    doc = json.loads(r.stdout)
+    ids = {f["id"] for f in doc["findings"]}
+    assert {"kubelet.admission_stalled", "deviceplugin.blocked_in_nvml"} <= ids, ids
+    assert doc["summary"]["complete"], doc["summary"]
+    assert wedged.created == [] and len(wedged.execs) == 1
+    checks = {c["id"]: c for c in doc["checks"]}
+    assert "via agent pod" in checks["node.probe"]["message"]
+    print(f"wedged node through the agent: {wall:.1f}s wall")
