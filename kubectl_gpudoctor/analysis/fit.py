@@ -189,6 +189,12 @@ def _taint_str(t: Mapping[str, Any]) -> str:
     return f"{t.get('key')}{'=' + str(v) if v else ''}:{t.get('effect')}"
 
 
+def _shown(vals: list, most: int = 5) -> str:
+    """A selector's value list as evidence: the first few (a pod may list thousands)."""
+    more = f", ... {len(vals) - most} more" if len(vals) > most else ""
+    return "[" + ", ".join(repr(str(v)[:80]) for v in vals[:most]) + more + "]"
+
+
 def _expr_matches(labels: Mapping[str, str], e: Mapping[str, Any]) -> tuple[bool, str]:
     key, op, vals = str(e.get("key") or ""), e.get("operator"), list(e.get("values") or ())
     have = labels.get(key)
@@ -210,7 +216,7 @@ def _expr_matches(labels: Mapping[str, str], e: Mapping[str, Any]) -> tuple[bool
             ok = False
     else:
         ok = False
-    want = f"{key} {op}" + (f" {vals}" if op in ("In", "NotIn", "Gt", "Lt") else "")
+    want = f"{key} {op}" + (f" {_shown(vals)}" if op in ("In", "NotIn", "Gt", "Lt") else "")
     return ok, f"{want} ({shown})"
 
 
@@ -220,7 +226,7 @@ def _field_matches(node_name: str, e: Mapping[str, Any]) -> tuple[bool, str]:
         return False, f"field {key} is not supported"
     ok = (node_name in vals) if op == "In" else (node_name not in vals) if op == "NotIn" \
         else False
-    return ok, f"metadata.name {op} {vals}"
+    return ok, f"metadata.name {op} {_shown(vals)}"
 
 
 def _term_failure(node_name: str, labels: Mapping[str, str],

@@ -272,6 +272,18 @@ def test_node_affinity_operators(op, values, label, ok):
     assert (fit.placement_failures(pod, node) == []) is ok
 
 
+def test_a_long_affinity_value_list_is_shown_bounded():
+    node = {"metadata": {"name": "n", "labels": {"k": "x"}}, "spec": {}, "status": {}}
+    vals = [f"zone-{i:05d}" for i in range(5000)]
+    pod = {"spec": {"affinity": {"nodeAffinity": {
+        "requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
+            {"matchExpressions": [{"key": "k", "operator": "In", "values": vals}]},
+            {"matchFields": [{"key": "metadata.name", "operator": "In", "values": vals}]}]}}}}}
+    (rule,) = fit.placement_failures(pod, node)
+    assert len(rule) < 600, len(rule)
+    assert "k In ['zone-00000', 'zone-00001'," in rule and "4995 more]" in rule
+
+
 def test_affinity_terms_are_ored_and_tolerations_match_like_the_scheduler():
     node = {"metadata": {"name": "n1", "labels": {"pool": "b"}},
             "spec": {"taints": [{"key": "k", "value": "v", "effect": "NoSchedule"}]},
