@@ -9,7 +9,6 @@ check and a log line) and the pod report falls back to the scheduler's own messa
 """
 from __future__ import annotations
 
-import concurrent.futures as cf
 import datetime as dt
 import time
 from typing import TYPE_CHECKING, Any, Mapping, Sequence
@@ -18,6 +17,7 @@ from node_probe.protocol import Finding
 
 from . import errors
 from .analysis import fit
+from .kube import seg, worker_pool
 
 if TYPE_CHECKING:
     from .output import Output
@@ -54,10 +54,10 @@ def collect(kube, pod: Mapping[str, Any], events: Sequence[Mapping[str, Any]], o
     ns = (pod.get("metadata") or {}).get("namespace") or "default"
     t0 = time.monotonic()
     out.say("computing the GPU fit of the pod against every node")
-    with cf.ThreadPoolExecutor(max_workers=3, thread_name_prefix="fit") as pool:
+    with worker_pool(3, "fit") as pool:   # a failed list does not wait for the others
         f_nodes = pool.submit(_items, kube, "/api/v1/nodes", ())
         f_pods = pool.submit(_items, kube, "/api/v1/pods", [("fieldSelector", BOUND_UNFINISHED)])
-        f_quotas = pool.submit(_items, kube, f"/api/v1/namespaces/{ns}/resourcequotas", ())
+        f_quotas = pool.submit(_items, kube, f"/api/v1/namespaces/{seg(ns)}/resourcequotas", ())
         try:
             nodes, pods = f_nodes.result(), f_pods.result()
         except _API_ERRORS as exc:
@@ -79,7 +79,7 @@ def collect(kube, pod: Mapping[str, Any], events: Sequence[Mapping[str, Any]], o
         return None
     if fit.quota_findings(pod, f, quotas, (), now):
         try:  # who is refused by the used-up quota (controllers' FailedCreate events)
-            quota_events = _items(kube, f"/api/v1/namespaces/{ns}/events",
+            quota_events = _items(kube, f"/api/v1/namespaces/{seg(ns)}/events",
                                   [("fieldSelector", "reason=FailedCreate")])
         except _API_ERRORS as exc:
             out.log("warning", f"events in {ns} not readable: {_why(exc)}")
@@ -96,11 +96,11 @@ def not_created(kube, namespace: str, name: str, out: Output) -> list[Finding]:
     "not found" as before)."""
     t0 = time.monotonic()
     try:
-        evs = _items(kube, f"/api/v1/namespaces/{namespace}/events",
+        evs = _items(kube, f"/api/v1/namespaces/{seg(namespace)}/events",
                      [("fieldSelector", "reason=FailedCreate")])
         if not any(f'pods "{name}"' in str(e.get("message") or "") for e in evs):
             return []
-        quotas = _items(kube, f"/api/v1/namespaces/{namespace}/resourcequotas", ())
+        quotas = _items(kube, f"/api/v1/namespaces/{seg(namespace)}/resourcequotas", ())
     except _API_ERRORS:
         return []
     found = fit.refused_creation(namespace, name, quotas, evs)
