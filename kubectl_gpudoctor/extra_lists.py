@@ -11,6 +11,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from . import errors
+
 LISTS = {
     "runtimeclasses": "/apis/node.k8s.io/v1/runtimeclasses",
     "resourceclaims": "/apis/resource.k8s.io/v1/resourceclaims",
@@ -21,23 +23,21 @@ LISTS = {
 
 def fetch(kube, kinds=tuple(LISTS), timeout: float | None = None) -> tuple[dict[str, Any], list[str]]:
     """({kind: items or None}, notes). None: the list could not be read (the note says why);
-    404 means the API is not served (no DRA), which is not an error."""
+    404 means the API is not served (no DRA), which is not an error. An unreachable API server
+    (errors.ApiUnreachable) is not a note: it propagates."""
     out: dict[str, Any] = {}
     notes: list[str] = []
     for kind in kinds:
         path = LISTS[kind]
         try:
             doc = kube.get_json(path, timeout=timeout)
-            out[kind] = list(doc.get("items") or [])
-        except Exception as exc:  # noqa: BLE001 - typed API errors and the older ApiStatus
-            status = getattr(exc, "status", None)
-            out[kind] = None
-            if status == 404:
-                notes.append(f"{kind}: not served by this API server ({path})")
-            elif status == 403:
-                notes.append(f"{kind}: forbidden (grant list on {path.rsplit('/', 1)[-1]})")
-            elif status is None:
-                raise
-            else:
-                notes.append(f"{kind}: HTTP {status}")
+            out[kind] = list((doc or {}).get("items") or [])
+            continue
+        except errors.NotFound:
+            notes.append(f"{kind}: not served by this API server ({path})")
+        except errors.Forbidden:
+            notes.append(f"{kind}: forbidden (grant list on {path.rsplit('/', 1)[-1]})")
+        except errors.ApiError as exc:
+            notes.append(f"{kind}: HTTP {exc.status} {exc.message}"[:200])
+        out[kind] = None
     return out, notes

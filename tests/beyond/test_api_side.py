@@ -315,6 +315,25 @@ def test_fetch_forbidden_is_a_note(fake, tmp_path):
     assert extra == {"resourceclaims": None} and "forbidden" in notes[0]
 
 
+def test_fetch_server_errors_are_notes_and_unreachable_propagates():
+    from kubectl_gpudoctor import errors
+
+    class Kube:
+        def __init__(self, exc):
+            self.exc = exc
+
+        def get_json(self, path, timeout=None):
+            raise self.exc
+
+    extra, notes = extra_lists.fetch(Kube(errors.api_error(500, "Internal Server Error",
+                                                           "etcd timeout", "/x")),
+                                     kinds=("deviceclasses",))
+    assert extra == {"deviceclasses": None} and notes[0].startswith("deviceclasses: HTTP 500")
+    with pytest.raises(errors.ApiUnreachable):
+        extra_lists.fetch(Kube(errors.ApiUnreachable("connection refused")),
+                          kinds=("deviceclasses",))
+
+
 @pytest.mark.parametrize("state", ["healthy", "wedged-20s", "wedged-3m"])
 def test_real_1_35_captures_raise_none_of_the_new_ids(state):
     """The node, pods, events and goroutines of a real 1.35 kubelet (device-plugin GPUs, no
