@@ -22,6 +22,7 @@ REFS = ("https://docs.nvidia.com/datacenter/tesla/fabric-manager-user-guide/inde
         "https://github.com/NVIDIA/gpu-operator/issues/2781",
         "https://github.com/pytorch/pytorch/issues/35710")
 _SWITCH_DEV = re.compile(r"^nvidia-nvswitch\d+$")
+MAX_ROOTS = 4   # distinct roots of running fabric managers read (one is normal)
 
 
 def nvswitches(root) -> list[str]:
@@ -56,7 +57,7 @@ def fabric_check(ctx):
     # container); without one, from what the host and the driver container have installed
     if fm:
         roots = list(dict.fromkeys(daemons.process_root(d.pid, ctx.options.proc_root, root)
-                                   for d in fm))
+                                   for d in fm))[:MAX_ROOTS]
         where = ("",)
     else:
         roots, where = [root], daemons.DRIVER_ROOTS

@@ -18,6 +18,8 @@ from node_probe.host import hostfs, procfs
 COMM_LEN = 15  # the kernel truncates /proc/PID/comm to 15 characters
 MAX_DPKG_BYTES = 16 << 20
 MAX_LOG_TAIL = 256 << 10
+MAX_PACKAGES = 16      # matching packages kept per call (a container's dpkg database is its own)
+MAX_FIELD = 128        # characters of a package name or version kept
 # Where the driver's user space may live: the host itself, or the GPU Operator's driver container.
 DRIVER_ROOTS = ("", "run/nvidia/driver")
 
@@ -67,7 +69,8 @@ def dpkg_versions(root: Path, prefix: str,
                   subroots: tuple[str, ...] = DRIVER_ROOTS) -> dict[str, str]:
     """{package: version} of installed dpkg packages whose name starts with `prefix`, read
     from var/lib/dpkg/status under each of `subroots` of `root` (by default the host and the
-    GPU Operator's driver container)."""
+    GPU Operator's driver container). At most MAX_PACKAGES, names and versions cut to MAX_FIELD:
+    a root may be a container's, whose database says whatever its owner wrote."""
     out: dict[str, str] = {}
     for droot in subroots:
         rel = f"{droot}/var/lib/dpkg/status".lstrip("/")
@@ -79,7 +82,10 @@ def dpkg_versions(root: Path, prefix: str,
             name = fields.get("Package", "")
             if (name.startswith(prefix) and "installed" in fields.get("Status", "")
                     and fields.get("Version")):
-                out[name if not droot else f"{name} ({droot})"] = fields["Version"]
+                name = name[:MAX_FIELD]
+                out[name if not droot else f"{name} ({droot})"] = fields["Version"][:MAX_FIELD]
+                if len(out) >= MAX_PACKAGES:
+                    return out
     return out
 
 

@@ -68,3 +68,16 @@ def test_cdi_spec_fifo_is_skipped(tmp_path):
     t = threading.Thread(target=lambda: (runtime_config.cdi_specs(root), done.set()), daemon=True)
     t.start()
     assert done.wait(5), "reading a FIFO blocked"
+
+
+def test_dpkg_versions_are_bounded(tmp_path):
+    """A container's dpkg database says whatever its owner wrote: a bounded few, cut short."""
+    status = tmp_path / "var/lib/dpkg/status"
+    status.parent.mkdir(parents=True)
+    status.write_text("".join(
+        f"Package: nvidia-fabricmanager-{i}{'x' * 500}\nStatus: install ok installed\n"
+        f"Version: 570.{i}{'9' * 500}\n\n" for i in range(2000)))
+    got = daemons.dpkg_versions(tmp_path, "nvidia-fabricmanager", ("",))
+    assert len(got) == daemons.MAX_PACKAGES
+    assert all(len(k) <= daemons.MAX_FIELD and len(v) <= daemons.MAX_FIELD
+               for k, v in got.items())
