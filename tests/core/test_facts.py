@@ -60,6 +60,34 @@ def test_every_builtin_fact_has_a_producer_and_every_check_only_known_keys():
             assert facts.resolve(k.name) is k
 
 
+def test_every_fact_a_check_module_reads_is_declared_by_its_checks():
+    """A fact read but not declared in needs=/uses= silently reads the default under --only
+    (its producer is neither pulled in nor waited for)."""
+    import ast
+    import importlib
+
+    reads_nvml = {"nvml", "nvml_or_skip"}   # the _gpufacts helpers read the NVML fact
+    by_module: dict[str, set[str]] = {}
+    for c in registry.all_checks():
+        declared = {k.name for k in (*c.needs, *c.uses, *c.provides)}
+        by_module.setdefault(c.fn.__module__, set()).update(declared)
+    assert len(by_module) > 5
+    for modname, declared in by_module.items():
+        mod = importlib.import_module(modname)
+        tree = ast.parse(Path(mod.__file__).read_text())
+        read: set[str] = set()
+        for n in ast.walk(tree):
+            if not isinstance(n, ast.Call) or not isinstance(n.func, ast.Attribute):
+                continue
+            if n.func.attr == "fact" and n.args and isinstance(n.args[0], ast.Name):
+                key = getattr(mod, n.args[0].id)
+                read.add(key.name)
+            elif (n.func.attr in reads_nvml and isinstance(n.func.value, ast.Name)
+                  and n.func.value.id == "_gpufacts"):
+                read.add(facts.NVML.name)
+        assert read <= declared, (modname, sorted(read - declared))
+
+
 def test_publish_refuses_a_payload_of_the_wrong_type():
     ctx = _ctx()
     with pytest.raises(TypeError, match="fact nvml: expected NvmlInventory, got dict"):
