@@ -27,8 +27,9 @@ def parse_defines(text: str) -> dict[str, int]:
 
 
 class Constants:
-    """The integer #defines of bpf/<program>.bpf.c and the headers it includes, read on first
-    use (so importing a loader never needs the C sources)."""
+    """The integer #defines of bpf/<program>.bpf.c (or of a header, "include/<name>.h") and
+    the headers it includes, read on first use (so importing a loader never needs the C
+    sources)."""
 
     def __init__(self, program: str) -> None:
         self._program = program
@@ -36,7 +37,10 @@ class Constants:
 
     def _load(self) -> dict[str, int]:
         if self._values is None:
-            self._values = parse_defines(sources.unit_text([self._program]))
+            p = self._program
+            text = (sources.header_text(p.removeprefix("include/")) if p.endswith(".h")
+                    else sources.unit_text([p]))
+            self._values = parse_defines(text)
         return self._values
 
     def __getattr__(self, name: str) -> Any:
@@ -46,5 +50,6 @@ class Constants:
         try:
             return values[name]
         except KeyError:
-            raise AttributeError(f"{name} is not an integer #define in bpf/{self._program}.bpf.c "
+            where = self._program if self._program.endswith(".h") else f"{self._program}.bpf.c"
+            raise AttributeError(f"{name} is not an integer #define in bpf/{where} "
                                  "or its headers") from None

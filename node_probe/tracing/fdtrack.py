@@ -19,7 +19,7 @@ from .abi import Constants
 from .bundle import TracepointSet
 from .sources import cstring
 
-C = Constants("nvidia_dev")   # any program that includes fdtrack.h
+C = Constants("include/fdtrack.h")
 TRACEPOINTS = (   # (syscall tracepoint, program): one program may serve several
     ("sys_enter_openat", "fdt_enter_open"), ("sys_exit_openat", "fdt_exit_open"),
     ("sys_enter_openat2", "fdt_enter_open"), ("sys_exit_openat2", "fdt_exit_open"),

@@ -69,6 +69,16 @@ def unit_text(names: Iterable[str]) -> str:
     return "".join(out)
 
 
+def header_text(rel: str) -> str:
+    """The text of bpf/include/<rel> with the headers it includes pasted in."""
+    path = bpf_dir() / "include" / rel
+    if not path.is_file():
+        raise FileNotFoundError(f"BPF header {path} not found (set {ENV} to the bpf/ directory)")
+    out: list[str] = []
+    _expand(path.resolve(), {path.resolve()}, out)
+    return "".join(out)
+
+
 def included(name: str) -> list[Path]:
     """The headers bpf/<name>.bpf.c pulls in (directly or through other headers)."""
     seen: set[Path] = set()

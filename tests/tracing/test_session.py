@@ -305,3 +305,32 @@ def test_ioctl_clock_is_reported_with_its_resolution(bcc_ready, session_for):
     clock = s.collect()["nvidia_dev"]["ioctl_clock"]
     assert clock["source"] in ("jiffies", "ktime")
     assert 0 < clock["resolution_s"] <= 0.01
+
+
+def test_threads_sharing_a_slot_are_all_counted_and_a_stall_is_kept(bcc_ready, children,
+                                                                     session_for, tmp_path):
+    """nvidia_dev keeps a call in flight and unflushed counts in a per-thread slot (tid mod
+    NVDEV_THREAD_SLOTS). A thread landing on an idle slot of a dead thread takes it over (the
+    old counts are flushed), one landing on a slot whose owner is stuck in the driver uses the
+    overflow map; nothing is lost and the stuck call stays visible."""
+    from node_probe.tracing.nvidia_dev import C
+    dev = tmp_path / "nvidiactl"
+    dev.write_bytes(b"x")
+    child = children([str(build_helper("tidclash", "-lpthread")), str(dev),
+                      str(C.NVDEV_THREAD_SLOTS), "50"])
+    pid = int(child.expect("ready").split()[1])
+    s = session_for()
+    s.attach()
+    child.send()
+    _, fd, a, stuck, b, c = child.expect("done", timeout=60).split()
+    slot = C.NVDEV_THREAD_SLOTS - 1
+    assert int(b) > 0 and int(b) & slot == int(a) & slot and int(b) != int(a)
+    assert int(c) > 0 and int(c) & slot == int(stuck) & slot
+    s.poll(time.monotonic() + 0.3)
+    r = s.collect()
+    counted = [(x["fd"], x["count"], x["path"]) for x in r["ioctls"]
+               if x["pid"] == pid and x["request_hex"] == "0x0000541b"]   # FIONREAD
+    assert counted == [(int(fd), 150, str(dev))]                         # A + B + C
+    inflight = [(w["tid"], w["request_hex"], w["path"]) for w in r["ioctls_inflight"]
+                if w["pid"] == pid]
+    assert inflight == [(int(stuck), "0x00005421", str(dev))]            # FIONBIO, stuck
