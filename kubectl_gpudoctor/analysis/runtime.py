@@ -55,7 +55,9 @@ def analyze(pods: Sequence[Mapping[str, Any]], events: Sequence[Mapping[str, Any
                 m = pat.search(msg)
                 if m:
                     d = missing_handler.setdefault((node, m.group(1)), {
-                        "pods": [], "count": 0, "message": msg[:300], "runtime_class": rc_name})
+                        "pods": [], "all_pods": set(), "count": 0, "message": msg[:300],
+                        "runtime_class": rc_name})
+                    d["all_pods"].add(pod_ref(pod))
                     if pod_ref(pod) not in d["pods"] and len(d["pods"]) < MAX_PODS:
                         d["pods"].append(pod_ref(pod))
                     d["count"] += int(ev.get("count") or 1)
@@ -82,9 +84,10 @@ def analyze(pods: Sequence[Mapping[str, Any]], events: Sequence[Mapping[str, Any
         out.append(catalog.make(
             "runtime.handler_missing", "warning", f"node/{node}",
             f"The container runtime on {node} has no handler {handler!r}: "
-            f"{len(d['pods'])} pod(s) cannot create their sandbox",
+            f"{len(d['all_pods'])} pod(s) cannot create their sandbox",
             {"node": node, "handler": handler, "runtime_class": d["runtime_class"],
              "runtime_class_handler": (rc or {}).get("handler"), "pods": d["pods"],
+             "pod_count": len(d["all_pods"]),
              "count": d["count"], "message": d["message"]},
             f"Configure the {handler!r} runtime on {node} (`nvidia-ctk runtime configure` and "
             "restart the runtime; with the GPU Operator, the toolkit daemonset must run on the "

@@ -209,6 +209,14 @@ def test_missing_handler_grouped_by_node():
     assert ev["runtime_class_handler"] == "nvidia" and f[0].subject == f"node/{NODE}"
 
 
+def test_missing_handler_counts_every_pod_and_names_a_bounded_few():
+    ps = [pod(f"p{i:02d}", node=NODE, runtime_class="nvidia") for i in range(25)]
+    (f,) = runtime.analyze(ps, [event(p, "FailedCreatePodSandBox", SANDBOX_MSG) for p in ps],
+                           [NVIDIA_RC])
+    assert f.evidence["pod_count"] == 25 and len(f.evidence["pods"]) == runtime.MAX_PODS
+    assert "25 pod(s) cannot create their sandbox" in f.title
+
+
 def test_crio_wording_of_a_missing_handler():
     p = pod("a", node=NODE, runtime_class="nvidia")
     msg = ("Failed to create pod sandbox: rpc error: code = Unknown desc = failed to find "
