@@ -76,7 +76,7 @@ def node_pod_spec(image: str, command: Sequence[str], *,
                   requests: Mapping[str, str] | None = None,
                   propagation: str | None = None) -> dict:
     """The privileged part every gpu-doctor pod on a node shares (the debug pod and the agent's
-    DaemonSet template): host PID and network namespaces, host / read-only at /host, BCC's
+    DaemonSet template): the host PID namespace (not its network), host / read-only at /host, BCC's
     mounts, every taint tolerated, no service-account token, bounded resources. One builder,
     so the agent never gets more than the debug pod has.
 
@@ -95,8 +95,10 @@ def node_pod_spec(image: str, command: Sequence[str], *,
         "automountServiceAccountToken": False,
         "enableServiceLinks": False,
         "hostPID": True,
-        "hostNetwork": True,
-        "dnsPolicy": "ClusterFirstWithHostNet",
+        # No check needs the host's network namespace: plugin and pod-resources sockets are
+        # reached by path, other processes' sockets through /proc/PID/net (hostPID).
+        "hostNetwork": False,
+        "dnsPolicy": "ClusterFirst",
         "tolerations": [{"operator": "Exists"}],
         "containers": [{
             "name": CONTAINER,
@@ -155,6 +157,11 @@ class PodNeverStarted(Exception):
         super().__init__(f"debug pod not started after {waited_s:.0f}s")
         self.waited_s = waited_s
         self.pod = pod
+
+
+class PodRejected(PodNeverStarted):
+    """The kubelet refused the pod at admission (phase Failed, no container created):
+    DiskPressure/PIDPressure/MemoryPressure, OutOfcpu, OutOfmemory... A finding, not a crash."""
 
 
 class DebugPod:
@@ -230,10 +237,8 @@ class DebugPod:
             phase = st.get("phase") or "Pending"
             if phase in ("Succeeded", "Failed"):
                 cs = container_status(pod)
-                if phase == "Failed" and not cs:
-                    raise errors.LaunchFailed(
-                        f"the kubelet refused the debug pod: {st.get('reason') or 'Failed'}: "
-                        f"{' '.join(str(st.get('message') or '').split())[:200]}")
+                if phase == "Failed" and not cs:  # refused at admission (readiness.py)
+                    raise PodRejected(time.monotonic() - start, pod)
                 return pod
             cs = container_status(pod)
             state = (cs or {}).get("state") or {}

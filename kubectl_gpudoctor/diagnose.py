@@ -18,6 +18,7 @@ from node_probe.protocol import catalog
 from node_probe.protocol import Finding
 
 from . import analysis, debugpod, errors, extra_lists, pending, probens, stream
+from .analysis import readiness
 from .analysis import admission, dra, goroutines, kubelet_config, pod_status
 from .analysis import subjects, wedge
 from .analysis.common import pod_ref
@@ -255,6 +256,15 @@ def run_probe(kube: Kube, view: NodeView, settings: Settings, out: Output,
                 focus_pods=focus_pods, extra_args=settings.probe_args, fleet=fleet,
                 check_id=check_id):
             return "agent"
+    # A NotReady node starts no pod: say so plainly, do not wait and blame admission.
+    nr = readiness.not_ready(view.node, view.lease, now_utc(),
+                             [f"ssh {name} and run `kubectl-gpu_doctor local` (or `python3 -m "
+                              f"node_probe`) there"])
+    if nr is not None and not settings.force_pod:
+        out.finding(nr)
+        out.check(check_id, "skipped", 0.0, f"no debug pod: node {name} is NotReady")
+        out.mark_incomplete(f"node {name} is NotReady: the node-side checks did not run")
+        return
     # Decide from the API side first: on a kubelet that admits no pod, a debug pod could only
     # sit Pending beside the others (unless --force-pod).
     decision = wedge.decide(name, view.findings, view.pods, force=settings.force_pod)
@@ -348,7 +358,16 @@ def _pod_not_started(out: Output, node: str, pod: debugpod.DebugPod,
     evidence = {"pod": f"{pod.namespace}/{pod.name}", "waited_s": round(exc.waited_s, 1),
                 "phase": st.get("phase") or "Pending", "kubelet_touched": not untouched,
                 "caused_by": [f.id for f in stalled] or None, "ways_in": ways}
-    if stalled:
+    rejected = readiness.rejection(exc.pod) if isinstance(exc, debugpod.PodRejected) else None
+    hint = ""
+    if rejected:
+        reason, message, hint = rejected
+        evidence.update(rejected_reason=reason, rejected_message=message or None,
+                        node_pressure=readiness.pressures(view.node) or None)
+        title = (f"the kubelet on {node} refused the debug pod at admission ({reason}"
+                 f"{': ' + message if message else ''})")
+        severity = "warning"
+    elif stalled:
         title = (f"the debug pod did not start on {node} within {exc.waited_s:.0f}s, as "
                  f"expected: the kubelet is not admitting pods ({', '.join(sorted({f.id for f in stalled}))})")
         severity = "warning"
@@ -363,8 +382,9 @@ def _pod_not_started(out: Output, node: str, pod: debugpod.DebugPod,
         severity = "warning"
     out.finding(catalog.make(
         "probe.pod_not_started", severity, f"node/{node}", title, evidence,
-        "The node-side checks could not run through a pod. Ways in that do not need a new "
-        "pod: " + "; ".join(ways) + ".",
+        "The node-side checks could not run through a pod. " + (hint[:1].upper() + hint[1:]
+                                                                + ". " if hint else "")
+        + "Ways in that do not need a new pod: " + "; ".join(ways) + ".",
         ("https://kubernetes.io/docs/tasks/debug/debug-application/debug-pods/",)))
     out.mark_incomplete("the debug pod never started, so node-side checks did not run")
 

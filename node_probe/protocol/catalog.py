@@ -47,7 +47,7 @@ CATALOG: dict[str, str] = {
     "node.gpu_capacity_mismatch": "GPU capacity and allocatable differ",
     "node.not_found": "The node does not exist",
     "node.not_kubernetes": "This host runs no kubelet: not a Kubernetes node",
-    "node.not_kubernetes": "This host runs no kubelet: not a Kubernetes node",
+    "node.not_ready": "The node is NotReady: its kubelet does not run new pods",
     # pods (API side)
     "pod.pending_explained": "Why the pod is not running, from its events and conditions",
     "pod.admission_error": "The kubelet rejected the pod at admission",

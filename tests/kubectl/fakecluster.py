@@ -109,6 +109,8 @@ class FakeCluster:
         self.forbid: list[tuple[str, re.Pattern]] = []  # (method, path regex) -> 403
         # what happens to a created debug pod: "run", "pending", "imagepull"
         self.debug_pod_mode = "run"
+        # debug_pod_mode "rejected": (status.reason, status.message) of the refusal
+        self.reject_with = ("Evicted", "The node had condition: [DiskPressure]. ")
         # the node's / is a private mount: a pod propagating the host root from it cannot
         # start (containerd's CreateContainerError from the 1.35 capture)
         self.root_private = False
@@ -565,6 +567,12 @@ class FakeCluster:
                 "state": {"waiting": {"reason": "ErrImagePull", "message":
                                       f'rpc error: code = NotFound desc = failed to pull and '
                                       f'unpack image "{image}": not found'}}}]}
+        elif self.debug_pod_mode == "rejected" and age > 0.2:
+            # kubelet admission refused it (eviction thresholds, OutOfcpu...): Failed, no
+            # container status, as a real kubelet reports a nodeName-bound pod it rejects
+            reason, message = self.reject_with
+            pod["status"] = {"phase": "Failed", "reason": reason, "message": message,
+                             "startTime": ts(dt.datetime.now(dt.timezone.utc))}
         # "pending": the wedged kubelet never touches it
 
     async def _log_stream(self):

@@ -190,3 +190,6 @@ def test_policy_refuses_anything_else():
     token = _debug_pod()
     token["spec"]["automountServiceAccountToken"] = True
     assert _admits(token)
+    net = _debug_pod()
+    net["spec"]["hostNetwork"] = True
+    assert _admits(net) == ["the probe does not use the host network"]
