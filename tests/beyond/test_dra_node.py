@@ -4,6 +4,7 @@ is a SIGSTOPped process, a dead one a killed process whose sockets stay behind."
 from __future__ import annotations
 
 import os
+import select
 import shutil
 import signal
 import tempfile
@@ -48,6 +49,8 @@ def plugin(tmp_path, stubs):
                               f"/var/lib/kubelet/plugins/{DRIVER}/dra.sock", health, str(log)],
                              stdout=subprocess.PIPE, text=True)
         procs.append(p)
+        # never wait forever on a plugin that did not come up
+        assert select.select([p.stdout], [], [], 30)[0], "fake DRA plugin not ready in 30 s"
         assert p.stdout.readline().strip() == "ready"
         return kdir, p, log
 
