@@ -14,6 +14,8 @@ import threading
 import time
 from typing import Any, Callable, Mapping
 
+from node_probe.protocol import render
+
 from . import analysis, errors, pager
 from .analysis import capacity, fit, goroutines, wedge
 from .analysis.common import events_by_uid, node_is_ready
@@ -273,6 +275,7 @@ def table(rows: list[dict], limit: int | None = None) -> str:
              r["ready"], "-" if r["lease_age_s"] is None else f"{r['lease_age_s']}s",
              r["pods"], r["critical"], r["warning"], r["top"] or "-"]
             + ([r.get("path") or "-"] if probed else []) for r in shown]
+    body = [[render.terminal_safe(c) for c in row] for row in body]  # names reach a terminal
     lines = [tabulate(body, headers=["NODE", "GPU A/C", "FREE", "READY", "LEASE", "PODS",
                                      "CRIT", "WARN", "TOP FINDING"]
                       + (["PROBE VIA"] if probed else []),

@@ -72,5 +72,6 @@ class Session:
 
 def say_error(error: errors.GpuDoctorError) -> None:
     prefix = "" if isinstance(error, errors.Interrupted) else "error: "
-    sys.stderr.write(f"{PROG}: {prefix}{error.one_line()}\n")
+    from node_probe.protocol.render import terminal_safe  # API text can carry tenant strings
+    sys.stderr.write(f"{PROG}: {prefix}{terminal_safe(error.one_line())}\n")
     sys.stderr.flush()

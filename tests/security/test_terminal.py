@@ -91,3 +91,16 @@ def test_jsonl_stays_exact():
     rec = event("x", HOSTILE, HOSTILE)
     render.JsonlWriter(out)(rec)
     assert json.loads(out.getvalue())["message"] == HOSTILE
+
+
+def test_fleet_table_and_error_line_are_escaped(capsys):
+    from kubectl_gpudoctor import errors, fleet, session
+    row = {"node": "gpu-1", "gpu": "8/8", "free": 1, "ready": "Ready", "lease_age_s": 3,
+           "pods": 2, "critical": 1, "warning": 0, "top": f"x{OSC52}", "top_sev": "critical"}
+    text = fleet.table([row])
+    _assert_clean(text)
+    assert "\\x1b]52" in text
+    session.say_error(errors.LaunchFailed(f"debug pod cannot start: {CSI_HIDE}{OSC52}"))
+    err = capsys.readouterr().err
+    _assert_clean(err)
+    assert "\\x1b[2K" in err
