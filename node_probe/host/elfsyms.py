@@ -18,8 +18,9 @@ import struct
 from pathlib import Path
 from typing import BinaryIO, Iterable
 
-from node_probe.host import procfs
+from node_probe.host import hostfs, procfs
 
+MAX_READ = 64 << 20  # one symbol table or string table; libcuda's are a few MiB
 MAPS_CAP = 16 << 20  # /proc/PID/maps of a process with very many mappings, bounded
 
 SHT_SYMTAB = 2
@@ -84,6 +85,8 @@ def _read(f: BinaryIO, off: int, size: int) -> bytes:
     # seek ValueError or a read of 2**60 bytes
     if off < 0 or size < 0 or off + size > os.fstat(f.fileno()).st_size:
         raise ElfError("truncated ELF file")
+    if size > MAX_READ:
+        raise ElfError(f"ELF part of {size} bytes is over the {MAX_READ}-byte cap")
     f.seek(off)
     data = f.read(size)
     if len(data) != size:
@@ -93,7 +96,9 @@ def _read(f: BinaryIO, off: int, size: int) -> bytes:
 
 def read_function_symbols(path: str | os.PathLike) -> ElfSymbols:
     """Function symbols from .dynsym and .symtab of an ELF64 LE file."""
-    with open(path, "rb") as f:
+    # a tenant names these files (/proc/PID/root/<mapped path>): regular files only, never a
+    # FIFO or device that would block or stream forever
+    with os.fdopen(hostfs.open_file(path), "rb") as f:
         ident = _read(f, 0, 64)
         if ident[:4] != b"\x7fELF":
             raise ElfError("not an ELF file")

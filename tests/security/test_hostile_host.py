@@ -178,3 +178,24 @@ def test_socket_with_the_plugins_path_in_another_mount_namespace_is_not_the_plug
         assert t.pid is None, t
     finally:
         _stop(p)
+
+
+def test_elf_reader_refuses_a_fifo_where_a_mapped_library_was(tmp_path):
+    """The stack scan reads libraries through /proc/PID/root/<mapped path>, which a container
+    can replace with a FIFO: an error at once, never a blocked check."""
+    import threading
+
+    from node_probe.host import elfsyms, hostfs
+    fifo = tmp_path / "libnvidia-ml.so.1"
+    os.mkfifo(fifo)
+    box = {}
+
+    def run():
+        try:
+            elfsyms.read_function_symbols(fifo)
+        except (OSError, elfsyms.ElfError) as exc:
+            box["exc"] = exc
+    t = threading.Thread(target=run, daemon=True)
+    t.start()
+    t.join(5)
+    assert not t.is_alive() and isinstance(box.get("exc"), hostfs.NotRegularFile)
