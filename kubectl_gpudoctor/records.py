@@ -115,6 +115,7 @@ def validate(rec: Mapping[str, Any]) -> None:
             _want(c, "status", str, True)
             _number(c, "duration_s")
             _want(c, "message", str)
+            _want(c, "reason", str)
     elif kind == "log":
         _want(rec, "level", str)
         _want(rec, "message", str)
