@@ -46,20 +46,15 @@ struct cgdev_pending_bpf {
 };
 
 struct cgdev_event {
-    u64 ts;
+    GD_EVENT_HEAD;
     u64 open_id;   /* write: the open's timestamp (the fd tracker's open_ns) */
-    u64 cgroup_id;
-    u32 kind;
-    u32 pid;
-    u32 tid;
-    s32 ret;
     s32 fd;        /* write: the fd written; bpf: the target cgroup fd */
     u32 which;     /* write: FDT_KIND_CG_ALLOW / FDT_KIND_CG_DENY */
     u32 len;       /* write: bytes asked to write (text holds up to CGDEV_TEXT_LEN) */
     s32 bpf_cmd;
     u32 attach_type;
     u32 flags;
-    char comm[16];
+    u32 pad;
     char text[CGDEV_TEXT_LEN];
 };
 
@@ -106,17 +101,11 @@ int cgdev_exit_write(struct gd_sys_exit *args)
     struct cgdev_event *e = cgdev_events.ringbuf_reserve(sizeof(struct cgdev_event));
     if (e) {
         __builtin_memset(e, 0, sizeof(*e));
-        e->ts = w->ts;
+        GD_HEAD(e, CGDEV_EV_WRITE, w->ts, args->ret);
         e->open_id = w->open_id;
-        e->cgroup_id = bpf_get_current_cgroup_id();
-        e->kind = CGDEV_EV_WRITE;
-        e->pid = id >> 32;
-        e->tid = (u32)id;
-        e->ret = (s32)args->ret;
         e->fd = w->fd;
         e->which = w->kind;
         e->len = w->len;
-        bpf_get_current_comm(e->comm, sizeof(e->comm));
         __builtin_memcpy(e->text, w->text, sizeof(e->text));
         cgdev_events.ringbuf_submit(e, 0);
     }
@@ -162,17 +151,11 @@ int cgdev_exit_bpf(struct gd_sys_exit *args)
     struct cgdev_event *e = cgdev_events.ringbuf_reserve(sizeof(struct cgdev_event));
     if (e) {
         __builtin_memset(e, 0, sizeof(*e));
-        e->ts = b->ts;
-        e->cgroup_id = bpf_get_current_cgroup_id();
-        e->kind = CGDEV_EV_BPF;
-        e->pid = id >> 32;
-        e->tid = (u32)id;
-        e->ret = (s32)args->ret;
+        GD_HEAD(e, CGDEV_EV_BPF, b->ts, args->ret);
         e->fd = b->target_fd;
         e->bpf_cmd = b->cmd;
         e->attach_type = b->attach_type;
         e->flags = b->flags;
-        bpf_get_current_comm(e->comm, sizeof(e->comm));
         cgdev_events.ringbuf_submit(e, 0);
     }
     cgdev_bpf_pending.delete(&id);

@@ -15,6 +15,7 @@
  *   cuda_counts    (tgid, function) -> calls, failures
  */
 #include <uapi/linux/ptrace.h>
+#include "include/event.h"
 
 #define CUDA_MAX_FUNCS 16
 #define CUDA_EV_FAILED 1
@@ -36,16 +37,10 @@ struct cuda_count {
 };
 
 struct cuda_event {
-    u64 ts;
+    GD_EVENT_HEAD;   /* ret: the CUresult */
     u64 duration_ns;
-    u64 cgroup_id;
-    u32 kind;
     u32 func;
-    u32 pid;
-    u32 tid;
-    s32 ret;       /* CUresult */
     u32 pad;
-    char comm[16];
 };
 
 BPF_HASH(cuda_entered, u64, struct cuda_call, 16384);
@@ -91,16 +86,10 @@ int cuda_return(struct pt_regs *ctx)
     if (ret != 0) {
         struct cuda_event *e = cuda_events.ringbuf_reserve(sizeof(struct cuda_event));
         if (e) {
-            e->ts = c->ts;
+            GD_HEAD(e, CUDA_EV_FAILED, c->ts, ret);
             e->duration_ns = bpf_ktime_get_ns() - c->ts;
-            e->cgroup_id = bpf_get_current_cgroup_id();
-            e->kind = CUDA_EV_FAILED;
             e->func = c->func;
-            e->pid = id >> 32;
-            e->tid = (u32)id;
-            e->ret = ret;
             e->pad = 0;
-            bpf_get_current_comm(e->comm, sizeof(e->comm));
             cuda_events.ringbuf_submit(e, 0);
         }
     }

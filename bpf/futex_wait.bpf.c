@@ -26,6 +26,7 @@
 #define FUTEX_LOCK_PI2_ 13
 
 #include "include/syscall_tp.h"
+#include "include/event.h"
 
 struct futex_wait_start {
     u64 ts;
@@ -34,16 +35,15 @@ struct futex_wait_start {
     u32 pad;
 };
 
+#define FUTEX_EV_LONG_WAIT 1
+
 struct futex_event {
-    u64 ts;
+    GD_EVENT_HEAD;
     u64 wait_ns;
     u64 uaddr;
-    u32 pid;
-    u32 tid;
     u32 op;
-    s32 ret;
+    u32 pad;
     s64 stack_id;
-    char comm[16];
 };
 
 BPF_HASH(futex_targets, u32, u8, 1024);
@@ -77,16 +77,13 @@ int futex_exit(struct gd_sys_exit *args)
     if (wait >= FUTEX_MIN_NS) {
         struct futex_event *e = futex_events.ringbuf_reserve(sizeof(struct futex_event));
         if (e) {
-            e->ts = s->ts;
+            GD_HEAD(e, FUTEX_EV_LONG_WAIT, s->ts, args->ret);
             e->wait_ns = wait;
             e->uaddr = s->uaddr;
-            e->pid = id >> 32;
-            e->tid = (u32)id;
             e->op = s->op;
-            e->ret = (s32)args->ret;
+            e->pad = 0;
             /* Still in the syscall: the user stack is the one the wait started from. */
             e->stack_id = futex_stacks.get_stackid(args, BPF_F_USER_STACK);
-            bpf_get_current_comm(e->comm, sizeof(e->comm));
             futex_events.ringbuf_submit(e, 0);
         }
     }

@@ -84,16 +84,10 @@ struct nvdev_call {
 };
 
 struct nvdev_event {
-    u64 ts;
-    u64 cgroup_id;
-    u64 duration;        /* in the clock's unit */
-    u32 kind;
-    u32 pid;
-    u32 tid;
-    s32 ret;
+    GD_EVENT_HEAD;   /* ts in the clock's unit */
+    u64 duration;             /* in the clock's unit */
     s32 fd;
     u32 cmd;
-    char comm[16];
     char path[FDT_FD_PATH_LEN];
 };
 
@@ -155,16 +149,10 @@ static __always_inline void nvdev_slow(u64 id, u64 ts, u64 dur, s32 fd, u32 cmd,
     struct nvdev_event *e = nvdev_events.ringbuf_reserve(sizeof(struct nvdev_event));
     if (!e)
         return;
-    e->ts = ts;
-    e->cgroup_id = bpf_get_current_cgroup_id();
+    GD_HEAD(e, NVDEV_EV_SLOW_IOCTL, ts, ret);
     e->duration = dur;
-    e->kind = NVDEV_EV_SLOW_IOCTL;
-    e->pid = id >> 32;
-    e->tid = (u32)id;
-    e->ret = (s32)ret;
     e->fd = fd;
     e->cmd = cmd;
-    bpf_get_current_comm(e->comm, sizeof(e->comm));
     struct nvdev_statkey sk = {.tgid = id >> 32, .fd = fd, .cmd = cmd};
     struct nvdev_statinfo *info = nvdev_statinfo.lookup(&sk);
     if (info)

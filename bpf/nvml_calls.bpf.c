@@ -10,12 +10,11 @@
  * Maps: nvml_entered (thread -> call in progress), nvml_events (ring buffer: enter / return).
  */
 #include <uapi/linux/ptrace.h>
+#include "include/event.h"
 
 #define NVML_EV_ENTER 1
 #define NVML_EV_RETURN 2
-#define NVML_FN_INIT_V2 1
-#define NVML_FN_INIT 2
-#define NVML_FN_INIT_WITH_FLAGS 3
+#define NVML_MAX_FUNCS 4
 
 struct nvml_call {
     u64 ts;
@@ -24,14 +23,10 @@ struct nvml_call {
 };
 
 struct nvml_event {
-    u64 ts;
+    GD_EVENT_HEAD;   /* ret: the nvmlReturn_t (return events) */
     u64 duration_ns;
-    u32 kind;
     u32 func;
-    u32 pid;
-    u32 tid;
-    s64 ret;
-    char comm[16];
+    u32 pad;
 };
 
 BPF_HASH(nvml_entered, u64, struct nvml_call, 4096);
@@ -49,14 +44,10 @@ static __always_inline int nvml_enter(u32 func)
     nvml_entered.update(&id, &c);
     struct nvml_event *e = nvml_events.ringbuf_reserve(sizeof(struct nvml_event));
     if (e) {
-        e->ts = c.ts;
+        GD_HEAD(e, NVML_EV_ENTER, c.ts, 0);
         e->duration_ns = 0;
-        e->kind = NVML_EV_ENTER;
         e->func = func;
-        e->pid = id >> 32;
-        e->tid = (u32)id;
-        e->ret = 0;
-        bpf_get_current_comm(e->comm, sizeof(e->comm));
+        e->pad = 0;
         nvml_events.ringbuf_submit(e, 0);
     }
     return 0;
@@ -75,21 +66,20 @@ static __always_inline int nvml_return(struct pt_regs *ctx)
     u64 now = bpf_ktime_get_ns();
     struct nvml_event *e = nvml_events.ringbuf_reserve(sizeof(struct nvml_event));
     if (e) {
-        e->ts = c->ts;
+        GD_HEAD(e, NVML_EV_RETURN, c->ts, (int)PT_REGS_RC(ctx));   /* nvmlReturn_t */
         e->duration_ns = now - c->ts;
-        e->kind = NVML_EV_RETURN;
         e->func = c->func;
-        e->pid = id >> 32;
-        e->tid = (u32)id;
-        e->ret = (s64)(int)PT_REGS_RC(ctx);   /* nvmlReturn_t */
-        bpf_get_current_comm(e->comm, sizeof(e->comm));
+        e->pad = 0;
         nvml_events.ringbuf_submit(e, 0);
     }
     nvml_entered.delete(&id);
     return 0;
 }
 
-int nvml_enter_init_v2(struct pt_regs *ctx) { return nvml_enter(NVML_FN_INIT_V2); }
-int nvml_enter_init(struct pt_regs *ctx) { return nvml_enter(NVML_FN_INIT); }
-int nvml_enter_init_with_flags(struct pt_regs *ctx) { return nvml_enter(NVML_FN_INIT_WITH_FLAGS); }
 int nvml_return_any(struct pt_regs *ctx) { return nvml_return(ctx); }
+
+/* One entry program per probed function (the loader's FUNCS order): uprobes carry no cookie
+ * in BCC, so the function is known by which program fired. */
+#define NVML_ENTRY(n) \
+    int nvml_enter_##n(struct pt_regs *ctx) { return nvml_enter(n); }
+NVML_ENTRY(0) NVML_ENTRY(1) NVML_ENTRY(2) NVML_ENTRY(3)

@@ -14,6 +14,7 @@
 #define GD_FDTRACK_H
 
 #include "syscall_tp.h"
+#include "event.h"
 
 #define FDT_KIND_NVDEV 1            /* a path starting with FDT_NV_PREFIX */
 #define FDT_KIND_CG_ALLOW 2         /* a file named devices.allow (cgroup v1) */
@@ -71,16 +72,10 @@ struct fdt_pending_dup {
 };
 
 struct fdt_open_event {
-    u64 ts;
-    u64 cgroup_id;
+    GD_EVENT_HEAD;   /* kind: the fd kind; ret: the new fd, or -errno */
     u64 duration_ns;
-    u32 kind;
-    u32 pid;
-    u32 tid;
-    s32 ret;     /* the new fd, or -errno */
     s32 dfd;     /* the directory fd a relative path is relative to (FDT_AT_FDCWD: cwd) */
     u32 pad;
-    char comm[16];
     char path[FDT_OPEN_PATH_LEN];   /* as the caller passed it */
 };
 
@@ -225,16 +220,10 @@ static __always_inline int fdt_open_exit(long ret)
     }
     struct fdt_open_event *e = fdt_events.ringbuf_reserve(sizeof(struct fdt_open_event));
     if (e) {
-        e->ts = p->ts;
-        e->cgroup_id = bpf_get_current_cgroup_id();
+        GD_HEAD(e, p->kind, p->ts, ret);
         e->duration_ns = bpf_ktime_get_ns() - p->ts;
-        e->kind = p->kind;
-        e->pid = tgid;
-        e->tid = (u32)id;
-        e->ret = (s32)ret;
         e->dfd = p->dfd;
         e->pad = 0;
-        bpf_get_current_comm(e->comm, sizeof(e->comm));
         __builtin_memcpy(e->path, p->path, sizeof(e->path));
         fdt_events.ringbuf_submit(e, 0);
     }

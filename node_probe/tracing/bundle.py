@@ -191,6 +191,11 @@ def mono_to_wall(ts_ns: int, now_mono_ns: int | None = None, now_wall: float | N
     return round(wall - (mono - ts_ns) / 1e9, 6)
 
 
+def who(e) -> dict:
+    """pid, tid and comm from an event's head (struct gd_event_head, bpf/include/event.h)."""
+    return {"pid": e.pid, "tid": e.tid, "comm": cstr(e.comm)}
+
+
 def cstr(raw) -> str:
     """A fixed char array from a BPF event as text."""
     b = bytes(raw)

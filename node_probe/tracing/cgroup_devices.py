@@ -20,7 +20,7 @@ from node_probe.host import procfs
 from node_probe.host.cgroup_rules import RuleSet
 from node_probe.host.nvidia_devices import NVIDIA_MAJOR
 from .abi import Constants
-from .bundle import cstr, mono_to_wall, TracepointSet
+from .bundle import cstr, mono_to_wall, who, TracepointSet
 from .fdtrack import FdTracker
 from .loader import Emit, Targets, TraceConfig
 
@@ -128,7 +128,6 @@ class CgroupDevices:
 
     def _on_ring(self, ctx, data, size) -> None:
         e = self.b[b"cgdev_events"].event(data)
-        comm = cstr(e.comm)
         if e.kind == C.CGDEV_EV_WRITE:
             op = self.opens.get((e.pid, e.open_id)) or {}
             path = op.get("path", "")
@@ -140,7 +139,7 @@ class CgroupDevices:
             text = bytes(e.text)[:min(e.len, len(e.text))].decode("utf-8", "replace")
             err = -e.ret if e.ret < 0 else 0
             cg = devices_relpath(os.path.dirname(path)) if path else None
-            rec = {"pid": e.pid, "tid": e.tid, "comm": comm, "path": path,
+            rec = {**who(e), "path": path,
                    "which": self.which.get(e.which, "?"), "text": text.rstrip("\n"),
                    "ret": e.ret, "errno": err,
                    "errno_name": errno_mod.errorcode.get(err) if err else None,
@@ -155,7 +154,7 @@ class CgroupDevices:
             except OSError:
                 target = None
             err = -e.ret if e.ret < 0 else 0
-            rec = {"pid": e.pid, "tid": e.tid, "comm": comm,
+            rec = {**who(e),
                    "cmd": self.bpf_cmds.get(e.bpf_cmd, str(e.bpf_cmd)),
                    "attach_type": "BPF_CGROUP_DEVICE", "target_fd": e.fd, "cgroup": target,
                    "flags": e.flags, "ret": e.ret, "errno": err, "ts": mono_to_wall(e.ts)}

@@ -16,7 +16,7 @@ from pathlib import Path
 from node_probe.host import procfs
 from . import libs
 from .abi import Constants
-from .bundle import cstr, mono_to_wall, TracepointSet
+from .bundle import mono_to_wall, who, TracepointSet
 from .fdtrack import FdTracker
 from .loader import Emit, Targets, TraceConfig
 
@@ -118,7 +118,7 @@ class CudaCalls:
     def _on_ring(self, ctx, data, size) -> None:
         e = self.b[b"cuda_events"].event(data)
         func = FUNCS[e.func] if e.func < len(FUNCS) else str(e.func)
-        rec = {"pid": e.pid, "tid": e.tid, "comm": cstr(e.comm), "func": func,
+        rec = {**who(e), "func": func,
                "result": e.ret, "error": error_name(e.ret),
                "duration_s": round(e.duration_ns / 1e9, 6), "mono_s": round(e.ts / 1e9, 6),
                "ts": mono_to_wall(e.ts), "cgroup_id": e.cgroup_id,

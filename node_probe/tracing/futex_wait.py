@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Iterable
 
 from node_probe.host import procfs, proctasks
-from .bundle import cstr, mono_to_wall, TracepointSet
+from .bundle import mono_to_wall, who, TracepointSet
 from .fdtrack import FdTracker
 from .loader import Emit, Targets, TraceConfig
 
@@ -73,7 +73,7 @@ class FutexWait:
 
     def _on_ring(self, ctx, data, size) -> None:
         e = self.b[b"futex_events"].event(data)
-        rec = {"pid": e.pid, "tid": e.tid, "comm": cstr(e.comm),
+        rec = {**who(e),
                "wait_s": round(e.wait_ns / 1e9, 6), "in_progress": False,
                "op": e.op, "uaddr": f"0x{e.uaddr:x}", "ret": e.ret,
                "stack": self._stack(e.stack_id, e.pid), "stack_source": "bpf",

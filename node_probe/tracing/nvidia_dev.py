@@ -17,7 +17,7 @@ from pathlib import Path
 from node_probe.host import procfs
 from . import ticks
 from .abi import Constants
-from .bundle import cstr, mono_to_wall, TracepointSet
+from .bundle import cstr, mono_to_wall, who, TracepointSet
 from .fdtrack import FdTracker
 from .loader import Emit, Targets, TraceConfig
 
@@ -76,7 +76,7 @@ class NvidiaDev:
     # -- ring buffers -------------------------------------------------------------------------
     def _on_open(self, e) -> None:
         err = -e.ret if e.ret < 0 else 0
-        rec = {"pid": e.pid, "tid": e.tid, "comm": cstr(e.comm), "path": cstr(e.path),
+        rec = {**who(e), "path": cstr(e.path),
                "fd": e.ret if e.ret >= 0 else None, "ret": e.ret, "errno": err,
                "errno_name": _errname(err) if err else None,
                "cgroup_id": e.cgroup_id, "cgroup": procfs.read_cgroups(e.pid, self.proc),
@@ -93,7 +93,7 @@ class NvidiaDev:
         if e.kind != C.NVDEV_EV_SLOW_IOCTL:
             return
         clock_now = self._clock_now()
-        rec = {"pid": e.pid, "tid": e.tid, "comm": cstr(e.comm), "fd": e.fd,
+        rec = {**who(e), "fd": e.fd,
                "path": cstr(e.path), "request": e.cmd, "request_hex": f"0x{e.cmd:08x}",
                "duration_s": round(e.duration * self.unit_s, 6), "ret": e.ret,
                "ts": mono_to_wall(self._mono_ns(e.ts, clock_now))}

@@ -11,15 +11,14 @@ from pathlib import Path
 
 from node_probe.host import procfs
 from . import libs
-from .bundle import cstr, mono_to_wall, TracepointSet
+from .abi import Constants
+from .bundle import mono_to_wall, who, TracepointSet
 from .fdtrack import FdTracker
 from .loader import Emit, Targets, TraceConfig
 
-FUNCS = {1: "nvmlInit_v2", 2: "nvmlInit", 3: "nvmlInitWithFlags"}
-ENTRY_FN = {"nvmlInit_v2": "nvml_enter_init_v2", "nvmlInit": "nvml_enter_init",
-            "nvmlInitWithFlags": "nvml_enter_init_with_flags"}
+C = Constants("nvml_calls")
+FUNCS = ("nvmlInit_v2", "nvmlInit", "nvmlInitWithFlags")   # entry program N probes FUNCS[N]
 RETURN_FN = "nvml_return_any"
-EV_ENTER, EV_RETURN = 1, 2
 _LIB_RE = re.compile(r"/libnvidia-ml\.so(\.[0-9.]+)?$")
 
 
@@ -27,6 +26,10 @@ def find_library(pid: int, proc: Path = procfs.PROC) -> tuple[str | None, str | 
     """(path inside the process's mount namespace, path to attach through /proc/PID/root,
     how it was found)."""
     return libs.find_in_process(pid, _LIB_RE, "libnvidia-ml.so.1", proc)
+
+
+def _name(func: int) -> str:
+    return FUNCS[func] if 0 <= func < len(FUNCS) else str(func)
 
 
 class NvmlCalls:
@@ -43,6 +46,8 @@ class NvmlCalls:
         self._libs: dict[int, str] = {}
 
     def cflags(self) -> list[str]:
+        if len(FUNCS) > C.NVML_MAX_FUNCS:
+            raise ValueError("more NVML functions than entry programs in nvml_calls.bpf.c")
         return []
 
     def attach(self, b, tps: TracepointSet, targets: Targets) -> bool:
@@ -58,7 +63,8 @@ class NvmlCalls:
             self.attachments.append(rec)
             if path is None:
                 continue
-            for func, fn in ENTRY_FN.items():
+            for i, func in enumerate(FUNCS):
+                fn = f"nvml_enter_{i}"
                 try:
                     b.attach_uprobe(name=path.encode(), sym=func.encode(), fn_name=fn.encode(),
                                     pid=pid)
@@ -77,13 +83,13 @@ class NvmlCalls:
 
     def _on_ring(self, ctx, data, size) -> None:
         e = self.b[b"nvml_events"].event(data)
-        func = FUNCS.get(e.func, str(e.func))
-        if e.kind == EV_ENTER:
-            rec = {"pid": e.pid, "tid": e.tid, "comm": cstr(e.comm), "func": func,
+        func = _name(e.func)
+        if e.kind == C.NVML_EV_ENTER:
+            rec = {**who(e), "func": func,
                    "library": self._libs.get(e.pid), "ts": mono_to_wall(e.ts)}
             self.emit("entered", rec)
-        elif e.kind == EV_RETURN:
-            rec = {"pid": e.pid, "tid": e.tid, "comm": cstr(e.comm), "func": func,
+        elif e.kind == C.NVML_EV_RETURN:
+            rec = {**who(e), "func": func,
                    "library": self._libs.get(e.pid), "returned": True,
                    "duration_s": round(e.duration_ns / 1e9, 6), "ret": e.ret,
                    "ts": mono_to_wall(e.ts)}
@@ -100,7 +106,7 @@ class NvmlCalls:
                     continue
                 calls.append({"pid": pid, "tid": tid,
                               "comm": procfs.read_comm(pid, self.proc),
-                              "func": FUNCS.get(v.func, str(v.func)),
+                              "func": _name(v.func),
                               "library": self._libs.get(pid), "returned": False,
                               "duration_s": round((now - v.ts) / 1e9, 6),
                               "ts": mono_to_wall(v.ts)})
