@@ -15,6 +15,7 @@ import errno
 from collections import OrderedDict
 from typing import Any, Callable, Iterable, Mapping
 
+from node_probe.host import cgroup_rules
 from node_probe.host.cgroup_rules import RuleSet, parse_lines
 from node_probe.engine.facts import ContainerList
 from node_probe.checks.kmsg import XID_RE
@@ -137,18 +138,15 @@ OPEN_ACCESS = "rw"   # what opening a device node for CUDA/NVML (O_RDWR) needs
 
 
 def grants_nvidia(rules) -> bool:
-    """A devices.allow write of these rules lets the cgroup open NVIDIA devices again: 'a'
-    (default allow) or an exception for major 195 (or any) with read and write access. A rule
-    with only 'm' (mknod) does not."""
-    return any(r.kind in ("a", "c") and r.major in (None, NVIDIA_MAJOR)
-               and frozenset(OPEN_ACCESS) <= r.access for r in rules)
+    """A devices.allow write of these rules lets the cgroup open NVIDIA devices again ('a', or
+    195 with read and write; 'c 195:* m', mknod only, does not)."""
+    return cgroup_rules.grants(rules, "c", NVIDIA_MAJOR, OPEN_ACCESS)
 
 
 def revokes_nvidia(rules) -> bool:
-    """A devices.deny write of these rules takes NVIDIA open access away: 'a' (reset to deny
-    all) or an exception naming major 195 (or any) with read or write."""
-    return any(r.kind == "a" or (r.kind == "c" and r.major in (None, NVIDIA_MAJOR)
-                                 and bool(frozenset(OPEN_ACCESS) & r.access)) for r in rules)
+    """A devices.deny write of these rules takes NVIDIA open access away ('a', or 195 with
+    read or write)."""
+    return cgroup_rules.revokes(rules, "c", NVIDIA_MAJOR, OPEN_ACCESS)
 
 
 def _list_allows_nvidia(devices_list: str) -> bool:

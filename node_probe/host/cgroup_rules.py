@@ -111,15 +111,27 @@ class RuleSet:
     def allows_major(self, kind: str, major: int, access: str | Iterable[str] = "rw") -> bool:
         """Some device of this type and major (any minor) may be accessed so: a default-allow
         cgroup, or one exception naming the major (or any) that covers every access bit."""
-        if self.default_allow:
-            return True
-        acc = frozenset(access)
-        return any(r.kind in ("a", kind) and r.major in (None, major) and acc <= r.access
-                   for r in self.exceptions)
+        return self.default_allow or grants(self.exceptions, kind, major, access)
 
     def nvidia_lines(self, majors: Iterable[int]) -> list[str]:
         ms = set(majors)
         return [str(r) for r in self.exceptions if r.major is None or r.major in ms]
+
+
+def grants(rules: Iterable[Rule], kind: str, major: int, access: str | Iterable[str] = "rw") -> bool:
+    """One of these rules (as written to devices.allow) allows `access` to some device of this
+    type and major: 'a', or an exception naming the major (or '*') covering every bit."""
+    acc = frozenset(access)
+    return any(r.kind in ("a", kind) and r.major in (None, major) and acc <= r.access
+               for r in rules)
+
+
+def revokes(rules: Iterable[Rule], kind: str, major: int, access: str | Iterable[str] = "rw") -> bool:
+    """One of these rules (as written to devices.deny) takes some of `access` away from devices
+    of this type and major: 'a' (deny all), or an exception naming it that overlaps `access`."""
+    acc = frozenset(access)
+    return any(r.kind in ("a", kind) and r.major in (None, major) and bool(acc & r.access)
+               for r in rules)
 
 
 def parse_lines(text: str) -> list[Rule]:
