@@ -21,11 +21,13 @@ from .fdtrack import FdTracker
 from .loader import Emit, Targets, TraceConfig
 
 C = Constants("cuda_calls")
-# Init, device, context and memory calls (the program's entry function N probes FUNCS[N]).
+# Init, device, context and memory-allocation calls (the program's entry function N probes
+# FUNCS[N]). Not calls a program makes in its hot loop (cuCtxSetCurrent, cuMemGetInfo, kernel
+# launches): every probed call costs a trap into the kernel on entry and on return.
 FUNCS = ("cuInit", "cuDeviceGetCount", "cuDeviceGet", "cuDevicePrimaryCtxRetain",
-         "cuCtxCreate_v2", "cuCtxCreate_v3", "cuCtxCreate_v4", "cuCtxSetCurrent",
+         "cuCtxCreate_v2", "cuCtxCreate_v3", "cuCtxCreate_v4",
          "cuMemAlloc_v2", "cuMemAllocManaged", "cuMemAllocHost_v2", "cuMemAllocAsync",
-         "cuMemCreate", "cuMemGetInfo_v2")
+         "cuMemCreate")
 RETURN_FN = "cuda_return"
 MAX_LIBS = 16
 MAX_FAILED = 500
