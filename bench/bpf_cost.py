@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Cost of the eBPF probes: compile+attach time, probe peak RSS, and per-syscall overhead.
 
-Prints (DESIGN.md section 8 budgets in brackets):
+Prints (the budgets of the README's "Measured" table in brackets):
   - compile+attach of all programs as the probe does it, in fresh processes [< 2 s]
   - peak RSS of `python -m node_probe --only trace` and of a full probe run [< 300 MiB]
   - the CPU time a 2-million-iteration ioctl loop gains per call when

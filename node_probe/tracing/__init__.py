@@ -3,7 +3,7 @@
 Why a package: the kernel side (bpf/<name>.bpf.c) and the user side (a loader that compiles
 with -D cflags, attaches, reads the ring buffer and returns plain dicts) must stay small and
 separate, and everything that needs `bcc` is imported lazily from here, so the probe runs
-without BCC (DESIGN.md section 2) and reports `probe.ebpf_unavailable` instead.
+without BCC and reports `probe.ebpf_unavailable` instead.
 
 Layout: bcc_env (can BCC run: module, headers, tracefs), sources (where bpf/ is; the shared
 headers of bpf/include pasted into each compile unit), bundle (one compile for all programs,

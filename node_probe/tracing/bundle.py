@@ -1,7 +1,7 @@
 """Compile the selected bpf/*.bpf.c programs as one BCC module and attach syscall tracepoints.
 
 Why one module: BCC pays ~0.4 s of clang start-up per compile, so four separate compiles miss
-the 2 s compile+attach budget (DESIGN.md section 8). The sources are concatenated unchanged,
+the 2 s compile+attach budget (README, "Measured"). The sources are concatenated unchanged,
 each behind a #line directive so compiler errors name the real file, with the shared headers
 of bpf/include pasted in once (sources.unit_text); every file also compiles on its own
 (tests/tracing check that). Options reach the programs only as -D cflags. The programs read
