@@ -25,7 +25,7 @@ SMALL_CAP = 1 << 16
 def read_bytes(path: Path, cap: int = SMALL_CAP) -> bytes | None:
     """At most `cap` bytes of a /proc file (None when gone or unreadable; never blocks)."""
     try:
-        return hostfs.read_file(path, cap).data
+        return hostfs.read_pseudo(path, cap).data
     except OSError:
         return None
 

@@ -232,3 +232,12 @@ def test_symlink_loop_is_an_error_not_a_hang(tree, method):
     with pytest.raises(OSError):
         _bounded(lambda: hostfs.read_under(root, "etc/a", use_openat2=method))
     assert hostfs.resolve(root, "etc/a") is None
+
+
+def test_proc_style_reads_refuse_a_fifo_without_blocking(tmp_path):
+    from node_probe.host import procfs
+    os.mkfifo(tmp_path / "comm")
+    assert _bounded(lambda: procfs.read_str(tmp_path / "comm")) is None
+    with pytest.raises(hostfs.NotRegularFile):
+        _bounded(lambda: hostfs.read_pseudo(tmp_path / "comm"))
+    assert hostfs.read_pseudo("/proc/self/stat", cap=8).truncated
