@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import re
+import sys
 from pathlib import Path
 
 from node_probe.protocol.version import __version__
@@ -49,15 +50,32 @@ def parse_pinned(reference: str) -> ProbeImage:
                       digest=m.group("digest"))
 
 
+class BuildInfoError(ValueError):
+    """The build's baked-in image reference is unreadable: the artifact is broken or altered."""
+
+
 def probe_image(info_dir: Path | None = None) -> ProbeImage:
     """The default probe image of this build."""
     path = (info_dir or Path(__file__).resolve().parent) / BUILD_INFO_FILE
     try:
-        doc = json.loads(path.read_text())
+        doc = json.loads(path.read_bytes()[:4096])
+        return parse_pinned(str(doc["probe_image"]))
     except FileNotFoundError:
         return ProbeImage(reference=f"{DEFAULT_IMAGE_REPO}:{__version__}", tag=__version__,
                           digest=None)
-    return parse_pinned(str(doc["probe_image"]))
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise BuildInfoError(f"{path}: {exc}") from None
 
 
-DEFAULT_PROBE_IMAGE = probe_image()
+def _default(info_dir: Path | None = None) -> ProbeImage:
+    """The default image, or one line and exit 70 (internal error): a release artifact whose pin
+    cannot be read must not silently fall back to a movable tag for a privileged pod."""
+    try:
+        return probe_image(info_dir)
+    except BuildInfoError as exc:
+        print(f"kubectl gpu-doctor: error: this build of the plugin is broken ({exc}); "
+              "reinstall it (kubectl krew reinstall gpu-doctor)", file=sys.stderr)
+        raise SystemExit(70) from None
+
+
+DEFAULT_PROBE_IMAGE = _default()

@@ -172,8 +172,18 @@ def test_source_builds_say_they_are_not_pinned_and_release_builds_are(tmp_path: 
     pinned = build_info.probe_image(tmp_path)
     assert pinned.reference == ref and DIGEST in pinned.describe()
     (tmp_path / build_info.BUILD_INFO_FILE).write_text(json.dumps({"probe_image": "repo:latest"}))
-    with pytest.raises(ValueError):
+    with pytest.raises(build_info.BuildInfoError):
         build_info.probe_image(tmp_path)
+
+
+@pytest.mark.parametrize("content", [b"{not json", b'{"other": 1}', b"\xff\xfe", b'{"probe_image": "repo:latest"}'])
+def test_a_broken_build_info_is_one_line_and_exit_70(tmp_path: Path, capsys, content: bytes):
+    (tmp_path / build_info.BUILD_INFO_FILE).write_bytes(content)
+    with pytest.raises(SystemExit) as exc:
+        build_info._default(tmp_path)
+    assert exc.value.code == 70
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "broken" in err and "Traceback" not in err
 
 
 @pytest.mark.slow
