@@ -46,7 +46,9 @@ class NvidiaDev:
         self.dropped = 0
         self.hz = None if cfg.precise_ioctl_clock else ticks.tick_hz(cfg.host_root, cfg.proc)
         self.unit_s = 1.0 / self.hz if self.hz else 1e-9
-        self._tick_at_attach: tuple[int, int] | None = None
+        self._tick0 = ticks.sample(cfg.proc) if self.hz else None   # (monotonic ns, jiffies)
+        if self._tick0 is None:
+            self.hz, self.unit_s = None, 1e-9
         fds.subscribe([C.FDT_KIND_NVDEV], self._on_open)
 
     def cflags(self) -> list[str]:
@@ -64,8 +66,11 @@ class NvidiaDev:
         """(now in the programs' clock, CLOCK_MONOTONIC ns at that moment)."""
         if self.hz:
             s = ticks.sample(self.proc)
-            if s is not None:
-                return s[1], s[0]
+            if s is None:   # unreadable now: carry the first sample forward
+                mono0, jif0 = self._tick0
+                mono = time.monotonic_ns()
+                return jif0 + (mono - mono0) * self.hz // 10**9, mono
+            return s[1], s[0]
         now = time.monotonic_ns()
         return now, now
 

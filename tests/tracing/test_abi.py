@@ -59,3 +59,23 @@ def test_timer_list_sample(tmp_path):
                                          "jiffies: 4295191371\n")
     assert ticks.sample(tmp_path) == (1196614314686, 4295191371)
     assert ticks.sample(tmp_path / "missing") is None
+
+
+def test_tick_clock_is_carried_forward_when_timer_list_goes_away(tmp_path):
+    """ioctl start times are in ticks; "now" in ticks comes from /proc/timer_list, and from the
+    first sample plus elapsed monotonic time if it cannot be read at the end."""
+    from node_probe.tracing.fdtrack import FdTracker
+    from node_probe.tracing.loader import TraceConfig
+    from node_probe.tracing.nvidia_dev import NvidiaDev
+    if ticks.tick_hz() is None:
+        import pytest
+        pytest.skip("no readable /proc/timer_list or tick rate here")
+    d = NvidiaDev(TraceConfig(), lambda k, r: None, FdTracker("/dev/nvidia"))
+    assert d.hz and d.unit_s == 1 / d.hz
+    real = d._clock_now()
+    d.proc = tmp_path            # timer_list unreadable from now on
+    carried = d._clock_now()
+    assert abs(carried[0] - real[0]) <= 2 and carried[1] >= real[1]
+    d2 = NvidiaDev(TraceConfig(proc=tmp_path), lambda k, r: None, FdTracker("/dev/nvidia"))
+    assert d2.hz is None and d2.unit_s == 1e-9   # no tick source at all: nanoseconds
+    assert "-DNVDEV_JIFFIES" not in d2.cflags() and "-DNVDEV_JIFFIES" in d.cflags()
