@@ -15,29 +15,23 @@ from node_probe.protocol import catalog
 from node_probe.protocol import Finding
 
 from .common import is_gpu_resource
+from .quantity import count
 
 GFD_COUNT_LABEL = "nvidia.com/gpu.count"
 GFD_PRESENT_LABEL = "nvidia.com/gpu.present"
-
-
-def quantity(value: Any) -> int:
-    try:
-        return int(str(value).strip())
-    except (TypeError, ValueError):
-        return 0
 
 
 def gpu_resources(node: Mapping[str, Any]) -> dict[str, tuple[int, int]]:
     """{resource: (capacity, allocatable)} for extended GPU resources (incl. MIG slices)."""
     st = node.get("status") or {}
     cap, alloc = st.get("capacity") or {}, st.get("allocatable") or {}
-    return {k: (quantity(cap.get(k)), quantity(alloc.get(k)))
+    return {k: (count(cap.get(k)), count(alloc.get(k)))
             for k in sorted(set(cap) | set(alloc)) if is_gpu_resource(k)}
 
 
 def is_gpu_node(node: Mapping[str, Any]) -> bool:
     labels = (node.get("metadata") or {}).get("labels") or {}
-    if labels.get(GFD_PRESENT_LABEL) == "true" or quantity(labels.get(GFD_COUNT_LABEL)) > 0:
+    if labels.get(GFD_PRESENT_LABEL) == "true" or count(labels.get(GFD_COUNT_LABEL)) > 0:
         return True
     return any(c > 0 or a > 0 for c, a in gpu_resources(node).values())
 
@@ -46,7 +40,7 @@ def analyze_node(node: Mapping[str, Any]) -> list[Finding]:
     name = (node.get("metadata") or {}).get("name", "")
     labels = (node.get("metadata") or {}).get("labels") or {}
     res = gpu_resources(node)
-    gfd_count = quantity(labels.get(GFD_COUNT_LABEL))
+    gfd_count = count(labels.get(GFD_COUNT_LABEL))
     short = {k: {"capacity": c, "allocatable": a} for k, (c, a) in res.items() if a < c}
     total_cap = sum(c for c, _ in res.values())
     out: list[Finding] = []

@@ -18,13 +18,13 @@ from __future__ import annotations
 import dataclasses
 import datetime as dt
 import re
-from decimal import Decimal, InvalidOperation
 from typing import Any, Iterable, Mapping, Sequence
 
 from node_probe.protocol import catalog
 from node_probe.protocol import Finding
 
 from .common import GPU_RESOURCE_PREFIXES, age_s, fmt_duration, pod_ref
+from .quantity import count as qty
 
 # HAMi's per-device memory/core shares: the HAMi scheduler extender judges them from the node's
 # hami.io/node-nvidia-register annotation; no node has them in capacity.
@@ -60,42 +60,9 @@ REF_QUOTA = ("https://kubernetes.io/docs/concepts/policy/resource-quotas/"
              "#resource-quota-for-extended-resources")
 REF_PREEMPT = "https://kubernetes.io/docs/concepts/scheduling-eviction/pod-priority-preemption/"
 
-_SUFFIX = (("Ki", 2 ** 10), ("Mi", 2 ** 20), ("Gi", 2 ** 30), ("Ti", 2 ** 40),
-           ("Pi", 2 ** 50), ("Ei", 2 ** 60), ("k", 10 ** 3), ("M", 10 ** 6), ("G", 10 ** 9),
-           ("T", 10 ** 12), ("P", 10 ** 15), ("E", 10 ** 18))
-
 
 def is_gpu_resource(name: str) -> bool:
     return name.startswith(GPU_RESOURCE_PREFIXES)  # one C call: this runs for every pod
-
-
-QTY_MAX = 2 ** 63 - 1  # the API server's int64 ceiling; a larger (hostile) value is clamped
-
-
-def qty(value: Any) -> int:
-    """A Kubernetes quantity as a whole number (extended resources are integers); 0 if bad.
-    Bounded work: `1e999999` is clamped to QTY_MAX, never expanded into a huge integer."""
-    s = str(value if value is not None else "").strip()[:64]
-    if s.isdigit():
-        return min(int(s), QTY_MAX)
-    mult = Decimal(1)
-    for suf, m in _SUFFIX:
-        if s.endswith(suf):
-            s, mult = s[:-len(suf)], Decimal(m)
-            break
-    else:
-        if s.endswith("m"):
-            s, mult = s[:-1], Decimal("0.001")
-    try:
-        v = Decimal(s)
-        if not v.is_finite() or v.is_signed():
-            return 0
-        if v and v.adjusted() > 30:
-            return QTY_MAX
-        v *= mult
-    except ArithmeticError:   # InvalidOperation, Overflow
-        return 0
-    return min(int(v.to_integral_value(rounding="ROUND_CEILING")), QTY_MAX)
 
 
 def _node_gpu_resources(node: Mapping[str, Any]) -> tuple[dict[str, int], dict[str, int]]:

@@ -34,6 +34,8 @@ from typing import Any, Iterable, Mapping, Sequence
 from node_probe.protocol import catalog
 from node_probe.protocol import Finding
 
+from .quantity import count
+
 REGISTER_KEY = "hami.io/node-nvidia-register"
 HANDSHAKE_PREFIX = "hami.io/node-handshake"
 LOCK_KEY = "hami.io/mutex.lock"
@@ -298,20 +300,13 @@ def _fmt_age(s: float | None) -> str:
     return f"{s}s" if s < 120 else f"{s // 60}m" if s < 7200 else f"{s // 3600}h{(s % 3600) // 60:02d}m"
 
 
-def _qty_int(v: Any) -> int:
-    try:
-        return int(str(v))
-    except ValueError:
-        return 0
-
-
 def _gpu_request_count(pod: Mapping[str, Any]) -> int:
     """nvidia.com/gpu asked for by the pod's app containers (limits win over requests)."""
     total = 0
     for c in (pod.get("spec") or {}).get("containers") or ():
         res = c.get("resources") or {}
         v = (res.get("limits") or {}).get(GPU_RESOURCE, (res.get("requests") or {}).get(GPU_RESOURCE))
-        total += _qty_int(v) if v is not None else 0
+        total += count(v) if v is not None else 0
     return total
 
 
@@ -423,7 +418,7 @@ def _register_findings(node, node_name, annos, plugin, findings) -> list[dict] |
     ev: dict = {"annotation": REGISTER_KEY, "encoding": encoding, "devices": devices[:16],
                 "device_count": len(devices)}
     if GPU_RESOURCE in alloc:
-        ev["allocatable_nvidia_gpu"] = _qty_int(alloc[GPU_RESOURCE])
+        ev["allocatable_nvidia_gpu"] = count(alloc[GPU_RESOURCE])
         ev["registered_vgpu_slots"] = sum(d["count"] for d in devices if d["health"])
     if not devices:
         findings.append(catalog.make(

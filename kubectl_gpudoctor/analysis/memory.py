@@ -16,11 +16,12 @@ Pure function over the Node, its pods and (optionally) the kubelet's /configz; n
 """
 from __future__ import annotations
 
-import re
 from typing import Any, Mapping, Sequence
 
 from node_probe.protocol import catalog
 from node_probe.protocol import Finding
+
+from .quantity import to_float
 
 GiB = 1 << 30
 MiB = 1 << 20
@@ -37,23 +38,6 @@ REFS = (
     "https://github.com/kubernetes/kubernetes/issues/31362",
 )
 
-_SUFFIX = {"Ki": 1 << 10, "Mi": 1 << 20, "Gi": 1 << 30, "Ti": 1 << 40, "Pi": 1 << 50,
-           "Ei": 1 << 60, "k": 10 ** 3, "M": 10 ** 6, "G": 10 ** 9, "T": 10 ** 12,
-           "P": 10 ** 15, "E": 10 ** 18, "m": 1e-3, "": 1}
-_QTY_RE = re.compile(r"^([+-]?(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?)(Ki|Mi|Gi|Ti|Pi|Ei|k|M|G|T|P|E|m)?$")
-
-
-def parse_quantity(value: Any) -> float | None:
-    """A Kubernetes resource quantity in base units (`64Gi`, `65536Ki`, `1.5G`, `129e6`)."""
-    if value is None:
-        return None
-    if isinstance(value, (int, float)):
-        return float(value)
-    m = _QTY_RE.match(str(value).strip())
-    if not m:
-        return None
-    return float(m.group(1)) * _SUFFIX[m.group(2) or ""]
-
 
 def eviction_threshold_bytes(cfg: Mapping[str, Any] | None, capacity: float) -> tuple[float, str]:
     """evictionHard memory.available in bytes (percentages of capacity) and its source text."""
@@ -66,8 +50,8 @@ def eviction_threshold_bytes(cfg: Mapping[str, Any] | None, capacity: float) -> 
             return capacity * float(text[:-1]) / 100.0, text
         except ValueError:
             pass
-    q = parse_quantity(text)
-    return (q if q is not None else parse_quantity(DEFAULT_EVICTION_HARD)), text
+    q = to_float(text)
+    return (q if q is not None else to_float(DEFAULT_EVICTION_HARD)), text
 
 
 def _reserved_memory(cfg: Mapping[str, Any] | None) -> dict[str, float] | None:
@@ -76,7 +60,7 @@ def _reserved_memory(cfg: Mapping[str, Any] | None) -> dict[str, float] | None:
     out = {}
     for key in ("systemReserved", "kubeReserved"):
         v = (cfg.get(key) or {}).get("memory") if isinstance(cfg.get(key), Mapping) else None
-        q = parse_quantity(v)
+        q = to_float(v)
         if q:
             out[key] = q
     return out
@@ -94,7 +78,7 @@ def pod_memory_limit(pod: Mapping[str, Any]) -> float | None:
     spec = pod.get("spec") or {}
 
     def lim(c):
-        return parse_quantity(((c.get("resources") or {}).get("limits") or {}).get("memory"))
+        return to_float(((c.get("resources") or {}).get("limits") or {}).get("memory"))
 
     apps = [lim(c) for c in spec.get("containers") or ()]
     # restartable init containers (sidecars) run alongside the app containers
@@ -107,7 +91,7 @@ def pod_memory_limit(pod: Mapping[str, Any]) -> float | None:
         if any(v is None for v in inits):
             return None
         total = max(total, max(inits) + sum(sidecars))
-    overhead = parse_quantity(((spec.get("overhead") or {}).get("memory"))) or 0.0
+    overhead = to_float(((spec.get("overhead") or {}).get("memory"))) or 0.0
     return total + overhead
 
 
@@ -137,8 +121,8 @@ def analyze_node(node: Mapping[str, Any], pods_on_node: Sequence[Mapping[str, An
     md = node.get("metadata") or {}
     name = str(md.get("name", ""))
     status = node.get("status") or {}
-    capacity = parse_quantity((status.get("capacity") or {}).get("memory"))
-    allocatable = parse_quantity((status.get("allocatable") or {}).get("memory"))
+    capacity = to_float((status.get("capacity") or {}).get("memory"))
+    allocatable = to_float((status.get("allocatable") or {}).get("memory"))
     if not capacity:
         return []
     cfg = _unwrap(kubelet_config)

@@ -38,12 +38,12 @@ PROTECTED = {"kubeletconfig": {"systemReserved": {"memory": "2Gi"}, "kubeReserve
 @pytest.mark.parametrize("text,value", [("64Gi", 64 * GiB), ("65536Ki", 64 << 20), ("1.5Gi", 1.5 * GiB),
                                         ("1G", 1e9), ("129e6", 129e6), ("100Mi", 100 << 20),
                                         ("500m", 0.5), ("12345", 12345.0), (1024, 1024.0)])
-def test_parse_quantity(text, value):
-    assert memory.parse_quantity(text) == value
+def test_memory_quantity(text, value):
+    assert memory.to_float(text) == value
 
 
-def test_parse_quantity_garbage():
-    assert memory.parse_quantity("lots") is None and memory.parse_quantity(None) is None
+def test_memory_quantity_garbage():
+    assert memory.to_float("lots") is None and memory.to_float(None) is None
 
 
 def test_seed_004_gpu_pod_40g_on_62g_host_is_critical():
