@@ -19,6 +19,19 @@ from .quantity import count
 
 GFD_COUNT_LABEL = "nvidia.com/gpu.count"
 GFD_PRESENT_LABEL = "nvidia.com/gpu.present"
+REF_HEALTH = "https://github.com/NVIDIA/k8s-device-plugin#health-checks"
+FIX_GONE = (
+    "The kubelet keeps a resource's capacity after its device plugin exits and sets allocatable "
+    "to 0, so this is the plugin gone (exited, crash-looping, its socket removed), not the GPUs "
+    "(a plugin that marks every device Unhealthy looks the same here; the node side tells them "
+    "apart: deviceplugin.missing vs deviceplugin.unhealthy). Check the plugin pod on the node "
+    "(`kubectl -n gpu-operator get pods -o wide --field-selector spec.nodeName={name}`) and its "
+    "log; run `kubectl gpu-doctor node {name}`.")
+FIX_SICK = (
+    "The device plugin reports these devices Unhealthy (Xid errors, lost GPU, NVML failure). Run "
+    "`kubectl gpu-doctor node {name}` to see gpu.xid / gpu.health / deviceplugin.unhealthy on "
+    "the node, and the plugin's log for the health events.")
+REF_DP = "https://kubernetes.io/docs/concepts/extend-kubernetes/compute-storage-net/device-plugins/"
 
 
 def gpu_resources(node: Mapping[str, Any]) -> dict[str, tuple[int, int]]:
@@ -53,8 +66,7 @@ def analyze_node(node: Mapping[str, Any]) -> list[Finding]:
             "The device plugin is not registered with this kubelet (not running, crashing, or "
             "its socket is gone). Check `kubectl -n gpu-operator get pods -o wide "
             f"--field-selector spec.nodeName={name}` and the plugin's log; run "
-            "`kubectl gpu-doctor node " + name + "` for deviceplugin.* findings.",
-            ("https://kubernetes.io/docs/concepts/extend-kubernetes/compute-storage-net/device-plugins/",)))
+            "`kubectl gpu-doctor node " + name + "` for deviceplugin.* findings.", (REF_DP,)))
     elif short:
         out.extend(_short(name, short, gfd_count))
     return out
@@ -68,32 +80,25 @@ def _short(name: str, short: dict, gfd_count: int) -> list[Finding]:
     sick = {k: v for k, v in short.items() if v["allocatable"] > 0}
     out: list[Finding] = []
     if gone:
-        pairs = ", ".join(f"{k} 0/{v['capacity']}" for k, v in gone.items())
-        out.append(catalog.make(
-            "node.gpu_capacity_mismatch", "critical", f"node/{name}",
-            f"no device plugin is registered for {', '.join(gone)}: the node keeps the "
-            f"capacity but nothing is allocatable ({pairs})",
-            {"cause": "plugin_not_registered", "resources": gone,
-             "label_gpu_count": gfd_count or None},
-            "The kubelet keeps a resource's capacity after its device plugin exits and sets "
-            "allocatable to 0, so this is the plugin gone (exited, crash-looping, its socket "
-            "removed), not the GPUs (a plugin that marks every device Unhealthy looks the same "
-            "here; the node side tells them apart: deviceplugin.missing vs "
-            "deviceplugin.unhealthy). Check the plugin pod on the node (`kubectl -n "
-            f"gpu-operator get pods -o wide --field-selector spec.nodeName={name}`) and its "
-            f"log; run `kubectl gpu-doctor node {name}`.",
-            ("https://kubernetes.io/docs/concepts/extend-kubernetes/compute-storage-net/device-plugins/",)))
+        out.append(_finding(name, "critical", "plugin_not_registered", gone, gfd_count,
+                            f"no device plugin is registered for {', '.join(gone)}: the node "
+                            f"keeps the capacity but nothing is allocatable ({_pairs(gone)})",
+                            FIX_GONE.format(name=name), REF_DP))
     if sick:
         lost = sum(v["capacity"] - v["allocatable"] for v in sick.values())
-        pairs = ", ".join(f"{k} {v['allocatable']}/{v['capacity']}" for k, v in sick.items())
-        out.append(catalog.make(
-            "node.gpu_capacity_mismatch", "warning", f"node/{name}",
-            f"{lost} GPU device(s) are in capacity but not allocatable ({pairs}): the device "
-            f"plugin reports them Unhealthy",
-            {"cause": "devices_unhealthy", "resources": sick,
-             "label_gpu_count": gfd_count or None},
-            "The device plugin reports these devices Unhealthy (Xid errors, lost GPU, NVML "
-            "failure). Run `kubectl gpu-doctor node " + name + "` to see gpu.xid / gpu.health / "
-            "deviceplugin.unhealthy on the node, and the plugin's log for the health events.",
-            ("https://github.com/NVIDIA/k8s-device-plugin#health-checks",)))
+        out.append(_finding(name, "warning", "devices_unhealthy", sick, gfd_count,
+                            f"{lost} GPU device(s) are in capacity but not allocatable "
+                            f"({_pairs(sick)}): the device plugin reports them Unhealthy",
+                            FIX_SICK.format(name=name), REF_HEALTH))
     return out
+
+
+def _pairs(res: dict) -> str:
+    return ", ".join(f"{k} {v['allocatable']}/{v['capacity']}" for k, v in res.items())
+
+
+def _finding(name: str, severity: str, cause: str, resources: dict, gfd_count: int,
+             title: str, fix: str, ref: str) -> Finding:
+    return catalog.make("node.gpu_capacity_mismatch", severity, f"node/{name}", title,
+                        {"cause": cause, "resources": resources,
+                         "label_gpu_count": gfd_count or None}, fix, (ref,))

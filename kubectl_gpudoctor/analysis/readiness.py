@@ -16,7 +16,7 @@ from typing import Any, Mapping, Sequence
 
 from node_probe.protocol import Finding, catalog
 
-from .common import age_s
+from .common import age_s, fmt_duration
 
 REFS = ("https://kubernetes.io/docs/concepts/architecture/nodes/#condition",
         "https://kubernetes.io/docs/concepts/scheduling-eviction/node-pressure-eviction/")
@@ -65,9 +65,9 @@ def not_ready(node: Mapping[str, Any], lease: Mapping[str, Any] | None,
     renew = age_s(((lease or {}).get("spec") or {}).get("renewTime"), now)
     bits = [f"Ready={status}" + (f" ({reason})" if reason else "")]
     if since is not None:
-        bits.append(f"for {_dur(since)}")
+        bits.append(f"for {fmt_duration(since)}")
     if renew is not None:
-        bits.append(f"lease last renewed {_dur(renew)} ago")
+        bits.append(f"lease last renewed {fmt_duration(renew)} ago")
     elif lease is None:
         bits.append("no lease read")
     title = (f"node {name} is NotReady ({', '.join(bits)}): node-side checks need a kubelet "
@@ -98,12 +98,3 @@ def rejection(pod: Mapping[str, Any]) -> tuple[str, str, str] | None:
     hint = REJECT_HINTS.get(key) or REJECT_HINTS.get(reason) or \
         "read the reason: the kubelet decides admission on the node"
     return reason, message, hint
-
-
-def _dur(s: float) -> str:
-    s = int(s)
-    if s < 120:
-        return f"{s}s"
-    if s < 7200:
-        return f"{s // 60}m"
-    return f"{s // 3600}h{(s % 3600) // 60:02d}m"
