@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from node_probe.protocol import catalog
 from node_probe.protocol import known_drivers
+from node_probe.engine.context import Skipped
 from node_probe.engine.facts import NVML
 from node_probe.engine.registry import check
 
@@ -17,11 +18,16 @@ from node_probe.engine.registry import check
 def driver_check(ctx):
     nv = ctx.fact(NVML, timeout=ctx.budget(13.0), default=None)
     if nv is None:
-        return
+        return Skipped("the nvml check published no driver facts: no driver version to judge")
     lib_v = nv.library_version
     kmod_v = nv.kernel_module_version
     nvml_v = nv.driver_version if nv.status == "ok" else None
     user_v = nvml_v or lib_v
+    if not (user_v or kmod_v):
+        root = ctx.options.host_root
+        return Skipped(f"no NVIDIA driver version under {root}: no proc/driver/nvidia/version, "
+                       + (f"and the library {nv.library} carries none" if nv.library else
+                          "no libnvidia-ml.so.1") + f" (NVML {nv.status})")
     if kmod_v and user_v and kmod_v != user_v:
         yield catalog.make(
             "driver.version_mismatch", "critical", "node",

@@ -25,6 +25,7 @@ from node_probe.protocol import catalog
 from node_probe.host import containers, hostfs, procfs
 from node_probe.engine.facts import CONTAINERS
 from ..protocol import Finding
+from node_probe.engine.context import Skipped
 from node_probe.engine.registry import check
 
 HAMI_ENV_PREFIXES = ("CUDA_DEVICE_MEMORY_LIMIT",)
@@ -240,6 +241,19 @@ def verdict(res: Mapping[str, Any]) -> tuple[str, str] | None:
                  + ("" if not hard else " (GPU memory/SM limits not enforced)"))
 
 
+def can_read_environs(proc: Path) -> bool:
+    """Whether the probe may read other processes' /proc/PID/environ (HAMi containers are found
+    by theirs): stops at the first readable one, so a root run costs one or two reads."""
+    me, denied = os.getpid(), 0
+    for pid in procfs.pids(proc):
+        if pid == me:
+            continue
+        if procfs.read_bytes(proc / str(pid) / "environ", 1) is not None:
+            return True
+        denied += 1
+    return denied == 0   # nothing else runs: nothing was kept from us
+
+
 def discover(proc: Path, known: Iterable[containers.Container] | None,
              focus_pods: Sequence[str] = ()) -> list[dict]:
     """HAMi-managed containers: processes whose environment has HAMi's keys, grouped by their
@@ -309,8 +323,12 @@ def hami_check(ctx) -> Iterable[Finding]:
             ctx.log("warning", f"cannot read plugin log {opts.plugin_log}: {exc.strerror}")
         else:
             yield from scan_plugin_log(lines, source=str(opts.plugin_log))
+    if not can_read_environs(proc):
+        return Skipped(f"cannot read other processes' environments under {proc} (needs root "
+                       "in the host's pid namespace): HAMi containers could not be found")
     known = ctx.fact(CONTAINERS, timeout=ctx.budget(CONTAINERS_WAIT_S), default=None)
     groups = discover(proc, known, opts.focus_pods)
+    unread: list[str] = []
     if groups:
         ctx.progress(message=f"{len(groups)} HAMi-managed container(s)")
     for g in groups:
@@ -322,12 +340,12 @@ def hami_check(ctx) -> Iterable[Finding]:
             if cand.exists():
                 root = cand
                 break
-        if root is None:
+        if root is None:   # exited since discovery: nothing left to audit
             continue
         try:
             res = audit_root(root, g["env"])
         except PermissionError as exc:
-            ctx.log("warning", f"cannot read {root}: {exc.strerror} (needs root)")
+            unread.append(f"{_subject(g, proc)}: {exc.strerror} (needs root)")
             continue
         v = verdict(res)
         if v is None:
@@ -342,3 +360,8 @@ def hami_check(ctx) -> Iterable[Finding]:
                 ev[k] = meta[k]
         yield catalog.make("hami.isolation_missing", sev, _subject(g, proc), title, ev,
                            REMEDIATION, REFS_ISOLATION)
+    if unread and len(unread) == len(groups):
+        return Skipped(f"could not read the root of any of {len(groups)} HAMi container(s): "
+                       + "; ".join(unread[:3]))
+    for why in unread:
+        ctx.log("warning", f"HAMi container not audited: {why}")

@@ -14,6 +14,7 @@ from pathlib import Path
 
 from node_probe.protocol import catalog
 from node_probe.host import hostfs, xid
+from node_probe.engine.context import Skipped
 from node_probe.engine.registry import check
 
 XID_RE = re.compile(r"NVRM: Xid \((?:PCI:)?([^)]*)\):\s*(\d+),\s*(.*)")
@@ -151,19 +152,20 @@ def analyze(records: list[tuple[float | None, str]], now_s: float | None = None)
 def kmsg_check(ctx):
     opts = ctx.options
     if opts.kmsg_file is not None:
-        records = parse_log_file(opts.kmsg_file.read_text(errors="replace"))
-        now = None
         source = str(opts.kmsg_file)
+        try:
+            records = parse_log_file(opts.kmsg_file.read_text(errors="replace"))
+        except OSError as exc:
+            return Skipped(f"cannot read the kernel log file {source}: {exc.strerror}")
+        now = None
     else:
         dev = hostfs.resolve(opts.host_root, "dev/kmsg") or Path("/dev/kmsg")
         source = str(dev)
         try:
             records = read_kmsg(dev)
         except OSError as exc:
-            ctx.log("warning", f"cannot read the kernel log {dev}: {exc.strerror}; "
-                    "Xid and hung-task checks skipped (needs root / CAP_SYSLOG)",
-                    check="kmsg")
-            return
+            return Skipped(f"cannot read the kernel log {dev}: {exc.strerror} (needs root or "
+                           "CAP_SYSLOG): no Xid or hung-task verdict")
         now = uptime_s()
     ctx.progress(message=f"kernel log: {len(records)} records from {source}")
     yield from analyze(records, now)

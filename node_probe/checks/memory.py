@@ -22,6 +22,7 @@ from typing import Iterable
 from node_probe.protocol import catalog
 from node_probe.host import procfs
 from ..protocol import Finding, Severity
+from node_probe.engine.context import Skipped
 from node_probe.engine.registry import check
 
 IDLE_WINDOW_S = 0.5          # without tracing the whole `local` run must stay under 1.5 s
@@ -306,6 +307,9 @@ def memory_check(ctx) -> Iterable[Finding]:
     # leave time for the end sample and the verdict
     ctx.cancelled.wait(ctx.budget(want, reserve=1.0))
     last = sample(proc)
+    if last.psi["memory"] is None and not last.vmstat and not last.meminfo_kib:
+        return Skipped(f"cannot read {proc}/pressure/memory, {proc}/vmstat or {proc}/meminfo: "
+                       "no memory signal to judge")
     ev = measurements(first, last)
     if ev.get("psi_memory", "").startswith("unavailable"):
         ctx.log("info", "PSI unavailable: /proc/pressure/memory cannot be read")

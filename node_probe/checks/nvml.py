@@ -123,7 +123,8 @@ def nvml_check(ctx):
                            "The NVML helper process failed", {"exit_code": raw.returncode,
                            "stderr": err[0], "library": str(lib)},
                            "Run with the probe image's python3 and nvidia-ml-py installed.")
-        return
+        return Skipped(f"the NVML helper process failed (exit {raw.returncode}): NVML could "
+                       "not be asked")
     status = result.get("status")
     if status == "no_client":
         ctx.publish(NVML, NvmlInventory.from_record(fact))
