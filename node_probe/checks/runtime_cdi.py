@@ -38,7 +38,7 @@ def runtime_cdi_check(ctx):
                  "dev/nvidiactl): no GPU wiring to judge")
     specs = [s for s in runtime_config.cdi_specs(root) if s.is_nvidia]
     cfgs = [c for c in (runtime_config.containerd(root, ctx.options.proc_root),
-                        runtime_config.crio(root)) if c is not None]
+                        runtime_config.crio(root, ctx.options.proc_root)) if c is not None]
     for cfg in cfgs:
         for err in cfg.errors:
             ctx.log("warning", f"runtime config not parsed: {err}", check="runtime_cdi")

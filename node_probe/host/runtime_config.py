@@ -5,6 +5,11 @@ GPUs (the `nvidia` handler the GPU Operator's RuntimeClass names, backed by
 nvidia-container-runtime) or CDI enabled in the runtime, and CDI specs whose device and library
 paths match the driver that is loaded now. Both are plain files on the host; this module reads
 them (bounded, never leaving --host-root) and returns what they say, without judging.
+
+Which config the runtime really loaded (`--config` on its command line) is read from the one
+process that serves the runtime's CRI socket under --host-root, identified by the socket's inode
+(deviceplugin.discovery.find_owners), never by a process name: any tenant can name a process
+`containerd` and hand the probe another config to judge.
 """
 from __future__ import annotations
 
@@ -17,6 +22,7 @@ import tomllib
 from pathlib import Path
 from typing import Any
 
+from node_probe.deviceplugin.discovery import find_owners
 from node_probe.host import hostfs, procfs
 
 MAX_CONFIG_BYTES = 1 << 20
@@ -26,6 +32,9 @@ CONTAINERD_CONFIGS = ("etc/containerd/config.toml",
                       "var/lib/rancher/rke2/agent/etc/containerd/config.toml",
                       "var/lib/rancher/k3s/agent/etc/containerd/config.toml")
 CRIO_CONFIGS = ("etc/crio/crio.conf",)
+CONTAINERD_SOCKETS = ("run/containerd/containerd.sock", "var/run/containerd/containerd.sock",
+                      "run/k3s/containerd/containerd.sock")
+CRIO_SOCKETS = ("run/crio/crio.sock", "var/run/crio/crio.sock")
 CRIO_DROPINS = ("etc/crio/crio.conf.d",)
 CDI_DIRS = ("etc/cdi", "var/run/cdi", "run/cdi")
 # containerd CRI plugin tables: config version 2 (1.x) and 3 (2.x)
@@ -81,19 +90,29 @@ def _read_toml(root: Path, rel: str) -> tuple[dict | None, str | None]:
         return None, f"/{rel.lstrip('/')}: {exc}"
 
 
-def containerd_config_paths(root: Path, proc: Path = procfs.PROC) -> list[str]:
-    """Config files a running containerd names with --config/-c, then the usual places."""
+def runtime_pid(root: Path, sockets: tuple[str, ...], proc: Path = procfs.PROC) -> int | None:
+    """The process listening on the first of `sockets` (host paths) that someone serves."""
+    files = list(dict.fromkeys(p for p in (hostfs.resolve(root, s) for s in sockets) if p))
+    owners = find_owners(files, proc)
+    return next((owners[f][0] for f in files if f in owners), None)
+
+
+def config_args(pid: int | None, proc: Path = procfs.PROC) -> list[str]:
+    """Host paths (relative to the root) named with --config/-c on a process's command line."""
     out: list[str] = []
-    for pid in procfs.pids(proc):
-        if procfs.read_comm(pid, proc) != "containerd":
-            continue
-        argv = procfs.read_cmdline(pid, proc)
-        for i, a in enumerate(argv):
-            if a in ("--config", "-c") and i + 1 < len(argv):
-                out.append(argv[i + 1].lstrip("/"))
-            elif a.startswith("--config="):
-                out.append(a.split("=", 1)[1].lstrip("/"))
-        break
+    argv = procfs.read_cmdline(pid, proc) if pid is not None else []
+    for i, a in enumerate(argv):
+        if a in ("--config", "-c") and i + 1 < len(argv):
+            out.append(argv[i + 1].lstrip("/"))
+        elif a.startswith("--config="):
+            out.append(a.split("=", 1)[1].lstrip("/"))
+    return out
+
+
+def containerd_config_paths(root: Path, proc: Path = procfs.PROC) -> list[str]:
+    """Config files the containerd serving the CRI socket names with --config/-c, then the
+    usual places."""
+    out = config_args(runtime_pid(root, CONTAINERD_SOCKETS, proc), proc)
     return out + [p for p in CONTAINERD_CONFIGS if p not in out]
 
 
@@ -126,11 +145,11 @@ def containerd(root: Path, proc: Path = procfs.PROC) -> RuntimeConfig | None:
     return None
 
 
-def crio(root: Path) -> RuntimeConfig | None:
+def crio(root: Path, proc: Path = procfs.PROC) -> RuntimeConfig | None:
     files: list[str] = []
     errors: list[str] = []
     doc: dict = {}
-    for rel in CRIO_CONFIGS:
+    for rel in config_args(runtime_pid(root, CRIO_SOCKETS, proc), proc)[:1] or CRIO_CONFIGS:
         sub, e = _read_toml(root, rel)
         if sub is not None or e:
             files.append("/" + rel)
