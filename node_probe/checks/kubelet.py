@@ -17,6 +17,7 @@ from pathlib import Path
 from node_probe.protocol import catalog
 from node_probe.host import hostfs, kubeletconfig, procfs
 from ..deviceplugin import discovery
+from node_probe.engine.context import Skipped
 from node_probe.engine.facts import KUBELET_CONFIG
 from node_probe.engine.registry import check
 
@@ -118,6 +119,9 @@ def kubelet_check(ctx):
             "plugin with --pass-device-specs=true (env PASS_DEVICE_SPECS=true; Helm: "
             "--set passDeviceSpecs=true; the GPU Operator sets it by default) and recreate GPU "
             "pods.", REFS_001)
+    if fact.get("error") and fact.get("cpuManagerPolicy") is None:
+        return Skipped(f"kubelet config not read ({fact['error']}): cpuManagerPolicy and "
+                       "cgroupDriver unknown, no CPU-manager verdict")
     if policy == "static":
         sev = "warning" if without else "info"
         title = ("kubelet runs cpuManagerPolicy static and the NVIDIA plugin does not pass "

@@ -77,3 +77,22 @@ def test_systemd_cgroup_driver_alone_makes_missing_specs_a_warning(host, start_p
 def test_no_plugin_and_no_config(host):
     run = run_probe(*host.args(*ONLY))
     assert run.findings() == [] and run.returncode == 0
+
+
+def test_unreadable_kubelet_config_is_skipped_not_judged_as_none(host, start_plugin):
+    (host.kubelet / "config.yaml").write_text('{"kind": "KubeletConfiguration", '
+                                              '"cpuManagerPolicy": "static"')  # cut short
+    start_plugin("nvidia-gpu.sock")
+    run = run_probe(*host.args(*ONLY))
+    (c,) = [c for c in run.summary["checks"] if c["id"] == "kubelet"]
+    assert c["status"] == "skipped" and "kubelet config not read" in c["reason"], c
+    assert run.findings("kubelet.cpu_manager_static") == []
+    # the plugin was still looked at
+    assert run.findings("deviceplugin.no_device_specs")
+
+
+def test_healthy_kubelet_config_looks_and_is_quiet(host):
+    _config(host, "none", driver="cgroupfs")
+    run = run_probe(*host.args(*ONLY))
+    (c,) = [c for c in run.summary["checks"] if c["id"] == "kubelet"]
+    assert c["status"] == "ok" and run.findings() == []
