@@ -23,6 +23,7 @@ from node_probe.protocol import known_drivers
 from node_probe.engine.facts import (DEVICEPLUGIN_TARGETS, NVML, PODRESOURCES, TRACE_READY,
                                      TRACE_RESULTS, NvmlInventory, PluginTargetInfo)
 from ..deviceplugin import devview, discovery, podresources, rpc
+from node_probe.engine.context import Skipped
 from node_probe.engine.registry import check
 from .nvml import kernel_module_version
 
@@ -266,6 +267,9 @@ def deviceplugin_check(ctx):
         if p.t.pid:
             yield from _stale_dev(ctx, p)
     yield from _missing(ctx, kdir, targets, probes, nv)
+    if grpc_error is not None and targets:
+        return Skipped(f"the device plugins' RPCs were not asked: grpcio unavailable in the "
+                       f"probe ({grpc_error})")
 
 
 def _holders(p: _PluginProbe, rows: list[dict], ckpt: dict | None = None) -> list[dict]:

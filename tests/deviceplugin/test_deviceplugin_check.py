@@ -230,6 +230,9 @@ def test_without_grpcio_the_check_says_so(host, start_plugin, tmp_path):
     (per_plugin,) = [f for f in run.findings("deviceplugin.inventory") if f["subject"] != "node"]
     assert per_plugin["title"].endswith("RPCs not called")
     assert run.summary["complete"]
+    # the RPCs were not asked: the check did not look, whatever discovery found
+    (c,) = [c for c in run.summary["checks"] if c["id"] == "deviceplugin"]
+    assert c["status"] == "skipped" and "grpcio unavailable" in c["reason"], c
 
 
 STALE_DEV = textwrap.dedent("""
