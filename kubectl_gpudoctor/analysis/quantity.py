@@ -78,8 +78,8 @@ def count(value: Any) -> int:
     """A quantity as a whole, non-negative number, rounded up as apimachinery's Value() does
     (`1500m` -> 2); 0 for anything that is not a quantity or is negative. For extended resources
     (GPUs), pod counts and label counts."""
-    if isinstance(value, str) and value.isdigit() and len(value) <= 19:   # the common case
-        return min(int(value), QTY_MAX)
+    if isinstance(value, str) and value.isascii() and value.isdigit() and len(value) <= 18:
+        return int(value)                         # the common case: "8"
     v = parse(value)
     if v is None or v <= 0:
         return 0

@@ -30,7 +30,8 @@ TABLE = [
     ("", None), (".", None), ("+", None), ("1e", None), ("e3", None), ("1ki", None),
     ("1KiB", None), ("1Gb", None), ("lots", None), ("NaN", None), ("Infinity", None),
     ("inf", None), ("1_000", None), ("0x10", None), ("1e3k", None), ("1.2.3", None),
-    ("5%", None), (None, None), (True, None),
+    ("5%", None), (None, None), (True, None), ("\u00b2", None), ("\u0661\u0662", None),
+    ("\uff18", None),                  # digits that are not ASCII (str.isdigit() says yes)
     # bounded: clamped, or refused when the exponent is not an int32
     ("1e999999999", D(QTY_MAX)), ("-1e999999999", D(-QTY_MAX)), ("9" * 40, D(QTY_MAX)),
     ("8Ei", D(QTY_MAX)), ("1e99999999999999999999", None), ("1" * (quantity.MAX_LEN + 1), None),
@@ -49,7 +50,8 @@ def test_parse_table(text, value):
 @pytest.mark.parametrize("text,n", [
     ("2", 2), ("1k", 1000), ("1500m", 2), ("500m", 1), ("3Gi", 3 << 30), ("1e-9", 1), ("1e-999999999", 1),
     ("2e0", 2), ("+2", 2), ("-3", 0), ("0", 0), ("bad", 0), ("NaN", 0), ("Infinity", 0), (None, 0),
-    ("1e999999999", QTY_MAX), ("9" * 40, QTY_MAX), ("1e99999999999999999999", 0), (8, 8)])
+    ("1e999999999", QTY_MAX), ("9" * 40, QTY_MAX), ("1e99999999999999999999", 0), (8, 8),
+    ("\u00b2", 0), ("\u0661\u0662", 0), ("9" * 18, 10 ** 18 - 1), ("9" * 19, QTY_MAX)])
 def test_count_rounds_up_and_is_never_negative(text, n):
     assert quantity.count(text) == n
     assert fit.qty(text) == n   # fit's scheduler replay reads the same numbers
