@@ -34,6 +34,7 @@ from typing import Any, Iterable, Mapping, Sequence
 from node_probe.protocol import catalog
 from node_probe.protocol import Finding
 
+from .common import fmt_duration
 from .quantity import count
 
 REGISTER_KEY = "hami.io/node-nvidia-register"
@@ -95,11 +96,16 @@ def _go_bool(text: str) -> bool:
     raise DecodeError(f"invalid health field {text!r}")
 
 
+_GO_INT = re.compile(r"[+-]?[0-9]{1,19}")
+_INT64 = 2 ** 63
+
+
 def _int(text: str, what: str) -> int:
-    try:
+    """strconv.Atoi on 64-bit: ASCII digits with an optional sign, in int64 range (Python's
+    int() would also take `1_000`, ` 5` and non-ASCII digits, which HAMi rejects)."""
+    if _GO_INT.fullmatch(text) and -_INT64 <= int(text) < _INT64:
         return int(text)
-    except ValueError:
-        raise DecodeError(f"invalid {what} field {text!r}") from None
+    raise DecodeError(f"invalid {what} field {text[:40]!r}")
 
 
 def decode_register(value: str) -> tuple[list[dict], str]:
@@ -111,6 +117,8 @@ def decode_register(value: str) -> tuple[list[dict], str]:
             raw = json.loads(text)
         except json.JSONDecodeError as exc:
             raise DecodeError(f"invalid JSON: {exc.msg} at char {exc.pos}") from None
+        except (ValueError, RecursionError) as exc:   # a 5,000-digit number, 100,000 `[`s
+            raise DecodeError(f"invalid JSON: {str(exc)[:80]}") from None
         if not isinstance(raw, list) or not all(isinstance(d, dict) for d in raw):
             raise DecodeError("JSON is not a list of device objects")
         out = []
@@ -124,7 +132,7 @@ def decode_register(value: str) -> tuple[list[dict], str]:
                     # Go omitempty drops `health: false`, so a missing key means unhealthy
                     "health": bool(d.get("health", False)),
                 })
-            except (TypeError, ValueError):
+            except (TypeError, ValueError, OverflowError):   # OverflowError: 1e400 is inf
                 raise DecodeError(f"device object with non-numeric fields: {d!r}"[:200]) from None
         return out, "json"
     if ":" not in text:
@@ -291,13 +299,6 @@ def _ref(pod: Mapping[str, Any]) -> str:
 
 def _age(t: dt.datetime | None, now: dt.datetime) -> float | None:
     return None if t is None else round((now - t).total_seconds(), 1)
-
-
-def _fmt_age(s: float | None) -> str:
-    if s is None:
-        return "?"
-    s = int(s)
-    return f"{s}s" if s < 120 else f"{s // 60}m" if s < 7200 else f"{s // 3600}h{(s % 3600) // 60:02d}m"
 
 
 def _gpu_request_count(pod: Mapping[str, Any]) -> int:
@@ -491,7 +492,7 @@ def _handshake_findings(node_name, annos, plugin, now, findings) -> None:
             ev["clock_skew_s"] = -age
             findings.append(catalog.make(
                 "hami.handshake_stale", "warning", subject,
-                f"{key} is {_fmt_age(-age)} in the future: clock skew between the scheduler, "
+                f"{key} is {fmt_duration(-age)} in the future: clock skew between the scheduler, "
                 f"{node_name} and this machine", ev,
                 "Sync the clocks (NTP) of the hami-scheduler's node and this node; HAMi's "
                 "60 s handshake window breaks with more than a few seconds of skew.",
@@ -500,18 +501,18 @@ def _handshake_findings(node_name, annos, plugin, now, findings) -> None:
         if state == "Requesting" and age is not None and age > HANDSHAKE_STALE_S:
             findings.append(catalog.make(
                 "hami.handshake_stale", "critical", subject,
-                f"HAMi handshake stale: the scheduler asked {_fmt_age(age)} ago and the device "
+                f"HAMi handshake stale: the scheduler asked {fmt_duration(age)} ago and the device "
                 f"plugin never answered; the node's vGPUs are dropped (pods Pending, "
                 f"'handshake' timeouts)", ev, fix, REFS_HANDSHAKE))
         elif state == "Deleted":
             findings.append(catalog.make(
                 "hami.handshake_stale", "critical", subject,
-                f"HAMi scheduler removed this node's devices {_fmt_age(age)} ago (Deleted_): the "
+                f"HAMi scheduler removed this node's devices {fmt_duration(age)} ago (Deleted_): the "
                 f"device plugin stopped answering the handshake", ev, fix, REFS_HANDSHAKE))
         elif state == "Reported" and age is not None and age > 2 * REPORT_PERIOD_S:
             findings.append(catalog.make(
                 "hami.handshake_stale", "warning", subject,
-                f"HAMi device plugin last reported {_fmt_age(age)} ago (it reports every "
+                f"HAMi device plugin last reported {fmt_duration(age)} ago (it reports every "
                 f"{REPORT_PERIOD_S:.0f} s) and the scheduler has not asked since",
                 ev, fix + " Also check that hami-scheduler is running.", REFS_HANDSHAKE))
 
@@ -567,7 +568,7 @@ def _lock_findings(node_name, annos, pods_on_node, events, now, all_pods_index, 
                 reasons.append(f"owner pod {key} is being deleted")
     ev["owner_state"] = owner_state
     if age is not None and age > LOCK_EXPIRE_S:
-        reasons.insert(0, f"held for {_fmt_age(age)} (> {LOCK_EXPIRE_S / 60:.0f} min)")
+        reasons.insert(0, f"held for {fmt_duration(age)} (> {LOCK_EXPIRE_S / 60:.0f} min)")
     if not reasons:
         return
     definitely_gone = owner_state == "gone" or any("is Succeeded" in r or "is Failed" in r
@@ -641,7 +642,7 @@ def _pod_findings(pod, events, now, known_devices, findings) -> None:
         reasons.append("the device plugin's Allocate failed (bind-phase=failed)")
         sev = sev or ("critical" if phase not in ("Running", "Succeeded") else "warning")
     elif bind == "allocating" and bind_age is not None and bind_age > ALLOCATING_STALE_S:
-        reasons.append(f"stuck in bind-phase=allocating for {_fmt_age(bind_age)}: kubelet never "
+        reasons.append(f"stuck in bind-phase=allocating for {fmt_duration(bind_age)}: kubelet never "
                        "called the plugin's Allocate for it, or Allocate could not find it")
         sev = sev or "warning"
     elif bind == "success" and n_pending:

@@ -307,3 +307,18 @@ def test_lock_rejection_at_end_of_sentence_counts():
                "0/3 nodes are available: binding rejected, has been locked within 5 minutes on gpu-1.")
     (f,) = _lock("2024-05-14T06:58:00Z,default,train-0", pods=[owner], events=[ev])
     assert f.evidence["binds_rejected_events"] == 1
+
+
+@pytest.mark.parametrize("value", [
+    '[{"id": "GPU-a", "index": 1e400}]',                  # inf: int() raised OverflowError
+    '[{"id": "GPU-a", "count": ' + "9" * 5000 + "}]",    # json raised a plain ValueError
+    "[" * 100_000,                                        # RecursionError in json
+    "GPU-a,1_0,100,100,NVIDIA,0,true:",                   # Go's Atoi refuses what int() takes
+    "GPU-a, 1,100,100,NVIDIA,0,true:",
+    "GPU-a,\u0661,100,100,NVIDIA,0,true:",
+    "GPU-a,99999999999999999999,100,100,NVIDIA,0,true:",  # past int64
+])
+def test_hostile_register_annotation_is_a_decode_error_not_a_crash(value):
+    with pytest.raises(hami.DecodeError):
+        hami.decode_register(value)
+    assert hami._int("+3", "x") == 3 and hami._int("-3", "x") == -3
