@@ -16,7 +16,7 @@ from typing import Any, Callable, Mapping
 
 from node_probe.protocol import render
 
-from . import analysis, errors, pager
+from . import analysis, errors, pageparse, pager
 from .analysis import capacity, fit, goroutines, wedge
 from .analysis.common import events_by_uid, node_is_ready
 from .diagnose import Settings, now_utc
@@ -30,7 +30,8 @@ CACHED = ("resourceVersion", "0")
 
 
 def _list(kube: Kube, path: str, what: str, query: list | None = None,
-          required: bool = True, paged: bool = False) -> list[dict] | None:
+          required: bool = True, paged: bool = False,
+          parsers: pageparse.ParsePool | None = None) -> list[dict] | None:
     """All items. Small lists (nodes, Leases) in one call from the API server's watch cache
     (resourceVersion=0, the cheapest list there is); big ones (pods, events) paged with
     limit/continue and reduced page by page (pager.py: steady pods to a shared skeleton), so
@@ -38,7 +39,8 @@ def _list(kube: Kube, path: str, what: str, query: list | None = None,
     try:
         if paged:
             each = pager.PodCompactor() if path.endswith("/pods") else pager.slim
-            items, _ = pager.list_items(kube, path, list(query or ()), timeout=60, each=each)
+            items, _ = pager.list_items(kube, path, list(query or ()), timeout=60, each=each,
+                                        parsers=parsers)
             return items
         doc = kube.get_json(path, [CACHED] + list(query or ()), timeout=60)
     except errors.ApiError as exc:
@@ -57,12 +59,14 @@ def scan(kube: Kube, selector: str | None, settings: Settings, out: Output,
     pods at a time (refused above `max_probes` nodes: narrow the selection instead)."""
     t0 = time.monotonic()
     q = [("labelSelector", selector)] if selector else []
-    # all four lists at once: their transfer overlaps, and json.loads runs without the GC
-    with worker_pool(4, "list") as pool:
+    # all four lists at once: their transfer overlaps, and json.loads runs without the GC;
+    # the pages of the big two are parsed in child processes (pageparse.py: the GIL would
+    # keep that work on one core)
+    with worker_pool(4, "list") as pool, pageparse.ParsePool(pageparse.default_workers()) as pp:
         f_nodes = pool.submit(_list, kube, "/api/v1/nodes", "nodes", q)
-        f_pods = pool.submit(_list, kube, "/api/v1/pods", "pods", None, True, True)
+        f_pods = pool.submit(_list, kube, "/api/v1/pods", "pods", None, True, True, pp)
         f_events = pool.submit(_list, kube, "/api/v1/events", "events",
-                               [("fieldSelector", "involvedObject.kind=Pod")], False, True)
+                               [("fieldSelector", "involvedObject.kind=Pod")], False, True, pp)
         f_leases = pool.submit(_list, kube,
                                "/apis/coordination.k8s.io/v1/namespaces/kube-node-lease/leases",
                                "node leases", None, False)
@@ -98,8 +102,8 @@ def scan(kube: Kube, selector: str | None, settings: Settings, out: Output,
     for n in sorted(nodes, key=lambda n: n["metadata"]["name"]):
         name = n["metadata"]["name"]
         node_pods = by_node.get(name, [])
-        idx = {p["metadata"].get("uid"): ev_index.get(p["metadata"].get("uid"), [])
-               for p in node_pods if p.get("metadata")}
+        idx = {uid: ev_index[uid] for p in node_pods  # only pods with events (read by .get)
+               if (uid := (p.get("metadata") or {}).get("uid")) in ev_index}
         fs, errs = analysis.node_objects(n, node_pods, idx, lease_by.get(name), now,
                                          threshold_s=settings.stall_threshold_s,
                                          events_known=events is not None)

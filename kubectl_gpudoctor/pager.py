@@ -7,16 +7,16 @@ reads (managedFields, volumes, env) before the next page is fetched. Small clust
 one call: a list that fits in one page comes back without a `continue` token. The pages are a
 consistent read (no resourceVersion=0: a watch cache that predates ListFromCacheSnapshot
 ignores `limit`), and an expired token (410 Gone, the list outlived etcd's compaction) restarts
-the list once from the beginning.
+the list once from the beginning. Pages are parsed item by item (pageparse.parse_page: never a
+whole page as one tree), in child processes when `nodes` gives a pageparse.ParsePool.
 """
 from __future__ import annotations
 
-import json
 import re
 import sys
 from typing import Any, Callable, Mapping, Sequence
 
-from . import errors
+from . import errors, pageparse
 from .kube import Kube
 
 PAGE_SIZE = 2000  # ~7 MiB of pod JSON per page: bounded memory, one page parsed while the next arrives
@@ -52,12 +52,17 @@ class PodCompactor:
     Any other pod is kept whole (slimmed): it is the one a verdict may be about. Measured on
     the bench's pods: ~17 KB each as parsed JSON, ~8.5 KB slimmed, ~1.5 KB as a skeleton."""
 
+    MAX_SHARED = 4096  # distinct parts remembered; then the table starts over (bounded memory:
+                       # labels unique to each pod would otherwise keep one key per pod)
+
     def __init__(self) -> None:
         self._shared: dict[str, Any] = {}
 
     def _one(self, obj: Any) -> Any:
         if not obj:
             return obj
+        if len(self._shared) >= self.MAX_SHARED:
+            self._shared.clear()
         # repr, not json.dumps(sort_keys=True): 3x cheaper, and one API server writes equal
         # objects with their keys in the same order
         return self._shared.setdefault(repr(obj), obj)
@@ -75,9 +80,10 @@ class PodCompactor:
             if v:
                 meta[k] = self._one(v)
         owners = md.get("ownerReferences")
-        if owners:  # one per ReplicaSet: not worth a shared-table entry
-            meta["ownerReferences"] = [{"kind": o.get("kind"), "name": o.get("name"),
-                                        "controller": o.get("controller")} for o in owners]
+        if owners:  # the replicas of one ReplicaSet share theirs
+            meta["ownerReferences"] = self._one(
+                [{"kind": _intern(o.get("kind")), "name": o.get("name"),
+                  "controller": o.get("controller")} for o in owners if isinstance(o, dict)])
         sp: dict = {"nodeName": sys.intern(spec.get("nodeName") or "")}
         for key in ("containers", "initContainers"):
             cs = [{"name": c.get("name"), "resources": c.get("resources") or {}}
@@ -88,10 +94,14 @@ class PodCompactor:
                     "schedulerName"):
             if key in spec:
                 sp[key] = spec[key]
-        status = {"phase": sys.intern(st.get("phase") or "")}
-        if st.get("qosClass"):
-            status["qosClass"] = sys.intern(st["qosClass"])
+        phase, qos = st.get("phase") or "", st.get("qosClass")
+        # a few kinds in a whole cluster
+        status = self._one({"phase": phase, **({"qosClass": qos} if qos else {})})
         return {"metadata": meta, "spec": sp, "status": status}
+
+
+def _intern(v: Any) -> Any:
+    return sys.intern(v) if type(v) is str else v
 
 
 def _steady(md: Mapping[str, Any], spec: Mapping[str, Any], st: Mapping[str, Any]) -> bool:
@@ -111,58 +121,80 @@ _CONTINUE = re.compile(rb'"continue"\s*:\s*"([^"]*)"')
 
 def list_items(kube: Kube, path: str, query: Sequence[tuple[str, Any]] = (), *,
                page_size: int = PAGE_SIZE, timeout: float = 60,
-               each: Callable[[dict], dict] | None = slim) -> tuple[list[dict], int]:
+               each: Callable[[dict], dict] | None = slim,
+               parsers: "pageparse.ParsePool | None" = None) -> tuple[list[dict], int]:
     """Every item of the list at `path` and the number of pages it took. The next page is
     fetched while this one is parsed: its token is read from the head of the raw page (the
-    API server writes `metadata` before `items`)."""
+    API server writes `metadata` before `items`). With `parsers` (child processes), pages are
+    parsed and reduced there, a few at a time, and merged here in order."""
     restarted = False
     while True:
         try:
-            return _walk(kube, path, list(query), page_size, timeout, each)
+            return _walk(kube, path, list(query), page_size, timeout, each, parsers)
         except errors.Gone:
             if restarted:
                 raise
             restarted = True  # the token expired mid-list: one consistent restart
 
 
+def _kind(each: Callable[[dict], dict] | None) -> int | None:
+    """The child-side reduction equal to `each`, or None (then pages are parsed here)."""
+    if each is slim:
+        return pageparse.KIND_SLIM
+    if type(each) is PodCompactor:
+        return pageparse.KIND_PODS
+    return None
+
+
 def _walk(kube: Kube, path: str, query: list, page_size: int, timeout: float,
-          each: Callable[[dict], dict] | None) -> tuple[list[dict], int]:
+          each: Callable[[dict], dict] | None,
+          parsers: "pageparse.ParsePool | None") -> tuple[list[dict], int]:
+    import collections
     import concurrent.futures as cf
-    import gc
 
     def fetch(token: str | None) -> bytes:
         q = query + [("limit", str(page_size))] + ([("continue", token)] if token else [])
         return kube.request("GET", path, q, timeout=timeout)
 
+    kind = _kind(each)
+    if parsers is None or not parsers.workers or kind is None:
+        parsers, ahead = None, 1
+    else:
+        ahead = parsers.workers + 1  # pages fetched but not merged: bounds the raw bytes held
     items: list[dict] = []
     pages = 0
+    # (raw page or None, its parse: a future in a child or None, the token read from its head)
+    inflight: collections.deque = collections.deque()
     with cf.ThreadPoolExecutor(max_workers=1, thread_name_prefix="page") as pool:
         nxt = pool.submit(fetch, None)
-        while nxt is not None:
-            raw = nxt.result()
-            pages += 1
-            m = _CONTINUE.search(raw, 0, 4096)
-            token = m.group(1).decode() if m and m.group(1) else None
-            nxt = pool.submit(fetch, token) if token else None
-            was = gc.isenabled()
-            gc.disable()  # JSON trees have no cycles; see kube._loads
-            try:
-                doc = json.loads(raw)
-            except ValueError:
-                if nxt is not None:
-                    nxt.cancel()
-                raise errors.ApiError(f"the API server sent non-JSON for {path}") from None
-            finally:
-                if was:
-                    gc.enable()
-            del raw
-            page = doc.get("items") or () if isinstance(doc, dict) else ()
-            items.extend(each(i) for i in page) if each else items.extend(page)
-            real = ((doc.get("metadata") or {}).get("continue") or None) \
-                if isinstance(doc, dict) else None
-            if real != token:  # the head scan disagreed with the parsed page: trust the page
-                if nxt is not None:
-                    nxt.cancel()
-                nxt = pool.submit(fetch, real) if real else None
-            del doc, page
+        try:
+            while nxt is not None or inflight:
+                if nxt is not None and len(inflight) < ahead:
+                    raw = nxt.result()
+                    pages += 1
+                    m = _CONTINUE.search(raw, 0, 4096)
+                    token = m.group(1).decode() if m and m.group(1) else None
+                    nxt = pool.submit(fetch, token) if token else None
+                    inflight.append((raw, parsers.submit(raw, kind) if parsers else None,
+                                     token))
+                    del raw
+                    continue
+                raw, fut, token = inflight.popleft()
+                try:
+                    got, real = (parsers.result(fut, raw, each) if fut is not None
+                                 else pageparse.parse_page(raw, each))
+                except pageparse.NotJson:
+                    raise errors.ApiError(
+                        f"the API server sent non-JSON for {path}") from None
+                del raw, fut
+                items.extend(got)
+                del got
+                if real != token:  # the head scan disagreed with the parsed page: trust the
+                    inflight.clear()  # page; what was fetched after it came from a wrong token
+                    if nxt is not None:
+                        nxt.cancel()
+                    nxt = pool.submit(fetch, real) if real else None
+        finally:
+            if nxt is not None:
+                nxt.cancel()
     return items, pages

@@ -1,0 +1,306 @@
+"""List pages parsed in child processes: json.loads and the per-item reduction off the main one.
+
+Why: on 150,000 pods the client spends most of its time in one core's worth of Python --
+json.loads of ~7 MiB pages (~50 ms each), freeing the parsed trees, and reducing each pod to
+what the analyses read (pager.PodCompactor) -- while fetching a page costs ~7 ms. The GIL
+keeps threads from sharing that work, so `nodes` hands raw pages to a few child processes
+(plain pipes, no multiprocessing machinery: it runs the same way from a PyInstaller build)
+and gets back only the reduced items, marshalled (~0.5 MiB a page, ~5 ms to load). Children
+are our own code, start in their own session (Ctrl-C goes to the CLI, which closes them),
+exit when their stdin closes (so also when the CLI dies), and a child that breaks, stalls or
+cannot start costs nothing but speed: the page is parsed in the CLI instead.
+
+Run as `python -m kubectl_gpudoctor.pageparse` (the child); `ParsePool` is the CLI's side.
+"""
+from __future__ import annotations
+
+import concurrent.futures as cf
+import gc
+import json
+import marshal
+import os
+import queue
+import re
+import signal
+import struct
+import subprocess
+import sys
+import threading
+from json.decoder import scanstring
+from typing import Any, Callable
+
+_HEAD = struct.Struct("!BQ")  # kind (request) or status (answer), payload length
+KIND_SLIM, KIND_PODS = 0, 1
+_OK, _NOT_JSON = 0, 1
+PAGE_TIMEOUT_S = 30.0  # one page in a child: ~0.1 s; past this the child is killed
+
+
+class NotJson(ValueError):
+    """The page was not a JSON document."""
+
+
+def parse_page(raw: bytes, each: Callable[[dict], Any] | None) -> tuple[list, str | None]:
+    """(reduced items, the page's continue token) of one raw list page. Raises NotJson.
+
+    Item by item (JSONDecoder.raw_decode at each element of `items`), each reduced by `each`
+    before the next is parsed: the page is never one tree of ~2,000 whole pods (~35 MiB)."""
+    was = gc.isenabled()
+    gc.disable()  # JSON trees have no cycles; the cyclic GC would rescan every new dict
+    try:
+        text = raw.decode("utf-8") if not isinstance(raw, str) else raw
+        return _walk_list(text, each)
+    except (ValueError, IndexError):  # JSONDecodeError and UnicodeDecodeError are ValueErrors
+        raise NotJson("not JSON") from None
+    finally:
+        if was:
+            gc.enable()
+
+
+_WS = re.compile(r"[ \t\n\r]*")
+_DECODE = json.JSONDecoder().raw_decode
+
+
+def _walk_list(s: str, each: Callable[[dict], Any] | None) -> tuple[list, str | None]:
+    """The top-level object's members one by one; `items` element by element."""
+    ws, decode = _WS.match, _DECODE
+    i = ws(s, 0).end()
+    if s[i] != "{":  # not a list object: whatever json.loads makes of it
+        json.loads(s)
+        return [], None
+    items: list = []
+    token = None
+    i = ws(s, i + 1).end()
+    if s[i] == "}":
+        i += 1
+    else:
+        while True:
+            if s[i] != '"':
+                raise ValueError("member name expected")
+            key, i = scanstring(s, i + 1)
+            i = ws(s, i).end()
+            if s[i] != ":":
+                raise ValueError("':' expected")
+            i = ws(s, i + 1).end()
+            if key == "items" and s[i] == "[":
+                items = []  # a repeated key: the last one counts, as in json.loads
+                i = ws(s, i + 1).end()
+                if s[i] == "]":
+                    i += 1
+                else:
+                    while True:
+                        obj, i = decode(s, i)
+                        items.append(each(obj) if each and isinstance(obj, dict) else obj)
+                        del obj
+                        i = ws(s, i).end()
+                        c = s[i]
+                        i = ws(s, i + 1).end()
+                        if c == "]":
+                            break
+                        if c != ",":
+                            raise ValueError("',' or ']' expected")
+            else:
+                val, i = decode(s, i)
+                if key == "metadata":
+                    t = val.get("continue") if isinstance(val, dict) else None
+                    token = t if isinstance(t, str) and t else None
+            i = ws(s, i).end()
+            c = s[i]
+            i += 1
+            if c == "}":
+                break
+            if c != ",":
+                raise ValueError("',' or '}' expected")
+            i = ws(s, i).end()
+    if ws(s, i).end() != len(s):
+        raise ValueError("extra data")
+    return items, token
+
+
+def _each(kind: int) -> Callable[[dict], Any]:
+    from . import pager
+    # a fresh compactor per page: the CLI gets each page's shared parts once (marshal keeps
+    # references), and the child's table does not grow with the list
+    return pager.PodCompactor() if kind == KIND_PODS else pager.slim
+
+
+def child_argv() -> list[str]:
+    """argv that runs this module in a child, also from the frozen (PyInstaller) build, whose
+    executable runs `__run_module MODULE` (packaging/kubectl-gpu_doctor.py)."""
+    if getattr(sys, "frozen", False):
+        return [sys.executable, "__run_module", __name__]
+    return [sys.executable, "-m", "kubectl_gpudoctor.pageparse"]
+
+
+class _Child:
+    def __init__(self) -> None:
+        self.pages = 0  # pages this child parsed
+        self.proc = subprocess.Popen(child_argv(), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                     stderr=subprocess.DEVNULL, start_new_session=True)
+        self.jobs: queue.Queue = queue.Queue()
+        self.thread = threading.Thread(target=self._serve, name="pageparse", daemon=True)
+        self.thread.start()
+
+    def _serve(self) -> None:
+        while True:
+            job = self.jobs.get()
+            if job is None:
+                return
+            raw, kind, fut = job
+            if not fut.set_running_or_notify_cancel():
+                continue
+            try:
+                self.proc.stdin.write(_HEAD.pack(kind, len(raw)))
+                self.proc.stdin.write(raw)
+                self.proc.stdin.flush()
+                del raw
+                head = _read_exact(self.proc.stdout, _HEAD.size)
+                status, n = _HEAD.unpack(head)
+                body = _read_exact(self.proc.stdout, n)
+                if status == _NOT_JSON:
+                    fut.set_exception(NotJson("not JSON"))
+                    continue
+                result = marshal.loads(body)
+                del body
+                self.pages += 1
+                fut.set_result(result)
+            except (OSError, EOFError, ValueError, TypeError, struct.error) as exc:
+                fut.set_exception(BrokenChild(str(exc) or type(exc).__name__))
+                self.kill()
+                self._fail_rest()
+                return
+
+    def _fail_rest(self) -> None:
+        while True:
+            try:
+                job = self.jobs.get_nowait()
+            except queue.Empty:
+                return
+            if job is not None and job[2].set_running_or_notify_cancel():
+                job[2].set_exception(BrokenChild("page parser gone"))
+
+    def kill(self) -> None:
+        try:
+            self.proc.kill()
+        except OSError:
+            pass
+
+    def close(self) -> None:
+        self.jobs.put(None)
+        try:
+            self.proc.stdin.close()  # the child exits at EOF
+        except OSError:
+            pass
+
+
+class BrokenChild(Exception):
+    """A page parser child died, stalled or answered nonsense: parse that page here."""
+
+
+class ParsePool:
+    """`workers` page-parser children, started at once (their start overlaps the first
+    fetch). `parse(raw, kind, each)` returns a future of (items, token); a page a child could
+    not handle is parsed in this process with `each` instead (see `result`)."""
+
+    def __init__(self, workers: int) -> None:
+        self.children: list[_Child] = []
+        self._next = 0
+        self._lock = threading.Lock()
+        for _ in range(max(0, workers)):
+            try:
+                self.children.append(_Child())
+            except OSError:
+                break  # no child process here (fd limits, no exec): parse in this process
+
+    @property
+    def workers(self) -> int:
+        return len(self.children)
+
+    @property
+    def pages(self) -> int:
+        """Pages parsed in children so far."""
+        return sum(c.pages for c in self.children)
+
+    def submit(self, raw: bytes, kind: int) -> cf.Future:
+        fut: cf.Future = cf.Future()
+        with self._lock:
+            alive = [c for c in self.children if c.proc.poll() is None]
+            if not alive:
+                fut.set_exception(BrokenChild("no page parser running"))
+                return fut
+            child = alive[self._next % len(alive)]
+            self._next += 1
+        child.jobs.put((raw, kind, fut))
+        return fut
+
+    def result(self, fut: cf.Future, raw: bytes,
+               each: Callable[[dict], Any] | None) -> tuple[list, str | None]:
+        """The future's (items, token); parsed here when the child failed or stalled."""
+        try:
+            return fut.result(timeout=PAGE_TIMEOUT_S)
+        except (BrokenChild, cf.TimeoutError, cf.CancelledError):
+            if not fut.done():  # stalled: that child is of no more use
+                with self._lock:
+                    for c in self.children:
+                        c.kill()
+            return parse_page(raw, each)
+
+    def close(self) -> None:
+        for c in self.children:
+            c.close()
+
+    def __enter__(self) -> "ParsePool":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+
+def default_workers() -> int:
+    """One child per CPU this process may use, at most 2 (the CLI itself fetches and merges;
+    more children only add memory); none on one CPU."""
+    try:
+        cpus = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        cpus = os.cpu_count() or 1
+    return 0 if cpus < 2 else min(2, cpus)
+
+
+def _read_exact(f: Any, n: int) -> bytes:
+    buf = bytearray(n)
+    view = memoryview(buf)
+    got = 0
+    while got < n:
+        k = f.readinto(view[got:])
+        if not k:
+            raise EOFError("page parser closed its output")
+        got += k
+    return bytes(buf) if n < 1 << 16 else buf
+
+
+def main() -> int:
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the CLI's to handle
+    gc.disable()
+    inp = os.fdopen(0, "rb", buffering=0)
+    out = os.fdopen(os.dup(1), "wb")
+    os.dup2(2, 1)  # nothing but answers goes to the CLI's pipe
+    while True:
+        try:
+            head = _read_exact(inp, _HEAD.size)
+        except EOFError:
+            return 0
+        kind, n = _HEAD.unpack(head)
+        raw = _read_exact(inp, n)
+        try:
+            text = raw.decode("utf-8")
+            del raw  # one copy of the page at a time
+            body, status = marshal.dumps(parse_page(text, _each(kind))), _OK
+        except (NotJson, ValueError):  # ValueError: not UTF-8
+            body, status = b"", _NOT_JSON
+        raw = text = None
+        out.write(_HEAD.pack(status, len(body)))
+        out.write(body)
+        out.flush()
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,151 @@
+"""List pages parsed in child processes (pageparse.py): the same items as parsing in the CLI,
+in page order; a child that dies or is killed costs nothing but speed (the page is parsed in
+the CLI); a page that is not JSON is one clear API error; children run in their own session
+(Ctrl-C reaches only the CLI) and exit when the pool closes."""
+from __future__ import annotations
+
+import json
+import os
+import time
+
+import pytest
+
+from kubectl_gpudoctor import errors, pageparse, pager
+from kubectl_gpudoctor.kube import Kube
+
+from .fakecluster import FakeCluster, build_fleet
+
+
+@pytest.fixture
+def fleet(tmp_path):
+    fc = FakeCluster()
+    build_fleet(fc, 25, 2500, wedged=(3,), fat=True)
+    fc.start()
+    try:
+        yield fc, Kube(str(fc.kubeconfig(tmp_path / "kc")))
+    finally:
+        fc.stop()
+
+
+def _gone(proc, within_s: float = 10.0) -> bool:
+    end = time.monotonic() + within_s
+    while time.monotonic() < end:
+        if proc.poll() is not None:
+            return True
+        time.sleep(0.02)
+    return False
+
+
+@pytest.mark.parametrize("each", [pager.slim, "pods"])
+def test_children_parse_the_same_items_in_order(fleet, each):
+    fc, kube = fleet
+    mk = (lambda: pager.PodCompactor()) if each == "pods" else (lambda: each)
+    here, pages_here = pager.list_items(kube, "/api/v1/pods", page_size=300, each=mk())
+    with pageparse.ParsePool(2) as pp:
+        assert pp.workers == 2
+        there, pages_there = pager.list_items(kube, "/api/v1/pods", page_size=300,
+                                              each=mk(), parsers=pp)
+        assert pp.pages == pages_there == pages_here == 9  # every page went to a child
+    assert there == here  # same reduced objects, same (key) order
+    assert len(there) == len(fc.pods)
+    steady = next(p for p in there if p["status"]["phase"] == "Running")
+    assert "managedFields" not in steady["metadata"]
+    stuck = next(p for p in there if p["metadata"]["name"] == "neal-3-0")
+    assert stuck["status"]["phase"] == "Pending"  # kept whole: a verdict is about it
+
+
+def test_a_dead_child_costs_only_speed(fleet):
+    fc, kube = fleet
+    here, _ = pager.list_items(kube, "/api/v1/pods", page_size=300)
+    with pageparse.ParsePool(2) as pp:
+        pp.children[0].kill()  # e.g. the OOM killer
+        got, _ = pager.list_items(kube, "/api/v1/pods", page_size=300, parsers=pp)
+        assert got == here
+        pp.children[1].kill()
+        got, _ = pager.list_items(kube, "/api/v1/pods", page_size=300, parsers=pp)
+        assert got == here
+
+
+def test_non_json_page_is_an_api_error(fleet, monkeypatch):
+    fc, kube = fleet
+    real = kube.request
+    calls = []
+
+    def request(method, path, query=None, **kw):
+        calls.append(1)
+        if len(calls) == 2:
+            return b'{"metadata": {}, "items": [ <html>'
+        return real(method, path, query, **kw)
+
+    monkeypatch.setattr(kube, "request", request)
+    with pageparse.ParsePool(2) as pp:
+        with pytest.raises(errors.ApiError, match="non-JSON"):
+            pager.list_items(kube, "/api/v1/pods", page_size=300, parsers=pp)
+        assert all(c.proc.poll() is None for c in pp.children)  # a bad page kills nothing
+
+
+def test_children_own_session_and_exit_on_close():
+    pp = pageparse.ParsePool(2)
+    procs = [c.proc for c in pp.children]
+    try:
+        for p in procs:  # Ctrl-C goes to the terminal's foreground group: not to them
+            assert os.getsid(p.pid) == p.pid != os.getsid(0)
+        fut = pp.submit(json.dumps({"items": [{"metadata": {"name": "a",
+                                                           "managedFields": [{}]}}]}).encode(),
+                        pageparse.KIND_SLIM)
+        assert fut.result(timeout=30) == ([{"metadata": {"name": "a"}}], None)
+    finally:
+        pp.close()
+    assert all(_gone(p) for p in procs)
+    assert [p.returncode for p in procs] == [0, 0]
+
+
+def test_no_children_on_one_cpu(monkeypatch):
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0})
+    assert pageparse.default_workers() == 0
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(range(16)))
+    assert pageparse.default_workers() == 2
+
+
+# -- the item-by-item parser agrees with json.loads --------------------------------------
+
+from hypothesis import given, settings, strategies as st  # noqa: E402
+
+_scalars = st.none() | st.booleans() | st.integers() | st.text(max_size=8)
+_json = st.recursive(_scalars, lambda inner: st.lists(inner, max_size=3) |
+                     st.dictionaries(st.text(max_size=5), inner, max_size=3), max_leaves=12)
+
+
+@settings(max_examples=200, deadline=None)
+@given(items=st.lists(st.dictionaries(st.text(max_size=5), _json, max_size=4), max_size=5),
+       token=st.none() | st.text(min_size=1, max_size=10), indent=st.sampled_from([None, 0, 2]),
+       items_first=st.booleans(), extra=st.dictionaries(st.sampled_from(["kind", "x"]), _json))
+def test_parse_page_agrees_with_json_loads(items, token, indent, items_first, extra):
+    meta = {"resourceVersion": "1", **({"continue": token} if token else {})}
+    doc = {"items": items, "metadata": meta} if items_first else {"metadata": meta,
+                                                                   "items": items}
+    doc = {**extra, **doc}
+    raw = (" \n" + json.dumps(doc, indent=indent) + "\n").encode()
+    assert pageparse.parse_page(raw, None) == (json.loads(raw)["items"], token)
+
+
+@pytest.mark.parametrize("raw", [
+    b'{"metadata": {}, "items": [ <html>', b'{"items": [{}]', b'{"items": [{}] } x',
+    b'<html>502</html>', b'{"items": [{},]}', b'{"items" [{}]}', b'', b'\xff\xfe{}',
+    b'{"items": [{}], }'])
+def test_parse_page_refuses_what_json_loads_refuses(raw):
+    with pytest.raises(ValueError):
+        json.loads(raw)
+    with pytest.raises(pageparse.NotJson):
+        pageparse.parse_page(raw, pager.slim)
+
+
+def test_parse_page_odd_but_valid_documents():
+    assert pageparse.parse_page(b'[1, 2]', pager.slim) == ([], None)  # not a list object
+    assert pageparse.parse_page(b'{}', pager.slim) == ([], None)
+    assert pageparse.parse_page(b'{"items": []}', pager.slim) == ([], None)
+    # a repeated key: the last one counts, as in json.loads
+    assert pageparse.parse_page(b'{"items": [1], "items": [2]}', None) == ([2], None)
+    # items that are not objects are kept as they are, not reduced
+    assert pageparse.parse_page(b'{"items": [1, {"metadata": {"managedFields": []}}]}',
+                                pager.slim) == ([1, {"metadata": {}}], None)
