@@ -3,8 +3,9 @@
 Why: two of the seed causes are kubelet settings (cpuManagerPolicy: static rewriting device
 cgroups, seed 001; the systemd cgroup driver in the same family), and the node side must read
 them without the API server (which may be the thing that is down). The running kubelet is
-found in /proc, its --config file is read under --host-root, and its flags override the file as
-they do in the kubelet. The probe image has no PyYAML, so KubeletConfiguration is read with a
+the process serving the kubelet dir's sockets (found in /proc by socket inode, never by name),
+its --config file is read under --host-root, and its flags override the file as they do in the
+kubelet. The probe image has no PyYAML, so KubeletConfiguration is read with a
 small reader for the block-mapping YAML kubelets are configured with (or JSON).
 """
 from __future__ import annotations
@@ -15,9 +16,10 @@ import re
 import stat
 from pathlib import Path
 
+from node_probe.deviceplugin.discovery import find_owners
 from node_probe.host import hostfs, procfs
 
-DEFAULT_ROOT_DIR = "/var/lib/kubelet"
+KUBELET_SOCKETS = ("device-plugins/kubelet.sock", "pod-resources/kubelet.sock")
 CONFIG_CAP = 1 << 20  # a kubelet config is a few KiB; a bigger file is read in part
 # flag -> config key (flags override the file in the kubelet)
 FLAG_KEYS = {
@@ -176,6 +178,24 @@ def find_kubelets(proc: Path = procfs.PROC) -> list[tuple[int, list[str]]]:
     return out
 
 
+def kubelet_pid(kubelet_dir: Path, proc: Path = procfs.PROC) -> int | None:
+    """The kubelet serving this kubelet dir: the process listening on its registration or
+    pod-resources socket, matched by socket inode (deviceplugin.discovery.find_owners). Never by
+    process name: a tenant process named `kubelet` with `--root-dir` and `--config` flags would
+    otherwise hand the probe a config of its choosing. None when nobody serves them (the
+    kubelet is down): the kubelet dir's config.yaml is read instead."""
+    files = []
+    for rel in KUBELET_SOCKETS:
+        p = Path(kubelet_dir) / rel
+        try:
+            if stat.S_ISSOCK(os.lstat(p).st_mode):
+                files.append(p)
+        except OSError:
+            continue
+    owners = find_owners(files, proc)
+    return next((owners[f][0] for f in files if f in owners), None)
+
+
 def presence(kubelet_dir: Path, proc: Path = procfs.PROC) -> dict:
     """Whether this host runs a kubelet at all: its registration socket
     (<kubelet-dir>/device-plugins/kubelet.sock, a stale one counts: the node's kubelet is down)
@@ -206,19 +226,10 @@ def load(host_root: Path, kubelet_dir: Path, proc: Path = procfs.PROC) -> dict:
     tests/kind), else the only one; falls back to <kubelet-dir>/config.yaml."""
     host_root = Path(host_root)
     kdir = Path(kubelet_dir)
-    try:
-        k_rel = os.path.normpath("/" + str(kdir.resolve().relative_to(host_root.resolve())))
-    except (ValueError, OSError):
-        k_rel = os.path.normpath(str(kdir))
-    chosen = None
-    kubelets = find_kubelets(proc)
-    for pid, argv in kubelets:
-        root_dir = os.path.normpath(flag_value(argv, "--root-dir") or DEFAULT_ROOT_DIR)
-        if root_dir == k_rel or len(kubelets) == 1 and k_rel == DEFAULT_ROOT_DIR:
-            chosen = (pid, argv)
-            break
+    pid = kubelet_pid(kdir, proc)
+    chosen = (pid, procfs.read_cmdline(pid, proc)) if pid is not None else None
     fact: dict = {"path": None, "source": None, "pid": None, "flags": {}, "error": None,
-                  "kubelets_found": [p for p, _ in kubelets]}
+                  "kubelets_found": [p for p, _ in find_kubelets(proc)]}
     for k in KEYS:
         fact[k] = None
     argv: list[str] = []

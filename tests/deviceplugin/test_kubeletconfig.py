@@ -5,6 +5,7 @@ import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 
@@ -93,18 +94,36 @@ def test_flag_values():
     assert kc.flag_value(argv, "--root-dir") is None
 
 
+KUBELET_SCRIPT = """\
+import os, socket, sys, time
+path = os.environ.get("SERVE_SOCKET")
+if path:
+    if os.path.lexists(path):
+        os.unlink(path)
+    s = socket.socket(socket.AF_UNIX)
+    s.bind(path)
+    s.listen(8)
+print("ready", flush=True)
+time.sleep(120)
+"""
+
+
 @pytest.fixture
 def fake_kubelet(tmp_path):
-    """A real process whose comm is `kubelet` (a script named kubelet) with kubelet flags."""
+    """A real process whose comm is `kubelet` (a script named kubelet) with kubelet flags;
+    with `serve=`, it listens on that socket as the kubelet does on device-plugins/kubelet.sock
+    (that is what makes it the kubelet: the name alone does not)."""
     procs = []
 
-    def start(*args):
+    def start(*args, serve: Path | None = None):
         script = tmp_path / "bin" / "kubelet"
         script.parent.mkdir(exist_ok=True)
-        script.write_text(f"#!{sys.executable}\nimport time\ntime.sleep(120)\n")
+        script.write_text(f"#!{sys.executable}\n{KUBELET_SCRIPT}")
         script.chmod(0o755)
-        p = subprocess.Popen([str(script), *args])
+        p = subprocess.Popen([str(script), *args], stdout=subprocess.PIPE, text=True,
+                             env={**os.environ, "SERVE_SOCKET": str(serve or "")})
         procs.append(p)
+        assert p.stdout.readline().strip() == "ready"
         for _ in range(100):
             try:
                 if open(f"/proc/{p.pid}/comm").read().strip() == "kubelet":
@@ -126,7 +145,8 @@ def test_config_from_the_running_kubelets_flags(host, fake_kubelet):
     (etc / "kubelet-config.yaml").write_text("cpuManagerPolicy: none\ncgroupDriver: systemd\n")
     (host.kubelet / "config.yaml").write_text("cpuManagerPolicy: none\n")  # not this one
     p = fake_kubelet("--root-dir=/var/lib/kubelet", "--config=/etc/kubernetes/kubelet-config.yaml",
-                     "--cpu-manager-policy", "static")
+                     "--cpu-manager-policy", "static",
+                     serve=host.kubelet / "device-plugins/kubelet.sock")
     fact = kc.load(host.root, host.kubelet)
     assert fact["pid"] == p.pid and fact["source"] == "kubelet --config"
     assert fact["path"] == "/etc/kubernetes/kubelet-config.yaml"
@@ -146,7 +166,31 @@ def test_kubelet_of_another_root_dir_is_ignored(host, fake_kubelet):
 
 
 def test_missing_config_file_is_reported(host, fake_kubelet):
-    fake_kubelet("--config=/etc/kubernetes/missing.yaml")
+    fake_kubelet("--config=/etc/kubernetes/missing.yaml", serve=host.kubelet / "pod-resources/kubelet.sock")
     fact = kc.load(host.root, host.kubelet)
     assert "not found" in fact["error"]
     assert fact["cpuManagerPolicy"] is None
+
+
+def test_a_process_named_kubelet_that_serves_nothing_is_not_the_kubelet(host, fake_kubelet):
+    """A tenant's decoy named kubelet, with this kubelet dir and a config of its choosing, started
+    before the real one: the config read is the one of the process serving kubelet.sock."""
+    etc = host.root / "etc/kubernetes"
+    etc.mkdir(parents=True)
+    (etc / "decoy.yaml").write_text("cpuManagerPolicy: none\n")
+    (etc / "kubelet-config.yaml").write_text("cpuManagerPolicy: static\n")
+    fake_kubelet("--root-dir=/var/lib/kubelet", "--config=/etc/kubernetes/decoy.yaml")
+    real = fake_kubelet("--config=/etc/kubernetes/kubelet-config.yaml",
+                        serve=host.kubelet / "device-plugins/kubelet.sock")
+    fact = kc.load(host.root, host.kubelet)
+    assert fact["pid"] == real.pid and fact["path"] == "/etc/kubernetes/kubelet-config.yaml"
+    assert fact["cpuManagerPolicy"] == "static"
+
+
+def test_decoy_alone_leaves_the_kubelet_dir_config(host, fake_kubelet):
+    (host.root / "decoy.yaml").write_text("cpuManagerPolicy: none\n")
+    (host.kubelet / "config.yaml").write_text("cpuManagerPolicy: static\n")
+    fake_kubelet("--config=/decoy.yaml")
+    fact = kc.load(host.root, host.kubelet)
+    assert fact["pid"] is None and fact["source"] == "kubelet dir"
+    assert fact["cpuManagerPolicy"] == "static"
