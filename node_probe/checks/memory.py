@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Iterable
 
 from node_probe.protocol import catalog
-from node_probe.host import procfs
+from node_probe.host import containers, procfs
 from ..protocol import Finding, Severity
 from node_probe.engine.context import Skipped
 from node_probe.engine.registry import check
@@ -154,7 +154,7 @@ def _pct_of_window(a: Psi | None, b: Psi | None, attr: str, window_s: float) -> 
     return round(max(0, y - x) / (window_s * 1e6) * 100.0, 2)
 
 
-def measurements(a: Sample, b: Sample) -> dict:
+def measurements(a: Sample, b: Sample, proc: Path = procfs.PROC) -> dict:
     """Everything the verdict needs, as plain evidence values (units in the key names)."""
     window = max(1e-3, b.t - a.t)
     ev: dict = {"window_s": round(window, 3)}
@@ -195,8 +195,11 @@ def measurements(a: Sample, b: Sample) -> dict:
         p["major_per_s"] = round(p["major"] / window, 1)
     ev["top_major_faulters"] = faulters[:TOP_N]
     ev["processes_with_major_faults"] = len(faulters)
+    # a node daemon runs outside every pod: a tenant's process may take the name `kubelet`, but
+    # its cgroup says which pod it is in (and it must not raise the verdict to critical)
     ev["daemons_faulting"] = [p for p in faulters if is_node_daemon(p["comm"])
-                              and p["major_per_s"] >= DAEMON_MAJFLT_PER_S][:TOP_N]
+                              and p["major_per_s"] >= DAEMON_MAJFLT_PER_S
+                              and containers.pod_of_pid(p["pid"], proc) is None][:TOP_N]
     return ev
 
 
@@ -310,7 +313,7 @@ def memory_check(ctx) -> Iterable[Finding]:
     if last.psi["memory"] is None and not last.vmstat and not last.meminfo_kib:
         return Skipped(f"cannot read {proc}/pressure/memory, {proc}/vmstat or {proc}/meminfo: "
                        "no memory signal to judge")
-    ev = measurements(first, last)
+    ev = measurements(first, last, proc)
     if ev.get("psi_memory", "").startswith("unavailable"):
         ctx.log("info", "PSI unavailable: /proc/pressure/memory cannot be read")
     yield analyze(ev, subject="node")

@@ -119,7 +119,7 @@ def test_window_deltas_from_proc_files(fake_proc):
     shutil.rmtree(fake_proc.root / "300")
     b = memory.sample(fake_proc.root)
     b.t = a.t + 3.0
-    ev = memory.measurements(a, b)
+    ev = memory.measurements(a, b, fake_proc.root)
     assert ev["pgmajfault_per_s"] == 1000.0 and ev["refault_file_per_s"] == 10000.0
     assert ev["psi_memory_some_window_pct"] == 50.0 and ev["psi_memory_full_window_pct"] == 40.0
     assert [(p["pid"], p["comm"], p["major"]) for p in ev["top_major_faulters"]] == [
@@ -177,3 +177,24 @@ def test_real_thrash_in_a_memory_cgroup(tmp_path, need_root):
     assert ev["pgmajfault_per_s"] > 0 and ev["refault_file_per_s"] > 0
     assert f["severity"] in ("warning", "critical")
     assert f"gd-reader[{reader_pid}]" in f["title"]
+
+
+def test_a_tenant_process_named_kubelet_is_not_a_node_daemon(fake_proc):
+    """Node daemons raise the verdict to critical; a pod's process named `kubelet` is in a pod's
+    cgroup, so it stays a plain faulter (the host's kubelet, outside every pod, still counts)."""
+    fake_proc.set_counters(majflt=0, refault_file=0)
+    fake_proc.set_psi("memory", some_total=0, full_total=0)
+    fake_proc.set_proc(100, "kubelet", majflt=0)
+    fake_proc.set_proc(101, "kubelet", majflt=0)
+    (fake_proc.root / "100/cgroup").write_text(
+        "4:memory:/kubepods/burstable/pod0f1e2d3c-4b5a-6978-8a9b-0c1d2e3f4a5b/"
+        + "a" * 64 + "\n")
+    (fake_proc.root / "101/cgroup").write_text("4:memory:/system.slice/kubelet.service\n")
+    a = memory.sample(fake_proc.root)
+    fake_proc.set_proc(100, "kubelet", majflt=3000)
+    fake_proc.set_proc(101, "kubelet", majflt=3000)
+    b = memory.sample(fake_proc.root)
+    b.t = a.t + 3.0
+    ev = memory.measurements(a, b, fake_proc.root)
+    assert {p["pid"] for p in ev["top_major_faulters"]} == {100, 101}
+    assert [p["pid"] for p in ev["daemons_faulting"]] == [101]
