@@ -235,13 +235,17 @@ def _api_failed(out: Output, check_id: str, exc: errors.ApiError, t0: float,
 
 # -- the node probe in a debug pod ---------------------------------------------------------
 
+PATH_NOT_READY = "none: NotReady"           # run_probe's answers when no way in was tried
+PATH_BLOCKED = "none: admission blocked"
+
+
 def run_probe(kube: Kube, view: NodeView, settings: Settings, out: Output,
               focus_pods: tuple[str, ...] = (), cancelled: Callable[[], bool] = lambda: False,
               on_pod: Callable[[debugpod.DebugPod | None], None] = lambda p: None,
               fleet: bool = False) -> str:
     """Run the node probe on the view's node -- by exec in the standing agent's pod when one
     runs there, else in a debug pod -- and merge its records into `out`. Returns the path
-    taken: "agent" or "debug pod".
+    taken: "agent", "debug pod", or why there was none: PATH_NOT_READY, PATH_BLOCKED.
 
     fleet=True: one of several nodes in one report (subjects and check ids get the node name).
     """
@@ -264,7 +268,7 @@ def run_probe(kube: Kube, view: NodeView, settings: Settings, out: Output,
         out.finding(nr)
         out.check(check_id, "skipped", 0.0, f"no debug pod: node {name} is NotReady")
         out.mark_incomplete(f"node {name} is NotReady: the node-side checks did not run")
-        return
+        return PATH_NOT_READY
     # Decide from the API side first: on a kubelet that admits no pod, a debug pod could only
     # sit Pending beside the others (unless --force-pod).
     decision = wedge.decide(name, view.findings, view.pods, force=settings.force_pod)
@@ -277,7 +281,7 @@ def run_probe(kube: Kube, view: NodeView, settings: Settings, out: Output,
         out.check(check_id, "skipped", 0.0, "no debug pod: " + decision.reason)
         out.mark_incomplete("the node-side checks did not run: the kubelet admits no pod, so "
                             "no debug pod was created" + (f" on {name}" if fleet else ""))
-        return
+        return PATH_BLOCKED
     if decision.forced:
         out.say(decision.reason)
     names = subjects.PodIndex(view.pods)

@@ -204,3 +204,28 @@ def test_known_wedge_without_agent_names_the_install_command_and_creates_no_pod(
     ids = {f["id"] for f in doc["findings"]}
     assert "kubelet.admission_stalled" in ids
     assert "kubectl gpu-doctor agent install" in json.dumps(doc)
+
+
+def test_nodes_probe_names_why_a_node_had_no_way_in(xc, kc):
+    """PROBE VIA says which way each node was reached, and why there was none: a NotReady node
+    and a node whose kubelet admits no pod (no agent there) get no debug pod and no "-"."""
+    from .kubelet_dump import wedged_kubelet_dump
+    xc.namespaces["gpu-doctor"] = {PROBE_NS: "true"}
+    xc.add_node("gpu-a")
+    xc.add_agent_pod("gpu-a")
+    xc.add_node("gpu-down", ready=False, lease_age_s=600)
+    xc.add_node("gpu-w")
+    for k in range(3):
+        xc.add_pod("ml", f"train-{k}", "gpu-w", phase="Pending", gpus=1, age_s=600,
+                   events="scheduled-only")
+    xc.goroutines["gpu-w"] = wedged_kubelet_dump(stuck=2, minutes=10)
+    xc.exec_argv = recorded_probe
+    r = run_cli("nodes", "--kubeconfig", kc, "--probe", "--trace-seconds", "0", timeout=120)
+    assert r.returncode == 1, r.stderr
+    assert xc.created == [] and len(xc.execs) == 1
+    via = {line.split()[0]: line for line in r.stdout.splitlines()
+           if line.startswith("gpu-")}
+    assert via["gpu-a"].rstrip().endswith(" agent")
+    assert via["gpu-down"].rstrip().endswith(" none: NotReady")
+    assert via["gpu-w"].rstrip().endswith(" none: admission blocked")
+    assert "node probe: 1 via agent, 1 none: NotReady, 1 none: admission blocked" in r.stdout
