@@ -134,7 +134,9 @@ def analyze(records: list[tuple[float | None, str]], now_s: float | None = None)
              "last_age_s": age(d["last_s"])},
             info.action, ("https://docs.nvidia.com/deploy/xid-errors/",))
     for (comm, pid), d in hung.items():
-        critical = any(c in comm.lower() for c in HUNG_CRITICAL_COMMS)
+        # by prefix (containerd-shim, runc:[2:INIT], nvidia-device-p), not substring: a task
+        # named `prunc-job` or `my-kubelet-test` is not a node daemon
+        critical = comm.lower().startswith(HUNG_CRITICAL_COMMS)
         yield catalog.make(
             "kernel.hung_task", "critical" if critical else "warning", f"{comm}:{pid}",
             f"Task {comm} (pid {pid}) blocked for more than {d['blocked_s']} s"

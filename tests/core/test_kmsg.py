@@ -62,3 +62,14 @@ def test_live_kmsg_is_read_without_blocking():
     recs = kmsg.read_kmsg(Path("/dev/kmsg"))
     assert time.monotonic() - t0 < 5
     assert recs, "the kernel ring buffer is never empty on a booted machine"
+
+
+def test_hung_task_critical_only_for_node_daemon_names_by_prefix():
+    log = "".join(f"[ {100 + i}.0] INFO: task {comm}:{1000 + i} blocked for more than 122 seconds.\n"
+                  for i, comm in enumerate(("runc:[2:INIT]", "containerd-shim", "kubelet",
+                                            "prunc-job", "my-kubelet-tes", "scanvidia")))
+    sev = {f.evidence["comm"]: f.severity.value
+           for f in kmsg.analyze(kmsg.parse_log_file(log)) if f.id == "kernel.hung_task"}
+    assert sev == {"runc:[2:INIT]": "critical", "containerd-shim": "critical",
+                   "kubelet": "critical", "prunc-job": "warning", "my-kubelet-tes": "warning",
+                   "scanvidia": "warning"}
