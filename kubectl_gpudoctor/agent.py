@@ -333,15 +333,20 @@ def status_table(doc: Mapping[str, Any]) -> str:
 def run_probe(kube: Kube, node: str, agent_pod: Mapping[str, Any], out: Any, *,
               timeout_s: float, trace_s: float, focus_pods: Sequence[str] = (),
               extra_args: Sequence[str] = (), fleet: bool = False,
-              check_id: str = "node.probe") -> bool:
+              check_id: str = "node.probe",
+              pods: Sequence[Mapping[str, Any]] = ()) -> bool:
     """Exec `python3 -m node_probe ...` in the agent pod; merge its records into `out`, live.
+    `pods` (the node's pods from the API) name what the node could only identify by pod UID
+    or container id, as on the debug pod's path (analysis/subjects.py).
 
     Returns False when the exec was refused or could not connect before the probe started
     (RBAC, the pod just went away, API server unreachable): the caller then uses a debug pod.
     Returns True when the probe ran, whether or not it completed (an incomplete run is marked
     in `out`, with the reason: stream cut, agent pod deleted mid-run, deadline)."""
     from . import execstream, stream
+    from .analysis import subjects
 
+    names = subjects.PodIndex(pods)
     md = agent_pod.get("metadata") or {}
     ns, name = md.get("namespace") or DEFAULT_NAMESPACE, md.get("name") or ""
     cmd = debugpod.probe_args(timeout_s, trace_s, node, focus_pods, extra_args)
@@ -360,7 +365,7 @@ def run_probe(kube: Kube, node: str, agent_pod: Mapping[str, Any], out: Any, *,
     got_summary = False
     try:
         for rec in stream.records(ex.chunks()):
-            out.node_record(rec, node=node if fleet else None)
+            out.node_record(subjects.name_record(rec, names), node=node if fleet else None)
             got_summary = got_summary or rec.get("kind") == "summary"
     except errors.StreamBroken as exc:
         out.log("warning", f"{node}: {exc.one_line()}")

@@ -258,7 +258,7 @@ def run_probe(kube: Kube, view: NodeView, settings: Settings, out: Output,
         if apod is not None and agent.run_probe(
                 kube, name, apod, out, timeout_s=settings.timeout_s, trace_s=settings.trace_s,
                 focus_pods=focus_pods, extra_args=settings.probe_args, fleet=fleet,
-                check_id=check_id):
+                check_id=check_id, pods=view.pods):
             return "agent"
     # A NotReady node starts no pod: say so plainly, do not wait and blame admission.
     nr = readiness.not_ready(view.node, view.lease, now_utc(),

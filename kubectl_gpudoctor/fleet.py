@@ -31,14 +31,15 @@ CACHED = ("resourceVersion", "0")
 
 def _list(kube: Kube, path: str, what: str, query: list | None = None,
           required: bool = True, paged: bool = False,
-          parsers: pageparse.ParsePool | None = None) -> list[dict] | None:
+          parsers: pageparse.ParsePool | None = None,
+          container_ids: bool = False) -> list[dict] | None:
     """All items. Small lists (nodes, Leases) in one call from the API server's watch cache
     (resourceVersion=0, the cheapest list there is); big ones (pods, events) paged with
     limit/continue and reduced page by page (pager.py: steady pods to a shared skeleton), so
     memory stays bounded on 150,000 pods -- pods that fit in one page still need one call."""
     try:
         if paged:
-            each = pager.PodCompactor() if path.endswith("/pods") else pager.slim
+            each = pager.PodCompactor(container_ids) if path.endswith("/pods") else pager.slim
             items, _ = pager.list_items(kube, path, list(query or ()), timeout=60, each=each,
                                         parsers=parsers)
             return items
@@ -64,7 +65,8 @@ def scan(kube: Kube, selector: str | None, settings: Settings, out: Output,
     # keep that work on one core)
     with worker_pool(4, "list") as pool, pageparse.ParsePool(pageparse.default_workers()) as pp:
         f_nodes = pool.submit(_list, kube, "/api/v1/nodes", "nodes", q)
-        f_pods = pool.submit(_list, kube, "/api/v1/pods", "pods", None, True, True, pp)
+        f_pods = pool.submit(_list, kube, "/api/v1/pods", "pods", None, True, True, pp,
+                             settings.probe)  # the probe's records name containers by id
         f_events = pool.submit(_list, kube, "/api/v1/events", "events",
                                [("fieldSelector", "involvedObject.kind=Pod")], False, True, pp)
         f_leases = pool.submit(_list, kube,

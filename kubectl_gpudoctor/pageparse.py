@@ -30,7 +30,7 @@ from json.decoder import scanstring
 from typing import Any, Callable
 
 _HEAD = struct.Struct("!BQ")  # kind (request) or status (answer), payload length
-KIND_SLIM, KIND_PODS = 0, 1
+KIND_SLIM, KIND_PODS, KIND_PODS_IDS = 0, 1, 2  # pager.slim, pager.PodCompactor(container_ids)
 _OK, _NOT_JSON = 0, 1
 PAGE_TIMEOUT_S = 30.0  # one page in a child: ~0.1 s; past this the child is killed
 
@@ -120,7 +120,9 @@ def _each(kind: int) -> Callable[[dict], Any]:
     from . import pager
     # a fresh compactor per page: the CLI gets each page's shared parts once (marshal keeps
     # references), and the child's table does not grow with the list
-    return pager.PodCompactor() if kind == KIND_PODS else pager.slim
+    if kind in (KIND_PODS, KIND_PODS_IDS):
+        return pager.PodCompactor(container_ids=kind == KIND_PODS_IDS)
+    return pager.slim
 
 
 def child_argv() -> list[str]:

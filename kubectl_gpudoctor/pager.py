@@ -55,8 +55,11 @@ class PodCompactor:
     MAX_SHARED = 4096  # distinct parts remembered; then the table starts over (bounded memory:
                        # labels unique to each pod would otherwise keep one key per pod)
 
-    def __init__(self) -> None:
+    def __init__(self, container_ids: bool = False) -> None:
         self._shared: dict[str, Any] = {}
+        # keep each container's id and name (status.*containerStatuses): with `nodes --probe`
+        # the node side's records name containers by id only (analysis/subjects.py)
+        self.container_ids = container_ids
 
     def _one(self, obj: Any) -> Any:
         if not obj:
@@ -95,8 +98,15 @@ class PodCompactor:
             if key in spec:
                 sp[key] = spec[key]
         phase, qos = st.get("phase") or "", st.get("qosClass")
-        # a few kinds in a whole cluster
-        status = self._one({"phase": phase, **({"qosClass": qos} if qos else {})})
+        status = {"phase": phase, **({"qosClass": qos} if qos else {})}
+        if self.container_ids:
+            for key in ("initContainerStatuses", "containerStatuses"):
+                ids = [{"name": c.get("name"), "containerID": c.get("containerID")}
+                       for c in st.get(key) or () if isinstance(c, dict)]
+                if ids:
+                    status[key] = ids
+        else:
+            status = self._one(status)  # a few kinds in a whole cluster
         return {"metadata": meta, "spec": sp, "status": status}
 
 
@@ -142,7 +152,7 @@ def _kind(each: Callable[[dict], dict] | None) -> int | None:
     if each is slim:
         return pageparse.KIND_SLIM
     if type(each) is PodCompactor:
-        return pageparse.KIND_PODS
+        return pageparse.KIND_PODS_IDS if each.container_ids else pageparse.KIND_PODS
     return None
 
 

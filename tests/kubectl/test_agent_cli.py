@@ -229,3 +229,43 @@ def test_nodes_probe_names_why_a_node_had_no_way_in(xc, kc):
     assert via["gpu-down"].rstrip().endswith(" none: NotReady")
     assert via["gpu-w"].rstrip().endswith(" none: admission blocked")
     assert "node probe: 1 via agent, 1 none: NotReady, 1 none: admission blocked" in r.stdout
+
+
+CID = "efe143260eee9" + "0" * 51
+
+
+def _probe_naming_by_uid(tmp_path, uid: str):
+    """The agent's probe as on the real kubelet: a finding about a container it knows only by
+    pod UID and container id (names null), then the recorded run's summary."""
+    lines = PROBE_STREAM.decode().splitlines(keepends=True)
+    rec = {"schema": "gpu-doctor/v1", "kind": "finding", "id": "cgroup.device_denied",
+           "severity": "critical", "subject": f"pod uid {uid} container {CID[:13]}",
+           "title": f"Container {CID[:13]} in pod uid {uid} cannot open /dev/nvidia-uvm "
+                    f"(c 508:0): its device cgroup denies it",
+           "evidence": {"pod_uid": uid, "namespace": None, "pod": None, "container": None,
+                        "container_id": CID}, "check": "cgroup"}
+    stream = tmp_path / "stream.ndjson"
+    stream.write_text("".join(lines[:-1]) + json.dumps(rec) + "\n" + lines[-1])
+
+    def argv(cmd):
+        import sys
+        return [sys.executable, "-c", "import sys; sys.stdout.write(open(%r).read()); "
+                "sys.exit(1)" % str(stream)]
+    return argv
+
+
+@pytest.mark.parametrize("command", [["node", "gpu-1"], ["nodes", "--probe"]])
+def test_agent_path_names_pods_and_containers_from_the_api(xc, kc, tmp_path, command):
+    _healthy_with_agent(xc)
+    pod = xc.pods[("ml", "train-0")]
+    pod["status"]["containerStatuses"][0]["containerID"] = f"containerd://{CID}"
+    xc.exec_argv = _probe_naming_by_uid(tmp_path, pod["metadata"]["uid"])
+    r = run_cli(*command, "--kubeconfig", kc, "-o", "json", "--trace-seconds", "0",
+                timeout=120)
+    assert r.returncode == 1, r.stderr
+    assert xc.created == [] and len(xc.execs) == 1  # by exec, not a debug pod
+    (f,) = [f for f in json.loads(r.stdout)["findings"] if f["id"] == "cgroup.device_denied"]
+    ev = f["evidence"]
+    assert (ev["namespace"], ev["pod"], ev["container"]) == ("ml", "train-0", "main")
+    assert "pod ml/train-0 container main" in f["subject"]
+    assert f["title"].startswith("Container main in pod ml/train-0 cannot open")

@@ -36,10 +36,15 @@ def _gone(proc, within_s: float = 10.0) -> bool:
     return False
 
 
-@pytest.mark.parametrize("each", [pager.slim, "pods"])
+@pytest.mark.parametrize("each", [pager.slim, "pods", "pods with container ids"])
 def test_children_parse_the_same_items_in_order(fleet, each):
     fc, kube = fleet
-    mk = (lambda: pager.PodCompactor()) if each == "pods" else (lambda: each)
+    for p in fc.pods.values():
+        for c in p["status"].get("containerStatuses") or ():
+            c["containerID"] = "containerd://" + p["metadata"]["uid"].replace("-", "")
+    mk = {"pods": lambda: pager.PodCompactor(),
+          "pods with container ids": lambda: pager.PodCompactor(container_ids=True)
+          }.get(each, lambda: each)
     here, pages_here = pager.list_items(kube, "/api/v1/pods", page_size=300, each=mk())
     with pageparse.ParsePool(2) as pp:
         assert pp.workers == 2
@@ -50,6 +55,9 @@ def test_children_parse_the_same_items_in_order(fleet, each):
     assert len(there) == len(fc.pods)
     steady = next(p for p in there if p["status"]["phase"] == "Running")
     assert "managedFields" not in steady["metadata"]
+    ids = [c.get("containerID") for c in steady["status"].get("containerStatuses") or ()]
+    assert ids == ([] if each == "pods" else [
+        "containerd://" + steady["metadata"]["uid"].replace("-", "")])
     stuck = next(p for p in there if p["metadata"]["name"] == "neal-3-0")
     assert stuck["status"]["phase"] == "Pending"  # kept whole: a verdict is about it
 
