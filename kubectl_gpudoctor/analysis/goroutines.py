@@ -23,8 +23,9 @@ from node_probe.protocol import Finding
 from .admission import REFS, untouched_pending
 from .common import fmt_duration, gpu_requests, pod_ref
 
-_HEADER = re.compile(r"^goroutine (\d+)\b[^\[]*\[([^\]]*)\]:\s*$")
-_MINUTES = re.compile(r"(\d+) minutes?")
+# ASCII digits, bounded: int() of a 5,000-digit id raises, `\d` also takes non-ASCII digits
+_HEADER = re.compile(r"^goroutine ([0-9]{1,20})\b[^\[]*\[([^\]]*)\]:\s*$")
+_MINUTES = re.compile(r"\b([0-9]{1,12}) minutes?")
 
 # Frames that mean "inside the device manager / a device plugin call". Matched as substrings of
 # the function line, so vendored paths and receiver spellings all match.

@@ -170,3 +170,11 @@ def test_unavailable_dump_still_carries_syncloop_health():
     f = goroutines.unavailable("n", 404, "404 page not found",
                                goroutines.parse_healthz(HEALTHZ_SYNCLOOP_FAILED))
     assert f.evidence["healthz_failed"] == ["syncloop"] and "syncloop failed" in f.title
+
+
+def test_goroutine_dump_with_hostile_numbers_does_not_raise():
+    dump = ("goroutine " + "9" * 5000 + " [select, 3 minutes]:\nfoo()\n"
+            "goroutine 7 [select, " + "9" * 5000 + " minutes]:\nbar()\n"
+            "goroutine \u0667 [select]:\nbaz()\n")
+    gs = goroutines.parse_dump(dump)
+    assert [(g.id, g.wait_minutes) for g in gs] == [(7, None)]
