@@ -17,10 +17,12 @@ from node_probe.host import hostfs, xid
 from node_probe.engine.context import Skipped
 from node_probe.engine.registry import check
 
-XID_RE = re.compile(r"NVRM: Xid \((?:PCI:)?([^)]*)\):\s*(\d+),\s*(.*)")
-HUNG_RE = re.compile(r"INFO: task (.+):(\d+) blocked for more than (\d+) seconds")
-STATE_RE = re.compile(r"task:(\S+)\s+state:(\w)\b.*?pid:\s*(\d+)")
-PID_RE = re.compile(r"pid='?(\d+)'?(?:, name='?([^',]*)'?)?")
+# numbers are bounded ASCII digits: a --kmsg-file (or a forged record) with a 5,000-digit pid
+# must not raise in int(), and `\d` would also take non-ASCII digits
+XID_RE = re.compile(r"NVRM: Xid \((?:PCI:)?([^)]*)\):\s*([0-9]{1,6}),\s*(.*)")
+HUNG_RE = re.compile(r"INFO: task (.+):([0-9]{1,10}) blocked for more than ([0-9]{1,12}) seconds")
+STATE_RE = re.compile(r"task:(\S+)\s+state:(\w)\b.*?pid:\s*([0-9]{1,10})\b")
+PID_RE = re.compile(r"pid='?([0-9]{1,10})'?(?:, name='?([^',]*)'?)?")
 HUNG_CRITICAL_COMMS = ("kubelet", "containerd", "dockerd", "crio", "nvidia", "runc")
 MAX_RECORDS = 200_000
 

@@ -73,3 +73,14 @@ def test_hung_task_critical_only_for_node_daemon_names_by_prefix():
     assert sev == {"runc:[2:INIT]": "critical", "containerd-shim": "critical",
                    "kubelet": "critical", "prunc-job": "warning", "my-kubelet-tes": "warning",
                    "scanvidia": "warning"}
+
+
+def test_hostile_numbers_in_the_log_do_not_raise():
+    big = "9" * 5000
+    log = (f"[ 1.0] INFO: task x:{big} blocked for more than 5 seconds.\n"
+           f"[ 2.0] INFO: task y:12 blocked for more than {big} seconds.\n"
+           f"[ 3.0] NVRM: Xid (PCI:0000:3b:00): {big}, pid={big}, name=x, boom\n"
+           f"[ 4.0] INFO: task z:13 blocked for more than 122 seconds.\n"
+           f"[ 4.1] task:z state:D stack:0 pid:{big} ppid:1\n")
+    found = list(kmsg.analyze(kmsg.parse_log_file(log)))
+    assert [(f.id, f.subject) for f in found] == [("kernel.hung_task", "z:13")]
