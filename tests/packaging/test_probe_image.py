@@ -81,11 +81,14 @@ def test_archive_alone_runs_offline_from_an_empty_image_store(image: Path, tmp_p
 
 def test_image_holds_the_probe_and_bpf_sources_and_nothing_else(image: Path):
     r = podman_run("-c", "import json, os; print(json.dumps(sorted(os.listdir('/opt/gpu-doctor')))); "
-                   "print(json.dumps(sorted(os.listdir('/opt/gpu-doctor/bpf'))))", entrypoint="python3")
+                   "print(json.dumps(sorted(os.path.relpath(os.path.join(d, f), '/opt/gpu-doctor/bpf') "
+                   "for d, _, fs in os.walk('/opt/gpu-doctor/bpf') for f in fs)))", entrypoint="python3")
     assert r.returncode == 0, r.stderr
     top, bpf = (json.loads(line) for line in r.stdout.splitlines())
     assert top == ["bpf", "node_probe"]
-    assert bpf == sorted(p.name for p in (REPO / "bpf").iterdir() if p.is_file())
+    # every program and the shared headers under bpf/include, nothing else
+    assert bpf == sorted(str(p.relative_to(REPO / "bpf")) for p in (REPO / "bpf").rglob("*") if p.is_file())
+    assert any(name.startswith("include/") for name in bpf)
 
 
 def test_bcc_compiles_and_attaches_inside_the_image(image: Path):

@@ -20,8 +20,42 @@ from tests.probe_run import REPO, run_probe
 MiB = 1 << 20
 
 
+# The child reports its own peak RSS (VmHWM of its address space) when it ends. wait4's
+# ru_maxrss cannot be used: a child forked from a large pytest process carries the parent's
+# high-water mark across exec, so in a full suite it reports pytest's size, not the probe's.
+_HWM_WRAPPER = """
+import os, runpy, sys
+def _hwm():
+    for line in open("/proc/self/status"):
+        if line.startswith("VmHWM:"):
+            with open(os.environ["GD_HWM_FILE"], "w") as f:
+                f.write(line.split()[1])
+mode, what, *rest = sys.argv[1:]
+try:
+    if mode == "-m":  # the probe ends with os._exit (abandoning hung threads): call its main
+        assert what == "node_probe", what
+        from node_probe.cli import main
+        code = main(rest)
+        sys.stdout.flush()
+        _hwm()
+        os._exit(int(code))
+    else:
+        sys.argv = ["-c", *rest]
+        exec(compile(what, "<test>", "exec"), {"__name__": "__main__"})
+finally:
+    sys.stdout.flush()
+    _hwm()
+"""
+
+
 def _peak_rss(argv: list[str], as_limit: int = 1 << 30, timeout: float = 60):
-    env = dict(os.environ, PYTHONPATH=str(REPO))
+    """Run `python -m MOD ...` or `python -c CODE` under an address-space limit; return
+    (exit code, stdout, peak RSS in bytes of that process alone)."""
+    assert argv[0] == sys.executable and argv[1] in ("-m", "-c"), argv
+    hwm_file = Path(OUT_FILE + ".hwm")
+    hwm_file.unlink(missing_ok=True)
+    env = dict(os.environ, PYTHONPATH=str(REPO), GD_HWM_FILE=str(hwm_file))
+    argv = [sys.executable, "-c", _HWM_WRAPPER, *argv[1:]]
     pid = os.fork()
     if pid == 0:  # child
         try:
@@ -36,7 +70,7 @@ def _peak_rss(argv: list[str], as_limit: int = 1 << 30, timeout: float = 60):
             os._exit(127)
     end = time.monotonic() + timeout
     while True:
-        wpid, status, ru = os.wait4(pid, os.WNOHANG)
+        wpid, status, _ = os.wait4(pid, os.WNOHANG)
         if wpid:
             break
         if time.monotonic() > end:
@@ -44,7 +78,9 @@ def _peak_rss(argv: list[str], as_limit: int = 1 << 30, timeout: float = 60):
             os.wait4(pid, 0)
             pytest.fail("child did not finish")
         time.sleep(0.02)
-    return os.waitstatus_to_exitcode(status), Path(OUT_FILE).read_text(), ru.ru_maxrss * 1024
+    if not hwm_file.exists():
+        pytest.fail("the child did not report its peak RSS")
+    return os.waitstatus_to_exitcode(status), Path(OUT_FILE).read_text(), int(hwm_file.read_text()) * 1024
 
 
 OUT_FILE = f"/tmp/gd-hostile-{os.getpid()}.out"
