@@ -14,7 +14,7 @@ import threading
 import time
 from typing import Any, Callable, Mapping
 
-from node_probe.protocol import render
+from node_probe.protocol import Finding, ProtocolError, render
 
 from . import analysis, errors, pageparse, pager
 from .analysis import capacity, fit, goroutines, wedge
@@ -120,7 +120,7 @@ def scan(kube: Kube, selector: str | None, settings: Settings, out: Output,
         rows.append(_row(n, node_pods, lease_by.get(name), fs, now))
     out.check("api.analysis", "ok", time.monotonic() - t0)
     if flagged:
-        _dumps(kube, flagged, settings, out, rows, node_findings)
+        _dumps(kube, flagged, settings, out, rows, node_findings, by_node, now)
     if settings.probe and nodes:
         _probe_all(kube, nodes, by_node, settings, out, rows, on_pod, node_findings,
                    with_agent)
@@ -165,13 +165,15 @@ def _probe_all(kube: Kube, nodes: list[dict], by_node: dict, settings: Settings,
             pods.append(pod)
         on_pod(pod)
 
+    outs: dict[str, _NodeOut] = {}
     try:
         for n in nodes:
             name = n["metadata"]["name"]
             view = NodeView(n, by_node.get(name, []), None, None,
                             list((node_findings or {}).get(name, ())))
+            outs[name] = _NodeOut(out)
             futs[pool.submit(run_probe, kube, view,
-                             settings if name in with_agent else no_agent, out, (),
+                             settings if name in with_agent else no_agent, outs[name], (),
                              stop.is_set, track, True)] = name
         by_row = {r["node"]: r for r in rows}
         for fut in cf.as_completed(futs):
@@ -196,16 +198,39 @@ def _probe_all(kube: Kube, nodes: list[dict], by_node: dict, settings: Settings,
         raise
     pool.shutdown(wait=True)
     by_name = {r["node"]: r for r in rows}
-    for f in list(out.report.findings):
-        if not f.check or not f.subject.startswith("node/"):
-            continue  # API-side findings are already in their row; node-side ones carry check
-        row = by_name.get(f.subject.split(" ", 1)[0][len("node/"):])
+    for name, node_out in outs.items():  # API-side findings are already in their row
+        row = by_name.get(name)
         if row is not None:
-            _count(row, f)
+            for f in node_out.found.values():
+                _count(row, f)
+
+
+class _NodeOut:
+    """`out` for one node's probe in `nodes --probe`: everything goes to the shared report,
+    and the node-side findings it streamed are kept here for that node's row."""
+
+    def __init__(self, out: Output) -> None:
+        self._out = out
+        self.found: dict[tuple, Any] = {}  # (id, subject) -> Finding, as the report dedupes
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._out, name)
+
+    def node_record(self, rec: Mapping[str, Any], node: str | None = None) -> None:
+        self._out.node_record(rec, node=node)
+        if rec.get("kind") == "finding":
+            try:
+                f = Finding.from_record(rec)
+            except ProtocolError:
+                return  # refused by the report too (logged there)
+            self.found.setdefault(f.key(), f)
 
 
 def _dumps(kube: Kube, names: list[str], settings: Settings, out: Output,
-           rows: list[dict], node_findings: dict[str, list]) -> None:
+           rows: list[dict], node_findings: dict[str, list],
+           by_node: Mapping[str, list] | None = None, now: Any = None) -> None:
+    """The goroutine dump (and /healthz) of each flagged node; with the node's pods, the
+    verdict names the resource whose admission is stuck and the pod waiting for it."""
     t0 = time.monotonic()
 
     def one(name: str):
@@ -224,7 +249,8 @@ def _dumps(kube: Kube, names: list[str], settings: Settings, out: Output,
                                  settings.kubelet_timeout_s)
         except errors.ApiError as exc:
             return [goroutines.unavailable(name, exc.status, exc.message, health)]
-        return goroutines.analyze(name, text, health)
+        pods = by_node.get(name) if by_node is not None else None
+        return goroutines.analyze(name, text, health, pods=pods, now=now)
 
     by_name = {r["node"]: r for r in rows}
     with worker_pool(settings.concurrency, "proxy") as pool:

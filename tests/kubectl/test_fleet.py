@@ -123,3 +123,57 @@ def test_nodes_on_a_cluster_without_gpus(cluster, kubeconfig):
     assert r.returncode == 0 and "No nodes matched (no node has GPUs" in r.stdout
     r = run_cli("nodes", "--all", "--kubeconfig", str(kubeconfig))
     assert r.returncode == 0 and "cpu-1" in r.stdout
+
+
+def test_nodes_goroutine_verdict_names_the_stuck_resource(cluster, kubeconfig):
+    """`nodes` gives the goroutine analysis the node's pods (as `node X` does): the verdict
+    names the resource being admitted and the pod waiting for it."""
+    names = build_fleet(cluster, 6, 60, wedged=(2,))
+    r = run_cli("nodes", "--kubeconfig", str(kubeconfig), "-o", "json", timeout=60)
+    assert r.returncode == 1, r.stderr
+    (f,) = [f for f in json.loads(r.stdout)["findings"]
+            if f["id"] == "kubelet.blocked_in_device_plugin"]
+    assert f["subject"] == f"node/{names[2]}" and f["severity"] == "critical"
+    assert f["evidence"]["resource"] == ["nvidia.com/gpu"]
+    assert f["evidence"]["admitting_pod"].startswith("mck-test/neal-2-")
+    assert "for nvidia.com/gpu (admitting pod mck-test/neal-2-" in f["title"]
+
+
+def test_probe_rows_count_what_each_nodes_probe_streamed(monkeypatch):
+    """`_probe_all` fills each row from the findings that node's probe streamed (deduplicated
+    as in the report), not by reading the whole report back and parsing subjects: a finding
+    already in the report (here one with a check id, about node a) is not counted again."""
+    import io
+
+    from kubectl_gpudoctor import diagnose, fleet
+    from kubectl_gpudoctor.output import Output
+    from node_probe.protocol import Finding, Severity
+
+    def rec(fid, sev, subject=""):
+        return {"schema": "gpu-doctor/v1", "kind": "finding", "id": fid, "severity": sev,
+                "subject": subject, "title": fid, "evidence": {}, "check": "nvml"}
+
+    def fake_run_probe(kube, view, settings, out, focus, cancelled, on_pod, fleet_):
+        name = view.node["metadata"]["name"]
+        if name == "a":
+            out.node_record(rec("nvml.init_hang", "critical"), node=name)
+            out.node_record(rec("nvml.init_hang", "critical"), node=name)  # repeated
+            out.node_record(rec("driver.known_bad", "warning", "gpu 0"), node=name)
+            out.node_record(rec("nvml.unavailable", "info"), node=name)
+            out.node_record({"kind": "finding", "id": "x"}, node=name)  # invalid: dropped
+        return "agent"
+
+    monkeypatch.setattr(diagnose, "run_probe", fake_run_probe)
+    out = Output("json", "critical", {"kind": "nodes", "name": "x", "node": None},
+                 out=io.StringIO(), err=io.StringIO())
+    out.finding(Finding(id="nvml.init_hang", severity=Severity.CRITICAL, subject="node/a gpu 9",
+                        title="earlier", check="nvml"))
+    nodes = [{"metadata": {"name": n}} for n in ("a", "b")]
+    rows = [{"node": n, "critical": 0, "warning": 0, "top": None, "top_sev": None}
+            for n in ("a", "b")]
+    fleet._probe_all(None, nodes, {}, diagnose.Settings(probe=True), out, rows,
+                     lambda p: None)
+    a, b = rows
+    assert (a["critical"], a["warning"], a["top"], a["path"]) == (1, 1, "nvml.init_hang",
+                                                                    "agent")
+    assert (b["critical"], b["warning"], b["top"], b["path"]) == (0, 0, None, "agent")
