@@ -108,7 +108,8 @@ def _agent_options(f: Callable) -> Callable:
                      help="Also write an evidence bundle to FILE (the report, the raw "
                           "evidence, versions, the command line; secrets redacted). "
                           "`replay FILE` renders it again offline.")(f)
-    f = click.option("--agent-namespace", default=None, envvar="GPU_DOCTOR_AGENT_NAMESPACE",
+    f = click.option("--agent-namespace", type=params.NAMESPACE, default=None,
+                     envvar="GPU_DOCTOR_AGENT_NAMESPACE",
                      help="Namespace of the standing agent (default gpu-doctor); env "
                           "GPU_DOCTOR_AGENT_NAMESPACE.")(f)
     f = click.option("--no-agent", is_flag=True, default=False,
@@ -254,7 +255,8 @@ def _agent_cmd_options(f: Callable) -> Callable:
         click.option("--kubeconfig", type=click.Path(dir_okay=False), default=None,
                      help="Path to the kubeconfig file."),
         click.option("--context", default=None, help="The kubeconfig context to use."),
-        click.option("-n", "--namespace", default=None, envvar="GPU_DOCTOR_AGENT_NAMESPACE",
+        click.option("-n", "--namespace", type=params.NAMESPACE, default=None,
+                     envvar="GPU_DOCTOR_AGENT_NAMESPACE",
                      help="The agent's namespace (default gpu-doctor)."),
         click.option("--image", default=None,
                      help="Probe image (default: the pinned release image)."),

@@ -269,3 +269,22 @@ def test_agent_path_names_pods_and_containers_from_the_api(xc, kc, tmp_path, com
     assert (ev["namespace"], ev["pod"], ev["container"]) == ("ml", "train-0", "main")
     assert "pod ml/train-0 container main" in f["subject"]
     assert f["title"].startswith("Container main in pod ml/train-0 cannot open")
+
+
+@pytest.mark.parametrize("argv", [
+    ["agent", "install", "--dry-run", "-o", "yaml", "-n", "../kube-system"],
+    ["agent", "status", "-n", "Gpu_Doctor"],
+    ["agent", "uninstall", "--namespace", "a" * 64],
+    ["node", "gpu-1", "--agent-namespace", "ns/../x"],
+    ["nodes", "--agent-namespace", "x?watch=1"]])
+def test_agent_namespace_is_a_dns1123_label(argv):
+    r = run_cli(*argv)
+    assert r.returncode == 2, (r.stdout, r.stderr)
+    assert "namespace name" in r.stderr and "Traceback" not in r.stderr
+    assert r.stdout == ""
+
+
+def test_agent_namespace_from_the_environment_is_checked_too(monkeypatch):
+    monkeypatch.setenv("GPU_DOCTOR_AGENT_NAMESPACE", "Bad_NS")
+    r = run_cli("agent", "install", "--dry-run", "-o", "yaml")
+    assert r.returncode == 2 and "namespace name 'Bad_NS' is not valid" in r.stderr
