@@ -17,8 +17,6 @@ from kubectl_gpudoctor.analysis import fit
 from .fakecluster import FakeCluster, ts
 
 CAPTURES = Path(__file__).resolve().parents[1] / "data" / "captures" / "k8s-1.35"
-if not CAPTURES.is_dir():
-    CAPTURES = Path("/work/shared/captures/k8s-1.35")
 NOW = dt.datetime(2026, 11, 23, 8, 0, tzinfo=dt.timezone.utc)
 
 
