@@ -21,15 +21,22 @@ LISTS = {
 }
 
 
-def fetch(kube, kinds=tuple(LISTS), timeout: float | None = None) -> tuple[dict[str, Any], list[str]]:
+def fetch(kube, kinds=tuple(LISTS), timeout: float | None = None,
+          paged: bool = False) -> tuple[dict[str, Any], list[str]]:
     """({kind: items or None}, notes). None: the list could not be read (the note says why);
     404 means the API is not served (no DRA), which is not an error. An unreachable API server
-    (errors.ApiUnreachable) is not a note: it propagates."""
+    (errors.ApiUnreachable) is not a note: it propagates. paged: `limit`/`continue` pages,
+    each object slimmed (pager.py; `nodes` on a large cluster: one ResourceSlice per node and
+    driver, a claim per GPU pod)."""
     out: dict[str, Any] = {}
     notes: list[str] = []
     for kind in kinds:
         path = LISTS[kind]
         try:
+            if paged:
+                from . import pager
+                out[kind], _ = pager.list_items(kube, path, timeout=timeout or 60)
+                continue
             doc = kube.get_json(path, timeout=timeout)
             out[kind] = list((doc or {}).get("items") or [])
             continue

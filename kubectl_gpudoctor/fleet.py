@@ -16,10 +16,10 @@ from typing import Any, Callable, Mapping
 
 from node_probe.protocol import Finding, ProtocolError, render
 
-from . import analysis, errors, pageparse, pager
+from . import analysis, errors, extra_lists, pageparse, pager
 from .analysis import capacity, fit, goroutines, wedge
 from .analysis.common import events_by_uid, node_is_ready
-from .diagnose import Settings, now_utc
+from .diagnose import Settings, _extra_lists, now_utc
 from .kube import Kube, seg, worker_pool
 
 INTERRUPT_GRACE_S = 5.0  # after Ctrl-C, how long to wait for creates still unanswered
@@ -63,7 +63,9 @@ def scan(kube: Kube, selector: str | None, settings: Settings, out: Output,
     # all four lists at once: their transfer overlaps, and json.loads runs without the GC;
     # the pages of the big two are parsed in child processes (pageparse.py: the GIL would
     # keep that work on one core)
-    with worker_pool(4, "list") as pool, pageparse.ParsePool(pageparse.default_workers()) as pp:
+    with worker_pool(5, "list") as pool, pageparse.ParsePool(pageparse.default_workers()) as pp:
+        # RuntimeClasses and the DRA lists (one paged list each; 404 without DRA is normal)
+        f_extra = pool.submit(extra_lists.fetch, kube, tuple(extra_lists.LISTS), 30, True)
         f_nodes = pool.submit(_list, kube, "/api/v1/nodes", "nodes", q)
         f_pods = pool.submit(_list, kube, "/api/v1/pods", "pods", None, True, True, pp,
                              settings.probe)  # the probe's records name containers by id
@@ -74,6 +76,7 @@ def scan(kube: Kube, selector: str | None, settings: Settings, out: Output,
                                "node leases", None, False)
         nodes = f_nodes.result()
         pods, events, leases = f_pods.result(), f_events.result(), f_leases.result()
+        extra = _extra_lists(out, f_extra, t0)
     if not selector and not all_nodes:
         nodes = [n for n in nodes if capacity.is_gpu_node(n)]
     names = {(n.get("metadata") or {}).get("name") for n in nodes}
@@ -99,6 +102,9 @@ def scan(kube: Kube, selector: str | None, settings: Settings, out: Output,
     ev_index = events_by_uid(events or ())
     lease_by = {(le.get("metadata") or {}).get("name"): le for le in leases or ()}
     now = now_utc()
+    # the claim analysis only where a bound pod still waits on a claim: it reads every claim
+    # and slice, so once per such node, not once per node
+    no_claims = {"runtimeclasses": extra.get("runtimeclasses")} if extra else None
     rows, flagged = [], []
     node_findings: dict[str, list] = {}
     for n in sorted(nodes, key=lambda n: n["metadata"]["name"]):
@@ -108,7 +114,9 @@ def scan(kube: Kube, selector: str | None, settings: Settings, out: Output,
                if (uid := (p.get("metadata") or {}).get("uid")) in ev_index}
         fs, errs = analysis.node_objects(n, node_pods, idx, lease_by.get(name), now,
                                          threshold_s=settings.stall_threshold_s,
-                                         events_known=events is not None)
+                                         events_known=events is not None,
+                                         extra=extra if _waits_on_claims(node_pods)
+                                         else no_claims)
         fs += wedge.known_bad_driver(n, fs)  # GFD labels: a wedge waiting to happen
         for e in errs:
             if "failed" in e:
@@ -125,6 +133,11 @@ def scan(kube: Kube, selector: str | None, settings: Settings, out: Output,
         _probe_all(kube, nodes, by_node, settings, out, rows, on_pod, node_findings,
                    with_agent)
     return rows
+
+
+def _waits_on_claims(pods: list[dict]) -> bool:
+    return any((p.get("spec") or {}).get("resourceClaims") and
+               (p.get("status") or {}).get("phase") in (None, "Pending") for p in pods)
 
 
 def _agent_nodes(kube: Kube, settings: Settings, out: Output) -> set[str]:

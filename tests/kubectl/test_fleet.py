@@ -177,3 +177,36 @@ def test_probe_rows_count_what_each_nodes_probe_streamed(monkeypatch):
     assert (a["critical"], a["warning"], a["top"], a["path"]) == (1, 1, "nvml.init_hang",
                                                                     "agent")
     assert (b["critical"], b["warning"], b["top"], b["path"]) == (0, 0, None, "agent")
+
+
+def test_nodes_reads_the_dra_and_runtimeclass_lists_once_each_paged(cluster, kubeconfig):
+    """`nodes` fetches RuntimeClasses and the DRA lists (one paged list each) and runs the
+    claim analysis where a bound pod waits on a claim; without DRA (404) it says so."""
+    from tests.beyond.api_objects import claim, device_class, pod, resource_slice
+    names = build_fleet(cluster, 4, 20)
+    cluster.pods[("ml", "train-0")] = pod("train-0", claim_name="c1", node=names[1])
+    cluster.lists["/apis/resource.k8s.io/v1/resourceslices"] = (
+        "ResourceSliceList", [resource_slice(n, driver="net.example.com") for n in names])
+    cluster.lists["/apis/resource.k8s.io/v1/resourceclaims"] = ("ResourceClaimList",
+                                                               [claim("c1")])
+    cluster.lists["/apis/resource.k8s.io/v1/deviceclasses"] = ("DeviceClassList",
+                                                              [device_class()])
+    r = run_cli("nodes", "--kubeconfig", str(kubeconfig), "-o", "json", timeout=60)
+    doc = json.loads(r.stdout)
+    (f,) = [f for f in doc["findings"] if f["id"] == "dra.claim_unallocated"]
+    assert f["evidence"]["pod"] == "ml/train-0" and f["evidence"]["node"] == names[1]
+    assert f["evidence"]["reason"] == "no_resource_slices"
+    assert {c["id"]: c["status"] for c in doc["checks"]}["api.extra_lists"] == "skipped"
+    for path in ("resourceslices", "resourceclaims", "deviceclasses"):
+        qs = [q for m, p, q in cluster.requests() if p == f"/apis/resource.k8s.io/v1/{path}"]
+        assert len(qs) == 1 and qs[0].get("limit")  # one call, paged
+    assert cluster.count("GET", r"/apis/node.k8s.io/v1/runtimeclasses") == 1  # 404 here
+
+
+def test_nodes_without_dra_stays_quiet(cluster, kubeconfig):
+    build_fleet(cluster, 3, 9)
+    r = run_cli("nodes", "--kubeconfig", str(kubeconfig), "-o", "json", timeout=60)
+    doc = json.loads(r.stdout)
+    assert r.returncode == 0 and doc["findings"] == [], r.stderr
+    check = {c["id"]: c for c in doc["checks"]}["api.extra_lists"]
+    assert check["status"] == "skipped" and "not served" in check["message"]
