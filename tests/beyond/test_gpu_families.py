@@ -4,6 +4,7 @@ stand-in libnvidia-ml.so.1 driven by pynvml in the NVML child, real host daemons
 from __future__ import annotations
 
 import subprocess
+import time
 
 import pytest
 
@@ -20,6 +21,14 @@ def probe(root, kfile, *only, extra=()):
     sel = [a for c in (("nvml",) + (only or FAMILIES)) for a in ("--only", c)]
     return run_probe("--host-root", str(root), "--kmsg-file", str(kfile), "--trace-seconds", "0",
                      "--kubelet-dir", str(root / "var/lib/kubelet"), *sel, *extra)
+
+
+def _comm(pid: int) -> str | None:
+    try:
+        with open(f"/proc/{pid}/comm") as f:
+            return f.read().strip()
+    except OSError:
+        return None
 
 
 def warnings(run):
@@ -261,6 +270,13 @@ def test_fabric_manager_in_a_driver_container_judged_by_its_own_root(tmp_path):
         "Package: nvidia-fabricmanager-570\nStatus: install ok installed\nVersion: 570.172.08-1\n")
     fm = subprocess.Popen(["unshare", "--mount", f"--root={ctr}", "/usr/bin/nv-fabricmanager"])
     try:
+        # Popen returns once `unshare` runs; the probe must not look before unshare has
+        # exec'd the daemon (same pid) inside its own root
+        deadline = time.monotonic() + 30
+        while _comm(fm.pid) != "nv-fabricmanager"[:15] and fm.poll() is None:  # comm: 15 chars
+            assert time.monotonic() < deadline, "unshare never exec'd the stand-in daemon"
+            time.sleep(0.02)
+        assert fm.poll() is None, f"unshare exited {fm.returncode}"
         run = probe(root, kfile, "fabric")
     finally:
         fm.kill()
