@@ -27,24 +27,6 @@
 #define CGDEV_BPF_LINK_CREATE 28
 #define CGDEV_BPF_CGROUP_DEVICE 6
 
-struct cgdev_pending_write {
-    u64 ts;
-    u64 open_id;
-    s32 fd;
-    u32 kind;
-    u32 len;
-    u32 pad;
-    char text[CGDEV_TEXT_LEN];
-};
-
-struct cgdev_pending_bpf {
-    u64 ts;
-    s32 cmd;
-    u32 attach_type;
-    s32 target_fd;
-    u32 flags;
-};
-
 struct cgdev_event {
     GD_EVENT_HEAD;
     u64 open_id;   /* write: the open's timestamp (the fd tracker's open_ns) */
@@ -59,12 +41,30 @@ struct cgdev_event {
 };
 
 BPF_RINGBUF_OUTPUT(cgdev_events, 16);
-BPF_HASH(cgdev_write_pending, u64, struct cgdev_pending_write, 1024);
-BPF_HASH(cgdev_bpf_pending, u64, struct cgdev_pending_bpf, 256);
+/* thread -> the event of its write() or bpf() in progress, all but the head's result and
+ * who (ts and kind are set at entry) */
+BPF_HASH(cgdev_pending, u64, struct cgdev_event, 1024);
 
 static __always_inline int cgdev_may_hold(struct fdt_proc *p)
 {
     return p && (p->kinds[FDT_KIND_CG_ALLOW] || p->kinds[FDT_KIND_CG_DENY]);
+}
+
+/* At a syscall's exit: the thread's pending event, completed with who and the result. */
+static __always_inline int cgdev_finish(struct gd_sys_exit *args)
+{
+    u64 id = bpf_get_current_pid_tgid();
+    struct cgdev_event *p = cgdev_pending.lookup(&id);
+    if (!p)
+        return 0;
+    struct cgdev_event *e = cgdev_events.ringbuf_reserve(sizeof(struct cgdev_event));
+    if (e) {
+        __builtin_memcpy(e, p, sizeof(*e));
+        GD_HEAD(e, p->kind, p->ts, args->ret);
+        cgdev_events.ringbuf_submit(e, 0);
+    }
+    cgdev_pending.delete(&id);
+    return 0;
 }
 
 int cgdev_enter_write(struct gd_sys_enter *args)
@@ -76,41 +76,26 @@ int cgdev_enter_write(struct gd_sys_enter *args)
     struct fdt_val *v = fdt_lookup(tgid, (s32)args->args[0]);
     if (!v || (v->kind != FDT_KIND_CG_ALLOW && v->kind != FDT_KIND_CG_DENY))
         return 0;
-    struct cgdev_pending_write w = {};
+    struct cgdev_event w = {};
     w.ts = bpf_ktime_get_ns();
+    w.kind = CGDEV_EV_WRITE;
     w.open_id = v->open_ns;
     w.fd = (s32)args->args[0];
-    w.kind = v->kind;
+    w.which = v->kind;
     w.len = (u32)args->args[2];
     u64 n = w.len < CGDEV_TEXT_LEN - 1 ? w.len : CGDEV_TEXT_LEN - 1;
     asm volatile("" : "+r"(n));   /* keep the mask below: the verifier needs to see the bound */
     n &= CGDEV_TEXT_LEN - 1;
     bpf_probe_read_user(w.text, n, (const void *)args->args[1]);
-    cgdev_write_pending.update(&id, &w);
+    cgdev_pending.update(&id, &w);
     return 0;
 }
 
 int cgdev_exit_write(struct gd_sys_exit *args)
 {
-    u64 id = bpf_get_current_pid_tgid();
-    if (!cgdev_may_hold(fdt_proc_of(id >> 32)))
+    if (!cgdev_may_hold(fdt_proc_of(bpf_get_current_pid_tgid() >> 32)))
         return 0;
-    struct cgdev_pending_write *w = cgdev_write_pending.lookup(&id);
-    if (!w)
-        return 0;
-    struct cgdev_event *e = cgdev_events.ringbuf_reserve(sizeof(struct cgdev_event));
-    if (e) {
-        __builtin_memset(e, 0, sizeof(*e));
-        GD_HEAD(e, CGDEV_EV_WRITE, w->ts, args->ret);
-        e->open_id = w->open_id;
-        e->fd = w->fd;
-        e->which = w->kind;
-        e->len = w->len;
-        __builtin_memcpy(e->text, w->text, sizeof(e->text));
-        cgdev_events.ringbuf_submit(e, 0);
-    }
-    cgdev_write_pending.delete(&id);
-    return 0;
+    return cgdev_finish(args);
 }
 
 /* ---- cgroup v2: bpf() attaching device programs --------------------------------------------- */
@@ -132,32 +117,18 @@ int cgdev_enter_bpf(struct gd_sys_enter *args)
         return 0;
     if (attr[2] != CGDEV_BPF_CGROUP_DEVICE)
         return 0;
-    struct cgdev_pending_bpf b = {};
+    struct cgdev_event b = {};
     b.ts = bpf_ktime_get_ns();
-    b.cmd = cmd;
+    b.kind = CGDEV_EV_BPF;
+    b.fd = cmd == CGDEV_BPF_LINK_CREATE ? (s32)attr[1] : (s32)attr[0];
+    b.bpf_cmd = cmd;
     b.attach_type = attr[2];
-    b.target_fd = cmd == CGDEV_BPF_LINK_CREATE ? (s32)attr[1] : (s32)attr[0];
     b.flags = attr[3];
-    cgdev_bpf_pending.update(&id, &b);
+    cgdev_pending.update(&id, &b);
     return 0;
 }
 
 int cgdev_exit_bpf(struct gd_sys_exit *args)
 {
-    u64 id = bpf_get_current_pid_tgid();
-    struct cgdev_pending_bpf *b = cgdev_bpf_pending.lookup(&id);
-    if (!b)
-        return 0;
-    struct cgdev_event *e = cgdev_events.ringbuf_reserve(sizeof(struct cgdev_event));
-    if (e) {
-        __builtin_memset(e, 0, sizeof(*e));
-        GD_HEAD(e, CGDEV_EV_BPF, b->ts, args->ret);
-        e->fd = b->target_fd;
-        e->bpf_cmd = b->cmd;
-        e->attach_type = b->attach_type;
-        e->flags = b->flags;
-        cgdev_events.ringbuf_submit(e, 0);
-    }
-    cgdev_bpf_pending.delete(&id);
-    return 0;
+    return cgdev_finish(args);
 }

@@ -10,21 +10,15 @@
  * calls are probed (never kernel launches); a call counts once at its outermost level.
  *
  * Maps read by the loader:
- *   cuda_events    ring buffer of struct cuda_event (calls that returned non-zero)
+ *   cuda_events    ring buffer of struct gd_ucall_event (calls that returned non-zero)
  *   cuda_entered   thread -> call in progress (cuInit that never returns is seen here)
  *   cuda_counts    (tgid, function) -> calls, failures
  */
 #include <uapi/linux/ptrace.h>
-#include "include/event.h"
+#include "include/ucall.h"
 
 #define CUDA_MAX_FUNCS 16
 #define CUDA_EV_FAILED 1
-
-struct cuda_call {
-    u64 ts;
-    u32 func;
-    u32 depth;
-};
 
 struct cuda_countkey {
     u32 tgid;
@@ -36,40 +30,25 @@ struct cuda_count {
     u64 failed;
 };
 
-struct cuda_event {
-    GD_EVENT_HEAD;   /* ret: the CUresult */
-    u64 duration_ns;
-    u32 func;
-    u32 pad;
-};
-
-BPF_HASH(cuda_entered, u64, struct cuda_call, 16384);
+BPF_HASH(cuda_entered, u64, struct gd_ucall, 16384);
 BPF_HASH(cuda_counts, struct cuda_countkey, struct cuda_count, 4096);
 BPF_RINGBUF_OUTPUT(cuda_events, 8);
 
 static __always_inline int cuda_enter(u32 func)
 {
     u64 id = bpf_get_current_pid_tgid();
-    struct cuda_call *outer = cuda_entered.lookup(&id);
-    if (outer) {
-        outer->depth++;
-        return 0;
-    }
-    struct cuda_call c = {.ts = bpf_ktime_get_ns(), .func = func};
-    cuda_entered.update(&id, &c);
+    struct gd_ucall c;
+    if (gd_ucall_enter(cuda_entered.lookup(&id), &c, func))
+        cuda_entered.update(&id, &c);
     return 0;
 }
 
 int cuda_return(struct pt_regs *ctx)
 {
     u64 id = bpf_get_current_pid_tgid();
-    struct cuda_call *c = cuda_entered.lookup(&id);
-    if (!c)
+    struct gd_ucall *c = cuda_entered.lookup(&id);
+    if (!c || !gd_ucall_returns(c))
         return 0;
-    if (c->depth > 0) {
-        c->depth--;
-        return 0;
-    }
     s32 ret = (s32)PT_REGS_RC(ctx);
     struct cuda_countkey k = {.tgid = id >> 32, .func = c->func};
     struct cuda_count *n = cuda_counts.lookup(&k);
@@ -84,12 +63,9 @@ int cuda_return(struct pt_regs *ctx)
             __sync_fetch_and_add(&n->failed, 1);
     }
     if (ret != 0) {
-        struct cuda_event *e = cuda_events.ringbuf_reserve(sizeof(struct cuda_event));
+        struct gd_ucall_event *e = cuda_events.ringbuf_reserve(sizeof(*e));
         if (e) {
-            GD_HEAD(e, CUDA_EV_FAILED, c->ts, ret);
-            e->duration_ns = bpf_ktime_get_ns() - c->ts;
-            e->func = c->func;
-            e->pad = 0;
+            gd_ucall_fill(e, CUDA_EV_FAILED, c, ret, bpf_ktime_get_ns());
             cuda_events.ringbuf_submit(e, 0);
         }
     }

@@ -10,44 +10,26 @@
  * Maps: nvml_entered (thread -> call in progress), nvml_events (ring buffer: enter / return).
  */
 #include <uapi/linux/ptrace.h>
-#include "include/event.h"
+#include "include/ucall.h"
 
 #define NVML_EV_ENTER 1
 #define NVML_EV_RETURN 2
 #define NVML_MAX_FUNCS 4
 
-struct nvml_call {
-    u64 ts;
-    u32 func;
-    u32 depth;   /* nested init calls (nvmlInit_v2 may call its siblings): outermost counts */
-};
-
-struct nvml_event {
-    GD_EVENT_HEAD;   /* ret: the nvmlReturn_t (return events) */
-    u64 duration_ns;
-    u32 func;
-    u32 pad;
-};
-
-BPF_HASH(nvml_entered, u64, struct nvml_call, 4096);
-BPF_RINGBUF_OUTPUT(nvml_events, 8);
+/* nested init calls (nvmlInit_v2 may call its siblings): the outermost counts */
+BPF_HASH(nvml_entered, u64, struct gd_ucall, 4096);
+BPF_RINGBUF_OUTPUT(nvml_events, 8);   /* struct gd_ucall_event */
 
 static __always_inline int nvml_enter(u32 func)
 {
     u64 id = bpf_get_current_pid_tgid();
-    struct nvml_call *outer = nvml_entered.lookup(&id);
-    if (outer) {
-        outer->depth++;
+    struct gd_ucall c;
+    if (!gd_ucall_enter(nvml_entered.lookup(&id), &c, func))
         return 0;
-    }
-    struct nvml_call c = {.ts = bpf_ktime_get_ns(), .func = func};
     nvml_entered.update(&id, &c);
-    struct nvml_event *e = nvml_events.ringbuf_reserve(sizeof(struct nvml_event));
+    struct gd_ucall_event *e = nvml_events.ringbuf_reserve(sizeof(*e));
     if (e) {
-        GD_HEAD(e, NVML_EV_ENTER, c.ts, 0);
-        e->duration_ns = 0;
-        e->func = func;
-        e->pad = 0;
+        gd_ucall_fill(e, NVML_EV_ENTER, &c, 0, c.ts);
         nvml_events.ringbuf_submit(e, 0);
     }
     return 0;
@@ -56,20 +38,12 @@ static __always_inline int nvml_enter(u32 func)
 static __always_inline int nvml_return(struct pt_regs *ctx)
 {
     u64 id = bpf_get_current_pid_tgid();
-    struct nvml_call *c = nvml_entered.lookup(&id);
-    if (!c)
+    struct gd_ucall *c = nvml_entered.lookup(&id);
+    if (!c || !gd_ucall_returns(c))
         return 0;
-    if (c->depth > 0) {
-        c->depth--;
-        return 0;
-    }
-    u64 now = bpf_ktime_get_ns();
-    struct nvml_event *e = nvml_events.ringbuf_reserve(sizeof(struct nvml_event));
-    if (e) {
-        GD_HEAD(e, NVML_EV_RETURN, c->ts, (int)PT_REGS_RC(ctx));   /* nvmlReturn_t */
-        e->duration_ns = now - c->ts;
-        e->func = c->func;
-        e->pad = 0;
+    struct gd_ucall_event *e = nvml_events.ringbuf_reserve(sizeof(*e));
+    if (e) {   /* ret: the nvmlReturn_t */
+        gd_ucall_fill(e, NVML_EV_RETURN, c, (s32)PT_REGS_RC(ctx), bpf_ktime_get_ns());
         nvml_events.ringbuf_submit(e, 0);
     }
     nvml_entered.delete(&id);
