@@ -94,12 +94,22 @@ def scan(kube: Kube, selector: str | None, settings: Settings, out: Output,
         out.log("warning", "events not readable; stalled pods judged from their status only")
     if leases is None:
         out.log("warning", "node Leases not readable; cannot tell whether kubelets renew them")
-    by_node: dict[str, list[dict]] = {n: [] for n in names}
-    for p in pods:
-        nn = (p.get("spec") or {}).get("nodeName")
-        if nn in by_node:
-            by_node[nn].append(p)
     ev_index = events_by_uid(events or ())
+    by_node: dict[str, list[dict]] = {n: [] for n in names}
+    ev_by_node: dict[str, dict] = {}  # node -> {uid: events} of its pods that have events
+    claim_nodes: set[str] = set()     # nodes where a bound pod still waits on a DRA claim
+    for p in pods:  # one pass over 150,000 pods
+        spec = p.get("spec") or {}
+        nn = spec.get("nodeName")
+        if nn not in by_node:
+            continue
+        by_node[nn].append(p)
+        uid = (p.get("metadata") or {}).get("uid")
+        if isinstance(uid, str) and uid in ev_index:
+            ev_by_node.setdefault(nn, {})[uid] = ev_index[uid]
+        if spec.get("resourceClaims") and (p.get("status") or {}).get("phase") in (None,
+                                                                                 "Pending"):
+            claim_nodes.add(nn)
     lease_by = {(le.get("metadata") or {}).get("name"): le for le in leases or ()}
     now = now_utc()
     # the claim analysis only where a bound pod still waits on a claim: it reads every claim
@@ -110,13 +120,11 @@ def scan(kube: Kube, selector: str | None, settings: Settings, out: Output,
     for n in sorted(nodes, key=lambda n: n["metadata"]["name"]):
         name = n["metadata"]["name"]
         node_pods = by_node.get(name, [])
-        idx = {uid: ev_index[uid] for p in node_pods  # only pods with events (read by .get)
-               if (uid := (p.get("metadata") or {}).get("uid")) in ev_index}
-        fs, errs = analysis.node_objects(n, node_pods, idx, lease_by.get(name), now,
+        fs, errs = analysis.node_objects(n, node_pods, ev_by_node.get(name, {}),
+                                         lease_by.get(name), now,
                                          threshold_s=settings.stall_threshold_s,
                                          events_known=events is not None,
-                                         extra=extra if _waits_on_claims(node_pods)
-                                         else no_claims)
+                                         extra=extra if name in claim_nodes else no_claims)
         fs += wedge.known_bad_driver(n, fs)  # GFD labels: a wedge waiting to happen
         for e in errs:
             if "failed" in e:
@@ -133,11 +141,6 @@ def scan(kube: Kube, selector: str | None, settings: Settings, out: Output,
         _probe_all(kube, nodes, by_node, settings, out, rows, on_pod, node_findings,
                    with_agent)
     return rows
-
-
-def _waits_on_claims(pods: list[dict]) -> bool:
-    return any((p.get("spec") or {}).get("resourceClaims") and
-               (p.get("status") or {}).get("phase") in (None, "Pending") for p in pods)
 
 
 def _agent_nodes(kube: Kube, settings: Settings, out: Output) -> set[str]:
