@@ -140,14 +140,15 @@ def analyze_node(node: Mapping[str, Any], pods_on_node: Sequence[Mapping[str, An
               if (p.get("status") or {}).get("phase") not in ("Succeeded", "Failed")]
     limits = []
     unbounded = []
-    for p in active:
+    for p in active:  # names and GPU use only for the few pods the evidence shows
         lim = pod_memory_limit(p)
         if lim is None:
-            unbounded.append(_ref(p))
+            unbounded.append(p)
         else:
-            limits.append((lim, _ref(p), _uses_gpu(p)))
+            limits.append((lim, p))
     limits.sort(key=lambda x: -x[0])
     total = sum(x[0] for x in limits)
+    top = [(lim, _ref(p), _uses_gpu(p)) for lim, p in limits[:5]]
 
     ev = {"capacity_gib": _gib(capacity), "allocatable_gib": _gib(allocatable),
           "reserved_gib": _gib(reserved_b), "system_reserved_memory": (
@@ -156,9 +157,9 @@ def analyze_node(node: Mapping[str, Any], pods_on_node: Sequence[Mapping[str, An
           "kubelet_config_read": cfg is not None, "eviction_hard_memory_available": evict_text,
           "eviction_hard_gib": _gib(evict_b), "safe_margin_gib": _gib(margin),
           "sum_limits_gib": _gib(total), "left_if_all_at_limit_gib": _gib(capacity - total),
-          "pods_without_memory_limit": unbounded[:20],
+          "pods_without_memory_limit": [_ref(p) for p in unbounded[:20]],
           "pods_without_memory_limit_count": len(unbounded),
-          "largest_limits": [{"pod": r, "limit_gib": _gib(l), "gpu": g} for l, r, g in limits[:5]]}
+          "largest_limits": [{"pod": r, "limit_gib": _gib(l), "gpu": g} for l, r, g in top]}
     protection = []
     if no_reserved:
         protection.append("no systemReserved/kubeReserved memory")
@@ -167,7 +168,7 @@ def analyze_node(node: Mapping[str, Any], pods_on_node: Sequence[Mapping[str, An
     unprotected = no_reserved and late_eviction
 
     reasons = []
-    worst = limits[0] if limits else None
+    worst = top[0] if top else None
     single = False
     if worst is not None:
         lim, ref, gpu = worst
