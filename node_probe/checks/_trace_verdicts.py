@@ -245,14 +245,22 @@ class Inputs:
     kernel_log: Callable[[], list] = list   # [(seconds since boot or None, message)], on demand
 
 
+Said = Callable[[dict], "str | None"]   # a record -> the live message, or None: nothing to say
+
+
 class Verdict:
-    """Live events while the window is open, findings once it is read out."""
+    """Live events while the window is open, findings once it is read out. Most probes say
+    one thing per record kind about its process: they list it in `says` (kind -> (event name,
+    message)); a verdict that keeps state across records overrides live()."""
     program = ""
+    says: Mapping[str, tuple[str, Said]] = {}
 
     def live(self, kind: str, rec: dict, state: dict) -> tuple[str, str, str] | None:
         """(event name, subject, message) for a record as it arrives, or None. `state` is
         shared by all verdicts of one window."""
-        return None
+        name, message = self.says.get(kind, ("", None))
+        text = message(rec) if message is not None else None
+        return (name, _actor(rec), text) if text is not None else None
 
     def findings(self, inp: Inputs) -> Iterable:
         return ()
@@ -277,13 +285,12 @@ def _actor(rec: Mapping[str, Any]) -> str:
 
 @verdict("nvidia_dev")
 class _NvidiaDev(Verdict):
-    def live(self, kind, r, state):
-        if kind == "open" and r["errno"] == errno.EPERM:
-            return "nvidia.open_denied", _actor(r), f"open({r['path']}) = EPERM"
-        if kind == "slow_ioctl":
-            return ("ioctl.slow", _actor(r),
-                    f"ioctl {r['request_hex']} on {r['path']} took {r['duration_s']:.2f}s")
-        return None
+    says = {
+        "open": ("nvidia.open_denied",
+                 lambda r: f"open({r['path']}) = EPERM" if r["errno"] == errno.EPERM else None),
+        "slow_ioctl": ("ioctl.slow", lambda r: (f"ioctl {r['request_hex']} on {r['path']} "
+                                                f"took {r['duration_s']:.2f}s")),
+    }
 
     def findings(self, inp):
         opens = inp.results.get("opens", [])
@@ -297,15 +304,14 @@ class _NvidiaDev(Verdict):
 
 @verdict("cgroup_devices")
 class _CgroupDevices(Verdict):
-    def live(self, kind, r, state):
-        if kind == "write":
-            return ("cgroup.device_rule_write", _actor(r),
-                    f"wrote {r['text']!r} to {r['path'] or 'devices.' + r['which']}"
-                    + (f" ({r['errno_name']})" if r.get("errno") else ""))
-        if kind == "bpf_attach":
-            return ("cgroup.device_prog_attach", _actor(r),
-                    f"{r['cmd']} BPF_CGROUP_DEVICE on {r['cgroup'] or 'fd ' + str(r['target_fd'])}")
-        return None
+    says = {
+        "write": ("cgroup.device_rule_write",
+                  lambda r: (f"wrote {r['text']!r} to {r['path'] or 'devices.' + r['which']}"
+                             + (f" ({r['errno_name']})" if r.get("errno") else ""))),
+        "bpf_attach": ("cgroup.device_prog_attach",
+                       lambda r: (f"{r['cmd']} BPF_CGROUP_DEVICE on "
+                                  f"{r['cgroup'] or 'fd ' + str(r['target_fd'])}")),
+    }
 
     def findings(self, inp):
         writes = inp.results.get("cgroup_writes", [])
@@ -436,11 +442,8 @@ def cuda_findings(failed: Iterable[Mapping[str, Any]], opens: Iterable[Mapping[s
 
 @verdict("cuda_calls")
 class _CudaCalls(Verdict):
-    def live(self, kind, r, state):
-        if kind == "failed":
-            return ("cuda.call_failed", _actor(r),
-                    f"{r['func']} returned {r['error']} ({r['result']})")
-        return None
+    says = {"failed": ("cuda.call_failed",
+                       lambda r: f"{r['func']} returned {r['error']} ({r['result']})")}
 
     def findings(self, inp):
         failed = inp.results.get("cuda_failed_calls", [])

@@ -22,7 +22,7 @@ from node_probe.host.nvidia_devices import NVIDIA_MAJOR
 from .abi import Constants
 from .bundle import cstr, mono_to_wall, who, TracepointSet
 from .fdtrack import FdTracker
-from .loader import Emit, Targets, TraceConfig
+from .loader import Emit, LoaderBase, Targets, TraceConfig
 
 C = Constants("cgroup_devices")
 TRACEPOINTS = (
@@ -80,16 +80,13 @@ def read_devices_list(cgroup_dir: Path, relpath: str) -> str | None:
                            1 << 20)
 
 
-class CgroupDevices:
+class CgroupDevices(LoaderBase):
     name = "cgroup_devices"
     uses_fds = True
 
     def __init__(self, cfg: TraceConfig, emit: Emit, fds: FdTracker | None) -> None:
-        assert fds is not None
+        super().__init__(cfg, emit, fds)
         self.cgroup_dir = Path(cfg.cgroup_dir)
-        self.proc = cfg.proc
-        self.emit = emit
-        self.b = None
         self.which = {C.FDT_KIND_CG_ALLOW: "allow", C.FDT_KIND_CG_DENY: "deny"}
         self.bpf_cmds = {C.CGDEV_BPF_PROG_ATTACH: "BPF_PROG_ATTACH",
                          C.CGDEV_BPF_PROG_DETACH: "BPF_PROG_DETACH",
@@ -99,9 +96,6 @@ class CgroupDevices:
         self.attaches: list[dict] = []
         self.gpu_cgroups_at_attach: dict[str, str] = {}
         fds.subscribe(self.which, self._on_open)
-
-    def cflags(self) -> list[str]:
-        return []
 
     def attach(self, b, tps: TracepointSet, targets: Targets) -> bool:
         self.b = b

@@ -14,11 +14,11 @@ import re
 from pathlib import Path
 
 from node_probe.host import procfs
-from . import libs
+from . import libs, ucalls
 from .abi import Constants
 from .bundle import mono_to_wall, who, TracepointSet
 from .fdtrack import FdTracker
-from .loader import Emit, Targets, TraceConfig
+from .loader import Emit, LoaderBase, Targets, TraceConfig
 
 C = Constants("cuda_calls")
 # Init, device, context and memory-allocation calls (the program's entry function N probes
@@ -60,23 +60,16 @@ def find_library(pid: int, proc: Path = procfs.PROC) -> str | None:
     return libs.find_in_process(pid, _LIB_RE, "libcuda.so.1", proc)[1]
 
 
-class CudaCalls:
+class CudaCalls(LoaderBase):
     name = "cuda_calls"
-    uses_fds = False
 
     def __init__(self, cfg: TraceConfig, emit: Emit, fds: FdTracker | None) -> None:
         if len(FUNCS) > C.CUDA_MAX_FUNCS:
             raise ValueError("more CUDA functions than entry programs in cuda_calls.bpf.c")
-        self.cfg = cfg
-        self.proc = cfg.proc
-        self.emit = emit
-        self.b = None
+        super().__init__(cfg, emit, fds)
         self.failed: list[dict] = []
         self.dropped = 0
         self.attachments: list[dict] = []
-
-    def cflags(self) -> list[str]:
-        return []
 
     def _candidates(self, targets: Targets) -> list[tuple[str, str]]:
         """(path to attach, where it came from) for each distinct libcuda inode."""
@@ -104,23 +97,14 @@ class CudaCalls:
             return False
         b[b"cuda_events"].open_ring_buffer(self._on_ring)
         for path, origin in libs:
-            rec = {"library": path, "found": origin, "functions": [], "errors": []}
-            self.attachments.append(rec)
-            for i, func in enumerate(FUNCS):
-                try:
-                    b.attach_uprobe(name=path.encode(), sym=func.encode(),
-                                    fn_name=f"cuda_enter_{i}".encode(), pid=-1)
-                    b.attach_uretprobe(name=path.encode(), sym=func.encode(),
-                                       fn_name=RETURN_FN.encode(), pid=-1)
-                    rec["functions"].append(func)
-                except Exception as exc:   # not exported by this library version
-                    rec["errors"].append(f"{func}: {exc}")
+            done, errors = ucalls.attach_pairs(b, path, FUNCS, "cuda_enter_", RETURN_FN, -1)
+            self.attachments.append({"library": path, "found": origin, "functions": done,
+                                     "errors": errors})
         return any(a["functions"] for a in self.attachments)
 
     def _on_ring(self, ctx, data, size) -> None:
         e = self.b[b"cuda_events"].event(data)
-        func = FUNCS[e.func] if e.func < len(FUNCS) else str(e.func)
-        rec = {**who(e), "func": func,
+        rec = {**who(e), "func": ucalls.func_name(FUNCS, e.func),
                "result": e.ret, "error": error_name(e.ret),
                "duration_s": round(e.duration_ns / 1e9, 6), "mono_s": round(e.ts / 1e9, 6),
                "ts": mono_to_wall(e.ts), "cgroup_id": e.cgroup_id,
@@ -137,17 +121,10 @@ class CudaCalls:
         pending = []
         if self.attachments:
             for k, v in self.b[b"cuda_counts"].items():
-                counts.append({"pid": k.tgid, "func": FUNCS[k.func] if k.func < len(FUNCS)
-                               else str(k.func), "calls": int(v.calls), "failed": int(v.failed)})
-            for k, v in self.b[b"cuda_entered"].items():
-                pid, tid = k.value >> 32, k.value & 0xFFFFFFFF
-                if not (self.proc / str(pid) / "task" / str(tid)).exists():
-                    continue
-                pending.append({"pid": pid, "tid": tid, "comm": procfs.read_comm(pid, self.proc),
-                                "func": FUNCS[v.func] if v.func < len(FUNCS) else str(v.func),
-                                "library": "libcuda.so.1", "returned": False,
-                                "duration_s": round((now_ns - v.ts) / 1e9, 6),
-                                "ts": mono_to_wall(v.ts)})
+                counts.append({"pid": k.tgid, "func": ucalls.func_name(FUNCS, k.func),
+                               "calls": int(v.calls), "failed": int(v.failed)})
+            pending = ucalls.unfinished(self.b[b"cuda_entered"], FUNCS,
+                                        lambda _pid: "libcuda.so.1", now_ns, self.proc)
         counts.sort(key=lambda c: (c["pid"], c["func"]))
         out.update({"cuda_failed_calls": list(self.failed), "cuda_calls_pending": pending,
                     "cuda_call_counts": counts,

@@ -17,9 +17,10 @@ from pathlib import Path
 from typing import Iterable
 
 from node_probe.host import procfs, proctasks
+from . import ucalls
 from .bundle import mono_to_wall, who, TracepointSet
 from .fdtrack import FdTracker
-from .loader import Emit, Targets, TraceConfig
+from .loader import Emit, LoaderBase, Targets, TraceConfig
 
 TRACEPOINTS = (("sys_enter_futex", "futex_enter"), ("sys_exit_futex", "futex_exit"))
 FUTEX_NR = {"x86_64": 202, "aarch64": 98}.get(platform.machine())
@@ -28,16 +29,13 @@ MAX_SCANS = 32
 SCAN_BUDGET_S = 0.5   # stack scans of in-progress waits (first ELF parse of a big binary)
 
 
-class FutexWait:
+class FutexWait(LoaderBase):
     name = "futex_wait"
-    uses_fds = False
 
     def __init__(self, cfg: TraceConfig, emit: Emit, fds: FdTracker | None) -> None:
+        super().__init__(cfg, emit, fds)
         self.targets: list[int] = []
         self.min_wait_s = cfg.futex_min_s
-        self.proc = cfg.proc
-        self.emit = emit
-        self.b = None
         self.waits: list[dict] = []
         self.attached = False
         self.attach_mono = 0
@@ -98,12 +96,9 @@ class FutexWait:
         waits = list(self.waits)
         in_progress: dict[tuple[int, int], dict] = {}
         if self.attached:
-            for k, v in self.b[b"futex_start"].items():
-                pid, tid = k.value >> 32, k.value & 0xFFFFFFFF
+            for pid, tid, v in ucalls.live_threads(self.b[b"futex_start"], self.proc):
                 wait = (now - v.ts) / 1e9
                 if wait < self.min_wait_s:
-                    continue
-                if not (self.proc / str(pid) / "task" / str(tid)).exists():
                     continue
                 in_progress[(pid, tid)] = {
                     "pid": pid, "tid": tid, "comm": _comm(self.proc, pid, tid),

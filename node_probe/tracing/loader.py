@@ -5,7 +5,8 @@ node_probe/checks/_trace_verdicts.py), nothing else. The session knows loaders o
 this protocol and the one list in session.LOADERS: it builds each from the same TraceConfig,
 compiles their sources as one unit with all their -D cflags, attaches them, and asks each to
 add its results to one dict, in list order (a later loader may read an earlier one's output,
-e.g. futex_wait scans the threads of unfinished library calls first).
+e.g. futex_wait scans the threads of unfinished library calls first). LoaderBase holds what
+every loader keeps, so a loader writes only its own state.
 """
 from __future__ import annotations
 
@@ -58,3 +59,23 @@ class Loader(Protocol):
 
     def collect(self, out: dict, now_ns: int) -> None:
         """Add its results to `out` (the ring buffers were drained just before)."""
+
+
+class LoaderBase:
+    """What every loader keeps: its TraceConfig, where /proc is, its live-event callback, the fd
+    tracker (when it uses one) and, once attached, the BPF module. Subclasses set `name` (and
+    `uses_fds`), add their own state after calling this __init__, and implement attach/collect."""
+    name: ClassVar[str]
+    uses_fds: ClassVar[bool] = False
+
+    def __init__(self, cfg: TraceConfig, emit: Emit, fds: FdTracker | None) -> None:
+        if self.uses_fds and fds is None:
+            raise ValueError(f"{self.name} needs the shared fd tracker")
+        self.cfg = cfg
+        self.proc = cfg.proc
+        self.emit = emit
+        self.fds = fds
+        self.b = None
+
+    def cflags(self) -> list[str]:
+        return []

@@ -19,7 +19,7 @@ from . import ticks
 from .abi import Constants
 from .bundle import cstr, mono_to_wall, who, TracepointSet
 from .fdtrack import FdTracker
-from .loader import Emit, Targets, TraceConfig
+from .loader import Emit, LoaderBase, Targets, TraceConfig
 
 C = Constants("nvidia_dev")
 TRACEPOINTS = (("sys_enter_ioctl", "nvdev_enter_ioctl"), ("sys_exit_ioctl", "nvdev_exit_ioctl"))
@@ -30,17 +30,12 @@ def _errname(code: int) -> str:
     return errno_mod.errorcode.get(code, str(code))
 
 
-class NvidiaDev:
+class NvidiaDev(LoaderBase):
     name = "nvidia_dev"
     uses_fds = True
 
     def __init__(self, cfg: TraceConfig, emit: Emit, fds: FdTracker | None) -> None:
-        assert fds is not None
-        self.cfg = cfg
-        self.proc = cfg.proc
-        self.emit = emit
-        self.fds = fds
-        self.b = None
+        super().__init__(cfg, emit, fds)
         self.opens: list[dict] = []
         self.slow_ioctls: list[dict] = []
         self.dropped = 0

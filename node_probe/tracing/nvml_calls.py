@@ -10,11 +10,11 @@ import re
 from pathlib import Path
 
 from node_probe.host import procfs
-from . import libs
+from . import libs, ucalls
 from .abi import Constants
 from .bundle import mono_to_wall, who, TracepointSet
 from .fdtrack import FdTracker
-from .loader import Emit, Targets, TraceConfig
+from .loader import Emit, LoaderBase, Targets, TraceConfig
 
 C = Constants("nvml_calls")
 FUNCS = ("nvmlInit_v2", "nvmlInit", "nvmlInitWithFlags")   # entry program N probes FUNCS[N]
@@ -28,19 +28,12 @@ def find_library(pid: int, proc: Path = procfs.PROC) -> tuple[str | None, str | 
     return libs.find_in_process(pid, _LIB_RE, "libnvidia-ml.so.1", proc)
 
 
-def _name(func: int) -> str:
-    return FUNCS[func] if 0 <= func < len(FUNCS) else str(func)
-
-
-class NvmlCalls:
+class NvmlCalls(LoaderBase):
     name = "nvml_calls"
-    uses_fds = False
 
     def __init__(self, cfg: TraceConfig, emit: Emit, fds: FdTracker | None) -> None:
+        super().__init__(cfg, emit, fds)
         self.targets: list[int] = []
-        self.proc = cfg.proc
-        self.emit = emit
-        self.b = None
         self.calls: list[dict] = []
         self.attachments: list[dict] = []
         self._libs: dict[int, str] = {}
@@ -63,16 +56,8 @@ class NvmlCalls:
             self.attachments.append(rec)
             if path is None:
                 continue
-            for i, func in enumerate(FUNCS):
-                fn = f"nvml_enter_{i}"
-                try:
-                    b.attach_uprobe(name=path.encode(), sym=func.encode(), fn_name=fn.encode(),
-                                    pid=pid)
-                    b.attach_uretprobe(name=path.encode(), sym=func.encode(),
-                                       fn_name=RETURN_FN.encode(), pid=pid)
-                    rec["functions"].append(func)
-                except Exception as exc:  # symbol absent in this library version
-                    rec["errors"].append(f"{func}: {exc}")
+            rec["functions"], rec["errors"] = ucalls.attach_pairs(b, path, FUNCS, "nvml_enter_",
+                                                                  RETURN_FN, pid)
             if rec["functions"]:
                 self._libs[pid] = inner
         return bool(self._libs)
@@ -83,7 +68,7 @@ class NvmlCalls:
 
     def _on_ring(self, ctx, data, size) -> None:
         e = self.b[b"nvml_events"].event(data)
-        func = _name(e.func)
+        func = ucalls.func_name(FUNCS, e.func)
         if e.kind == C.NVML_EV_ENTER:
             rec = {**who(e), "func": func,
                    "library": self._libs.get(e.pid), "ts": mono_to_wall(e.ts)}
@@ -97,18 +82,9 @@ class NvmlCalls:
             self.emit("returned", rec)
 
     def collect(self, out: dict, now_ns: int) -> None:
-        now = now_ns
         calls = list(self.calls)
         if self.targets:
-            for k, v in self.b[b"nvml_entered"].items():
-                pid, tid = k.value >> 32, k.value & 0xFFFFFFFF
-                if not (self.proc / str(pid) / "task" / str(tid)).exists():
-                    continue
-                calls.append({"pid": pid, "tid": tid,
-                              "comm": procfs.read_comm(pid, self.proc),
-                              "func": _name(v.func),
-                              "library": self._libs.get(pid), "returned": False,
-                              "duration_s": round((now - v.ts) / 1e9, 6),
-                              "ts": mono_to_wall(v.ts)})
+            calls += ucalls.unfinished(self.b[b"nvml_entered"], FUNCS, self._libs.get, now_ns,
+                                       self.proc)
         out.update({"nvml_calls": calls, "nvml_attachments": self.attachments})
         out.setdefault("_pending_calls", []).extend(c for c in calls if not c["returned"])
