@@ -8,8 +8,9 @@ without BCC and reports `probe.ebpf_unavailable` instead.
 Layout: bcc_env (can BCC run: module, headers, tracefs), sources (where bpf/ is; the shared
 headers of bpf/include pasted into each compile unit), bundle (one compile for all programs,
 syscall tracepoint attach/detach, the event head), abi (the C's integer #defines, read from the
-C), loader (the Loader protocol, TraceConfig, Targets), fdtrack (the one fd tracker every
-syscall program shares), ticks (the kernel tick as the ioctl clock), libs (a process's copy of a
+C), loader (the Loader protocol, LoaderBase, TraceConfig, Targets), fdtrack (the one fd tracker
+every syscall program shares), ucalls (library calls watched by entry/return uprobe pairs,
+bpf/include/ucall.h), ticks (the kernel tick as the ioctl clock), libs (a process's copy of a
 driver library, for uprobes), one loader per program (nvidia_dev, cgroup_devices, nvml_calls,
 cuda_calls, futex_wait), session (one trace window; LOADERS, the one list of probes). Verdicts
 live in node_probe/checks/_trace_verdicts.py. What a blocked thread is inside, from /proc,
