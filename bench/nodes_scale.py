@@ -11,6 +11,7 @@ the numbers; it does not assert them (timing belongs in benchmarks, not in tests
 
     .venv/bin/python bench/nodes_scale.py [--nodes 1000] [--pods 30000] [--runs 3]
     .venv/bin/python bench/nodes_scale.py --nodes 5000 --pods 150000 --runs 2
+    .venv/bin/python bench/nodes_scale.py --nodes 5000 --pods 150000 --baseline /tmp/base
 """
 from __future__ import annotations
 
@@ -60,7 +61,7 @@ for line in sys.stdin:
     req = json.loads(line)
     with open(req["out"], "wb") as so, open(req["err"], "wb") as se:
         t0 = time.monotonic()
-        p = subprocess.Popen(req["argv"], stdout=so, stderr=se, env=req["env"])
+        p = subprocess.Popen(req["argv"], stdout=so, stderr=se, env=req["env"], cwd=req["cwd"])
         peak, done = [0], threading.Event()
         def sample():
             while not done.wait(0.01):
@@ -72,8 +73,8 @@ for line in sys.stdin:
         done.set()
         th.join()
     print(json.dumps({"rc": os.waitstatus_to_exitcode(status), "wall": wall,
-                      "maxrss_kib": usage.ru_maxrss, "tree_peak_kib": peak[0] // 1024}),
-          flush=True)
+                      "maxrss_kib": usage.ru_maxrss, "tree_peak_kib": peak[0] // 1024,
+                      "cpu_s": usage.ru_utime + usage.ru_stime}), flush=True)
 """
 
 
@@ -82,6 +83,9 @@ def main() -> int:
     ap.add_argument("--nodes", type=int, default=1000)
     ap.add_argument("--pods", type=int, default=30000)
     ap.add_argument("--runs", type=int, default=3)
+    ap.add_argument("--baseline", default=None,
+                    help="another checkout (e.g. `git archive REV | tar -x -C DIR`): its CLI "
+                         "runs alternately with this tree's, under the same load")
     a = ap.parse_args()
     launcher = subprocess.Popen([sys.executable, "-c", LAUNCHER], stdin=subprocess.PIPE,
                                 stdout=subprocess.PIPE, text=True)
@@ -94,54 +98,70 @@ def main() -> int:
           f"built in {time.monotonic() - t:.1f}s")
     fc.cache_lists = True  # a real API server serves resourceVersion=0 lists from its cache,
     fc.start()             # on its own CPUs; only the first run pays the fake's encoding
-    times, rss, tree = [], [], []
+    variants = [("this tree", REPO)] + ([("baseline", Path(a.baseline).resolve())]
+                                        if a.baseline else [])
+    runs: dict[str, list[tuple[float, float, float, float]]] = {v: [] for v, _ in variants}
     try:
         with tempfile.TemporaryDirectory() as d:
             kc = fc.kubeconfig(Path(d) / "kc")
-            env = dict(os.environ, PYTHONPATH=str(REPO), NO_COLOR="1")
             for i in range(a.runs + 1):  # run 0 warms the fake's list cache; not counted
-                before = len(fc.requests())
-                so, se = Path(d) / "out", Path(d) / "err"
-                launcher.stdin.write(json.dumps({
-                    "argv": [sys.executable, "-m", "kubectl_gpudoctor", "nodes",
-                             "--kubeconfig", str(kc), "-o", "json"],
-                    "env": env, "out": str(so), "err": str(se)}) + "\n")
-                launcher.stdin.flush()
-                res = json.loads(launcher.stdout.readline())
-                dt = res["wall"]
-                r = subprocess.CompletedProcess([], res["rc"], so.read_text(), se.read_text())
-                usage = type("U", (), {"ru_maxrss": res["maxrss_kib"]})
-                rss_mib = usage.ru_maxrss / 1024
-                tree_mib = res["tree_peak_kib"] / 1024
-                if i:
-                    times.append(dt)
-                    rss.append(rss_mib)
-                    tree.append(tree_mib)
-                reqs = fc.requests()[before:]
-                lists = sum(1 for m, p, _ in reqs if p in LISTS)
-                doc = json.loads(r.stdout)
-                stalled = sum(1 for f in doc["findings"] if f["id"] == "kubelet.admission_stalled")
-                checks = {c["id"]: c["duration_s"] for c in doc["checks"]}
-                print(f"{'warm-up' if i == 0 else f'run {i}'}: {dt:.2f}s wall, peak RSS "
-                      f"{rss_mib:.0f} MiB (CLI + page parsers, sampled: {tree_mib:.0f} MiB) "
-                      f"(exit {r.returncode}); {lists} list calls, "
-                      f"{len(reqs) - lists} per-node calls; {stalled} stalled nodes found; "
-                      f"in-process: lists {checks.get('api.list_pods_events_leases', 0):.2f}s, "
-                      f"analysis done at {checks.get('api.analysis', 0):.2f}s")
+                for label, tree_dir in variants:  # alternated: both see the same load
+                    res = _run_once(fc, launcher, kc, Path(d), tree_dir)
+                    dt, rss_mib, tree_mib, cpu_s, line = res
+                    if i:
+                        runs[label].append((dt, rss_mib, tree_mib, cpu_s))
+                    print(f"{'warm-up' if i == 0 else f'run {i}'}"
+                          + (f" [{label}]" if a.baseline else "") + f": {line}")
     finally:
         fc.stop()
         launcher.stdin.close()
         launcher.wait(10)
-    med = statistics.median(times)
     budget_s, budget_mib = (5.0, None) if a.nodes <= 1000 else (10.0, 500.0)
-    peak = max(max(rss), max(tree))  # the budget holds for the CLI with its page parsers
-    verdict = med < budget_s and (budget_mib is None or peak < budget_mib)
-    print(f"median {med:.2f}s, best {min(times):.2f}s, peak RSS {max(rss):.0f} MiB "
-          f"(process), {max(tree):.0f} MiB (CLI + page parsers, summed) over "
-          f"{len(times)} runs (load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs); "
-          f"budget {budget_s:g}s" + (f" and {budget_mib:g} MiB" if budget_mib else "") +
-          f" -> {'OK' if verdict else 'OVER BUDGET'}")
+    for label, _ in variants:
+        times = [r[0] for r in runs[label]]
+        rss, tree, cpu = [r[1] for r in runs[label]], [r[2] for r in runs[label]], \
+            [r[3] for r in runs[label]]
+        med = statistics.median(times)
+        peak = max(max(rss), max(tree))  # the budget holds for the CLI with its page parsers
+        verdict = med < budget_s and (budget_mib is None or peak < budget_mib)
+        print((f"[{label}] " if a.baseline else "") +
+              f"median {med:.2f}s, best {min(times):.2f}s, CPU (user+sys, with children) "
+              f"median {statistics.median(cpu):.2f}s, peak RSS {max(rss):.0f} MiB "
+              f"(process), {max(tree):.0f} MiB (CLI + page parsers, summed) over "
+              f"{len(times)} runs (load average {os.getloadavg()[0]:.1f} on "
+              f"{os.cpu_count()} CPUs); budget {budget_s:g}s"
+              + (f" and {budget_mib:g} MiB" if budget_mib else "") +
+              f" -> {'OK' if verdict else 'OVER BUDGET'}")
     return 0
+
+
+def _run_once(fc, launcher, kc: Path, d: Path, tree_dir: Path):
+    """One `nodes -o json` run of the CLI from `tree_dir` (PYTHONPATH)."""
+    env = dict(os.environ, PYTHONPATH=str(tree_dir), NO_COLOR="1")
+    before = len(fc.requests())
+    so, se = d / "out", d / "err"
+    launcher.stdin.write(json.dumps({
+        "argv": [sys.executable, "-m", "kubectl_gpudoctor", "nodes",
+                 "--kubeconfig", str(kc), "-o", "json"],
+        # cwd too: `python -m` puts the working directory first on sys.path
+        "env": env, "cwd": str(tree_dir), "out": str(so), "err": str(se)}) + "\n")
+    launcher.stdin.flush()
+    res = json.loads(launcher.stdout.readline())
+    dt = res["wall"]
+    r = subprocess.CompletedProcess([], res["rc"], so.read_text(), se.read_text())
+    rss_mib = res["maxrss_kib"] / 1024
+    tree_mib = res["tree_peak_kib"] / 1024
+    reqs = fc.requests()[before:]
+    lists = sum(1 for m, p, _ in reqs if p in LISTS)
+    doc = json.loads(r.stdout)
+    stalled = sum(1 for f in doc["findings"] if f["id"] == "kubelet.admission_stalled")
+    checks = {c["id"]: c["duration_s"] for c in doc["checks"]}
+    line = (f"{dt:.2f}s wall, {res['cpu_s']:.2f}s CPU, peak RSS {rss_mib:.0f} MiB "
+            f"(CLI + page parsers, sampled: {tree_mib:.0f} MiB) (exit {r.returncode}); "
+            f"{lists} list calls, {len(reqs) - lists} other calls; {stalled} stalled nodes "
+            f"found; in-process: lists {checks.get('api.list_pods_events_leases', 0):.2f}s, "
+            f"analysis done at {checks.get('api.analysis', 0):.2f}s")
+    return dt, rss_mib, tree_mib, res["cpu_s"], line
 
 
 if __name__ == "__main__":

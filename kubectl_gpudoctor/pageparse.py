@@ -199,15 +199,21 @@ class BrokenChild(Exception):
 
 
 class ParsePool:
-    """`workers` page-parser children, started at once (their start overlaps the first
-    fetch). `parse(raw, kind, each)` returns a future of (items, token); a page a child could
-    not handle is parsed in this process with `each` instead (see `result`)."""
+    """Up to `workers` page-parser children, started with the first page sent to them (a
+    small cluster's lists never are: see pager). `submit(raw, kind)` returns a future of
+    (items, token); a page a child could not handle is parsed in this process with `each`
+    instead (see `result`)."""
 
     def __init__(self, workers: int) -> None:
         self.children: list[_Child] = []
+        self._planned = max(0, workers)
+        self._started = False
         self._next = 0
         self._lock = threading.Lock()
-        for _ in range(max(0, workers)):
+
+    def _start(self) -> None:  # under self._lock
+        self._started = True
+        for _ in range(self._planned):
             try:
                 self.children.append(_Child())
             except OSError:
@@ -215,7 +221,7 @@ class ParsePool:
 
     @property
     def workers(self) -> int:
-        return len(self.children)
+        return len(self.children) if self._started else self._planned
 
     @property
     def pages(self) -> int:
@@ -225,6 +231,8 @@ class ParsePool:
     def submit(self, raw: bytes, kind: int) -> cf.Future:
         fut: cf.Future = cf.Future()
         with self._lock:
+            if not self._started:
+                self._start()
             alive = [c for c in self.children if c.proc.poll() is None]
             if not alive:
                 fut.set_exception(BrokenChild("no page parser running"))
@@ -247,7 +255,10 @@ class ParsePool:
             return parse_page(raw, each)
 
     def close(self) -> None:
-        for c in self.children:
+        with self._lock:
+            self._started = True  # none starts after this
+            children = list(self.children)
+        for c in children:
             c.close()
 
     def __enter__(self) -> "ParsePool":

@@ -66,6 +66,8 @@ def test_a_dead_child_costs_only_speed(fleet):
     fc, kube = fleet
     here, _ = pager.list_items(kube, "/api/v1/pods", page_size=300)
     with pageparse.ParsePool(2) as pp:
+        got, _ = pager.list_items(kube, "/api/v1/pods", page_size=300, parsers=pp)
+        assert got == here and len(pp.children) == 2
         pp.children[0].kill()  # e.g. the OOM killer
         got, _ = pager.list_items(kube, "/api/v1/pods", page_size=300, parsers=pp)
         assert got == here
@@ -94,14 +96,16 @@ def test_non_json_page_is_an_api_error(fleet, monkeypatch):
 
 def test_children_own_session_and_exit_on_close():
     pp = pageparse.ParsePool(2)
-    procs = [c.proc for c in pp.children]
+    assert pp.children == []  # started with the first page sent
     try:
-        for p in procs:  # Ctrl-C goes to the terminal's foreground group: not to them
-            assert os.getsid(p.pid) == p.pid != os.getsid(0)
         fut = pp.submit(json.dumps({"items": [{"metadata": {"name": "a",
                                                            "managedFields": [{}]}}]}).encode(),
                         pageparse.KIND_SLIM)
         assert fut.result(timeout=30) == ([{"metadata": {"name": "a"}}], None)
+        procs = [c.proc for c in pp.children]
+        assert len(procs) == 2
+        for p in procs:  # Ctrl-C goes to the terminal's foreground group: not to them
+            assert os.getsid(p.pid) == p.pid != os.getsid(0)
     finally:
         pp.close()
     assert all(_gone(p) for p in procs)
@@ -157,3 +161,19 @@ def test_parse_page_odd_but_valid_documents():
     # items that are not objects are kept as they are, not reduced
     assert pageparse.parse_page(b'{"items": [1, {"metadata": {"managedFields": []}}]}',
                                 pager.slim) == ([1, {"metadata": {}}], None)
+
+
+def test_short_lists_start_no_children(fleet):
+    """A list of one page, or of a page and less than two more, is parsed in the CLI: a child
+    would cost more to start than it saves."""
+    fc, kube = fleet
+    with pageparse.ParsePool(2) as pp:
+        n = len(fc.pods)  # 2,503
+        items, pages = pager.list_items(kube, "/api/v1/pods", page_size=2600, parsers=pp)
+        assert (len(items), pages) == (n, 1)
+        items, pages = pager.list_items(kube, "/api/v1/pods", page_size=1000, parsers=pp)
+        assert (len(items), pages) == (n, 3)  # 1,503 left after the first: < 2 pages
+        assert pp.children == [] and pp.pages == 0
+        items, pages = pager.list_items(kube, "/api/v1/pods", page_size=800, parsers=pp)
+        assert (len(items), pages) == (n, 4)
+        assert len(pp.children) == 2 and pp.pages == 4  # the first page starts them
