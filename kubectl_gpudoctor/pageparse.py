@@ -242,9 +242,10 @@ class ParsePool:
         child.jobs.put((raw, kind, fut))
         return fut
 
-    def result(self, fut: cf.Future, raw: bytes,
+    def result(self, fut: cf.Future, again: Callable[[], bytes],
                each: Callable[[dict], Any] | None) -> tuple[list, str | None]:
-        """The future's (items, token); parsed here when the child failed or stalled."""
+        """The future's (items, token). When the child failed or stalled, the page is fetched
+        `again` (same continue token) and parsed here: the CLI keeps no copy of pages it sent."""
         try:
             return fut.result(timeout=PAGE_TIMEOUT_S)
         except (BrokenChild, cf.TimeoutError, cf.CancelledError):
@@ -252,7 +253,7 @@ class ParsePool:
                 with self._lock:
                     for c in self.children:
                         c.kill()
-            return parse_page(raw, each)
+            return parse_page(again(), each)
 
     def close(self) -> None:
         with self._lock:

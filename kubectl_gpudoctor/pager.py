@@ -183,29 +183,35 @@ def _walk(kube: Kube, path: str, query: list, page_size: int, timeout: float,
         ahead = parsers.workers + 1  # pages fetched but not merged: bounds the raw bytes held
     items: list[dict] = []
     pages = 0
-    # (raw page or None, its parse: a future in a child or None, the token read from its head)
+    # (raw page, or None once a child has it; its parse in a child or None; the token that
+    # fetched it; the token read from its head)
     inflight: collections.deque = collections.deque()
     with cf.ThreadPoolExecutor(max_workers=1, thread_name_prefix="page") as pool:
-        nxt = pool.submit(fetch, None)
+        asked: str | None = None  # the continue token of the fetch in flight (`nxt`)
+        nxt = pool.submit(fetch, asked)
         try:
             while nxt is not None or inflight:
                 if nxt is not None and len(inflight) < ahead:
-                    raw = nxt.result()
+                    raw, this = nxt.result(), asked
                     pages += 1
                     m = _CONTINUE.search(raw, 0, 4096)
                     token = m.group(1).decode() if m and m.group(1) else None
-                    nxt = pool.submit(fetch, token) if token else None
+                    asked, nxt = token, pool.submit(fetch, token) if token else None
                     if pages == 1 and parsers is not None and not _worth_children(
                             raw, token, page_size):
                         parsers, ahead = None, 1  # a list of a page or two: parse it here
-                    inflight.append((raw, parsers.submit(raw, kind) if parsers else None,
-                                     token))
+                    if parsers is not None:  # the child has it now; refetched if it fails
+                        inflight.append((None, parsers.submit(raw, kind), this, token))
+                    else:
+                        inflight.append((raw, None, this, token))
                     del raw
                     continue
-                raw, fut, token = inflight.popleft()
+                raw, fut, this, token = inflight.popleft()
                 try:
-                    got, real = (parsers.result(fut, raw, each) if fut is not None
-                                 else pageparse.parse_page(raw, each))
+                    if fut is not None:
+                        got, real = parsers.result(fut, lambda t=this: fetch(t), each)
+                    else:
+                        got, real = pageparse.parse_page(raw, each)
                 except pageparse.NotJson:
                     raise errors.ApiError(
                         f"the API server sent non-JSON for {path}") from None
@@ -216,7 +222,7 @@ def _walk(kube: Kube, path: str, query: list, page_size: int, timeout: float,
                     inflight.clear()  # page; what was fetched after it came from a wrong token
                     if nxt is not None:
                         nxt.cancel()
-                    nxt = pool.submit(fetch, real) if real else None
+                    asked, nxt = real, pool.submit(fetch, real) if real else None
         finally:
             if nxt is not None:
                 nxt.cancel()

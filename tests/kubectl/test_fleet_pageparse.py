@@ -72,8 +72,17 @@ def test_a_dead_child_costs_only_speed(fleet):
         got, _ = pager.list_items(kube, "/api/v1/pods", page_size=300, parsers=pp)
         assert got == here
         pp.children[1].kill()
-        got, _ = pager.list_items(kube, "/api/v1/pods", page_size=300, parsers=pp)
+        pp.children[1].proc.wait(10)
+        pp.children[0].proc.wait(10)
+        before = len(fc.requests())
+        got, pages = pager.list_items(kube, "/api/v1/pods", page_size=300, parsers=pp)
         assert got == here
+        # the CLI keeps no copy of a page it sent to a child: each page is fetched again
+        # (same continue token) and parsed here
+        again = [q for m, p, q in fc.requests()[before:] if p == "/api/v1/pods"]
+        assert len(again) == 2 * pages
+        tokens = [q.get("continue") for q in again]
+        assert all(tokens.count(t) == 2 for t in tokens)
 
 
 def test_non_json_page_is_an_api_error(fleet, monkeypatch):

@@ -105,6 +105,27 @@ def test_frozen_plugin_runs_the_probes_child_processes(krew_root: Path, tmp_path
     assert verdict(got) == verdict(want), frozen.stderr
 
 
+def test_frozen_plugin_runs_the_list_page_parser(unpacked_plugin: Path):
+    """`nodes` parses big list pages in child processes (kubectl_gpudoctor.pageparse); frozen,
+    a child is the executable re-entered with `__run_module`, which allows that module and no
+    other module of the client."""
+    import marshal
+    import struct
+    binary = str(unpacked_plugin / "kubectl-gpu_doctor")
+    page = json.dumps({"metadata": {"continue": "t"}, "items": [
+        {"metadata": {"name": "a", "managedFields": [{}]}}]}).encode()
+    r = subprocess.run([binary, "__run_module", "kubectl_gpudoctor.pageparse"],
+                       input=struct.pack("!BQ", 0, len(page)) + page, capture_output=True,
+                       timeout=60)
+    assert r.returncode == 0, r.stderr
+    status, n = struct.unpack("!BQ", r.stdout[:9])
+    assert status == 0 and marshal.loads(r.stdout[9:9 + n]) == ([{"metadata": {"name": "a"}}],
+                                                                 "t")
+    bad = subprocess.run([binary, "__run_module", "kubectl_gpudoctor.cli"], capture_output=True,
+                         text=True, timeout=60)
+    assert bad.returncode != 0 and "refusing to run module" in bad.stderr
+
+
 ARM64 = REPO / "dist" / f"kubectl-gpu_doctor-{__version__}-linux-arm64.tar.gz"
 
 
