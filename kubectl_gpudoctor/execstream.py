@@ -127,6 +127,14 @@ class ExecStream:
                 try:
                     c.update(timeout=min(left, 1.0))
                 except (websocket.WebSocketException, OSError, ValueError) as exc:
+                    # update() reads every frame already waiting before it meets the cut:
+                    # output that came in with the cut is still the command's output
+                    try:
+                        out = c.read_channel(STDOUT)
+                    except (websocket.WebSocketException, OSError, ValueError):
+                        out = b""
+                    if out:
+                        yield bytes(out)
                     raise errors.StreamBroken(
                         f"the exec stream from {self.namespace}/{self.pod} broke: "
                         f"{_short(exc)}") from None
