@@ -60,7 +60,7 @@ def test_live_kmsg_is_read_without_blocking():
     import time
     t0 = time.monotonic()
     recs = kmsg.read_kmsg(Path("/dev/kmsg"))
-    assert time.monotonic() - t0 < 5
+    assert time.monotonic() - t0 < 30  # hang guard: a blocking read would never return
     assert recs, "the kernel ring buffer is never empty on a booted machine"
 
 

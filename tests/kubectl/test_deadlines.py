@@ -125,10 +125,10 @@ def test_a_trickling_answer_ends_at_the_request_deadline(trickler, tmp_path, how
     trickler.routes["/api/v1/nodes/gpu-1"] = how
     trickler.routes["/api/v1/nodes/gpu-2"] = (200, {"metadata": {"name": "gpu-2"}})
     k = Kube(str(trickler.kubeconfig(tmp_path / "kc")))
-    box, took = _bounded(lambda: k.get_json("/api/v1/nodes/gpu-1", timeout=1.0), 8)
+    box, took = _bounded(lambda: k.get_json("/api/v1/nodes/gpu-1", timeout=1.0), 30)
     assert isinstance(box.get("error"), errors.GatewayTimeout), box
     assert "no complete answer within 1s" in box["error"].message
-    assert 0.9 <= took < 3.0
+    assert 0.9 <= took < 10  # the answer trickles forever: a 10x hang guard, not a speed test
     assert trickler.trickling == 1
     # the client still works afterwards (the shut connection is not reused)
     assert k.get_json("/api/v1/nodes/gpu-2", timeout=2)["metadata"]["name"] == "gpu-2"
@@ -143,9 +143,9 @@ def test_a_trickling_log_stream_ends_at_its_deadline(trickler, tmp_path):
     def follow():
         for chunk in k.stream(path, [("follow", "true")], read_timeout=5, deadline_s=1.0):
             got.append(chunk)
-    box, took = _bounded(follow, 8)
+    box, took = _bounded(follow, 30)
     assert isinstance(box.get("error"), errors.StreamBroken), box
-    assert "deadline" in box["error"].message and took < 3.0
+    assert "deadline" in box["error"].message and took < 10  # 10x hang guard (trickles forever)
     assert b"".join(got).startswith(b"x")  # the trickled bytes did arrive until then
 
 
@@ -153,8 +153,8 @@ def test_node_does_not_hang_on_a_trickling_api_server(trickler, tmp_path):
     trickler.routes["/api/v1/nodes/gpu-1"] = "body"
     t0 = time.monotonic()
     r = run_cli("node", "gpu-1", "--kubeconfig", str(trickler.kubeconfig(tmp_path / "kc")),
-                "--request-timeout", "2s", timeout=30)
-    assert time.monotonic() - t0 < 15
+                "--request-timeout", "2s", timeout=60)
+    assert time.monotonic() - t0 < 20  # 10x hang guard: the node answer trickles forever
     line = one_error_line(r.stderr)
     assert r.returncode == 3 and "node gpu-1" in line and "within 2s" in line
 
@@ -190,14 +190,19 @@ def test_trickling_kubelet_proxy_is_bounded_by_kubelet_timeout(trickler, tmp_pat
 def test_worker_pool_exit_does_not_wait_for_stuck_workers():
     """An interrupted caller leaves at once; a `with ThreadPoolExecutor` would wait 5 s."""
     from kubectl_gpudoctor.kube import worker_pool
-    release = threading.Event()
-    t0 = time.monotonic()
+    release, started = threading.Event(), threading.Event()
+
+    def first():
+        started.set()
+        return release.wait(5)
     with pytest.raises(KeyboardInterrupt):
         with worker_pool(2, "test") as pool:
-            running = pool.submit(release.wait, 5)
+            running = pool.submit(first)
             queued = [pool.submit(release.wait, 5) for _ in range(3)]
+            assert started.wait(30), "the pool never ran the first job"
             raise KeyboardInterrupt
-    assert time.monotonic() - t0 < 1.0
+    # it left while the running worker still waits (a waiting exit would find it done)
+    assert not running.done()
     assert all(f.cancelled() for f in queued[1:])  # not started: cancelled, never run
     release.set()
     assert running.result(timeout=5) is True

@@ -135,7 +135,7 @@ def test_deadline_ends_a_silent_exec(xc, kube):
     t0 = time.monotonic()
     with pytest.raises(errors.StreamBroken) as ei:
         list(ex.chunks())
-    assert time.monotonic() - t0 < 4
+    assert time.monotonic() - t0 < 15  # 10x hang guard: the exec'd program sleeps 30s
     assert "did not finish within 1.5s" in ei.value.one_line()
 
 
@@ -153,7 +153,7 @@ def test_connect_deadline_when_the_api_server_does_not_answer(tmp_path):
     t0 = time.monotonic()
     with pytest.raises(errors.ApiUnreachable) as ei:
         ex.open()
-    assert time.monotonic() - t0 < 3
+    assert time.monotonic() - t0 < 10  # 10x hang guard: the socket never answers
     assert "within 1s" in ei.value.one_line()
     srv.close()
 

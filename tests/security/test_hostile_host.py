@@ -131,7 +131,7 @@ def test_fifo_as_ld_so_preload_does_not_block(tmp_path):
     os.mkfifo(root / "etc/ld.so.preload")
     t0 = time.monotonic()
     res = hami.audit_root(root, {"CUDA_DEVICE_MEMORY_LIMIT": "1g"})
-    assert time.monotonic() - t0 < 2
+    assert time.monotonic() - t0 < 20  # hang guard: opening the FIFO would block forever
     assert any("unreadable" in p for p in res["problems"]), res["problems"]
 
 
