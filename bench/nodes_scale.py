@@ -46,11 +46,22 @@ import json, os, subprocess, sys, threading, time
 PAGE = os.sysconf("SC_PAGE_SIZE")
 
 def tree_rss(pid, hwm):
-    # sum of VmRSS over pid and its descendants now; hwm[p] := VmHWM of each (its peak)
+    # sum of VmRSS over pid and its descendants now; hwm[p] := VmHWM of each (its peak). A
+    # child between fork and exec still runs the CLI's program on the CLI's (shared) pages: it
+    # is not counted, or every child would add the CLI's RSS once more.
     total, todo = 0, [pid]
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            root_cmd = f.read()
+    except OSError:  # it just ended
+        return 0
     while todo:
         p = todo.pop()
         try:
+            if p != pid:
+                with open(f"/proc/{p}/cmdline", "rb") as f:
+                    if f.read() == root_cmd:
+                        continue
             with open(f"/proc/{p}/status") as f:
                 for line in f:
                     if line.startswith("VmRSS:"):
