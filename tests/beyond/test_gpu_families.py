@@ -73,7 +73,8 @@ def test_fabric_manager_version_differs_from_driver(tmp_path, daemon):
     daemon("nv-fabricmanager")
     run = probe(root, kfile, "fabric")
     f = run.findings("fabric.not_ready")
-    assert f and f[0]["severity"] == "critical"
+    # it failed once under load with no finding at all: say what the run saw
+    assert f and f[0]["severity"] == "critical", (run.records, run.stderr[-2000:])
     ev = f[0]["evidence"]
     assert ev["fabricmanager_versions"] == ["570.158.01"] and ev["driver_version"] == "570.172.08"
     assert ev["fabricmanager_packages"] == {"nvidia-fabricmanager-570": "570.158.01-1"}
