@@ -29,7 +29,14 @@ CHILD = textwrap.dedent("""
         threading.Thread(target=fn, daemon=True).start()
     while len(ids) < 2:
         time.sleep(0.01)
-    time.sleep(0.2)
+    def in_futex(tid):  # x86_64 futex is syscall 202: the stand-in's init waits there
+        try:
+            return open(f"/proc/self/task/{tid}/syscall").read().split()[0] == "202"
+        except OSError:
+            return False
+    deadline = time.monotonic() + 60  # not a fixed pause: a loaded machine may need longer
+    while not in_futex(ids["init"]) and time.monotonic() < deadline:
+        time.sleep(0.01)
     addr = ctypes.cast(lib.nvmlInit_v2, ctypes.c_void_p).value
     print(json.dumps({"tids": ids, "nvmlInit_v2": addr}), flush=True)
     time.sleep(3600)
@@ -115,7 +122,7 @@ def test_ioctl_fd_is_resolved_to_the_device_path(tmp_path):
     p = subprocess.Popen([sys.executable, "-c",
                           f"import os; fd = os.open({str(fifo)!r}, os.O_RDWR); os.read(fd, 1)"])
     try:
-        deadline = time.monotonic() + 5
+        deadline = time.monotonic() + 60  # interpreter start-up on a loaded machine
         while time.monotonic() < deadline:
             t = proctasks.process_threads(p.pid, scan_nvml=False)
             if t and t[0].syscall == "read":
