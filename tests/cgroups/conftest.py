@@ -128,7 +128,7 @@ class CgroupTree:
                              stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
                              stderr=subprocess.DEVNULL, preexec_fn=join)
         self.procs.append(p)
-        deadline = time.monotonic() + 10
+        deadline = time.monotonic() + 60
         while time.monotonic() < deadline:   # until the shell has exec'd sleep
             try:
                 if os.readlink(f"/proc/{p.pid}/exe").endswith("sleep"):

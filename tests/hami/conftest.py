@@ -134,7 +134,7 @@ class Chrooted:
         self.procs.append(p)
         return p
 
-    def wait_rooted(self, p: subprocess.Popen, root: ContainerRoot, timeout=10.0) -> None:
+    def wait_rooted(self, p: subprocess.Popen, root: ContainerRoot, timeout=60.0) -> None:
         import time
         end = time.monotonic() + timeout
         while time.monotonic() < end:

@@ -233,5 +233,5 @@ def test_elf_reader_refuses_a_fifo_where_a_mapped_library_was(tmp_path):
             box["exc"] = exc
     t = threading.Thread(target=run, daemon=True)
     t.start()
-    t.join(5)
+    t.join(30)  # hang guard: opening the FIFO for reading would block forever
     assert not t.is_alive() and isinstance(box.get("exc"), hostfs.NotRegularFile)

@@ -32,7 +32,7 @@ def tree(tmp_path):
     return root, outside
 
 
-def _bounded(fn, timeout=5.0):
+def _bounded(fn, timeout=30.0):
     """Run fn in a thread; fail (instead of hanging the suite) if it blocks."""
     box: dict = {}
 
