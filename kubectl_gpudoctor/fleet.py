@@ -2,10 +2,10 @@
 
 Why: on a 1,000-node cluster an on-call engineer needs "which GPU nodes are sick, and how" in
 seconds. Per-node GETs would be thousands of calls; instead we LIST nodes, pods, events and node
-Leases once each (resourceVersion=0: served from the API server's watch cache, the cheapest
-list there is), group by node in memory and run the same pure analyses as `node X`. Only nodes
-the lists flag get per-node proxy calls (goroutine dump, healthz), with a concurrency limit.
-Raw bytes are json.loads'ed into dicts: the client's model deserialization is far too slow here.
+Leases (paged where big: see _list), group by node in memory and run the same pure analyses as
+`node X`. Only nodes the lists flag get per-node proxy calls (goroutine dump, healthz), with a
+concurrency limit. Raw bytes are parsed into dicts item by item (pageparse.py, in child
+processes for long lists): the client's model deserialization is far too slow here.
 """
 from __future__ import annotations
 
@@ -33,10 +33,11 @@ def _list(kube: Kube, path: str, what: str, query: list | None = None,
           required: bool = True, paged: bool = False,
           parsers: pageparse.ParsePool | None = None,
           container_ids: bool = False) -> list[dict] | None:
-    """All items. Small lists (nodes, Leases) in one call from the API server's watch cache
-    (resourceVersion=0, the cheapest list there is); big ones (pods, events) paged with
-    limit/continue and reduced page by page (pager.py: steady pods to a shared skeleton), so
-    memory stays bounded on 150,000 pods -- pods that fit in one page still need one call."""
+    """All items. Node Leases (~0.5 KB each) in one call from the API server's watch cache
+    (resourceVersion=0, the cheapest list there is); nodes (10+ KB each on a real cluster:
+    their image lists), pods and events paged with limit/continue and reduced item by item
+    (pager.py: node images dropped, steady pods to a shared skeleton), so memory stays
+    bounded on 5,000 nodes / 150,000 pods -- a list that fits in one page is still one call."""
     try:
         if paged:
             each = pager.PodCompactor(container_ids) if path.endswith("/pods") else pager.slim
@@ -66,7 +67,7 @@ def scan(kube: Kube, selector: str | None, settings: Settings, out: Output,
     with worker_pool(5, "list") as pool, pageparse.ParsePool(pageparse.default_workers()) as pp:
         # RuntimeClasses and the DRA lists (one paged list each; 404 without DRA is normal)
         f_extra = pool.submit(extra_lists.fetch, kube, tuple(extra_lists.LISTS), 30, True)
-        f_nodes = pool.submit(_list, kube, "/api/v1/nodes", "nodes", q)
+        f_nodes = pool.submit(_list, kube, "/api/v1/nodes", "nodes", q, True, True, pp)
         f_pods = pool.submit(_list, kube, "/api/v1/pods", "pods", None, True, True, pp,
                              settings.probe)  # the probe's records name containers by id
         f_events = pool.submit(_list, kube, "/api/v1/events", "events",

@@ -26,11 +26,15 @@ _CONTAINER_BULK = ("env", "envFrom", "volumeMounts", "livenessProbe", "readiness
 
 
 def slim(obj: dict) -> dict:
-    """Drop what no analysis reads (in place): managedFields of every object, and for pods the
-    volumes and per-container env, mounts and probes."""
+    """Drop what no analysis reads (in place): managedFields of every object, for nodes the
+    image list (often 10+ KB a node), and for pods the volumes and per-container env, mounts
+    and probes."""
     md = obj.get("metadata")
     if isinstance(md, dict):
         md.pop("managedFields", None)
+    st = obj.get("status")
+    if isinstance(st, dict) and "nodeInfo" in st:
+        st.pop("images", None)
     spec = obj.get("spec")
     if isinstance(spec, dict) and "containers" in spec:
         for k in _POD_SPEC_BULK:

@@ -186,3 +186,19 @@ def test_short_lists_start_no_children(fleet):
         items, pages = pager.list_items(kube, "/api/v1/pods", page_size=800, parsers=pp)
         assert (len(items), pages) == (n, 4)
         assert len(pp.children) == 2 and pp.pages == 4  # the first page starts them
+
+
+def test_slim_drops_a_nodes_image_list_and_keeps_what_analyses_read():
+    node = {"kind": "Node", "metadata": {"name": "n", "labels": {"a": "b"},
+                                         "managedFields": [{"manager": "kubelet"}]},
+            "status": {"capacity": {"nvidia.com/gpu": "8"}, "allocatable": {"nvidia.com/gpu": "8"},
+                       "conditions": [{"type": "Ready", "status": "True"}],
+                       "nodeInfo": {"kubeletVersion": "v1.35.0"},
+                       "images": [{"names": [f"registry/img:{i}"], "sizeBytes": 1} for i in
+                                  range(50)]}}
+    raw = json.dumps({"items": [node]}).encode()
+    (got,), _ = pageparse.parse_page(raw, pager.slim)
+    assert "images" not in got["status"] and "managedFields" not in got["metadata"]
+    assert got["status"]["capacity"] == node["status"]["capacity"]
+    assert got["status"]["nodeInfo"] == node["status"]["nodeInfo"]
+    assert got["metadata"]["labels"] == {"a": "b"}
