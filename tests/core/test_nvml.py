@@ -33,7 +33,8 @@ def test_init_that_blocks_forever_ends_within_timeout(tmp_path):
     root = host_with_lib(tmp_path, init="block", driver_version="550.54.15",
                          gpus=[FakeGpu("GPU-1")])
     run = run_probe("--host-root", str(root), "--timeout", "4", *NVML_ONLY)
-    assert run.wall_s < 4 + 2, run.wall_s
+    # the probe's own clock (start-up under load not counted); run_probe's 60 s: hang guard
+    assert run.summary["duration_s"] < 4 + 2, (run.summary["duration_s"], run.wall_s)
     assert run.returncode == 1
     hang = run.findings("nvml.init_hang")
     assert hang and hang[0]["severity"] == "critical"

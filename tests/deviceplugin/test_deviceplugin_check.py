@@ -101,7 +101,9 @@ def _blocked_setup(host, start_plugin, podres, tmp_path):
 
 
 def _assert_blocked(run, p, timeout):
-    assert run.wall_s < timeout + 3, run.wall_s
+    # the probe's own clock (its --timeout runs from there; interpreter start-up on a loaded
+    # machine is not the probe's to bound); run_probe's 60 s is the hang guard
+    assert run.summary["duration_s"] < timeout + 3, (run.summary["duration_s"], run.wall_s)
     assert run.summary["complete"], run.summary
     (to,) = run.findings("deviceplugin.rpc_timeout")
     assert to["evidence"]["rpc"] == "GetPreferredAllocation"
@@ -214,7 +216,7 @@ def test_hung_pod_resources_does_not_hang_the_check(host, start_plugin, podres):
     assert run.summary["complete"]
     inv = run.findings("deviceplugin.inventory")[0]["evidence"]
     assert inv["pods_holding_devices"] == []
-    assert run.wall_s < 12
+    assert run.summary["duration_s"] < 12, (run.summary["duration_s"], run.wall_s)
 
 
 def test_without_grpcio_the_check_says_so(host, start_plugin, tmp_path):
