@@ -81,6 +81,13 @@ def test_local_probe_that_never_ends_is_stopped_at_its_deadline(monkeypatch):
     monkeypatch.setattr(local, "GRACE_S", 0.5)
     monkeypatch.setattr(local, "TERM_GRACE_S", 0.5)
     p = local.ProbeProcess(["--timeout", "1"])
+    # chunks() starts the deadline: begin once the stand-in ignores SIGTERM and has written
+    # (its line waits in the pipe), not while a loaded machine still starts its interpreter
+    import select
+    import time
+    ready_by = time.monotonic() + 60
+    while not select.select([p.proc.stdout], [], [], 0.05)[0]:
+        assert p.proc.poll() is None and time.monotonic() < ready_by, "the stand-in never wrote"
     got: list[bytes] = []
     reader = threading.Thread(target=lambda: got.extend(p.chunks()), daemon=True)
     reader.start()
