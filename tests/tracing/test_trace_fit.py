@@ -21,12 +21,19 @@ def test_fit_rule():
 
 
 def test_trace_that_cannot_fit_is_skipped_and_the_run_completes():
-    run = run_probe("--only", "trace", "--only", "memory", "--timeout", "2",
-                    "--trace-seconds", "5", timeout=30)
+    """The other check that uses the trace window (memory) still runs to its end. Nothing here
+    may depend on the host's load: the memory check judges the real host, and any memory stall
+    elsewhere on the machine (another memory test's thrash, within its PSI avg10) made it a
+    warning and the exit 1, hence --fail-on never (exit 0 still requires a complete run:
+    incomplete is 4). And it waits min(window, deadline - 1 s) before its last sample: a 1 s
+    window in a 4 s deadline leaves it ~2.5 s for that, a 5 s window in 2 s left 0.7 s."""
+    run = run_probe("--only", "trace", "--only", "memory", "--timeout", "4",
+                    "--trace-seconds", "1", "--fail-on", "never", timeout=120)
     summary = run.summary
     checks = {c["id"]: c for c in summary["checks"]}
     assert checks["trace"]["status"] == "skipped", checks
-    assert "does not fit in --timeout 2s" in checks["trace"]["reason"]
+    assert "a 1s window does not fit in --timeout 4s" in checks["trace"]["reason"]
+    assert checks["memory"]["status"] == "ok", checks
     assert summary["complete"] is True and run.returncode == 0, summary
 
 
