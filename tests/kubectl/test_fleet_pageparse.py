@@ -130,14 +130,15 @@ def test_no_children_on_one_cpu(monkeypatch):
 
 # -- the item-by-item parser agrees with json.loads --------------------------------------
 
-from hypothesis import given, settings, strategies as st  # noqa: E402
+from hypothesis import HealthCheck, given, settings, strategies as st  # noqa: E402
 
 _scalars = st.none() | st.booleans() | st.integers() | st.text(max_size=8)
 _json = st.recursive(_scalars, lambda inner: st.lists(inner, max_size=3) |
                      st.dictionaries(st.text(max_size=5), inner, max_size=3), max_leaves=12)
 
 
-@settings(max_examples=200, deadline=None)
+# generation speed is not what is tested: a loaded machine must not fail the health check
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(items=st.lists(st.dictionaries(st.text(max_size=5), _json, max_size=4), max_size=5),
        token=st.none() | st.text(min_size=1, max_size=10), indent=st.sampled_from([None, 0, 2]),
        items_first=st.booleans(), extra=st.dictionaries(st.sampled_from(["kind", "x"]), _json))
