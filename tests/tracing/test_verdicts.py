@@ -199,3 +199,33 @@ def test_cuda_kernel_evidence_only_from_the_same_moment_and_process():
     assert [x["xid"] for x in k["xids"]] == [79]
     assert "/dev/nvidia-uvm (EPERM)" in found[0].title and "Xid 79" in found[0].title
     assert verdicts.cuda_findings([], opens, None, lambda: log) == []
+
+
+def test_live_events_per_record_kind():
+    """What each verdict says live (event, subject, message), and when it says nothing."""
+    def live(program, kind, rec, state=None):
+        return verdicts.VERDICTS[program].live(kind, rec, {} if state is None else state)
+
+    who = {"pid": 7, "tid": 8, "comm": "app"}
+    assert live("nvidia_dev", "open", {**who, "path": "/dev/nvidia0", "errno": errno.EPERM}) == (
+        "nvidia.open_denied", "pid 7 (app)", "open(/dev/nvidia0) = EPERM")
+    assert live("nvidia_dev", "open", {**who, "path": "/dev/nvidia0", "errno": errno.ENXIO}) is None
+    assert live("nvidia_dev", "slow_ioctl", {**who, "request_hex": "0xc020462a",
+                                             "path": "/dev/nvidiactl", "duration_s": 1.5}) == (
+        "ioctl.slow", "pid 7 (app)", "ioctl 0xc020462a on /dev/nvidiactl took 1.50s")
+    assert live("cgroup_devices", "write", {**who, "text": "a", "path": None, "which": "deny",
+                                            "errno": errno.EINVAL, "errno_name": "EINVAL"}) == (
+        "cgroup.device_rule_write", "pid 7 (app)", "wrote 'a' to devices.deny (EINVAL)")
+    assert live("cgroup_devices", "bpf_attach", {**who, "cmd": "BPF_PROG_ATTACH", "cgroup": None,
+                                                 "target_fd": 5}) == (
+        "cgroup.device_prog_attach", "pid 7 (app)", "BPF_PROG_ATTACH BPF_CGROUP_DEVICE on fd 5")
+    assert live("cuda_calls", "failed", {**who, "func": "cuInit", "error": "CUDA_ERROR_UNKNOWN",
+                                         "result": 999}) == (
+        "cuda.call_failed", "pid 7 (app)", "cuInit returned CUDA_ERROR_UNKNOWN (999)")
+    assert live("cuda_calls", "open", who) is None                 # a kind it does not know
+    state: dict = {}
+    assert live("futex_wait", "long_wait", {**who, "wait_s": 2.0}, state) is None   # not in NVML
+    assert live("nvml_calls", "entered", {**who, "func": "nvmlInit_v2"}, state) == (
+        "nvml.entered", "pid 7 (app) tid 8", "entered nvmlInit_v2")
+    assert live("futex_wait", "long_wait", {**who, "wait_s": 2.0}, state) == (
+        "futex.long_wait", "pid 7 (app) tid 8", "futex wait of 2.00s inside an NVML call")
