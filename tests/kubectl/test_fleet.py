@@ -28,11 +28,12 @@ def test_nodes_uses_constant_list_calls(cluster, kubeconfig, nodes, pods):
     r = run_cli("nodes", "--kubeconfig", str(kubeconfig), "-o", "json", timeout=120)
     doc = json.loads(r.stdout)
     assert r.returncode == 1, r.stderr
-    # nodes and Leases once each; pods and events paged (limit/continue): a constant number
-    # of calls per page of pager.PAGE_SIZE, one page each up to that many
+    # Leases once; nodes, pods and events paged (limit/continue): a constant number of calls
+    # per page of pager.PAGE_SIZE, one page each up to that many
     from kubectl_gpudoctor.pager import PAGE_SIZE
-    pages = -(-len(cluster.pods) // PAGE_SIZE) + max(1, -(-len(cluster.events) // PAGE_SIZE))
-    assert list_calls(cluster) == 2 + pages
+    pages = sum(max(1, -(-n // PAGE_SIZE)) for n in (len(cluster.nodes), len(cluster.pods),
+                                                      len(cluster.events)))
+    assert list_calls(cluster) == 1 + pages
     # only the two flagged nodes get kubelet proxy calls (goroutine dump + healthz)
     assert per_node_calls(cluster) == 4
     stalled = {f["subject"] for f in doc["findings"] if f["id"] == "kubelet.admission_stalled"}
