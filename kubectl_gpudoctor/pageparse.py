@@ -145,7 +145,8 @@ class _Child:
     def _serve(self) -> None:
         while True:
             job = self.jobs.get()
-            if job is None:
+            if job is None:  # closed: what is still queued is not parsed
+                self._fail_rest(PoolClosed("the page parsers were closed"))
                 return
             raw, kind, fut = job
             if not fut.set_running_or_notify_cancel():
@@ -171,14 +172,14 @@ class _Child:
                 self._fail_rest()
                 return
 
-    def _fail_rest(self) -> None:
+    def _fail_rest(self, exc: Exception | None = None) -> None:
         while True:
             try:
                 job = self.jobs.get_nowait()
             except queue.Empty:
                 return
             if job is not None and job[2].set_running_or_notify_cancel():
-                job[2].set_exception(BrokenChild("page parser gone"))
+                job[2].set_exception(exc or BrokenChild("page parser gone"))
 
     def kill(self) -> None:
         try:
@@ -198,6 +199,11 @@ class BrokenChild(Exception):
     """A page parser child died, stalled or answered nonsense: parse that page here."""
 
 
+class PoolClosed(Exception):
+    """The pool was closed (the CLI is ending, e.g. Ctrl-C): a list still walking stops here
+    instead of fetching and parsing the rest of its pages itself."""
+
+
 class ParsePool:
     """Up to `workers` page-parser children, started with the first page sent to them (a
     small cluster's lists never are: see pager). `submit(raw, kind)` returns a future of
@@ -208,6 +214,7 @@ class ParsePool:
         self.children: list[_Child] = []
         self._planned = max(0, workers)
         self._started = False
+        self._closed = False
         self._next = 0
         self._lock = threading.Lock()
 
@@ -231,6 +238,9 @@ class ParsePool:
     def submit(self, raw: bytes, kind: int) -> cf.Future:
         fut: cf.Future = cf.Future()
         with self._lock:
+            if self._closed:
+                fut.set_exception(PoolClosed("the page parsers were closed"))
+                return fut
             if not self._started:
                 self._start()
             alive = [c for c in self.children if c.proc.poll() is None]
@@ -257,7 +267,7 @@ class ParsePool:
 
     def close(self) -> None:
         with self._lock:
-            self._started = True  # none starts after this
+            self._started = self._closed = True  # none starts, no page is taken after this
             children = list(self.children)
         for c in children:
             c.close()

@@ -203,3 +203,27 @@ def test_slim_drops_a_nodes_image_list_and_keeps_what_analyses_read():
     assert got["status"]["capacity"] == node["status"]["capacity"]
     assert got["status"]["nodeInfo"] == node["status"]["nodeInfo"]
     assert got["metadata"]["labels"] == {"a": "b"}
+
+
+def test_a_closed_pool_stops_the_list_at_once(fleet, monkeypatch):
+    """Ctrl-C (or a failed sibling list) closes the pool while a list is walking: the walk
+    stops with PoolClosed instead of fetching and parsing the rest of the pages itself."""
+    fc, kube = fleet
+    real = kube.request
+    pp = pageparse.ParsePool(2)
+    calls = []
+
+    def request(method, path, query=None, **kw):
+        calls.append(1)
+        if len(calls) == 3:
+            pp.close()
+        return real(method, path, query, **kw)
+
+    monkeypatch.setattr(kube, "request", request)
+    t0 = time.monotonic()
+    with pytest.raises(pageparse.PoolClosed):
+        pager.list_items(kube, "/api/v1/pods", page_size=300, parsers=pp)
+    assert time.monotonic() - t0 < 10  # not PAGE_TIMEOUT_S per page
+    assert len(calls) <= 5  # of 9 pages: the walk stopped
+    procs = [c.proc for c in pp.children]
+    assert procs and all(_gone(p) for p in procs)
