@@ -43,10 +43,10 @@ class Settings:
     probe_args: tuple[str, ...] = ()
     concurrency: int = 8
     kubelet_timeout_s: float = PROXY_TIMEOUT_S  # per proxied kubelet call (dump, healthz, configz)
-    agent: bool = True               # exec in a Running agent pod first (agent.py)
-    agent_namespace: str = "gpu-doctor"
     force_pod: bool = False          # create the debug pod even when the API side says it
                                      # cannot start (wedge.decide)
+    agent: bool = True               # exec in a Running agent pod first (agent.py)
+    agent_namespace: str = "gpu-doctor"
 
 
 @dataclasses.dataclass
@@ -459,7 +459,7 @@ def diagnose_pod(kube: Kube, namespace: str, name: str, settings: Settings, out:
     if not node_name and (pod.get("spec") or {}).get("resourceClaims"):
         # unscheduled and waiting on DRA claims: why are they not allocated
         t0 = time.monotonic()
-        with cf.ThreadPoolExecutor(max_workers=1) as one:
+        with worker_pool(1, "dra") as one:
             extra = _extra_lists(out, one.submit(
                 extra_lists.fetch, kube, ("resourceclaims", "resourceslices", "deviceclasses"),
                 30), t0)
