@@ -2,7 +2,7 @@
 
 Why here: kubectl finds the plugin as the `kubectl-gpu_doctor` executable and passes the rest
 of the command line through. This module parses it with kubectl's conventions
-(--kubeconfig, --context, -n, -o) and hands the options to one program (programs.py), which
+(--kubeconfig, --context, -n, -o) and hands the options to one program (cluster.py), which
 collects and returns or raises. `main` alone ends the run, as httpie's `main` does: it installs
 the SIGTERM handler, catches what the program raised, maps it to an exit code of DESIGN.md
 section 7 through errors.exit_status_of, and lets Session.finish render the report once and
@@ -23,8 +23,15 @@ import click
 
 from node_probe.protocol import FAIL_ON, ExitStatus
 
-from . import errors, params, programs
-from .output import FORMATS
+from . import errors, params
+from .commands import agent
+from .commands import cleanup
+from .commands import local
+from .commands import node
+from .commands import nodes
+from .commands import replay
+from .commands import version
+from .report.output import FORMATS
 from .session import PROG, Session
 
 _GROUP_OPTS = "gpu_doctor.group_options"
@@ -140,7 +147,7 @@ def _cluster_options(f: Callable) -> Callable:
 
 def _complete_nodes(ctx, param, incomplete):  # pragma: no cover - interactive
     try:
-        from .kube import Kube
+        from .api.kube import Kube
         k = Kube(request_timeout_s=3)
         doc = k.get_json("/api/v1/nodes", [("resourceVersion", "0")], timeout=3)
         names = [n["metadata"]["name"] for n in doc.get("items") or ()]
@@ -155,14 +162,14 @@ def _session(ctx: click.Context) -> Session:
 
 def _target_command(kind: str, name_type: click.ParamType, help: str,
                     **argument: Any) -> click.Command:
-    """`node NAME` and `pod NAME`: one named target, the same options, programs.<kind>."""
+    """`node NAME` and `pod NAME`: one named target, the same options, commands/node.<kind>."""
     @cli.command(kind, context_settings=CONTEXT_SETTINGS, help=help)
     @click.argument("name", type=name_type, **argument)
     @_common
     @_cluster_options
     @click.pass_context
     def command(ctx: click.Context, name: str, **kw: Any) -> int:
-        return getattr(programs, kind)(_session(ctx), _opts(ctx, kw), name)
+        return getattr(node, kind)(_session(ctx), _opts(ctx, kw), name)
     return command
 
 
@@ -205,7 +212,7 @@ def nodes_cmd(ctx: click.Context, selector: str | None, all_nodes: bool, probe: 
     """Scan many nodes from the API side (a constant number of list calls) in one table."""
     o = _opts(ctx, kw)
     o["no_probe"] = not probe
-    return programs.nodes(_session(ctx), o, selector, all_nodes, max_probes)
+    return nodes.nodes(_session(ctx), o, selector, all_nodes, max_probes)
 
 
 @cli.command("local", context_settings=CONTEXT_SETTINGS)
@@ -233,7 +240,7 @@ def local_cmd(ctx: click.Context, host_root, cgroup_root, kubelet_dir, kmsg_file
         args += ["--only", c]
     for c in skip:
         args += ["--skip", c]
-    return programs.local(_session(ctx), o, args)
+    return local.local(_session(ctx), o, args)
 
 
 @cli.command("cleanup", context_settings=CONTEXT_SETTINGS)
@@ -241,7 +248,7 @@ def local_cmd(ctx: click.Context, host_root, cgroup_root, kubelet_dir, kmsg_file
 @click.pass_context
 def cleanup_cmd(ctx: click.Context, **kw: Any) -> int:
     """Delete leftover debug pods (label app.kubernetes.io/name=gpu-doctor)."""
-    return programs.cleanup(_session(ctx), _opts(ctx, kw))
+    return cleanup.cleanup(_session(ctx), _opts(ctx, kw))
 
 
 @cli.group("agent", context_settings=CONTEXT_SETTINGS)
@@ -275,7 +282,7 @@ def _agent_cmd_options(f: Callable) -> Callable:
 @click.pass_context
 def agent_install_cmd(ctx: click.Context, **kw: Any) -> int:
     """Install (or update) the agent DaemonSet, its namespace and priority quota."""
-    return programs.agent_install(_session(ctx), kw)
+    return agent.agent_install(_session(ctx), kw)
 
 
 @agent_group.command("status", context_settings=CONTEXT_SETTINGS)
@@ -287,7 +294,7 @@ def agent_install_cmd(ctx: click.Context, **kw: Any) -> int:
 def agent_status_cmd(ctx: click.Context, **kw: Any) -> int:
     """Nodes with and without a Running agent, and version skew with this plugin
     (exit 0: every node has a Running agent of this version; 1 otherwise)."""
-    return programs.agent_status(_session(ctx), kw)
+    return agent.agent_status(_session(ctx), kw)
 
 
 @agent_group.command("uninstall", context_settings=CONTEXT_SETTINGS)
@@ -295,7 +302,7 @@ def agent_status_cmd(ctx: click.Context, **kw: Any) -> int:
 @click.pass_context
 def agent_uninstall_cmd(ctx: click.Context, **kw: Any) -> int:
     """Delete the agent DaemonSet (its pods go with it) and its quota."""
-    return programs.agent_uninstall(_session(ctx), kw)
+    return agent.agent_uninstall(_session(ctx), kw)
 
 
 @cli.command("replay", context_settings=CONTEXT_SETTINGS)
@@ -308,14 +315,14 @@ def agent_uninstall_cmd(ctx: click.Context, **kw: Any) -> int:
 def replay_cmd(ctx: click.Context, bundle_file: str, output: str | None,
                fail_on: str | None) -> int:
     """Render a bundle saved with --save again, offline, with the same exit code."""
-    return programs.replay(_session(ctx), bundle_file, output or "table", fail_on)
+    return replay.replay(_session(ctx), bundle_file, output or "table", fail_on)
 
 
 @cli.command("version", context_settings=CONTEXT_SETTINGS)
 @click.pass_context
 def version_cmd(ctx: click.Context) -> int:
     """Print the plugin version and the probe image it uses."""
-    return programs.version(_session(ctx))
+    return version.version(_session(ctx))
 
 
 @cli.command("completion", context_settings=CONTEXT_SETTINGS)
@@ -323,7 +330,7 @@ def version_cmd(ctx: click.Context) -> int:
 @click.pass_context
 def completion_cmd(ctx: click.Context, shell: str) -> int:
     """Print a shell completion script: `source <(kubectl-gpu_doctor completion bash)`."""
-    return programs.completion(_session(ctx), cli, shell)
+    return version.completion(_session(ctx), cli, shell)
 
 
 # -- the one end of every run ------------------------------------------------------------------
@@ -446,7 +453,7 @@ def entrypoint() -> None:
         sys.argv = sys.argv[:1] + argv[1:]
         complete_entrypoint()
     if argv[:1] == ["__probe"]:  # frozen builds: run the node probe in this child process
-        from . import local
+        from .reach import localproc as local
         local.run_probe_here(argv[1:])
     code = main(argv, exiting=True)
     try:

@@ -3,7 +3,7 @@
 Why: a run can end in three ways (the program returns, it raises, the user interrupts it) and
 all three must end the same way: debug pods deleted, the report rendered once with whatever
 was collected (findings gathered before an error are still shown), ONE line on stderr for an
-error, and one exit code. Programs (programs.py) only collect into the session's Output and
+error, and one exit code. Programs (commands/) only collect into the session's Output and
 return or raise; `Session.finish`, called by `cli.main` alone, is the one finish sequence.
 """
 from __future__ import annotations
@@ -12,7 +12,7 @@ import sys
 from typing import Any, Callable, Mapping
 
 from . import errors
-from .output import Output
+from .report.output import Output
 
 PROG = "kubectl gpu-doctor"
 

@@ -2,7 +2,7 @@
 
 Why a package of pure functions: the same analyses run for one node (`node X`, `pod Y`) and
 for a thousand (`nodes`), and tests feed them recorded API objects without any server. The
-collectors (diagnose.py, fleet.py) fetch; these only judge.
+collectors (commands/node.py, commands/nodes.py) fetch; these only judge.
 """
 from __future__ import annotations
 

@@ -422,7 +422,7 @@ def analyze_goroutines(node_name: str, goroutines: Sequence[Any]) -> list[Findin
     waits = [g for g in goroutines if g.has(DRA_FRAMES)]
     if not waits:
         return []
-    from .goroutines import func_name
+    from .goroutine_dump import func_name
 
     longest = max((g.wait_minutes or 0) for g in waits)
     calls: dict[str, int] = {}

@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from kubectl_gpudoctor import analysis, extra_lists
+from kubectl_gpudoctor import analysis
+from kubectl_gpudoctor.api import extra_lists
 from kubectl_gpudoctor.analysis import dra, goroutines, mig, runtime
 from tests.beyond.api_objects import (DRIVER, claim, device_class, event, gpu_device, pod,
                                       resource_slice)
@@ -291,7 +292,7 @@ def fake():
 
 
 def test_fetch_through_the_client_and_node_objects(fake, tmp_path):
-    from kubectl_gpudoctor.kube import Kube
+    from kubectl_gpudoctor.api.kube import Kube
 
     fake.add_node(NODE)
     fake.lists["/apis/resource.k8s.io/v1/resourceslices"] = (
@@ -315,7 +316,7 @@ def test_fetch_through_the_client_and_node_objects(fake, tmp_path):
 def test_fetch_forbidden_is_a_note(fake, tmp_path):
     import re
 
-    from kubectl_gpudoctor.kube import Kube
+    from kubectl_gpudoctor.api.kube import Kube
 
     fake.forbid.append(("GET", re.compile(r"^/apis/resource\.k8s\.io/")))
     kube = Kube(kubeconfig=str(fake.kubeconfig(tmp_path / "kc")))

@@ -118,8 +118,8 @@ class ExecCluster(FakeCluster):
     def add_agent_pod(self, node: str, namespace: str = "gpu-doctor", image: str | None = None,
                       phase: str = "Running", version: str | None = None,
                       template: dict | None = None) -> dict:
-        from kubectl_gpudoctor import agent
-        tmpl = template or agent.daemonset(namespace, image or agent.default_image())[
+        from kubectl_gpudoctor.reach import agent_manifests
+        tmpl = template or agent_manifests.daemonset(namespace, image or agent_manifests.default_image())[
             "spec"]["template"]
         spec = json.loads(json.dumps(tmpl["spec"]))
         spec["nodeName"] = node
@@ -128,7 +128,7 @@ class ExecCluster(FakeCluster):
             labels["app.kubernetes.io/version"] = version
         if image is not None:
             spec["containers"][0]["image"] = image
-        name = f"{agent.AGENT_NAME}-{uuid.uuid4().hex[:5]}"
+        name = f"{agent_manifests.AGENT_NAME}-{uuid.uuid4().hex[:5]}"
         now = ts(__import__("datetime").datetime.now(__import__("datetime").timezone.utc))
         c = spec["containers"][0]
         status: dict = {"phase": phase, "hostIP": "10.188.52.1"}
@@ -141,7 +141,7 @@ class ExecCluster(FakeCluster):
                             "labels": labels, "creationTimestamp": now,
                             "resourceVersion": "1",
                             "ownerReferences": [{"apiVersion": "apps/v1", "kind": "DaemonSet",
-                                                 "name": agent.AGENT_NAME,
+                                                 "name": agent_manifests.AGENT_NAME,
                                                  "uid": str(uuid.uuid4()), "controller": True}]},
                "spec": spec, "status": status}
         self.pods[(namespace, name)] = pod

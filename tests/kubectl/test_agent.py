@@ -12,8 +12,13 @@ import time
 import kubernetes_validate
 import pytest
 
-from kubectl_gpudoctor import agent, debugpod, errors
-from kubectl_gpudoctor.kube import Kube
+from kubectl_gpudoctor import errors
+from kubectl_gpudoctor.commands import agent
+from kubectl_gpudoctor.reach import agent_exec
+from kubectl_gpudoctor.reach import agent_manifests
+from kubectl_gpudoctor.reach import debugpod
+from kubectl_gpudoctor.reach import podspec
+from kubectl_gpudoctor.api.kube import Kube
 from node_probe import __version__
 
 from .fakeexec import PROBE_NS  # noqa: E402
@@ -26,14 +31,14 @@ PINNED = "registry.local/gpu-doctor-probe:0.1.0@sha256:" + "0123456789abcdef" * 
 @pytest.mark.parametrize("k8s", ["1.27", "1.30", kubernetes_validate.latest_version()])
 @pytest.mark.parametrize("selector", [None, {"nvidia.com/gpu.present": "true"}])
 def test_manifests_are_schema_valid(k8s, selector):
-    docs = agent.manifests("gpu-doctor", PINNED, selector)
+    docs = agent_manifests.manifests("gpu-doctor", PINNED, selector)
     assert [d["kind"] for d in docs] == ["Namespace", "ResourceQuota", "DaemonSet"]
     for d in docs:
         kubernetes_validate.validate(d, k8s, strict=True)
 
 
 def test_agent_has_the_debug_pods_privileges_and_nothing_more():
-    ds = agent.daemonset("gpu-doctor", PINNED)
+    ds = agent_manifests.daemonset("gpu-doctor", PINNED)
     spec = ds["spec"]["template"]["spec"]
     dbg = debugpod.manifest("gpu-1", "gpu-doctor", "abcd1234", image=PINNED)["spec"]
     for key in ("hostPID", "hostNetwork", "automountServiceAccountToken", "enableServiceLinks",
@@ -52,20 +57,20 @@ def test_agent_has_the_debug_pods_privileges_and_nothing_more():
     assert c["command"] == ["python3", "-m", "node_probe", "agent-idle"]
     assert c["image"] == PINNED  # --image and the digest pin apply
     labels = ds["spec"]["template"]["metadata"]["labels"]
-    assert labels[debugpod.APP_LABEL] == "gpu-doctor" and labels[agent.COMPONENT_LABEL] == "agent"
+    assert labels[podspec.APP_LABEL] == "gpu-doctor" and labels[agent_manifests.COMPONENT_LABEL] == "agent"
     assert debugpod.RUN_LABEL not in labels  # `cleanup` deletes debug pods, never the agent
-    assert labels[agent.VERSION_LABEL] == __version__
+    assert labels[agent_manifests.VERSION_LABEL] == __version__
     assert ds["spec"]["selector"]["matchLabels"].items() <= labels.items()
-    q = agent.quota_manifest("gpu-doctor")["spec"]["scopeSelector"]["matchExpressions"][0]
+    q = agent_manifests.quota_manifest("gpu-doctor")["spec"]["scopeSelector"]["matchExpressions"][0]
     assert q["values"] == ["system-node-critical"]
 
 
 def test_node_selector_parsing():
-    assert agent.parse_selector("a=b, c=d") == {"a": "b", "c": "d"}
+    assert agent_manifests.parse_selector("a=b, c=d") == {"a": "b", "c": "d"}
     with pytest.raises(errors.UsageError):
-        agent.parse_selector("a!=b")
+        agent_manifests.parse_selector("a!=b")
     with pytest.raises(errors.UsageError):
-        agent.parse_selector("justakey")
+        agent_manifests.parse_selector("justakey")
 
 
 @pytest.fixture
@@ -88,28 +93,28 @@ def kube(xc, tmp_path):
 
 def test_install_status_uninstall(xc, kube):
     xc.namespaces.pop("gpu-doctor", None)  # a cluster without deploy/rbac.yaml applied
-    img = agent.default_image()
+    img = agent_manifests.default_image()
     before = agent.status(kube, "gpu-doctor", img)
     assert before["installed"] is False and not agent.status_ok(before)
     assert "not installed" in agent.status_table(before)
-    assert agent.INSTALL_COMMAND in agent.status_table(before)
+    assert agent_manifests.INSTALL_COMMAND in agent.status_table(before)
 
-    docs = agent.manifests("gpu-doctor", img, {"nvidia.com/gpu.present": "true"})
+    docs = agent_manifests.manifests("gpu-doctor", img, {"nvidia.com/gpu.present": "true"})
     assert agent.install(kube, docs) == ["namespace/gpu-doctor created",
-                                         f"resourcequota/{agent.QUOTA_NAME} created",
-                                         f"daemonset/{agent.AGENT_NAME} created"]
+                                         f"resourcequota/{agent_manifests.QUOTA_NAME} created",
+                                         f"daemonset/{agent_manifests.AGENT_NAME} created"]
     assert xc.namespaces["gpu-doctor"]["pod-security.kubernetes.io/enforce"] == "privileged"
     st = agent.status(kube, "gpu-doctor", img)
     assert st["installed"] and agent.status_ok(st)
     assert [r["node"] for r in st["nodes"]] == ["gpu-a", "gpu-b", "gpu-c"]  # the DS selector
     assert all(r["phase"] == "Running" and r["skew"] is None for r in st["nodes"])
-    pod, why = agent.find_agent_pod(kube, "gpu-doctor", "gpu-b")
+    pod, why = agent_exec.find_agent_pod(kube, "gpu-doctor", "gpu-b")
     assert pod["spec"]["nodeName"] == "gpu-b" and why == ""
     assert ("GET", "/api/v1/namespaces/gpu-doctor/pods") in kube.calls
 
     # a second install replaces what exists
-    assert agent.install(kube, docs)[1:] == [f"resourcequota/{agent.QUOTA_NAME} configured",
-                                             f"daemonset/{agent.AGENT_NAME} configured"]
+    assert agent.install(kube, docs)[1:] == [f"resourcequota/{agent_manifests.QUOTA_NAME} configured",
+                                             f"daemonset/{agent_manifests.AGENT_NAME} configured"]
     assert agent.install(kube, docs)[0] == "namespace/gpu-doctor unchanged (exists)"
 
     # skew: one node runs an older agent, one has none
@@ -125,28 +130,28 @@ def test_install_status_uninstall(xc, kube):
     assert not agent.status_ok(st)
     table = agent.status_table(st)
     assert "3 node(s): 2 with a Running agent, 1 without; 1 with version skew" in table
-    assert agent.find_agent_pod(kube, "gpu-doctor", "gpu-c") == (None, "no agent pod on this node")
+    assert agent_exec.find_agent_pod(kube, "gpu-doctor", "gpu-c") == (None, "no agent pod on this node")
 
-    assert agent.uninstall(kube, "gpu-doctor") == [f"daemonset/{agent.AGENT_NAME} deleted",
-                                                   f"resourcequota/{agent.QUOTA_NAME} deleted"]
+    assert agent.uninstall(kube, "gpu-doctor") == [f"daemonset/{agent_manifests.AGENT_NAME} deleted",
+                                                   f"resourcequota/{agent_manifests.QUOTA_NAME} deleted"]
     assert not [k for k, p in xc.pods.items() if k[0] == "gpu-doctor"
                 and p["metadata"].get("ownerReferences")]
-    assert agent.uninstall(kube, "gpu-doctor")[0] == f"daemonset/{agent.AGENT_NAME} not found"
+    assert agent.uninstall(kube, "gpu-doctor")[0] == f"daemonset/{agent_manifests.AGENT_NAME} not found"
 
 
 def test_agent_pod_not_running_is_not_used(xc, kube):
     xc.namespaces["gpu-doctor"] = {PROBE_NS: "true"}
     xc.add_agent_pod("gpu-a", phase="Pending")
-    assert agent.find_agent_pod(kube, "gpu-doctor", "gpu-a") == (
+    assert agent_exec.find_agent_pod(kube, "gpu-doctor", "gpu-a") == (
         None, "the agent pod on gpu-a is Pending")
-    assert agent.find_agent_pod(kube, "nowhere", "gpu-a")[0] is None
+    assert agent_exec.find_agent_pod(kube, "nowhere", "gpu-a")[0] is None
 
 
 def test_install_forbidden_says_who_may(xc, kube):
     xc.forbid.append(("POST", re.compile(r"/daemonsets$")))
     xc.namespaces["gpu-doctor"] = {PROBE_NS: "true"}
     with pytest.raises(errors.Forbidden) as ei:
-        agent.install(kube, agent.manifests("gpu-doctor", PINNED))
+        agent.install(kube, agent_manifests.manifests("gpu-doctor", PINNED))
     assert "cluster admin" in ei.value.one_line() and "--dry-run -o yaml" in ei.value.one_line()
 
 
@@ -192,7 +197,7 @@ def test_agent_rbac_grants_exec_only_in_the_agent_namespace():
     for d in docs:
         kubernetes_validate.validate(d, kubernetes_validate.latest_version(), strict=True)
         assert d["kind"] in ("Role", "RoleBinding")  # no cluster-wide grant
-        assert d["metadata"]["namespace"] == agent.DEFAULT_NAMESPACE
+        assert d["metadata"]["namespace"] == agent_manifests.DEFAULT_NAMESPACE
     (role,) = [d for d in docs if d["kind"] == "Role"]
     granted = {(g, r, v) for rule in role["rules"] for g in rule["apiGroups"]
                for r in rule["resources"] for v in rule["verbs"]}

@@ -10,7 +10,6 @@ import kubernetes_validate
 import pytest
 import yaml
 
-from kubectl_gpudoctor import agent
 
 from .conftest import DATA, run_cli
 from .fakeexec import PROBE_NS  # noqa: E402

@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import pytest
 
-from kubectl_gpudoctor import errors, pager
-from kubectl_gpudoctor.kube import Kube
+from kubectl_gpudoctor import errors
+from kubectl_gpudoctor.api import pager
+from kubectl_gpudoctor.api import slim
+from kubectl_gpudoctor.api.kube import Kube
 
 from .fakecluster import FakeCluster, build_fleet
 
@@ -84,7 +86,7 @@ def test_pod_compactor_keeps_what_verdicts_read(fleet):
     hami["metadata"]["annotations"] = {"hami.io/vgpu-devices-allocated": "GPU-x,NVIDIA,1000,30"}
     crashing = fc.add_pod("ml", "crash-0", "gpu-0001", gpus=1)
     crashing["status"]["containerStatuses"][0]["restartCount"] = 4
-    c = pager.PodCompactor()
+    c = slim.PodCompactor()
     import json as _json
     s = c(_json.loads(_json.dumps(steady)))
     assert set(s) == {"metadata", "spec", "status"}

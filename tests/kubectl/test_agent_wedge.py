@@ -10,8 +10,8 @@ import time
 
 import pytest
 
-from kubectl_gpudoctor import agent, diagnose
-from kubectl_gpudoctor.kube import Kube
+from kubectl_gpudoctor.reach import agent_exec
+from kubectl_gpudoctor.api.kube import Kube
 from node_probe.deviceplugin import rpc
 from tests.deviceplugin.conftest import GPU_A, host, start_plugin  # noqa: F401 - fixtures
 from tests.fakes.nvml import build_fake_nvml
@@ -57,15 +57,15 @@ def wedged(host):  # noqa: F811
 
 
 def test_agent_exec_returns_blocked_in_nvml(wedged, stuck_plugin, tmp_path):
-    """agent.run_probe alone: the node side's verdict through a real exec stream."""
+    """agent_exec.run_probe alone: the node side's verdict through a real exec stream."""
     kube = Kube(str(wedged.kubeconfig(tmp_path / "kc")))
-    from kubectl_gpudoctor.output import Output
+    from kubectl_gpudoctor.report.output import Output
     import io
     out = Output("json", "warning", {"kind": "node", "name": NODE, "node": NODE},
                  out=io.StringIO(), err=io.StringIO(), progress=False)
-    pod, why = agent.find_agent_pod(kube, "gpu-doctor", NODE)
+    pod, why = agent_exec.find_agent_pod(kube, "gpu-doctor", NODE)
     assert pod is not None, why
-    assert agent.run_probe(kube, NODE, pod, out, timeout_s=20, trace_s=0) is True
+    assert agent_exec.run_probe(kube, NODE, pod, out, timeout_s=20, trace_s=0) is True
     ids = {f.id for f in out.report.findings}
     assert "deviceplugin.blocked_in_nvml" in ids, ids
     (b,) = [f for f in out.report.findings if f.id == "deviceplugin.blocked_in_nvml"]

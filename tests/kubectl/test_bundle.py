@@ -9,9 +9,12 @@ import os
 
 import pytest
 
-from kubectl_gpudoctor import bundle, diagnose, errors
-from kubectl_gpudoctor.kube import Kube
-from kubectl_gpudoctor.output import Output
+from kubectl_gpudoctor import errors
+from kubectl_gpudoctor.report import bundle
+from kubectl_gpudoctor.commands import node
+from kubectl_gpudoctor.reach import probe_run
+from kubectl_gpudoctor.api.kube import Kube
+from kubectl_gpudoctor.report.output import Output
 
 from .conftest import DATA
 from .fakecluster import FakeCluster, cut_odd
@@ -56,11 +59,11 @@ def _run(fc, tmp_path, fmt: str, wedged: bool = False, probe: bool = True):
     rec = bundle.Recorder()
     rec.attach_kube(kube)
     rec.attach_output(out)
-    settings = diagnose.Settings(namespace="default", timeout_s=20, trace_s=0,
+    settings = probe_run.Settings(namespace="default", timeout_s=20, trace_s=0,
                                  start_timeout_s=2, probe=probe)
     error = None
     try:
-        diagnose.diagnose_node(kube, "gpu-1", settings, out)
+        node.diagnose_node(kube, "gpu-1", settings, out)
     except errors.GpuDoctorError as exc:
         error = exc
     code = int(out.exit_status(errors.exit_status_of(error) if error else None))

@@ -6,7 +6,7 @@ import json
 import subprocess
 import sys
 
-from kubectl_gpudoctor import local
+from kubectl_gpudoctor.reach import localproc as local
 
 from .conftest import REPO, cli_env, one_error_line, run_cli
 
@@ -112,7 +112,8 @@ def test_a_bug_is_its_own_exit_code_with_one_line(monkeypatch, capsys):
     and it goes through the one mapping, errors.exit_status_of."""
     from node_probe.protocol import ExitStatus
 
-    from kubectl_gpudoctor import cli, errors, programs
+    from kubectl_gpudoctor import cli, errors
+    from kubectl_gpudoctor.commands import version as programs
 
     def broken(session):
         raise ZeroDivisionError("boom")
@@ -141,7 +142,8 @@ def test_the_probe_cli_maps_its_own_bugs_to_the_same_code(monkeypatch, capsys):
 
 def test_program_errors_keep_their_codes_through_main(monkeypatch, capsys):
     """Programs raise; main maps: usage 2, cluster 3, interrupted 130."""
-    from kubectl_gpudoctor import cli, errors, programs
+    from kubectl_gpudoctor import cli, errors
+    from kubectl_gpudoctor.commands import version as programs
     for exc, code in ((errors.UsageError("u"), 2), (errors.NotFound("node x not found"), 3),
                       (errors.api_error(503, "Unavailable", "", "/x"), 3),
                       (KeyboardInterrupt(), 130)):

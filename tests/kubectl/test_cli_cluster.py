@@ -294,7 +294,7 @@ def test_signal_during_log_follow_deletes_pod(cluster, kubeconfig, sig):
 
 
 def test_cleanup_deletes_leftovers_by_label(cluster, kubeconfig):
-    from kubectl_gpudoctor import debugpod
+    from kubectl_gpudoctor.reach import debugpod
     cluster.add_node("gpu-1")
     cluster.namespaces["ops"] = {}
     for ns, rid in (("default", "aaaa0001"), ("ops", "bbbb0002")):

@@ -44,7 +44,7 @@ def test_an_unknown_node_is_a_document_for_bots_and_nothing_for_humans(cluster, 
 
 
 def test_cleanup_that_cannot_delete_is_a_cluster_error_line(cluster, kubeconfig):
-    from kubectl_gpudoctor import debugpod
+    from kubectl_gpudoctor.reach import debugpod
     cluster.add_node("gpu-1")
     body = debugpod.manifest("gpu-1", "default", "cccc0003")
     cluster.pods[("default", body["metadata"]["name"])] = body

@@ -8,8 +8,9 @@ import json
 import click
 import pytest
 
-from kubectl_gpudoctor import diagnose, errors, params
-from kubectl_gpudoctor.kube import Kube, seg
+from kubectl_gpudoctor import errors, params
+from kubectl_gpudoctor.commands import node
+from kubectl_gpudoctor.api.kube import Kube, seg
 
 from .conftest import DATA, one_error_line, run_cli
 from .fakecluster import cut_odd
@@ -57,11 +58,11 @@ def test_names_are_quoted_into_one_path_segment(cluster, kubeconfig, name):
     cluster.add_node("gpu-1")
     k = Kube(str(kubeconfig))
     with pytest.raises(errors.NotFound):
-        diagnose.get_node(k, name)
+        node.get_node(k, name)
     with pytest.raises(errors.NotFound):
-        diagnose.get_pod(k, "default", name)
+        node.get_pod(k, "default", name)
     assert "/" not in seg(name) and "?" not in seg(name) and "#" not in seg(name)
-    assert diagnose.get_node(k, "gpu-1")["metadata"]["name"] == "gpu-1"
+    assert node.get_node(k, "gpu-1")["metadata"]["name"] == "gpu-1"
 
 
 @pytest.mark.parametrize("value", ["nan", "inf", "-inf", "NaN", "1e999", "-5", "5x", "1m30",

@@ -15,7 +15,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import pytest
 
 from kubectl_gpudoctor import errors
-from kubectl_gpudoctor.kube import Kube
+from kubectl_gpudoctor.api.kube import Kube
 
 from .conftest import one_error_line, run_cli
 
@@ -189,7 +189,7 @@ def test_trickling_kubelet_proxy_is_bounded_by_kubelet_timeout(trickler, tmp_pat
 
 def test_worker_pool_exit_does_not_wait_for_stuck_workers():
     """An interrupted caller leaves at once; a `with ThreadPoolExecutor` would wait 5 s."""
-    from kubectl_gpudoctor.kube import worker_pool
+    from kubectl_gpudoctor.api.kube import worker_pool
     release, started = threading.Event(), threading.Event()
 
     def first():

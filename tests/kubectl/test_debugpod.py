@@ -4,7 +4,8 @@ from __future__ import annotations
 import kubernetes_validate
 import pytest
 
-from kubectl_gpudoctor import debugpod
+from kubectl_gpudoctor.reach import debugpod
+from kubectl_gpudoctor.reach import podspec
 from node_probe import __version__
 
 
@@ -30,7 +31,7 @@ def test_manifest_safety_properties():
     assert spec["activeDeadlineSeconds"] >= 40
     assert spec["tolerations"] == [{"operator": "Exists"}]
     assert c["securityContext"]["privileged"] is True
-    assert c["image"] == f"{debugpod.DEFAULT_IMAGE_REPO}:{__version__}"
+    assert c["image"] == f"{podspec.DEFAULT_IMAGE_REPO}:{__version__}"
     mounts = {mt["mountPath"]: mt for mt in c["volumeMounts"]}
     assert mounts["/host"]["readOnly"] is True
     assert {"/lib/modules", "/usr/src", "/sys/fs/cgroup", "/dev", "/sys/kernel/debug"} <= set(mounts)
@@ -38,7 +39,7 @@ def test_manifest_safety_properties():
     lim = c["resources"]["limits"]["memory"]
     assert lim.endswith("Mi") and 300 <= int(lim[:-2]) <= 512
     labels = m["metadata"]["labels"]
-    assert labels[debugpod.APP_LABEL] == "gpu-doctor" and labels[debugpod.RUN_LABEL] == "abcd1234"
+    assert labels[podspec.APP_LABEL] == "gpu-doctor" and labels[debugpod.RUN_LABEL] == "abcd1234"
     assert labels[debugpod.NODE_LABEL] == "gpu-1"
     cmd = c["command"]
     assert cmd[:4] == ["python3", "-m", "node_probe", "-o"] and "jsonl" in cmd
@@ -50,7 +51,7 @@ def test_manifest_safety_properties():
 def test_probe_args_are_understood_by_the_probe():
     """The command line we put in the pod must parse with the probe's own parser."""
     from node_probe.cli import build_parser
-    cmd = debugpod.probe_args(30, 5, "gpu-1", focus_pods=("u1", "u2"))
+    cmd = podspec.probe_args(30, 5, "gpu-1", focus_pods=("u1", "u2"))
     args = build_parser().parse_args(cmd[3:])
     assert args.output == "jsonl" and args.focus_pod == ["u1", "u2"]
     assert args.target_name == "gpu-1"
@@ -81,7 +82,7 @@ def test_captured_refusal_is_recognised():
 
 
 def test_debug_pod_starts_on_a_node_whose_root_is_private(cluster, kubeconfig):
-    from kubectl_gpudoctor.kube import Kube
+    from kubectl_gpudoctor.api.kube import Kube
     cluster.add_node("gpu-1")
     cluster.root_private = True
     pod = debugpod.DebugPod(Kube(str(kubeconfig)), debugpod.manifest("gpu-1", "default", "r1"))
@@ -97,7 +98,7 @@ def test_debug_pod_starts_on_a_node_whose_root_is_private(cluster, kubeconfig):
 def test_refused_propagation_falls_back_to_a_pod_without_it(cluster, kubeconfig):
     """A pod asking for propagation gets the captured CreateContainerError; the client
     deletes it, creates it again without propagation, says so, and it runs."""
-    from kubectl_gpudoctor.kube import Kube
+    from kubectl_gpudoctor.api.kube import Kube
     cluster.add_node("gpu-1")
     cluster.root_private = True
     said = []
@@ -120,7 +121,7 @@ def test_refused_propagation_falls_back_to_a_pod_without_it(cluster, kubeconfig)
 
 def test_refusal_without_propagation_to_drop_is_a_launch_error(cluster, kubeconfig):
     from kubectl_gpudoctor import errors
-    from kubectl_gpudoctor.kube import Kube
+    from kubectl_gpudoctor.api.kube import Kube
     cluster.add_node("gpu-1")
     cluster.root_private = True
     body = debugpod.manifest("gpu-1", "default", "r3", propagation="HostToContainer")

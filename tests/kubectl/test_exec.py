@@ -1,4 +1,4 @@
-"""The exec path (execstream + agent.run_probe) against the faithful fake of the websocket exec
+"""The exec path (execstream + agent_exec.run_probe) against the faithful fake of the websocket exec
 protocol (tests/kubectl/fakeexec.py), through the real kubernetes client's `stream()`."""
 from __future__ import annotations
 
@@ -11,9 +11,11 @@ import time
 
 import pytest
 
-from kubectl_gpudoctor import agent, errors, execstream
-from kubectl_gpudoctor.kube import Kube
-from kubectl_gpudoctor.output import Output
+from kubectl_gpudoctor import errors
+from kubectl_gpudoctor.reach import execstream
+from kubectl_gpudoctor.reach import agent_exec
+from kubectl_gpudoctor.api.kube import Kube
+from kubectl_gpudoctor.report.output import Output
 
 from .fakeexec import PROBE_NS  # noqa: E402
 from .fakeexec import ExecCluster
@@ -158,7 +160,7 @@ def test_connect_deadline_when_the_api_server_does_not_answer(tmp_path):
     srv.close()
 
 
-# -- agent.run_probe: the probe's records through the exec ----------------------------------------
+# -- agent_exec.run_probe: the probe's records through the exec ----------------------------------------
 
 PROBE_STREAM = [
     {"schema": "gpu-doctor/v1", "kind": "progress", "check": "nvml", "status": "running"},
@@ -190,7 +192,7 @@ def test_run_probe_via_agent_merges_the_records(xc, kube):
     pod = xc.add_agent_pod(NODE)
     xc.exec_argv = _fake_probe(PROBE_STREAM)
     out = _out()
-    assert agent.run_probe(kube, NODE, pod, out, timeout_s=20, trace_s=0) is True
+    assert agent_exec.run_probe(kube, NODE, pod, out, timeout_s=20, trace_s=0) is True
     assert [f.id for f in out.report.findings] == ["nvml.init_hang"]
     assert out.report.complete
     cmd = xc.execs[0]["command"]
@@ -208,7 +210,7 @@ def test_agent_pod_gone_mid_run_is_incomplete_and_says_so(xc, kube):
     xc.exec_mode, xc.exec_cut_after = "gone", 60
     xc.exec_argv = _fake_probe(PROBE_STREAM, sleep=0.05)
     out = _out()
-    assert agent.run_probe(kube, NODE, pod, out, timeout_s=20, trace_s=0) is True
+    assert agent_exec.run_probe(kube, NODE, pod, out, timeout_s=20, trace_s=0) is True
     assert not out.report.complete
     reasons = out.report.extra_incomplete_reason
     assert "exit code 137" in reasons and "deleted while the probe ran" in reasons
@@ -220,5 +222,5 @@ def test_exec_refused_falls_back(xc, kube):
     pod = xc.add_agent_pod(NODE)
     xc.forbid.append(("*", re.compile(r"/exec$")))
     out = _out()
-    assert agent.run_probe(kube, NODE, pod, out, timeout_s=20, trace_s=0) is False
+    assert agent_exec.run_probe(kube, NODE, pod, out, timeout_s=20, trace_s=0) is False
     assert out.report.findings == [] or all(f.check is None for f in out.report.findings)

@@ -30,7 +30,7 @@ def test_nodes_uses_constant_list_calls(cluster, kubeconfig, nodes, pods):
     assert r.returncode == 1, r.stderr
     # Leases once; nodes, pods and events paged (limit/continue): a constant number of calls
     # per page of pager.PAGE_SIZE, one page each up to that many
-    from kubectl_gpudoctor.pager import PAGE_SIZE
+    from kubectl_gpudoctor.api.pager import PAGE_SIZE
     pages = sum(max(1, -(-n // PAGE_SIZE)) for n in (len(cluster.nodes), len(cluster.pods),
                                                       len(cluster.events)))
     assert list_calls(cluster) == 1 + pages
@@ -149,8 +149,9 @@ def test_probe_rows_count_what_each_nodes_probe_streamed(monkeypatch):
     already in the report (here one with a check id, about node a) is not counted again."""
     import io
 
-    from kubectl_gpudoctor import diagnose, fleet
-    from kubectl_gpudoctor.output import Output
+    from kubectl_gpudoctor.commands import nodes as fleet
+    from kubectl_gpudoctor.reach import probe_run
+    from kubectl_gpudoctor.report.output import Output
     from node_probe.protocol import Finding, Severity
 
     def rec(fid, sev, subject=""):
@@ -167,7 +168,7 @@ def test_probe_rows_count_what_each_nodes_probe_streamed(monkeypatch):
             out.node_record({"kind": "finding", "id": "x"}, node=name)  # invalid: dropped
         return "agent"
 
-    monkeypatch.setattr(diagnose, "run_probe", fake_run_probe)
+    monkeypatch.setattr(probe_run, "run_probe", fake_run_probe)
     out = Output("json", "critical", {"kind": "nodes", "name": "x", "node": None},
                  out=io.StringIO(), err=io.StringIO())
     out.finding(Finding(id="nvml.init_hang", severity=Severity.CRITICAL, subject="node/a gpu 9",
@@ -175,7 +176,7 @@ def test_probe_rows_count_what_each_nodes_probe_streamed(monkeypatch):
     nodes = [{"metadata": {"name": n}} for n in ("a", "b")]
     rows = [{"node": n, "critical": 0, "warning": 0, "top": None, "top_sev": None}
             for n in ("a", "b")]
-    fleet._probe_all(None, nodes, {}, diagnose.Settings(probe=True), out, rows,
+    fleet._probe_all(None, nodes, {}, probe_run.Settings(probe=True), out, rows,
                      lambda p: None)
     a, b = rows
     assert (a["critical"], a["warning"], a["top"], a["path"]) == (1, 1, "nvml.init_hang",

@@ -10,8 +10,11 @@ import time
 
 import pytest
 
-from kubectl_gpudoctor import errors, pageparse, pager
-from kubectl_gpudoctor.kube import Kube
+from kubectl_gpudoctor import errors
+from kubectl_gpudoctor.api import pageparse
+from kubectl_gpudoctor.api import pager
+from kubectl_gpudoctor.api import slim
+from kubectl_gpudoctor.api.kube import Kube
 
 from .fakecluster import FakeCluster, build_fleet
 
@@ -36,14 +39,14 @@ def _gone(proc, within_s: float = 10.0) -> bool:
     return False
 
 
-@pytest.mark.parametrize("each", [pager.slim, "pods", "pods with container ids"])
+@pytest.mark.parametrize("each", [slim.slim, "pods", "pods with container ids"])
 def test_children_parse_the_same_items_in_order(fleet, each):
     fc, kube = fleet
     for p in fc.pods.values():
         for c in p["status"].get("containerStatuses") or ():
             c["containerID"] = "containerd://" + p["metadata"]["uid"].replace("-", "")
-    mk = {"pods": lambda: pager.PodCompactor(),
-          "pods with container ids": lambda: pager.PodCompactor(container_ids=True)
+    mk = {"pods": lambda: slim.PodCompactor(),
+          "pods with container ids": lambda: slim.PodCompactor(container_ids=True)
           }.get(each, lambda: each)
     here, pages_here = pager.list_items(kube, "/api/v1/pods", page_size=300, each=mk())
     with pageparse.ParsePool(2) as pp:
@@ -159,18 +162,18 @@ def test_parse_page_refuses_what_json_loads_refuses(raw):
     with pytest.raises(ValueError):
         json.loads(raw)
     with pytest.raises(pageparse.NotJson):
-        pageparse.parse_page(raw, pager.slim)
+        pageparse.parse_page(raw, slim.slim)
 
 
 def test_parse_page_odd_but_valid_documents():
-    assert pageparse.parse_page(b'[1, 2]', pager.slim) == ([], None)  # not a list object
-    assert pageparse.parse_page(b'{}', pager.slim) == ([], None)
-    assert pageparse.parse_page(b'{"items": []}', pager.slim) == ([], None)
+    assert pageparse.parse_page(b'[1, 2]', slim.slim) == ([], None)  # not a list object
+    assert pageparse.parse_page(b'{}', slim.slim) == ([], None)
+    assert pageparse.parse_page(b'{"items": []}', slim.slim) == ([], None)
     # a repeated key: the last one counts, as in json.loads
     assert pageparse.parse_page(b'{"items": [1], "items": [2]}', None) == ([2], None)
     # items that are not objects are kept as they are, not reduced
     assert pageparse.parse_page(b'{"items": [1, {"metadata": {"managedFields": []}}]}',
-                                pager.slim) == ([1, {"metadata": {}}], None)
+                                slim.slim) == ([1, {"metadata": {}}], None)
 
 
 def test_short_lists_start_no_children(fleet):
@@ -198,7 +201,7 @@ def test_slim_drops_a_nodes_image_list_and_keeps_what_analyses_read():
                        "images": [{"names": [f"registry/img:{i}"], "sizeBytes": 1} for i in
                                   range(50)]}}
     raw = json.dumps({"items": [node]}).encode()
-    (got,), _ = pageparse.parse_page(raw, pager.slim)
+    (got,), _ = pageparse.parse_page(raw, slim.slim)
     assert "images" not in got["status"] and "managedFields" not in got["metadata"]
     assert got["status"]["capacity"] == node["status"]["capacity"]
     assert got["status"]["nodeInfo"] == node["status"]["nodeInfo"]

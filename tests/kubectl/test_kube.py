@@ -9,7 +9,7 @@ import re
 from node_probe.protocol import ExitStatus
 
 from kubectl_gpudoctor import errors
-from kubectl_gpudoctor.kube import Kube
+from kubectl_gpudoctor.api.kube import Kube
 
 
 def test_status_bodies_and_namespace(cluster, kubeconfig):

@@ -1,8 +1,8 @@
 """NDJSON splitting across arbitrary chunk boundaries (the pod log arrives in network cuts)."""
 from __future__ import annotations
 
-from kubectl_gpudoctor import stream
-from kubectl_gpudoctor.stream import LineSplitter
+from kubectl_gpudoctor.reach import stream
+from kubectl_gpudoctor.reach.stream import LineSplitter
 
 from .conftest import DATA
 from .fakecluster import cut_odd

@@ -106,7 +106,7 @@ def test_frozen_plugin_runs_the_probes_child_processes(krew_root: Path, tmp_path
 
 
 def test_frozen_plugin_runs_the_list_page_parser(unpacked_plugin: Path):
-    """`nodes` parses big list pages in child processes (kubectl_gpudoctor.pageparse); frozen,
+    """`nodes` parses big list pages in child processes (kubectl_gpudoctor.api.pageparse); frozen,
     a child is the executable re-entered with `__run_module`, which allows that module and no
     other module of the client."""
     import marshal
@@ -114,7 +114,7 @@ def test_frozen_plugin_runs_the_list_page_parser(unpacked_plugin: Path):
     binary = str(unpacked_plugin / "kubectl-gpu_doctor")
     page = json.dumps({"metadata": {"continue": "t"}, "items": [
         {"metadata": {"name": "a", "managedFields": [{}]}}]}).encode()
-    r = subprocess.run([binary, "__run_module", "kubectl_gpudoctor.pageparse"],
+    r = subprocess.run([binary, "__run_module", "kubectl_gpudoctor.api.pageparse"],
                        input=struct.pack("!BQ", 0, len(page)) + page, capture_output=True,
                        timeout=60)
     assert r.returncode == 0, r.stderr

@@ -61,7 +61,7 @@ def test_archive_is_an_oci_image_with_the_probe_entrypoint(image: Path):
 def test_archive_alone_runs_offline_from_an_empty_image_store(image: Path, tmp_path: Path):
     """Air-gapped: the OCI archive is all a node needs. Loaded into an empty store it carries the
     name the plugin pulls by default, and runs with no network and no pull."""
-    from kubectl_gpudoctor.debugpod import DEFAULT_IMAGE
+    from kubectl_gpudoctor.reach.podspec import DEFAULT_IMAGE
 
     runroot = Path(tempfile.mkdtemp(prefix="gd-run-"))  # podman wants a runroot under 50 chars
     store = ["podman", "--root", str(tmp_path / "root"), "--runroot", str(runroot)]
@@ -161,7 +161,8 @@ def test_the_plugins_debug_pod_manifest_runs_the_image(image: Path, tmp_path: Pa
     above covers --pid=host.)"""
     import yaml
 
-    from kubectl_gpudoctor import debugpod
+    from kubectl_gpudoctor.reach import debugpod
+    from kubectl_gpudoctor.reach import podspec
 
     if shutil.which("catatonit") is None:
         pytest.skip("podman kube play needs catatonit (scripts/build-image.sh installs it)")
@@ -173,7 +174,7 @@ def test_the_plugins_debug_pod_manifest_runs_the_image(image: Path, tmp_path: Pa
     conf.write_text('[containers]\ndefault_ulimits = ["nofile=20000:20000", "nproc=32768:32768"]\n'
                     '[engine]\nruntime = "runc"\n')
     env = {**os.environ, "CONTAINERS_CONF": str(conf)}
-    container = f"{pod['metadata']['name']}-{debugpod.CONTAINER}"
+    container = f"{pod['metadata']['name']}-{podspec.CONTAINER}"
     try:
         r = subprocess.run(["podman", "kube", "play", str(spec_file)], capture_output=True,
                            text=True, env=env, timeout=120)
@@ -211,7 +212,7 @@ def test_arm64_image_archive(tmp_path: Path):
     """The arm64 archive: an arm64 image named like the amd64 one; where qemu-aarch64 is
     registered, it runs (emulated) and its Python has grpc, protobuf, pynvml and bcc. BCC
     programs are not compiled under emulation: that needs a real arm64 kernel."""
-    from kubectl_gpudoctor.debugpod import DEFAULT_IMAGE
+    from kubectl_gpudoctor.reach.podspec import DEFAULT_IMAGE
 
     r = subprocess.run(["skopeo", "inspect", "--config", f"oci-archive:{ARM64_IMAGE}"],
                        capture_output=True, text=True, timeout=120)

@@ -11,7 +11,7 @@ import kubernetes_validate
 import pytest
 import yaml
 
-from kubectl_gpudoctor import debugpod
+from kubectl_gpudoctor.reach import debugpod
 from tests.packaging.conftest import REPO
 
 DEPLOY = REPO / "deploy"

@@ -10,7 +10,7 @@ import time
 import kubernetes_validate
 import pytest
 
-from kubectl_gpudoctor import debugpod
+from kubectl_gpudoctor.reach import debugpod
 from tests.kubectl.conftest import DATA, cluster, kubeconfig, run_cli  # noqa: F401
 from tests.kubectl.test_cli_cluster import DEBUG_POD, healthy_node
 

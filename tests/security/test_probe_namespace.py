@@ -7,8 +7,9 @@ import re
 
 import pytest
 
-from kubectl_gpudoctor import debugpod, errors, probens
-from kubectl_gpudoctor.kube import Kube
+from kubectl_gpudoctor import errors
+from kubectl_gpudoctor.reach import probens
+from kubectl_gpudoctor.api.kube import Kube
 from tests.kubectl.conftest import cluster, kubeconfig  # noqa: F401 - fixtures
 
 LABELS = {probens.LABEL: probens.LABEL_VALUE, "pod-security.kubernetes.io/enforce": "privileged"}

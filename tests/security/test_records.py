@@ -9,8 +9,8 @@ import json
 import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
-from kubectl_gpudoctor import records
-from kubectl_gpudoctor.records import Decoder
+from kubectl_gpudoctor.reach import records
+from kubectl_gpudoctor.reach.records import Decoder
 from node_probe import protocol
 from node_probe.protocol import Finding, Report
 

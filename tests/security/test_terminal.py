@@ -94,7 +94,8 @@ def test_jsonl_stays_exact():
 
 
 def test_fleet_table_and_error_line_are_escaped(capsys):
-    from kubectl_gpudoctor import errors, fleet, session
+    from kubectl_gpudoctor import errors, session
+    from kubectl_gpudoctor.commands import nodes as fleet
     row = {"node": "gpu-1", "gpu": "8/8", "free": 1, "ready": "Ready", "lease_age_s": 3,
            "pods": 2, "critical": 1, "warning": 0, "top": f"x{OSC52}", "top_sev": "critical"}
     text = fleet.table([row])

@@ -21,29 +21,16 @@ from typing import Any, Callable, Iterator, Mapping, Sequence
 
 from node_probe.protocol.version import __version__
 
-from . import build_info, errors
-from .kube import Kube, seg
+from .. import errors
+from ..api.kube import Kube, seg
+from .podspec import (APP_LABEL, APP_NAME, CONTAINER, DEFAULT_IMAGE, label_value, node_pod_spec,
+                      probe_args, strip_none)
 
-DEFAULT_IMAGE_REPO = build_info.DEFAULT_IMAGE_REPO
-DEFAULT_IMAGE = build_info.DEFAULT_PROBE_IMAGE.reference  # digest-pinned in release builds
-APP_LABEL = "app.kubernetes.io/name"
-APP_NAME = "gpu-doctor"
 RUN_LABEL = "gpu-doctor/run-id"
 NODE_LABEL = "gpu-doctor/node"
-CONTAINER = "probe"
 IMAGE_PULL_REASONS = ("ErrImagePull", "ImagePullBackOff", "InvalidImageName",
                       "ErrImageNeverPull")
 FATAL_WAIT_REASONS = ("CreateContainerConfigError", "CreateContainerError", "RunContainerError")
-# host path -> (mount path, read only). The probe reads the host under /host; BCC needs the
-# host's kernel modules and headers at their own paths, tracefs under /sys/kernel/debug.
-HOST_MOUNTS = (
-    ("host-root", "/", "/host", True),
-    ("modules", "/lib/modules", "/lib/modules", True),
-    ("usr-src", "/usr/src", "/usr/src", True),
-    ("cgroup", "/sys/fs/cgroup", "/sys/fs/cgroup", False),  # the v2 access test joins cgroups
-    ("dev", "/dev", "/dev", False),
-    ("debugfs", "/sys/kernel/debug", "/sys/kernel/debug", False),
-)
 
 
 def new_run_id() -> str:
@@ -54,65 +41,6 @@ def pod_name(node: str, run_id: str) -> str:
     base = "gpu-doctor-" + "".join(ch if ch.isalnum() or ch == "-" else "-"
                                    for ch in node.lower())
     return f"{base[:63 - len(run_id) - 1].rstrip('-')}-{run_id}"
-
-
-def label_value(text: str) -> str:
-    """A valid label value (<= 63 chars, alnum at both ends) from a node name."""
-    v = "".join(ch if ch.isalnum() or ch in "-_." else "-" for ch in text)[:63]
-    return v.strip("-_.") or "node"
-
-
-def probe_args(timeout_s: float, trace_s: float, node: str,
-               focus_pods: Sequence[str] = (), extra: Sequence[str] = ()) -> list[str]:
-    args = ["python3", "-m", "node_probe", "-o", "jsonl", "--host-root", "/host",
-            "--timeout", f"{timeout_s:g}", "--trace-seconds", f"{trace_s:g}",
-            "--target-name", node]
-    for uid in focus_pods:
-        args += ["--focus-pod", uid]
-    return args + list(extra)
-
-
-def node_pod_spec(image: str, command: Sequence[str], *,
-                  requests: Mapping[str, str] | None = None,
-                  propagation: str | None = None) -> dict:
-    """The privileged part every gpu-doctor pod on a node shares (the debug pod and the agent's
-    DaemonSet template): the host PID namespace (not its network), host / read-only at /host, BCC's
-    mounts, every taint tolerated, no service-account token, bounded resources. One builder,
-    so the agent never gets more than the debug pod has.
-
-    No mount propagation on the host root by default: it needs the host's / to be a shared or
-    slave mount, and where it is private the runtime refuses the container (containerd:
-    `path "/" is mounted on "/" but it is not a shared or slave mount`). A run of seconds sees
-    the host's mounts as they are when it starts, which is all the probe reads."""
-    volumes, mounts = [], []
-    for name, host_path, mount_path, ro in HOST_MOUNTS:
-        volumes.append({"name": name, "hostPath": {"path": host_path}})
-        m = {"name": name, "mountPath": mount_path, "readOnly": ro}
-        if name == "host-root" and propagation:
-            m["mountPropagation"] = propagation
-        mounts.append(m)
-    return {
-        "automountServiceAccountToken": False,
-        "enableServiceLinks": False,
-        "hostPID": True,
-        # No check needs the host's network namespace: plugin and pod-resources sockets are
-        # reached by path, other processes' sockets through /proc/PID/net (hostPID).
-        "hostNetwork": False,
-        "dnsPolicy": "ClusterFirst",
-        "tolerations": [{"operator": "Exists"}],
-        "containers": [{
-            "name": CONTAINER,
-            "image": image,
-            "imagePullPolicy": "IfNotPresent",
-            "command": list(command),
-            "securityContext": {"privileged": True, "runAsUser": 0},
-            "resources": {"requests": dict(requests or {"cpu": "50m", "memory": "128Mi"}),
-                          "limits": {"cpu": "1", "memory": "384Mi"}},
-            "volumeMounts": mounts,
-            "env": [{"name": "PYTHONUNBUFFERED", "value": "1"}],
-        }],
-        "volumes": volumes,
-    }
 
 
 def manifest(node: str, namespace: str, run_id: str, image: str = DEFAULT_IMAGE,
@@ -142,14 +70,6 @@ def manifest(node: str, namespace: str, run_id: str, image: str = DEFAULT_IMAGE,
     }
 
 
-def _strip_none(obj: Any) -> Any:
-    if isinstance(obj, dict):
-        return {k: _strip_none(v) for k, v in obj.items() if v is not None}
-    if isinstance(obj, list):
-        return [_strip_none(v) for v in obj]
-    return obj
-
-
 class PodNeverStarted(Exception):
     """The pod stayed Pending (kubelet never admitted it) until the start timeout."""
 
@@ -170,7 +90,7 @@ class DebugPod:
     def __init__(self, kube: Kube, body: Mapping[str, Any],
                  say: Callable[[str], None] = lambda s: None) -> None:
         self.kube = kube
-        self.body = _strip_none(dict(body))
+        self.body = strip_none(dict(body))
         self.namespace = self.body["metadata"]["namespace"]
         self.name = self.body["metadata"]["name"]
         self.node = self.body["spec"]["nodeName"]

@@ -30,7 +30,7 @@ from typing import Any, Callable, Mapping, Sequence
 from node_probe.protocol import CheckResult, ExitStatus, Finding
 from node_probe.protocol.version import __version__
 
-from . import errors
+from .. import errors
 
 SCHEMA = "gpu-doctor-bundle/v1"
 REDACTED = "<redacted>"

@@ -15,7 +15,7 @@ import os
 import re
 from typing import Mapping
 
-from . import errors
+from .. import errors
 
 DEFAULT = "gpu-doctor"
 ENV = "GPU_DOCTOR_NAMESPACE"

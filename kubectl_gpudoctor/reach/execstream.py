@@ -27,7 +27,7 @@ import threading
 import time
 from typing import Any, Iterator, Sequence
 
-from . import errors
+from .. import errors
 
 STDOUT, STDERR, ERROR = 1, 2, 3
 STDERR_KEEP = 16 * 1024  # bytes of the command's stderr kept for the report

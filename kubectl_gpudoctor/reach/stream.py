@@ -4,7 +4,7 @@ Why: the API server hands the log over in chunks that end wherever the network c
 the middle of a line or of a UTF-8 sequence. Records are rendered live, so each complete line
 is decoded as soon as its newline arrives and a partial tail is kept for the next chunk; the
 tail left at the end of the stream (a probe killed mid-line) is still decoded, as a log.
-Decoding and validation live in kubectl_gpudoctor.records; LineSplitter stays for callers
+Decoding and validation live in kubectl_gpudoctor.reach.records; LineSplitter stays for callers
 that only need lines.
 """
 from __future__ import annotations
@@ -41,7 +41,7 @@ class LineSplitter:
 
 def records(chunks: Iterable[bytes], decoder=None) -> Iterator[dict]:
     """Validated gpu-doctor/v1 records from raw chunks: every caller (debug pod log, agent
-    exec, `local`) goes through kubectl_gpudoctor.records, which never raises, caps lines and
+    exec, `local`) goes through kubectl_gpudoctor.reach.records, which never raises, caps lines and
     turns records that do not validate into warning logs (and the run into an incomplete one)."""
     from . import records as _records
     yield from _records.records(chunks, decoder)

@@ -15,12 +15,12 @@ from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 from node_probe.protocol import Finding
 
-from . import errors
-from .analysis import fit
-from .kube import seg, worker_pool
+from .. import errors
+from ..analysis import fit
+from ..api.kube import seg, worker_pool
 
 if TYPE_CHECKING:
-    from .output import Output
+    from ..report.output import Output
 
 CACHED = ("resourceVersion", "0")
 BOUND_UNFINISHED = "spec.nodeName!=,status.phase!=Succeeded,status.phase!=Failed"

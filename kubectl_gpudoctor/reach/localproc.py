@@ -1,4 +1,4 @@
-"""`kubectl gpu-doctor local`: run the node probe on this host, in a child process.
+"""The node probe on this host, in a child process (`local`, and the frozen build's re-entry).
 
 Why a child process: kubectl_gpudoctor must never import bcc or pynvml (DESIGN.md section 2),
 and the probe's own deadlines and signal handling work best when it owns its process. The

@@ -13,123 +13,14 @@ whole page as one tree), in child processes when `nodes` gives a pageparse.Parse
 from __future__ import annotations
 
 import re
-import sys
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any, Callable, Sequence
 
-from . import errors, pageparse
+from .. import errors
+from . import pageparse
 from .kube import Kube
+from .slim import PodCompactor, slim
 
 PAGE_SIZE = 1000  # ~3.5 MiB of pod JSON per page: bounded memory (in the CLI and each page
-                  # parser), one page parsed while the next arrives; 2,000 cost ~30 MiB more at
-                  # 150,000 pods for no measurable speed
-_POD_SPEC_BULK = ("volumes",)
-_CONTAINER_BULK = ("env", "envFrom", "volumeMounts", "livenessProbe", "readinessProbe",
-                   "startupProbe", "terminationMessagePath", "terminationMessagePolicy")
-
-
-def slim(obj: dict) -> dict:
-    """Drop what no analysis reads (in place): managedFields of every object, for nodes the
-    image list (often 10+ KB a node), and for pods the volumes and per-container env, mounts
-    and probes."""
-    md = obj.get("metadata")
-    if isinstance(md, dict):
-        md.pop("managedFields", None)
-    st = obj.get("status")
-    if isinstance(st, dict) and "nodeInfo" in st:
-        st.pop("images", None)
-    spec = obj.get("spec")
-    if isinstance(spec, dict) and "containers" in spec:
-        for k in _POD_SPEC_BULK:
-            spec.pop(k, None)
-        for key in ("containers", "initContainers"):
-            for c in spec.get(key) or ():
-                if isinstance(c, dict):
-                    for k in _CONTAINER_BULK:
-                        c.pop(k, None)
-    return obj
-
-
-class PodCompactor:
-    """Fleet-scale pod lists: a pod in steady state (Running, every container ready and never
-    restarted, not being deleted, no HAMi annotations) is kept as the skeleton the fleet
-    analyses read -- name, namespace, uid, creation time, labels, annotations, owners, node,
-    each container's name and resources, priority, phase -- with identical parts (a
-    Deployment's replicas share labels, annotations and container resources) stored once.
-    Any other pod is kept whole (slimmed): it is the one a verdict may be about. Measured on
-    the bench's pods: ~17 KB each as parsed JSON, ~8.5 KB slimmed, ~1.5 KB as a skeleton."""
-
-    MAX_SHARED = 4096  # distinct parts remembered; then the table starts over (bounded memory:
-                       # labels unique to each pod would otherwise keep one key per pod)
-
-    def __init__(self, container_ids: bool = False) -> None:
-        self._shared: dict[str, Any] = {}
-        # keep each container's id and name (status.*containerStatuses): with `nodes --probe`
-        # the node side's records name containers by id only (analysis/subjects.py)
-        self.container_ids = container_ids
-
-    def _one(self, obj: Any) -> Any:
-        if not obj:
-            return obj
-        if len(self._shared) >= self.MAX_SHARED:
-            self._shared.clear()
-        # repr, not json.dumps(sort_keys=True): 3x cheaper, and one API server writes equal
-        # objects with their keys in the same order
-        return self._shared.setdefault(repr(obj), obj)
-
-    def __call__(self, pod: dict) -> dict:
-        md, spec, st = pod.get("metadata") or {}, pod.get("spec") or {}, pod.get("status") or {}
-        if not _steady(md, spec, st):
-            return slim(pod)
-        ann = {k: v for k, v in (md.get("annotations") or {}).items()
-               if not k.endswith("last-applied-configuration")}
-        meta = {"name": md.get("name"), "namespace": sys.intern(md.get("namespace") or ""),
-                "uid": md.get("uid"),
-                "creationTimestamp": sys.intern(md.get("creationTimestamp") or "")}
-        for k, v in (("labels", md.get("labels")), ("annotations", ann)):
-            if v:
-                meta[k] = self._one(v)
-        owners = md.get("ownerReferences")
-        if owners:  # the replicas of one ReplicaSet share theirs
-            meta["ownerReferences"] = self._one(
-                [{"kind": _intern(o.get("kind")), "name": o.get("name"),
-                  "controller": o.get("controller")} for o in owners if isinstance(o, dict)])
-        sp: dict = {"nodeName": sys.intern(spec.get("nodeName") or "")}
-        for key in ("containers", "initContainers"):
-            cs = [{"name": c.get("name"), "resources": c.get("resources") or {}}
-                  for c in spec.get(key) or ()]
-            if cs:
-                sp[key] = self._one(cs)
-        for key in ("priority", "priorityClassName", "overhead", "resourceClaims",
-                    "schedulerName"):
-            if key in spec:
-                sp[key] = spec[key]
-        phase, qos = st.get("phase") or "", st.get("qosClass")
-        status = {"phase": phase, **({"qosClass": qos} if qos else {})}
-        if self.container_ids:
-            for key in ("initContainerStatuses", "containerStatuses"):
-                ids = [{"name": c.get("name"), "containerID": c.get("containerID")}
-                       for c in st.get(key) or () if isinstance(c, dict)]
-                if ids:
-                    status[key] = ids
-        else:
-            status = self._one(status)  # a few kinds in a whole cluster
-        return {"metadata": meta, "spec": sp, "status": status}
-
-
-def _intern(v: Any) -> Any:
-    return sys.intern(v) if type(v) is str else v
-
-
-def _steady(md: Mapping[str, Any], spec: Mapping[str, Any], st: Mapping[str, Any]) -> bool:
-    if st.get("phase") != "Running" or md.get("deletionTimestamp") or not spec.get("nodeName"):
-        return False
-    if any("hami.io" in k or "nvidia.com" in k for k in md.get("annotations") or ()):
-        return False
-    statuses = st.get("containerStatuses") or ()
-    if not statuses:
-        return False
-    return all(c.get("ready") and not c.get("restartCount") and
-               "running" in (c.get("state") or {}) for c in statuses)
 
 
 _CONTINUE = re.compile(rb'"continue"\s*:\s*"([^"]*)"')

@@ -24,7 +24,8 @@ import threading
 import urllib.parse
 from typing import Any, Iterator, Mapping, Sequence
 
-from . import deadline, errors
+from .. import errors
+from . import deadline
 
 DEFAULT_REQUEST_TIMEOUT_S = 15.0
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from . import errors
+from .. import errors
 
 LISTS = {
     "runtimeclasses": "/apis/node.k8s.io/v1/runtimeclasses",

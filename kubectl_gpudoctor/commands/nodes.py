@@ -16,14 +16,22 @@ from typing import Any, Callable, Mapping
 
 from node_probe.protocol import Finding, ProtocolError, render
 
-from . import analysis, errors, extra_lists, pageparse, pager
-from .analysis import capacity, fit, goroutines, wedge
-from .analysis.common import events_by_uid, node_is_ready
-from .diagnose import Settings, _extra_lists, now_utc
-from .kube import Kube, seg, worker_pool
+from .. import analysis, errors
+from ..api import extra_lists
+from ..api import pageparse
+from ..api import pager
+from ..api import slim
+from ..analysis import capacity, fit, goroutines, wedge
+from ..analysis.common import events_by_uid, node_is_ready
+from ..reach.probe_run import Settings, now_utc
+from .node import _extra_lists
+from ..api.kube import Kube, seg, worker_pool
 
 INTERRUPT_GRACE_S = 5.0  # after Ctrl-C, how long to wait for creates still unanswered
-from .output import Output
+from ..report.output import Output
+from node_probe.protocol import ExitStatus
+from ..session import Session
+from .cluster import run_cluster
 
 FLAG_FOR_DUMP = ("kubelet.admission_stalled",)
 CACHED = ("resourceVersion", "0")
@@ -40,7 +48,7 @@ def _list(kube: Kube, path: str, what: str, query: list | None = None,
     bounded on 5,000 nodes / 150,000 pods -- a list that fits in one page is still one call."""
     try:
         if paged:
-            each = pager.PodCompactor(container_ids) if path.endswith("/pods") else pager.slim
+            each = slim.PodCompactor(container_ids) if path.endswith("/pods") else slim.slim
             items, _ = pager.list_items(kube, path, list(query or ()), timeout=60, each=each,
                                         parsers=parsers)
             return items
@@ -146,10 +154,11 @@ def scan(kube: Kube, selector: str | None, settings: Settings, out: Output,
 
 def _agent_nodes(kube: Kube, settings: Settings, out: Output) -> set[str]:
     """Nodes with a Running agent pod (one list call); exec there needs no debug pod."""
-    from . import agent, probens
+    from ..reach import probens
+    from ..reach import agent_exec
     try:
-        pods = agent.list_agent_pods(kube, settings.agent_namespace)
-        running = {(p.get("spec") or {}).get("nodeName") for p in pods if agent.pod_ready(p)}
+        pods = agent_exec.list_agent_pods(kube, settings.agent_namespace)
+        running = {(p.get("spec") or {}).get("nodeName") for p in pods if agent_exec.pod_ready(p)}
         if running:
             probens.verify(kube, settings.agent_namespace)  # the agent's namespace is ours
     except errors.NotFound:
@@ -169,7 +178,7 @@ def _probe_all(kube: Kube, nodes: list[dict], by_node: dict, settings: Settings,
     runs (`with_agent`), else in a debug pod (each deleted). Each row says which path."""
     import dataclasses
 
-    from .diagnose import NodeView, run_probe
+    from ..reach.probe_run import NodeView, run_probe
     no_agent = dataclasses.replace(settings, agent=False)  # no lookup where none runs
     stop = threading.Event()
     pool = cf.ThreadPoolExecutor(max_workers=max(1, settings.concurrency),
@@ -298,7 +307,7 @@ def _count(row: dict, f) -> None:
 
 
 def _row(node: Mapping[str, Any], pods: list[dict], lease, fs, now) -> dict:
-    from .analysis.admission import lease_renew_age_s
+    from ..analysis.admission import lease_renew_age_s
     res = capacity.gpu_resources(node)
     age = lease_renew_age_s(lease, now)
     row = {"node": node["metadata"]["name"],
@@ -343,3 +352,21 @@ def table(rows: list[dict], limit: int | None = None) -> str:
         lines.append("node probe: " + ", ".join(f"{n} via {w}" if w in ("agent", "debug pod")
                                                 else f"{n} {w}" for w, n in sorted(ways.items())))
     return "\n".join(lines) + "\n\n"
+def nodes(session: Session, o: dict, selector: str | None, all_nodes: bool,
+          max_probes: int) -> ExitStatus:
+    rows: list = []
+
+    def preamble() -> str:
+        if rows:
+            return table(rows)
+        return ("No nodes matched " + (f"-l {selector}" if selector else
+                                       "(no node has GPUs; --all shows every node)") + ".\n\n")
+    session.preamble = preamble
+    target = {"kind": "nodes", "name": selector or ("all nodes" if all_nodes else "GPU nodes"),
+              "node": None}
+    return run_cluster(session, o, target,
+                    lambda kube, out, s, reg: rows.extend(scan(
+                        kube, selector, s, out, all_nodes=all_nodes, max_probes=max_probes,
+                        on_pod=reg)))
+
+

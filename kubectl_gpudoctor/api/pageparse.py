@@ -2,7 +2,7 @@
 
 Why: on 150,000 pods the client spends most of its time in one core's worth of Python --
 json.loads of ~7 MiB pages (~50 ms each), freeing the parsed trees, and reducing each pod to
-what the analyses read (pager.PodCompactor) -- while fetching a page costs ~7 ms. The GIL
+what the analyses read (slim.PodCompactor) -- while fetching a page costs ~7 ms. The GIL
 keeps threads from sharing that work, so `nodes` hands raw pages to a few child processes
 (plain pipes, no multiprocessing machinery: it runs the same way from a PyInstaller build)
 and gets back only the reduced items, marshalled (~0.5 MiB a page, ~5 ms to load). Children
@@ -10,7 +10,7 @@ are our own code, start in their own session (Ctrl-C goes to the CLI, which clos
 exit when their stdin closes (so also when the CLI dies), and a child that breaks, stalls or
 cannot start costs nothing but speed: the page is parsed in the CLI instead.
 
-Run as `python -m kubectl_gpudoctor.pageparse` (the child); `ParsePool` is the CLI's side.
+Run as `python -m kubectl_gpudoctor.api.pageparse` (the child); `ParsePool` is the CLI's side.
 """
 from __future__ import annotations
 
@@ -30,7 +30,7 @@ from json.decoder import scanstring
 from typing import Any, Callable
 
 _HEAD = struct.Struct("!BQ")  # kind (request) or status (answer), payload length
-KIND_SLIM, KIND_PODS, KIND_PODS_IDS = 0, 1, 2  # pager.slim, pager.PodCompactor(container_ids)
+KIND_SLIM, KIND_PODS, KIND_PODS_IDS = 0, 1, 2  # slim.slim, slim.PodCompactor(container_ids)
 _OK, _NOT_JSON = 0, 1
 PAGE_TIMEOUT_S = 30.0  # one page in a child: ~0.1 s; past this the child is killed
 
@@ -117,12 +117,12 @@ def _walk_list(s: str, each: Callable[[dict], Any] | None) -> tuple[list, str | 
 
 
 def _each(kind: int) -> Callable[[dict], Any]:
-    from . import pager
+    from . import slim
     # a fresh compactor per page: the CLI gets each page's shared parts once (marshal keeps
     # references), and the child's table does not grow with the list
     if kind in (KIND_PODS, KIND_PODS_IDS):
-        return pager.PodCompactor(container_ids=kind == KIND_PODS_IDS)
-    return pager.slim
+        return slim.PodCompactor(container_ids=kind == KIND_PODS_IDS)
+    return slim.slim
 
 
 def child_argv() -> list[str]:
@@ -130,7 +130,7 @@ def child_argv() -> list[str]:
     executable runs `__run_module MODULE` (packaging/kubectl-gpu_doctor.py)."""
     if getattr(sys, "frozen", False):
         return [sys.executable, "__run_module", __name__]
-    return [sys.executable, "-m", "kubectl_gpudoctor.pageparse"]
+    return [sys.executable, "-m", "kubectl_gpudoctor.api.pageparse"]
 
 
 class _Child:

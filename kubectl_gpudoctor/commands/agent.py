@@ -1,0 +1,214 @@
+"""`agent install|status|uninstall`: apply and remove the standing agent's manifests, and report
+which GPU nodes it runs on, with which image and whether it is ready.
+
+The manifests themselves are built in reach/agent_manifests.py (shared with the debug pod's
+spec builder); the exec path that uses a running agent is reach/agent_exec.py.
+"""
+from __future__ import annotations
+
+from typing import Any, Callable, Sequence
+
+import click
+
+from node_probe.protocol import ExitStatus
+from node_probe.protocol.version import __version__
+
+from .. import errors
+from ..session import Session
+
+
+from typing import Any, Callable, Mapping, Sequence
+
+from node_probe.protocol.version import __version__
+
+from .. import errors
+from ..api.kube import Kube
+from ..reach.agent_manifests import (AGENT_NAME, DS_PATH, INSTALL_COMMAND, VERSION_LABEL, daemonset,
+                                     default_image, quota_manifest)
+from ..reach.agent_exec import NodeAgent, list_agent_pods, pod_ready
+from .cluster import connect
+
+
+def _path(m: Mapping[str, Any]) -> tuple[str, str]:
+    """(collection path, object path) of a manifest."""
+    kind, md = m["kind"], m["metadata"]
+    if kind == "Namespace":
+        return "/api/v1/namespaces", f"/api/v1/namespaces/{md['name']}"
+    if kind == "ResourceQuota":
+        coll = f"/api/v1/namespaces/{md['namespace']}/resourcequotas"
+    elif kind == "DaemonSet":
+        coll = DS_PATH.format(ns=md["namespace"])
+    else:  # pragma: no cover - only the kinds above are generated
+        raise ValueError(kind)
+    return coll, f"{coll}/{md['name']}"
+
+
+def install(kube: Kube, docs: Sequence[Mapping[str, Any]],
+            say: Callable[[str], None] = lambda s: None) -> list[str]:
+    """Create each object; replace it when it exists (a Namespace is left as it is).
+    Returns one line per object."""
+    done = []
+    for m in docs:
+        coll, obj = _path(m)
+        what = f"{m['kind'].lower()}/{m['metadata']['name']}"
+        try:
+            try:
+                kube.post_json(coll, m)
+                done.append(f"{what} created")
+            except errors.Conflict:
+                if m["kind"] == "Namespace":
+                    done.append(f"{what} unchanged (exists)")
+                else:
+                    kube.request("PUT", obj, body=dict(m))
+                    done.append(f"{what} configured")
+        except errors.Forbidden as exc:
+            raise errors.Forbidden(
+                f"not allowed to create {what}: {exc.message[:200]}", status=403,
+                hint=f"installing the agent needs a cluster admin (or apply "
+                     f"`{INSTALL_COMMAND} --dry-run -o yaml` through your GitOps pipeline)"
+            ) from None
+        except errors.ApiError as exc:
+            raise exc.about(what, "create") from None
+        say(done[-1])
+    return done
+
+
+def uninstall(kube: Kube, namespace: str) -> list[str]:
+    """Delete the DaemonSet (its pods go with it) and the quota; the namespace stays (the
+    debug pod's RBAC of deploy/rbac.yaml lives there too)."""
+    done = []
+    for m in (daemonset(namespace, default_image()), quota_manifest(namespace)):
+        _, obj = _path(m)
+        what = f"{m['kind'].lower()}/{m['metadata']['name']}"
+        try:
+            kube.request("DELETE", obj, [("propagationPolicy", "Background")])
+            done.append(f"{what} deleted")
+        except errors.NotFound:
+            done.append(f"{what} not found")
+        except errors.ApiError as exc:
+            raise exc.about(what, "delete") from None
+    return done
+
+
+def status(kube: Kube, namespace: str, image: str, node_selector: str | None = None
+           ) -> dict:
+    """Which nodes have a Running agent, and which agent image/version differs from ours."""
+    ds = None
+    try:
+        ds = kube.get_json(f"{DS_PATH.format(ns=namespace)}/{AGENT_NAME}", timeout=10)
+    except errors.NotFound:
+        pass
+    except errors.ApiError as exc:
+        raise exc.about(f"daemonset {namespace}/{AGENT_NAME}") from None
+    try:
+        pods = list_agent_pods(kube, namespace)
+    except errors.NotFound:
+        pods = []
+    except errors.ApiError as exc:
+        raise exc.about(f"agent pods in {namespace}", "list") from None
+    q = [("labelSelector", node_selector)] if node_selector else []
+    if ds is not None and not node_selector:
+        sel = ((ds.get("spec") or {}).get("template") or {}).get("spec", {}).get("nodeSelector")
+        if sel:
+            q = [("labelSelector", ",".join(f"{k}={v}" for k, v in sel.items()))]
+    try:
+        nodes = kube.get_json("/api/v1/nodes", q, timeout=30).get("items") or []
+    except errors.ApiError as exc:
+        raise exc.about("nodes", "list") from None
+    by_node: dict[str, list[dict]] = {}
+    for p in pods:
+        by_node.setdefault((p.get("spec") or {}).get("nodeName") or "", []).append(p)
+    rows = []
+    for n in sorted(nodes, key=lambda n: n["metadata"]["name"]):
+        name = n["metadata"]["name"]
+        cands = sorted(by_node.get(name, []), key=lambda p: not pod_ready(p))
+        if not cands:
+            rows.append(NodeAgent(name, None, "missing", None, None))
+            continue
+        p = cands[0]
+        c = ((p.get("spec") or {}).get("containers") or [{}])[0]
+        phase = "Running" if pod_ready(p) else ((p.get("status") or {}).get("phase") or "Pending")
+        rows.append(NodeAgent(name, p["metadata"]["name"], phase, c.get("image"),
+                              (p["metadata"].get("labels") or {}).get(VERSION_LABEL)))
+    return {"installed": ds is not None, "namespace": namespace, "image": image,
+            "plugin_version": __version__,
+            "daemonset": None if ds is None else {
+                "name": AGENT_NAME, "status": ds.get("status") or {},
+                "image": (((ds.get("spec") or {}).get("template") or {}).get("spec") or {})
+                .get("containers", [{}])[0].get("image")},
+            "nodes": [{"node": r.node, "pod": r.pod, "phase": r.phase, "image": r.image,
+                       "version": r.version, "skew": r.skew(image)} for r in rows]}
+
+
+def status_ok(doc: Mapping[str, Any]) -> bool:
+    return bool(doc["installed"]) and all(
+        r["phase"] == "Running" and not r["skew"] for r in doc["nodes"])
+
+
+def status_table(doc: Mapping[str, Any]) -> str:
+    from tabulate import tabulate
+
+    lines = []
+    if not doc["installed"]:
+        lines.append(f"the agent is not installed in namespace {doc['namespace']}: "
+                     f"`{INSTALL_COMMAND}`")
+    body = [[r["node"], r["pod"] or "-", r["phase"], r["version"] or "-", r["skew"] or "-"]
+            for r in doc["nodes"]]
+    if body:
+        lines.append(tabulate(body, headers=["NODE", "AGENT POD", "STATUS", "VERSION", "SKEW"],
+                              tablefmt="plain", disable_numparse=True))
+    running = sum(1 for r in doc["nodes"] if r["phase"] == "Running")
+    skewed = sum(1 for r in doc["nodes"] if r["skew"])
+    lines.append(f"{len(doc['nodes'])} node(s): {running} with a Running agent, "
+                 f"{len(doc['nodes']) - running} without; {skewed} with version skew "
+                 f"(plugin {doc['plugin_version']}, image {doc['image']})")
+    return "\n".join(lines) + "\n"
+
+
+def _agent_kube(o: dict):
+    return connect(o)
+
+
+def agent_install(session: Session, o: dict) -> ExitStatus:
+    from ..reach import agent_manifests
+    from ..reach.podspec import DEFAULT_IMAGE
+    docs = agent_manifests.manifests(o.get("namespace") or agent_manifests.DEFAULT_NAMESPACE,
+                           o.get("image") or DEFAULT_IMAGE,
+                           agent_manifests.parse_selector(o.get("node_selector")))
+    if o.get("dry_run"):
+        import json
+        import yaml
+        if o.get("output") == "json":
+            click.echo(json.dumps({"apiVersion": "v1", "kind": "List", "items": docs},
+                                  indent=2))
+        else:
+            click.echo(yaml.safe_dump_all(docs, sort_keys=False), nl=False)
+        return ExitStatus.OK
+    for line in install(_agent_kube(o), docs):
+        click.echo(line)
+    return ExitStatus.OK
+
+
+def agent_status(session: Session, o: dict) -> ExitStatus:
+    from ..reach import agent_manifests
+    from ..reach.podspec import DEFAULT_IMAGE
+    doc = status(_agent_kube(o), o.get("namespace") or agent_manifests.DEFAULT_NAMESPACE,
+                       o.get("image") or DEFAULT_IMAGE, o.get("selector"))
+    if o.get("output") == "json":
+        import json
+        click.echo(json.dumps(doc, indent=2))
+    elif o.get("output") == "yaml":
+        import yaml
+        click.echo(yaml.safe_dump(doc, sort_keys=False), nl=False)
+    else:
+        click.echo(status_table(doc), nl=False)
+    return ExitStatus.OK if status_ok(doc) else ExitStatus.FINDINGS
+
+
+def agent_uninstall(session: Session, o: dict) -> ExitStatus:
+    from ..reach import agent_manifests
+    for line in uninstall(_agent_kube(o), o.get("namespace") or agent_manifests.DEFAULT_NAMESPACE):
+        click.echo(line)
+    return ExitStatus.OK
+
+

@@ -1,0 +1,36 @@
+"""`local`: the node probe on this host in a child process, rendered like `node X`."""
+from __future__ import annotations
+
+import os
+from typing import Sequence
+
+
+from node_probe.protocol import ExitStatus
+
+from .. import errors
+from ..session import Session
+
+
+def local(session: Session, o: dict, probe_args: Sequence[str]) -> ExitStatus:
+    """The node probe on this host in a child process, rendered like `node X`."""
+    from ..reach import localproc as local_probe
+    from ..reach import stream
+    host = os.uname().nodename
+    args = ["--timeout", f"{o['timeout']:g}", "--trace-seconds", f"{o['trace_seconds']:g}",
+            "--fail-on", o["fail_on"], *probe_args]
+    out = session.open_report(o["output"], o["fail_on"],
+                              {"kind": "local", "name": host, "node": host}, api_only=False)
+    proc = local_probe.ProbeProcess(["--target-name", host, *args])
+    try:
+        got_summary = False
+        for rec in stream.records(proc.chunks()):
+            out.node_record(rec)
+            got_summary = got_summary or rec.get("kind") == "summary"
+        rc = proc.wait(5.0)
+        if rc == ExitStatus.USAGE and not got_summary:
+            raise errors.UsageError("the probe rejected its arguments (see above)")
+        if not got_summary:
+            out.mark_incomplete(f"the probe ended without a summary (exit {rc})")
+    finally:
+        proc.stop()
+    return out.exit_status()

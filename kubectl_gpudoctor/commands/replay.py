@@ -1,0 +1,16 @@
+"""`replay BUNDLE`: render a saved evidence bundle as if the run happened now (same renderer,
+same exit code)."""
+from __future__ import annotations
+
+
+
+from node_probe.protocol import ExitStatus
+
+from ..session import Session
+
+
+def replay(session: Session, path: str, fmt: str, fail_on: str | None) -> ExitStatus:
+    from ..report import bundle
+    return ExitStatus(bundle.replay(bundle.load(path), fmt, fail_on))
+
+

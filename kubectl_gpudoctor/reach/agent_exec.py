@@ -1,0 +1,172 @@
+"""Reach a node through the standing agent: find its Running pod on the node, exec the probe in
+it through the API server (deadlines on connect and run) and stream the records back.
+
+Why: exec into a pod that was already running keeps working on a node whose kubelet admits no
+new pod (the wedge the tool exists for, verified on a 1.35 kubelet), where a debug pod never
+starts. Manifests: reach/agent_manifests.py; install/status: commands/agent.py.
+"""
+from __future__ import annotations
+
+import dataclasses
+import time
+from typing import Any, Mapping, Sequence
+
+from node_probe.protocol.version import __version__
+
+from .. import errors
+from . import probens
+from . import podspec
+from ..api.kube import Kube
+from .agent_manifests import DEFAULT_NAMESPACE, INSTALL_COMMAND, LABEL_SELECTOR
+
+
+# -- install / uninstall ---------------------------------------------------------------------
+
+
+# -- finding the agent on a node ---------------------------------------------------------------
+
+def pod_ready(pod: Mapping[str, Any]) -> bool:
+    """Running, not being deleted, the probe container running: exec will reach it."""
+    if (pod.get("metadata") or {}).get("deletionTimestamp"):
+        return False
+    st = pod.get("status") or {}
+    if st.get("phase") != "Running":
+        return False
+    for cs in st.get("containerStatuses") or ():
+        if cs.get("name") == podspec.CONTAINER:
+            return "running" in (cs.get("state") or {})
+    return False
+
+
+def list_agent_pods(kube: Kube, namespace: str, node: str | None = None) -> list[dict]:
+    q: list = [("labelSelector", LABEL_SELECTOR)]
+    if node:
+        q.append(("fieldSelector", f"spec.nodeName={node}"))
+    doc = kube.get_json(f"/api/v1/namespaces/{namespace}/pods", q, timeout=10)
+    return list(doc.get("items") or ())
+
+
+def find_agent_pod(kube: Kube, namespace: str, node: str) -> tuple[dict | None, str]:
+    """The Running agent pod on `node`, or None and why not (for the report)."""
+    try:
+        pods = list_agent_pods(kube, namespace, node)
+    except errors.NotFound:
+        return None, f"namespace {namespace} not found"
+    except errors.ApiError as exc:
+        return None, f"cannot list agent pods in {namespace} ({exc.status})"
+    ready = [p for p in pods if pod_ready(p)]
+    if ready:
+        try:  # only gpu-doctor's labelled namespace is trusted to hold the agent (probens.py)
+            probens.verify(kube, namespace)
+        except errors.GpuDoctorError as exc:
+            return None, exc.one_line()
+        return ready[0], ""
+    if pods:
+        st = (pods[0].get("status") or {}).get("phase") or "Pending"
+        return None, f"the agent pod on {node} is {st}"
+    return None, "no agent pod on this node"
+
+
+def way_in(note: str) -> str:
+    """The report's line about the agent when it could not be used on a node (`note` is
+    find_agent_pod's reason)."""
+    if note.startswith("namespace ") or note == "no agent pod on this node":
+        return (f"the standing agent is not installed here ({note}): `{INSTALL_COMMAND}` makes "
+                f"the next wedge reachable by exec (its pod cannot start on a node that "
+                f"already admits nothing)")
+    return f"the standing agent cannot be used: {note}"
+
+
+# -- status ------------------------------------------------------------------------------------
+
+@dataclasses.dataclass
+class NodeAgent:
+    node: str
+    pod: str | None
+    phase: str
+    image: str | None
+    version: str | None
+
+    def skew(self, image: str) -> str | None:
+        if self.pod is None:
+            return None
+        reasons = []
+        if self.version and self.version != __version__:
+            reasons.append(f"agent {self.version}, plugin {__version__}")
+        if self.image and self.image != image:
+            reasons.append(f"image {self.image}, plugin uses {image}")
+        return "; ".join(reasons) or None
+
+
+# -- the node probe by exec in the agent -----------------------------------------------------
+
+def run_probe(kube: Kube, node: str, agent_pod: Mapping[str, Any], out: Any, *,
+              timeout_s: float, trace_s: float, focus_pods: Sequence[str] = (),
+              extra_args: Sequence[str] = (), fleet: bool = False,
+              check_id: str = "node.probe",
+              pods: Sequence[Mapping[str, Any]] = ()) -> bool:
+    """Exec `python3 -m node_probe ...` in the agent pod; merge its records into `out`, live.
+    `pods` (the node's pods from the API) name what the node could only identify by pod UID
+    or container id, as on the debug pod's path (analysis/subjects.py).
+
+    Returns False when the exec was refused or could not connect before the probe started
+    (RBAC, the pod just went away, API server unreachable): the caller then uses a debug pod.
+    Returns True when the probe ran, whether or not it completed (an incomplete run is marked
+    in `out`, with the reason: stream cut, agent pod deleted mid-run, deadline)."""
+    from . import execstream
+    from . import stream
+    from ..analysis import subjects
+
+    names = subjects.PodIndex(pods)
+    md = agent_pod.get("metadata") or {}
+    ns, name = md.get("namespace") or DEFAULT_NAMESPACE, md.get("name") or ""
+    cmd = podspec.probe_args(timeout_s, trace_s, node, focus_pods, extra_args)
+    ex = execstream.ExecStream(kube, ns, name, podspec.CONTAINER, cmd,
+                               connect_timeout_s=min(10.0, timeout_s),
+                               deadline_s=timeout_s + 30)
+    t0 = time.monotonic()
+    try:
+        ex.open()
+    except (errors.ApiError, errors.ApiUnreachable) as exc:
+        out.log("warning", f"{node}: cannot exec into agent pod {ns}/{name}: {exc.one_line()}"
+                           f"; using a debug pod instead")
+        return False
+    where = f" on {node}" if fleet else ""
+    out.say(f"probe running in agent pod {ns}/{name} on {node}; following its output")
+    got_summary = False
+    try:
+        for rec in stream.records(ex.chunks()):
+            out.node_record(subjects.name_record(rec, names), node=node if fleet else None)
+            got_summary = got_summary or rec.get("kind") == "summary"
+    except errors.StreamBroken as exc:
+        out.log("warning", f"{node}: {exc.one_line()}")
+        if not got_summary:
+            out.mark_incomplete(f"{exc.one_line()}")
+    end = ex.end
+    if not got_summary:
+        why = _why_no_summary(kube, ns, name, end)
+        tail = (end.stderr_tail if end else b"").decode("utf-8", "replace").strip()
+        if tail:
+            out.log("warning", f"{node}: the probe's stderr ends with: {tail.splitlines()[-1][:300]}")
+        out.mark_incomplete(f"the probe's output{where} (agent pod {ns}/{name}) ended without a "
+                            f"summary" + (f" ({why})" if why else ""))
+    out.check(check_id, "ok" if got_summary else "error", time.monotonic() - t0,
+              f"via agent pod {ns}/{name}")
+    return True
+
+
+def _why_no_summary(kube: Kube, ns: str, name: str, end: Any) -> str:
+    parts = []
+    if end is not None and end.exit_code is not None:
+        parts.append(f"exit code {end.exit_code}")
+    elif end is not None and end.status:
+        parts.append(" ".join(str(end.status.get("message") or end.reason).split())[:200])
+    try:
+        pod = kube.get_json(f"/api/v1/namespaces/{ns}/pods/{name}", timeout=5)
+        if (pod.get("metadata") or {}).get("deletionTimestamp"):
+            parts.append("the agent pod is being deleted")
+    except errors.NotFound:
+        parts.append("the agent pod was deleted while the probe ran")
+    except errors.GpuDoctorError:
+        pass
+    return "; ".join(parts)
