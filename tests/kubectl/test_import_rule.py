@@ -6,8 +6,13 @@ API errors are decided where the response is read.
   re-entry (`local.run_probe_here`) imports `node_probe.cli`, lazily (inside the function).
   Checked with `ast` over every client file: `import x`, `from x import y` (relative ones
   resolved), and `importlib.import_module("...")` / `__import__("...")` with a literal name.
-- No call site compares an HTTP status number (`exc.status == 404`): `kube.py` turns answers
+- No call site compares an HTTP status number (`exc.status == 404`): `api/kube.py` turns answers
   into typed exceptions through `errors.api_error` once.
+- Inside the client, imports run one way (docs/architecture.md, "Layers"): cli -> commands ->
+  session -> reach -> report -> api -> analysis -> the base modules (errors, params, build_info)
+  -> node_probe.protocol. A module imports its own layer or lower ones; two layers on one floor
+  never import each other; and no import circle exists anywhere in the package (lazy imports
+  count: a circle through a function-level import is still a circle).
 """
 from __future__ import annotations
 
@@ -20,9 +25,9 @@ REPO = Path(__file__).resolve().parents[2]
 CLIENT = REPO / "kubectl_gpudoctor"
 CONTRACT = "node_probe.protocol"
 # (client file, module, must be lazy): the one deliberate exception
-EXCEPTIONS = {("kubectl_gpudoctor/local.py", "node_probe.cli")}
+EXCEPTIONS = {("kubectl_gpudoctor/reach/localproc.py", "node_probe.cli")}
 # where a response is read and typed; nowhere else may compare status numbers
-STATUS_READERS = {"kubectl_gpudoctor/kube.py", "kubectl_gpudoctor/errors.py"}
+STATUS_READERS = {"kubectl_gpudoctor/api/kube.py", "kubectl_gpudoctor/errors.py"}
 
 
 def _module_of(rel: str) -> str:
@@ -128,8 +133,8 @@ def test_client_imports_only_the_protocol_of_node_probe():
 
 
 def test_the_one_exception_is_there_and_lazy():
-    src = (CLIENT / "local.py").read_text()
-    uses = [(m, lazy) for m, _, lazy in imported_modules(src, "kubectl_gpudoctor/local.py")
+    src = (CLIENT / "reach" / "localproc.py").read_text()
+    uses = [(m, lazy) for m, _, lazy in imported_modules(src, "kubectl_gpudoctor/reach/localproc.py")
             if m.startswith("node_probe.cli")]
     assert uses and all(lazy for _, lazy in uses)
 
@@ -154,7 +159,7 @@ def test_no_call_site_compares_status_numbers():
     ("def f():\n    return __import__('node_probe.engine')\n", "kubectl_gpudoctor/x.py"),
     ("import importlib\nname = 'node_probe.' + 'cli'\nimportlib.import_module(name)\n",
      "kubectl_gpudoctor/x.py"),
-    ("from node_probe.cli import main\n", "kubectl_gpudoctor/local.py"),  # not lazy
+    ("from node_probe.cli import main\n", "kubectl_gpudoctor/reach/localproc.py"),  # not lazy
     ("def f():\n    from node_probe.cli import main\n", "kubectl_gpudoctor/cli.py"),
 ])
 def test_the_rule_catches_every_form(source, rel):
@@ -178,3 +183,152 @@ def test_the_status_rule_catches_comparisons():
     assert status_comparisons("ok = e.status in (401, 403)\n", "x.py")
     assert status_comparisons("ok = 500 == e.status\n", "x.py")
     assert not status_comparisons("ok = isinstance(e, NotFound)\n", "x.py")
+
+
+# -- layers inside the client ----------------------------------------------------------------
+
+# floor of each part of the client (higher imports lower; one floor never imports another part
+# of the same floor). A new subpackage or top-level module must be placed here explicitly.
+LAYERS = {
+    "__main__": 8, "cli": 7,
+    "commands": 6,
+    "session": 5,
+    "reach": 4,
+    "report": 3,
+    "api": 2,
+    "analysis": 1,
+    "errors": 0, "params": 0, "build_info": 0, "__init__": 0,
+}
+PKG = "kubectl_gpudoctor"
+
+
+def part_of(module: str) -> str:
+    """`kubectl_gpudoctor.reach.debugpod` -> `reach`; `kubectl_gpudoctor` -> `__init__`."""
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 else "__init__"
+
+
+def client_edges(files: list[tuple[str, str]]) -> list[tuple[str, str, int]]:
+    """(importer module, imported client module, line) for every import inside the client."""
+    known = {_module_of(rel) for rel, _ in files}
+    edges = []
+    for rel, src in files:
+        me = _module_of(rel)
+        for mod, line, _lazy in imported_modules(src, rel):
+            if mod != PKG and not mod.startswith(PKG + "."):
+                continue
+            # `from pkg import name`: the module pkg.name when it exists, else pkg itself
+            while mod not in known and "." in mod:
+                mod = mod.rsplit(".", 1)[0]
+            if mod != me:
+                edges.append((me, mod, line))
+    return edges
+
+
+def layer_violations(files: list[tuple[str, str]]) -> list[str]:
+    bad = []
+    for me, mod, line in client_edges(files):
+        a, b = part_of(me), part_of(mod)
+        if a not in LAYERS or b not in LAYERS:
+            bad.append(f"{me}:{line}: {a if a not in LAYERS else b} has no floor in LAYERS")
+        elif a != b and LAYERS[b] >= LAYERS[a]:
+            bad.append(f"{me}:{line}: imports {mod} ({b}, floor {LAYERS[b]}) from {a} "
+                       f"(floor {LAYERS[a]}): imports run downward only")
+    return bad
+
+
+def import_cycles(files: list[tuple[str, str]]) -> list[list[str]]:
+    """Every strongly connected component of more than one module (Tarjan, iterative)."""
+    graph: dict[str, set[str]] = {}
+    for me, mod, _ in client_edges(files):
+        graph.setdefault(me, set()).add(mod)
+        graph.setdefault(mod, set())
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    on_stack: set[str] = set()
+    stack: list[str] = []
+    out: list[list[str]] = []
+    counter = 0
+    for root in sorted(graph):
+        if root in index:
+            continue
+        work = [(root, iter(sorted(graph[root])))]
+        index[root] = low[root] = counter
+        counter += 1
+        stack.append(root)
+        on_stack.add(root)
+        while work:
+            node, it = work[-1]
+            nxt = next(it, None)
+            if nxt is not None:
+                if nxt not in index:
+                    index[nxt] = low[nxt] = counter
+                    counter += 1
+                    stack.append(nxt)
+                    on_stack.add(nxt)
+                    work.append((nxt, iter(sorted(graph[nxt]))))
+                elif nxt in on_stack:
+                    low[node] = min(low[node], index[nxt])
+                continue
+            work.pop()
+            if work:
+                low[work[-1][0]] = min(low[work[-1][0]], low[node])
+            if low[node] == index[node]:
+                comp = []
+                while True:
+                    w = stack.pop()
+                    on_stack.discard(w)
+                    comp.append(w)
+                    if w == node:
+                        break
+                if len(comp) > 1:
+                    out.append(sorted(comp))
+    return out
+
+
+def test_client_imports_run_one_way():
+    bad = layer_violations(client_files())
+    assert bad == [], "\n".join(bad)
+
+
+def test_no_import_circle_in_the_client():
+    assert import_cycles(client_files()) == []
+
+
+def test_every_part_of_the_client_has_a_floor():
+    parts = {p.stem if p.is_file() else p.name for p in CLIENT.iterdir()
+             if p.suffix == ".py" or (p.is_dir() and (p / "__init__.py").exists())}
+    assert parts - set(LAYERS) == set(), "place new parts of the client in LAYERS"
+
+
+def test_the_client_top_level_stays_small():
+    """At most 8 entries besides the subpackages (issue 20): new code goes into a package."""
+    top = [p.name for p in CLIENT.iterdir() if p.suffix == ".py"]
+    assert len(top) <= 8, sorted(top)
+
+
+@pytest.mark.parametrize("files", [
+    # an upward import: the API layer reaching into a command
+    [("kubectl_gpudoctor/api/kube.py", "from ..commands import node\n"),
+     ("kubectl_gpudoctor/commands/node.py", "")],
+    # analysis importing the report
+    [("kubectl_gpudoctor/analysis/fit.py", "from ..report.output import Output\n"),
+     ("kubectl_gpudoctor/report/output.py", "")],
+    # a sideways import between two parts of one floor... none share one now; reach -> session
+    [("kubectl_gpudoctor/reach/debugpod.py", "def f():\n    from .. import session\n"),
+     ("kubectl_gpudoctor/session.py", "")],
+    # base module importing a layer above it
+    [("kubectl_gpudoctor/errors.py", "from .report import bundle\n"),
+     ("kubectl_gpudoctor/report/bundle.py", "")],
+])
+def test_the_layer_rule_catches_upward_imports(files):
+    assert layer_violations(files)
+
+
+def test_the_cycle_check_finds_circles_lazy_or_not():
+    files = [("kubectl_gpudoctor/analysis/dra.py", "from .goroutines import func_name\n"),
+             ("kubectl_gpudoctor/analysis/goroutines.py",
+              "def f():\n    from .dra import analyze_goroutines\n")]
+    assert import_cycles(files) == [["kubectl_gpudoctor.analysis.dra",
+                                     "kubectl_gpudoctor.analysis.goroutines"]]
+    assert import_cycles(files[:1]) == []
