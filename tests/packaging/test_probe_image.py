@@ -85,7 +85,7 @@ def test_image_holds_the_probe_and_bpf_sources_and_nothing_else(image: Path):
                    "for d, _, fs in os.walk('/opt/gpu-doctor/bpf') for f in fs)))", entrypoint="python3")
     assert r.returncode == 0, r.stderr
     top, bpf = (json.loads(line) for line in r.stdout.splitlines())
-    assert top == ["bpf", "node_probe"]
+    assert top == ["bpf", "kheaders", "node_probe"]
     # every program and the shared headers under bpf/include, nothing else
     assert bpf == sorted(str(p.relative_to(REPO / "bpf")) for p in (REPO / "bpf").rglob("*") if p.is_file())
     assert any(name.startswith("include/") for name in bpf)
