@@ -12,7 +12,7 @@ import dataclasses
 
 from node_probe.engine.facts import CONTAINERS, PODRESOURCES, ContainerList
 from node_probe.engine.registry import check
-from node_probe.host import containers, device_checkpoint, podnames
+from node_probe.host import containers, device_checkpoint, layout, podnames
 
 PODRESOURCES_WAIT_S = 1.0
 
@@ -32,8 +32,9 @@ def containers_check(ctx):
         return entries is None or ref.pod_uid in gpu_pods or \
             any(k.startswith("NVIDIA_") for k in env)
 
+    runtime = layout.runtime(opts.host_root, opts.proc_root)   # where its OCI bundles are
     h, found = containers.discover(opts.cgroup_dir, opts.host_root, opts.proc_root,
-                                   opts.focus_pods, want_meta)
+                                   opts.focus_pods, want_meta, runtime.bundle_configs())
     # pod-resources rows, if the deviceplugin check is running and answers soon (it queries
     # the kubelet first thing); else the checkpoint and the environment decide
     podres = ctx.fact(PODRESOURCES, timeout=min(PODRESOURCES_WAIT_S,

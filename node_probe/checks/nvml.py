@@ -1,8 +1,9 @@
 """NVML: is the driver library there, does it initialise, and what GPUs does it report.
 
 Why: "NVML does not answer" is the first branch of every GPU incident. The host's own
-libnvidia-ml.so.1 is found under --host-root (standard lib dirs and the GPU Operator's
-run/nvidia/driver) and loaded by absolute path in a killable child with a deadline, because
+libnvidia-ml.so.1 is found under --host-root by host.layout's driver-root resolver (the one
+answer every check shares: the device plugin's driver root, the host, the GPU Operator's
+run/nvidia/driver, GKE's and Bottlerocket's paths) and loaded by absolute path in a killable child with a deadline, because
 init can hang forever (seed 000). Publishes the "nvml" fact (engine.facts.NvmlInventory, with
 the typed GPU list) for the driver, device-plugin and cgroup checks.
 """
@@ -12,34 +13,26 @@ import re
 from pathlib import Path
 
 from node_probe.protocol import catalog
-from node_probe.host import hostfs, subproc
+from node_probe.host import hostfs, layout, subproc
 from node_probe.engine.context import Skipped
 from node_probe.engine.facts import NVML, NvmlInventory
 from node_probe.engine.registry import check
 
-LIB = "libnvidia-ml.so.1"
-LIB_DIRS = (
-    "usr/lib/x86_64-linux-gnu", "usr/lib/aarch64-linux-gnu", "usr/lib64", "usr/lib",
-    "lib/x86_64-linux-gnu", "lib/aarch64-linux-gnu", "lib64",
-    "usr/local/nvidia/lib64", "home/kubernetes/bin/nvidia/lib64",
-    # GPU Operator: the driver lives in a container whose root is exposed here
-    "run/nvidia/driver/usr/lib/x86_64-linux-gnu", "run/nvidia/driver/usr/lib/aarch64-linux-gnu",
-    "run/nvidia/driver/usr/lib64", "run/nvidia/driver/lib64",
-)
+LIB = layout.LIB
+# Where a driver's libraries live, as paths under the host root (tracing/libs looks for other
+# driver libraries here): every driver root's library dirs, from host.layout.
+LIB_DIRS = tuple(f"{r}/{d}".lstrip("/") for r, _why in layout.DRIVER_ROOTS
+                 for d in layout.LIB_SUBDIRS + (("lib64",) if r else ()))
 SEED_REFS = ("https://github.com/NVIDIA/go-nvml/issues/152",
              "https://github.com/kubernetes/kubernetes/issues/117435")
 _VERSION_RE = re.compile(r"libnvidia-ml\.so\.(\d+\.\d+(?:\.\d+)?)$")
 
 
-def find_library(root: Path) -> tuple[Path | None, list[str]]:
-    """First libnvidia-ml.so.1 under root (symlinks resolved inside root), and where we looked."""
-    searched = []
-    for d in LIB_DIRS:
-        searched.append("/" + d)
-        p = hostfs.resolve(root, f"{d}/{LIB}")
-        if p is not None and p.is_file():
-            return p, searched
-    return None, searched
+def find_library(root: Path, proc: Path = Path("/proc")) -> tuple[Path | None, list[str], str]:
+    """libnvidia-ml.so.1 under root as the driver-root resolver finds it, the driver roots it
+    tried, and how it decided."""
+    drv = layout.driver_root(root, proc)
+    return drv.library, list(drv.tried), drv.how
 
 
 def library_version(path: Path | None) -> str | None:
@@ -74,8 +67,10 @@ def run_child(lib: Path, timeout_s: float) -> tuple[dict | None, str, subproc.Ch
        timeout_s=12.0, provides=(NVML,))
 def nvml_check(ctx):
     root = ctx.options.host_root
-    lib, searched = find_library(root)
+    lib, searched, how = find_library(root, ctx.options.proc_root)
     kmod = kernel_module_version(root)
+    if lib is not None:
+        ctx.log("info", f"NVIDIA driver: {how}", check="nvml")
     fact = {"status": "unavailable", "library": str(lib) if lib else None,
             "library_version": library_version(lib), "kernel_module_version": kmod,
             "driver_version": None, "cuda_version": None, "gpus": []}
@@ -86,7 +81,8 @@ def nvml_check(ctx):
             "nvml.unavailable", "warning" if loaded else "info", "node",
             ("NVIDIA kernel module is loaded but libnvidia-ml.so.1 was not found on the host"
              if loaded else "No NVIDIA driver on this host (libnvidia-ml.so.1 not found)"),
-            {"searched": searched, "host_root": str(root), "kernel_module_version": kmod},
+            {"searched": searched, "how": how, "host_root": str(root),
+             "kernel_module_version": kmod},
             ("The driver's user-space libraries are missing or not where the host keeps them. "
              "With the GPU Operator, check the driver daemonset (run/nvidia/driver)."
              if loaded else "Nothing to do on a node without GPUs. On a GPU node, install the "

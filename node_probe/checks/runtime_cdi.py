@@ -12,7 +12,7 @@ from __future__ import annotations
 from node_probe.checks import _gpufacts
 from node_probe.checks.nvml import kernel_module_version
 from node_probe.engine.registry import check
-from node_probe.host import hostfs, runtime_config
+from node_probe.host import hostfs, layout, runtime_config
 from node_probe.protocol import catalog
 
 RUNTIME_REFS = ("https://github.com/NVIDIA/gpu-operator/issues/413",
@@ -24,18 +24,14 @@ CDI_REFS = ("https://docs.nvidia.com/datacenter/cloud-native/container-toolkit/l
 MAX_MISSING_SHOWN = 10
 
 
-def _is_gpu_node(root) -> bool:
-    return (hostfs.resolve(root, "proc/driver/nvidia/version") is not None
-            or hostfs.resolve(root, "dev/nvidiactl") is not None)
-
-
 @check("runtime_cdi", title="Container runtime nvidia handler and CDI specs vs the loaded driver",
        timeout_s=14.0, uses=(_gpufacts.NVML,))
 def runtime_cdi_check(ctx):
     root = ctx.options.host_root
-    if not _is_gpu_node(root):
-        ctx.skip(f"no NVIDIA driver under {root} (no proc/driver/nvidia/version, no "
-                 "dev/nvidiactl): no GPU wiring to judge")
+    drv = layout.driver_root(root, ctx.options.proc_root)   # the same answer nvml uses
+    if not drv.present:
+        ctx.skip(f"no NVIDIA driver under {root} (looked in {', '.join(drv.tried)}: "
+                 f"{drv.how}): no GPU wiring to judge")
     specs = [s for s in runtime_config.cdi_specs(root) if s.is_nvidia]
     cfgs = [c for c in (runtime_config.containerd(root, ctx.options.proc_root),
                         runtime_config.crio(root, ctx.options.proc_root)) if c is not None]
