@@ -21,6 +21,7 @@ from ..deviceplugin import devview
 from node_probe.engine.facts import (CONTAINERS, DEVICEPLUGIN_TARGETS, KUBELET_CONFIG, NVML,
                                      TRACE_READY, TRACE_RESULTS, PluginTargetInfo)
 from node_probe.engine.registry import check
+from . import _not_wired
 from .kubelet import device_specs_setting
 
 REFS_SPECS = ("https://github.com/kubernetes/kubernetes/issues/77073",
@@ -293,6 +294,9 @@ def cgroup_devices(ctx):
     stale = _stale_dev_view(ctx, targets)
     passes = plugin_passes_specs(targets, opts.proc_root)
     for c, exp, res in denials:
+        if _not_wired.never_wired(c, exp):   # never given, not taken away: no rewrite claimed
+            yield _not_wired.finding(c, exp, res["denied"], host_root, opts.proc_root, passes)
+            continue
         yield _finding(c, exp, res, inv, _names(stale) if stale is not None else None,
                        kubelet_cfg, driver or c.ref.driver, passes, writes)
 

@@ -233,6 +233,11 @@ def parse_bundle_config(text: str, fmt: str = "oci") -> dict:
             out["spec_devices"] = [
                 {"path": d.get("path"), "type": d.get("type"), "major": d.get("major"),
                  "minor": d.get("minor")} for d in devs if isinstance(d, dict)]
+        hooks = doc.get("hooks")
+        if isinstance(hooks, dict):   # nvidia-container-runtime's legacy prestart hook
+            out["spec_nvidia_hook"] = any(
+                isinstance(h, dict) and "nvidia" in f'{h.get("path")} {h.get("args")}'.lower()
+                for stage in hooks.values() if isinstance(stage, list) for h in stage)
         rules = (linux.get("resources") or {}).get("devices")
         if isinstance(rules, list):
             out["spec_device_rules"] = [

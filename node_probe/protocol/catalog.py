@@ -76,6 +76,7 @@ CATALOG: dict[str, str] = {
     "gpu.memory_orphaned": "GPU memory held by processes that are gone or in no live pod, or by no process",
     "mig.mode_pending": "A GPU's pending MIG mode differs from its current mode (reset or reboot needed)",
     "runtime.handler_missing": "The container runtime has no handler for the nvidia runtime class",
+    "runtime.not_wired": "A GPU container was never given its NVIDIA devices: the runtime is not wired for GPUs",
     "cdi.spec_version_mismatch": "CDI specs name driver files of another version than the loaded driver",
     "dra.plugins": "kubelet DRA plugins registered on the node and what they answer",
     "dra.plugin_unresponsive": "A kubelet DRA plugin does not answer its registration or service socket",
