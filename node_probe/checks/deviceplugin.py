@@ -150,6 +150,24 @@ def _gpus_on_host(root: Path) -> list[str]:
     return out
 
 
+def _kubelet_down(kdir: Path, here: dict, targets):
+    live = [t for t in targets if t.pid]
+    return catalog.make(
+        "kubelet.down", "critical", "node",
+        f"The kubelet is not running: {len(live)} device plugin(s) serve their sockets in "
+        f"{kdir / 'device-plugins'} but no kubelet serves "
+        + "device-plugins/kubelet.sock (absent) and no kubelet process runs; no pod on this "
+        "node can start or stop until it is back",
+        {"kubelet_dir": str(kdir), "kubelet_sock": here.get("kubelet_sock"),
+         "kubelet_pids": here.get("kubelet_pids"),
+         "plugins": [{"socket": t.socket, "pid": t.pid, "comm": t.comm} for t in live]},
+        "Find why the kubelet stopped and start it: `systemctl status kubelet` and "
+        "`journalctl -u kubelet -n 200` (k3s/RKE2: the k3s/rke2 service; microk8s: "
+        "snap.microk8s.daemon-kubelite; k0s: k0sworker), then restart it. The device plugins "
+        "re-register when kubelet.sock comes back.",
+        ("https://kubernetes.io/docs/tasks/debug/debug-cluster/#looking-at-logs",))
+
+
 @check("deviceplugin", title="Device plugins: sockets, processes, RPCs with deadlines, /dev view",
        timeout_s=16.0, provides=(DEVICEPLUGIN_TARGETS, PODRESOURCES),
        uses=(TRACE_READY, TRACE_RESULTS, NVML), uses_trace_window=True)
@@ -159,7 +177,8 @@ def deviceplugin_check(ctx):
     proc = opts.proc_root
     t0 = time.monotonic()
     here = kubeletconfig.presence(kdir, proc)
-    if not here["kubelet"]:
+    targets = discovery.discover(kdir, proc)
+    if not here["kubelet"] and not any(t.pid for t in targets):
         # No kubelet, no device plugins to serve it: a missing plugin is not a fault here.
         yield catalog.make(
             "node.not_kubernetes", "info", "node",
@@ -170,7 +189,9 @@ def deviceplugin_check(ctx):
             ("https://kubernetes.io/docs/reference/command-line-tools-reference/kubelet/",))
         ctx.skip(f"not a Kubernetes node: no {kdir}/device-plugins/kubelet.sock and no "
                  f"kubelet process")
-    targets = discovery.discover(kdir, proc)
+    if not here["kubelet"]:
+        # a plugin serves its socket, no kubelet socket or process: provoke the plugin anyway
+        yield _kubelet_down(kdir, here, targets)
     ctx.publish(DEVICEPLUGIN_TARGETS, tuple(PluginTargetInfo.of(t) for t in targets))
     ctx.progress(message=f"{len(targets)} device plugin socket(s) in {kdir / 'device-plugins'}",
                  discovery_s=round(time.monotonic() - t0, 3))

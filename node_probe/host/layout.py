@@ -236,6 +236,14 @@ def resolve_kubelet_dir(host_root: Path, proc: Path = procfs.PROC,
         if socks[rel]:
             return KubeletDir(host_root / rel, f"{why}; {socks[rel][0].name} there, but no "
                               "process serves it (the kubelet is down)", None, False, tried)
+    from node_probe.deviceplugin.discovery import list_sockets
+    for rel, (why, _pid) in seen.items():         # a device plugin still serves its socket
+        plugin_owners = find_owners(list_sockets(host_root / rel), proc)
+        if plugin_owners:
+            pid = next(iter(plugin_owners.values()))[0]
+            return KubeletDir(host_root / rel, f"{why}; a device plugin (pid {pid}) serves its "
+                              "socket there but no kubelet socket exists (the kubelet is down)",
+                              None, False, tried)
     for rel, (why, _pid) in seen.items():
         if (host_root / rel / "device-plugins").is_dir() or (host_root / rel / "pods").is_dir():
             return KubeletDir(host_root / rel, f"{why}; it has device-plugins/ or pods/, no "

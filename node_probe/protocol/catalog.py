@@ -44,6 +44,7 @@ CATALOG: dict[str, str] = {
     "kubelet.goroutines_unavailable": "The kubelet goroutine dump could not be read",
     "kubelet.cpu_manager_static": "kubelet runs cpuManagerPolicy static, which rewrites device cgroups",
     "kubelet.config": "kubelet configuration relevant to GPUs",
+    "kubelet.down": "The kubelet is not running while device plugins on the node are",
     "node.gpu_capacity_mismatch": "GPU capacity and allocatable differ",
     "node.not_found": "The node does not exist",
     "node.not_kubernetes": "This host runs no kubelet: not a Kubernetes node",

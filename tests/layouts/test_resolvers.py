@@ -103,3 +103,13 @@ def test_gpu_operator_driver_root_nvml_and_runtime_cdi_agree(tmp_path):
     (lay,) = [r for r in run.records if r.get("phase") == "layout"]
     assert lay["driver_root"]["root"] == "/run/nvidia/driver"
     assert "GPU Operator" in lay["driver_root"]["how"]
+
+
+def test_kubelet_dir_of_a_stopped_kubelet_from_its_live_device_plugin(tmp_path, daemons):
+    root = tmp_path / "host"
+    kdir = root / "var/snap/microk8s/common/var/lib/kubelet"
+    p = daemons("nvidia-device-p", [kdir / "device-plugins/nvidia-gpu.sock"])
+    write(root, "var/lib/kubelet/.keep")
+    got = layout.resolve_kubelet_dir(root)
+    assert got.path == kdir and not got.served
+    assert f"a device plugin (pid {p.pid})" in got.how and "kubelet is down" in got.how
