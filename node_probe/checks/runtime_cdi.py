@@ -43,12 +43,16 @@ def runtime_cdi_check(ctx):
         if cfg.errors and not cfg.handlers:
             continue  # could not read it: said so in the log, no verdict
         cdi_path = bool(specs) and cfg.cdi_enabled is not False
+        # GKE's own device plugin mounts the devices and libraries of its driver installer
+        # in Allocate: no NVIDIA runtime or CDI is needed there
+        gke = drv.root == layout.GKE_DRIVER_ROOT
         yield catalog.make(
-            "runtime.handler_missing", "info" if cdi_path else "warning", "node",
+            "runtime.handler_missing", "info" if cdi_path or gke else "warning", "node",
             f"{cfg.runtime} has no nvidia runtime handler (handlers: "
             f"{', '.join(sorted(cfg.handlers)) or 'none'}): pods with runtimeClassName: "
             "nvidia fail with 'no runtime for \"nvidia\" is configured'"
-            + ("" if cdi_path else ", and without CDI no pod gets GPUs injected"),
+            + (" (GKE's device plugin injects GPUs itself)" if gke else "" if cdi_path
+               else ", and without CDI no pod gets GPUs injected"),
             {**cfg.to_dict(), "nvidia_cdi_specs": [s.path for s in specs]},
             "Configure the runtime with the NVIDIA Container Toolkit (`nvidia-ctk runtime "
             f"configure --runtime={'crio' if cfg.runtime == 'cri-o' else 'containerd'}` then "

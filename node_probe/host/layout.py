@@ -25,7 +25,8 @@ ${SNAP_COMMON}/run/containerd.sock), https://docs.k3s.io/advanced (k3s container
 https://docs.rke2.io/advanced (RKE2: /var/lib/rancher/rke2/agent/etc/containerd/config.toml,
 /run/k3s/containerd/containerd.sock), GKE: container-engine-accelerators' driver installer
 (/home/kubernetes/bin/nvidia), GPU Operator: NVIDIA_DRIVER_ROOT=/run/nvidia/driver,
-Bottlerocket: bottlerocket-kernel-kit kmod-*-nvidia.spec (%{_cross_libdir}/nvidia/tesla/<ver>).
+Bottlerocket: bottlerocket-kernel-kit kmod-*-nvidia.spec (%{_cross_libdir}/nvidia/tesla/<ver>),
+Talos: siderolabs/extensions#476 and #940 (/usr/local/glibc/usr/lib/libnvidia-ml.so.1).
 """
 from __future__ import annotations
 
@@ -78,7 +79,9 @@ DRIVER_ROOTS = (
     ("", "the host"),
     ("run/nvidia/driver", "the GPU Operator's driver container"),
     ("home/kubernetes/bin/nvidia", "GKE's driver installer"),
+    ("usr/local/glibc", "Talos's NVIDIA extension (its glibc subroot)"),
 )
+GKE_DRIVER_ROOT = "home/kubernetes/bin/nvidia"
 BOTTLEROCKET_LIBS = "usr/lib/nvidia/tesla"    # <version>/libnvidia-ml.so.1
 MAX_VERSIONS = 8
 PLUGIN_ROOT_ENV = "NVIDIA_DRIVER_ROOT"
