@@ -34,6 +34,7 @@ import dataclasses
 import os
 import stat
 import threading
+import time
 import tomllib
 from pathlib import Path
 
@@ -393,19 +394,26 @@ def resolve_cgroups(cgroup_dir: Path, kubelet_cfg: dict | None = None,
 
 
 # --- per-run cache -------------------------------------------------------------------------
+# One run asks each question once; a long-lived process (a watch loop) asks again after
+# CACHE_TTL_S, since kubelets restart and drivers get reinstalled.
+CACHE_TTL_S = 30.0
+MAX_CACHED = 64
 _lock = threading.Lock()
-_cache: dict[tuple, object] = {}
+_cache: dict[tuple, tuple[float, object]] = {}
 
 
 def _cached(key: tuple, fn):
+    now = time.monotonic()
     with _lock:
-        if key in _cache:
-            return _cache[key]
+        hit = _cache.get(key)
+        if hit is not None and now - hit[0] < CACHE_TTL_S:
+            return hit[1]
     val = fn()
     with _lock:
-        if len(_cache) > 64:
+        if len(_cache) >= MAX_CACHED:
             _cache.clear()
-        return _cache.setdefault(key, val)
+        _cache[key] = (now, val)
+        return val
 
 
 def kubelet_dir(host_root: Path, proc: Path = procfs.PROC,

@@ -17,7 +17,7 @@ from node_probe.checks.containers import RELIST_WAIT_S, containers_check
 from node_probe.engine import facts as F
 from node_probe.engine.context import ProbeContext, ProbeOptions
 from tests.cgroups.conftest import GPU0_UUID, deny_all_then_allow, make_host_root, new_cid, new_uid
-from tests.cgroups.test_audit_v1 import BASE, GPU0_NO_UVM
+from tests.cgroups.test_audit_v1 import BASE
 
 pytestmark = pytest.mark.root
 

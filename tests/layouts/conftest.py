@@ -7,32 +7,15 @@ they do on a node: by the socket inode it serves, then its flags.
 """
 from __future__ import annotations
 
-import os
 import shutil
 import socket
 import subprocess
-import sys
 import tempfile
 from pathlib import Path
 
 import pytest
 
-SERVE = r"""
-import os, socket, sys
-with open("/proc/self/comm", "w") as f:
-    f.write(sys.argv[1])
-socks = []
-for path in sys.argv[2].split(","):
-    if not path:
-        continue
-    os.makedirs(os.path.dirname(path), exist_ok=True)
-    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    s.bind(path)
-    s.listen(4)
-    socks.append(s)
-print("ready", flush=True)
-sys.stdin.readline()
-"""
+from tests.fakes import fake_daemon
 
 
 def write(root: Path, rel: str, text: str = "") -> Path:
@@ -55,21 +38,12 @@ def daemons():
     """spawn(comm, sockets, *flags, env=...) -> Popen of a process serving `sockets`."""
     made: list[subprocess.Popen] = []
 
-    def spawn(comm: str, sockets: list[Path], *flags: str, env: dict | None = None):
-        script = Path(tempfile.gettempdir()) / "gpu-doctor-layout-daemon.py"
-        if not script.exists() or script.read_text() != SERVE:
-            tmp = script.with_suffix(f".{os.getpid()}")
-            tmp.write_text(SERVE)
-            tmp.replace(script)
-        # a script file, not `python -c`: a daemon's flags may include -c (containerd's config)
-        p = subprocess.Popen([sys.executable, str(script), comm, ",".join(map(str, sockets)),
-                              *flags], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                             text=True, env={**os.environ, **(env or {})})
+    def start(comm: str, sockets: list[Path], *flags: str, env: dict | None = None):
+        p = fake_daemon.spawn(comm, sockets, *flags, env=env)
         made.append(p)
-        assert p.stdout.readline().strip() == "ready"
         return p
 
-    yield spawn
+    yield start
     for p in made:
         p.kill()
         p.wait(5)

@@ -11,8 +11,6 @@ from __future__ import annotations
 
 import errno
 import json
-import os
-import stat
 import subprocess
 import sys
 from pathlib import Path
@@ -21,7 +19,7 @@ import pytest
 
 from node_probe.tracing import kheaders
 from tests.tracing.conftest import HIDE_HEADERS, KHEADERS_SCRIPT, REPO, events, findings
-from tests.tracing.test_probe_e2e import OPENER
+from tests.tracing.test_probe_e2e import denied_opener
 
 SCRIPT = KHEADERS_SCRIPT
 
@@ -62,13 +60,7 @@ def test_a_set_for_another_machine_or_without_metadata_is_not_used(header_set, t
 @pytest.mark.parametrize("bundled", [True, False], ids=["with-set", "without-set"])
 def test_no_host_headers_trace_still_catches_eperm_and_rewrite(
         bcc_ready, header_set, devices_cgroup, children, probe, tmp_path, bundled):
-    node = tmp_path / "nvidia0"
-    os.mknod(node, 0o666 | stat.S_IFCHR, os.makedev(195, 0))
-    cg = devices_cgroup("nohdr-eperm")
-    (cg / "devices.deny").write_text("c 195:* rwm")
-    victim = children([sys.executable, "-c", OPENER, str(node), "nohdr-victim"])
-    victim.expect("ready")
-    (cg / "cgroup.procs").write_text(str(victim.proc.pid))
+    victim, node, _cg = denied_opener(devices_cgroup, children, tmp_path, "nohdr-victim")
     gpu = devices_cgroup("nohdr-gpu")         # a GPU container's rules: deny all, allow 195
     (gpu / "devices.deny").write_text("a")
     for rule in ("c 1:3 rwm", "c 195:* rwm"):
