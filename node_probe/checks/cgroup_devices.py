@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
 
 from node_probe.protocol import catalog
-from node_probe.host import cgroup_rules, containers, kubeletconfig, nvidia_devices
+from node_probe.host import cgroup_rules, containers, kubeletconfig, layout, nvidia_devices
 from ..deviceplugin import devview
 from node_probe.engine.facts import (CONTAINERS, DEVICEPLUGIN_TARGETS, KUBELET_CONFIG, NVML,
                                      TRACE_READY, TRACE_RESULTS, PluginTargetInfo)
@@ -254,7 +254,7 @@ def cgroup_devices(ctx):
     gpu = list(found.gpu)
     kubelet_cfg = _kubelet_config(ctx)
     layout_driver = next((c.ref.driver for c in ctrs), None)
-    driver = (kubelet_cfg or {}).get("cgroupDriver") or layout_driver
+    driver = layout.resolve_cgroups(opts.cgroup_dir, kubelet_cfg, layout_driver).driver
     yield from _dev_char_links(ctx, host_root, driver, kubelet_cfg, layout_driver)
     if not gpu:
         return

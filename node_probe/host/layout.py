@@ -12,7 +12,8 @@ path on its own disagrees with the next one (`nvml` found the GPU Operator's dri
 - driver_root: where libnvidia-ml.so.1 lives: what the NVIDIA device plugin was told
   (NVIDIA_DRIVER_ROOT / --nvidia-driver-root), the host, the GPU Operator's /run/nvidia/driver,
   GKE's /home/kubernetes/bin/nvidia, Bottlerocket's /usr/lib/nvidia/tesla/<version>.
-- cgroups: version, hierarchy and driver (kubelet config, then the runtime's, then the layout).
+- cgroups: version, hierarchy and driver (kubelet config, then the containers' cgroup paths,
+  then kubepods.slice vs kubepods/).
 
 Processes are identified by the sockets they serve (socket inode, deviceplugin.discovery), never
 by name alone. Results are cached per (host root, /proc, override) for the run.
@@ -374,7 +375,8 @@ def resolve_driver_root(host_root: Path, proc: Path = procfs.PROC,
 
 
 def resolve_cgroups(cgroup_dir: Path, kubelet_cfg: dict | None = None,
-                    runtime_systemd: bool | None = None) -> Cgroups:
+                    observed: str | None = None) -> Cgroups:
+    """`observed`: the driver the containers' own cgroup paths show (host.containers)."""
     from node_probe.host import containers   # containers imports nothing of this module
     h = containers.find_hierarchy(cgroup_dir)
     if h is None:
@@ -383,9 +385,9 @@ def resolve_cgroups(cgroup_dir: Path, kubelet_cfg: dict | None = None,
     drv = str((kubelet_cfg or {}).get("cgroupDriver") or "").lower() or None
     if drv:
         return Cgroups(h.version, str(h.root), drv, f"{ver}; driver from the kubelet config")
-    if runtime_systemd is not None:
-        return Cgroups(h.version, str(h.root), "systemd" if runtime_systemd else "cgroupfs",
-                       f"{ver}; driver from the runtime's SystemdCgroup/cgroup_manager")
+    if observed:
+        return Cgroups(h.version, str(h.root), observed, f"{ver}; driver from the containers' "
+                       "cgroup paths")
     if (h.root / "kubepods.slice").is_dir():
         return Cgroups(h.version, str(h.root), "systemd", f"{ver}; kubepods.slice exists")
     if (h.root / "kubepods").is_dir():
