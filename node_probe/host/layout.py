@@ -116,15 +116,17 @@ class Runtime:
 
     def bundle_configs(self) -> tuple[tuple[str, str], ...]:
         """(OCI config.json path under the host root with {id}, format) for this runtime."""
+        def esc(d: str) -> str:   # a path from a config file; the pattern is str.format()ted
+            return d.strip("/").replace("{", "{{").replace("}", "}}")
         if self.name == "containerd" and self.state_dir:
-            s = self.state_dir.strip("/")
+            s = esc(self.state_dir)
             return ((f"{s}/io.containerd.runtime.v2.task/k8s.io/{{id}}/config.json", "oci"),
                     (f"{s}/io.containerd.runtime.v1.linux/k8s.io/{{id}}/config.json", "oci"))
         if self.name == "cri-o" and self.state_dir:
-            out = [(f"{self.state_dir.strip('/')}/overlay-containers/{{id}}/userdata/config.json",
+            out = [(f"{esc(self.state_dir)}/overlay-containers/{{id}}/userdata/config.json",
                     "oci")]
             if self.root_dir:
-                out.append((f"{self.root_dir.strip('/')}/overlay-containers/{{id}}/userdata/"
+                out.append((f"{esc(self.root_dir)}/overlay-containers/{{id}}/userdata/"
                             "config.json", "oci"))
             return tuple(out)
         return ()
@@ -332,6 +334,18 @@ def _library_under(root: Path, droot: str) -> Path | None:
     return None
 
 
+def _root_owned(p: Path) -> bool:
+    """The library and its directory belong to root and nobody else may write them: a driver
+    root named by a device plugin (a pod) is loaded into the NVML child only then."""
+    try:
+        for st in (os.stat(p), os.stat(p.parent)):
+            if st.st_uid != 0 or st.st_mode & 0o022:
+                return False
+    except OSError:
+        return False
+    return True
+
+
 def _plugin_driver_roots(proc: Path, plugin_pids) -> list[tuple[str, str]]:
     """(driver root, how) the NVIDIA device plugins were told (env or flag)."""
     out = []
@@ -350,12 +364,16 @@ def resolve_driver_root(host_root: Path, proc: Path = procfs.PROC,
                         plugin_pids=()) -> DriverRoot:
     root = Path(host_root)
     kmod = hostfs.resolve(root, "proc/driver/nvidia/version") is not None
-    cands = _plugin_driver_roots(proc, plugin_pids) + list(DRIVER_ROOTS)
+    told = _plugin_driver_roots(proc, plugin_pids)
+    cands = told + list(DRIVER_ROOTS)
     tried: list[str] = []
     devs = hostfs.resolve(root, "dev/nvidiactl") is not None
     for droot, why in cands:
         tried.append("/" + droot)
         lib = _library_under(root, droot)
+        if lib is not None and (droot, why) in told and not _root_owned(lib):
+            tried[-1] += f" ({LIB} there is not root-owned: not loaded)"
+            lib = None
         if droot and hostfs.resolve(root, f"{droot}/dev/nvidiactl") is not None:
             devs = True
         if lib is not None:

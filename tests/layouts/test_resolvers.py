@@ -113,3 +113,24 @@ def test_kubelet_dir_of_a_stopped_kubelet_from_its_live_device_plugin(tmp_path, 
     got = layout.resolve_kubelet_dir(root)
     assert got.path == kdir and not got.served
     assert f"a device plugin (pid {p.pid})" in got.how and "kubelet is down" in got.how
+
+
+def test_a_driver_root_from_a_plugin_is_loaded_only_when_root_owned(tmp_path, daemons):
+    """A device plugin is a pod: the library it points at is not dlopen()ed as root unless
+    root owns it and nobody else can write it."""
+    root, _ = make_host(tmp_path, healthy_gpus(1), root=tmp_path / "host/opt/drv")
+    kdir = tmp_path / "host/var/lib/kubelet"
+    daemons("nvidia-device-p", [kdir / "device-plugins/nvidia-gpu.sock"],
+            env={"NVIDIA_DRIVER_ROOT": "/opt/drv"})
+    lib = layout.resolve_driver_root(tmp_path / "host", plugin_pids=()).library
+    assert lib is None
+    libdir = root / "usr/lib/x86_64-linux-gnu"
+    libdir.chmod(0o777)                                # anyone could have put it there
+    got = layout.driver_root(tmp_path / "host", kubelet=kdir)
+    assert got.library is None and "not root-owned" in " ".join(got.tried)
+
+
+def test_bundle_paths_from_a_config_with_braces_do_not_break_formatting():
+    rt = layout.Runtime("containerd", "test", state_dir="/run/{odd}")
+    assert rt.bundle_configs()[0][0].format(id="abc") == \
+        "run/{odd}/io.containerd.runtime.v2.task/k8s.io/abc/config.json"
