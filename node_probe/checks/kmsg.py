@@ -9,6 +9,7 @@ from __future__ import annotations
 import errno
 import os
 import re
+import time
 from collections import OrderedDict
 from pathlib import Path
 
@@ -19,10 +20,9 @@ from node_probe.engine.registry import check
 
 # numbers are bounded ASCII digits: a --kmsg-file (or a forged record) with a 5,000-digit pid
 # must not raise in int(), and `\d` would also take non-ASCII digits
-XID_RE = re.compile(r"NVRM: Xid \((?:PCI:)?([^)]*)\):\s*([0-9]{1,6}),\s*(.*)")
+XID_RE = xid.XID_RE
 HUNG_RE = re.compile(r"INFO: task (.+):([0-9]{1,10}) blocked for more than ([0-9]{1,12}) seconds")
 STATE_RE = re.compile(r"task:(\S+)\s+state:(\w)\b.*?pid:\s*([0-9]{1,10})\b")
-PID_RE = re.compile(r"pid='?([0-9]{1,10})'?(?:, name='?([^',]*)'?)?")
 HUNG_CRITICAL_COMMS = ("kubelet", "containerd", "dockerd", "crio", "nvidia", "runc")
 MAX_RECORDS = 200_000
 
@@ -86,25 +86,22 @@ def uptime_s() -> float | None:
         return None
 
 
-def analyze(records: list[tuple[float | None, str]], now_s: float | None = None):
-    """Findings from kernel log records. `now_s` (seconds since boot) adds ages."""
-    xids: "OrderedDict[tuple[int, str], dict]" = OrderedDict()
+def analyze(records: list[tuple[float | None, str]], now_s: float | None = None,
+            now_wall: float | None = None):
+    """Findings from kernel log records. `now_s` (seconds since boot) adds ages, and with
+    `now_wall` (epoch seconds at the same instant) the wall-clock first/last times."""
     hung: "OrderedDict[tuple[str, int], dict]" = OrderedDict()
     last_hung = None
+    events: list[xid.XidEvent] = []
+    uuids: dict[str, str] = {}
     for ts, msg in records:
-        m = XID_RE.search(msg)
+        ev = xid.parse(ts, msg)
+        if ev is not None:
+            events.append(ev)
+            continue
+        m = xid.GPU_AT_RE.search(msg)
         if m:
-            code, pci = int(m.group(2)), m.group(1).strip()
-            d = xids.setdefault((code, pci), {"count": 0, "first_s": ts, "last_s": ts,
-                                              "message": m.group(3), "pids": []})
-            d["count"] += 1
-            d["last_s"] = ts
-            d["message"] = m.group(3)
-            pm = PID_RE.search(m.group(3))
-            if pm and len(d["pids"]) < 10:
-                entry = pm.group(1) + (f" ({pm.group(2)})" if pm.group(2) else "")
-                if entry not in d["pids"]:
-                    d["pids"].append(entry)
+            uuids[_short_bus(m.group(1))] = m.group(2)
             continue
         m = HUNG_RE.search(msg)
         if m:
@@ -125,16 +122,14 @@ def analyze(records: list[tuple[float | None, str]], now_s: float | None = None)
     def age(ts):
         return round(now_s - ts, 1) if now_s is not None and ts is not None else None
 
-    for (code, pci), d in xids.items():
-        info = xid.describe(code)
-        yield catalog.make(
-            "gpu.xid", info.severity, f"pci {pci}" if pci else "gpu",
-            f"Xid {code} ({info.meaning}) x{d['count']}; usually {info.blame}",
-            {"xid": code, "pci": pci, "meaning": info.meaning, "usual_cause": info.blame,
-             "count": d["count"], "last_message": d["message"][:300], "pids": d["pids"],
-             "first_s_since_boot": d["first_s"], "last_s_since_boot": d["last_s"],
-             "last_age_s": age(d["last_s"])},
-            info.action, ("https://docs.nvidia.com/deploy/xid-errors/",))
+    def wall(ts):
+        if now_s is None or now_wall is None or ts is None:
+            return None
+        return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(now_wall - (now_s - ts)))
+
+    groups, dropped = xid.group(events)
+    for g in groups:
+        yield _xid_finding(g, uuids.get(_short_bus(g.pci)), age, wall, dropped)
     for (comm, pid), d in hung.items():
         # by prefix (containerd-shim, runc:[2:INIT], nvidia-device-p), not substring: a task
         # named `prunc-job` or `my-kubelet-test` is not a node daemon
@@ -150,6 +145,36 @@ def analyze(records: list[tuple[float | None, str]], now_s: float | None = None)
             "/proc/<pid>/stack; a node whose kubelet/containerd/driver tasks hang usually needs "
             "draining and a reboot.",
             ("https://www.kernel.org/doc/html/latest/admin-guide/sysctl/kernel.html#hung-task-timeout-secs",))
+
+
+def _short_bus(bus: str) -> str:
+    """`0000:3b:00` / `0000:3B:00.0` / `00000000:3b:00.0` -> `3b:00` (domain 0 dropped)."""
+    parts = bus.strip().lower().split(":")
+    dom = parts[0] if len(parts) == 3 else "0"
+    tail = ":".join(parts[-2:]).split(".")[0]
+    return tail if dom.strip("0") == "" else f"{dom}:{tail}"
+
+
+def _xid_finding(g: xid.XidGroup, uuid: str | None, age, wall, dropped: int):
+    info = xid.describe(g.code)
+    bucket = g.recovery or info.bucket
+    gpu = f"GPU {uuid} (pci {g.pci})" if uuid else f"the GPU at pci {g.pci}"
+    times = "once" if g.count == 1 else f"{g.count} times"
+    name = f"{info.mnemonic}, " if info.mnemonic else ""
+    return catalog.make(
+        "gpu.xid", xid.SEVERITY[bucket], f"pci {g.pci}" if g.pci else "gpu",
+        f"Xid {g.code} ({name}{info.meaning}) {times} on {gpu}: "
+        f"NVIDIA says {bucket.replace('_', ' ')}",
+        {"xid": g.code, "pci": g.pci, "gpu_uuid": uuid, "mnemonic": info.mnemonic,
+         "meaning": info.meaning, "resolution_bucket": bucket,
+         "nvidia_resolution_bucket": info.nvidia_bucket, "usual_cause": info.blame,
+         "count": g.count, "last_message": g.last_message, "pids": list(g.pids),
+         "first_s_since_boot": g.first_s, "last_s_since_boot": g.last_s,
+         "first_seen": wall(g.first_s), "last_seen": wall(g.last_s),
+         "last_age_s": age(g.last_s), "groups_dropped_events": dropped},
+        f"{xid.BUCKET_TEXT[bucket][0].upper()}{xid.BUCKET_TEXT[bucket][1:]}. {info.action}",
+        (xid.CATALOG_URL,))
+
 
 
 @check("kmsg", title="Kernel log: NVIDIA Xid errors, hung tasks", timeout_s=5.0)
@@ -172,4 +197,4 @@ def kmsg_check(ctx):
                            "CAP_SYSLOG): no Xid or hung-task verdict")
         now = uptime_s()
     ctx.progress(message=f"kernel log: {len(records)} records from {source}")
-    yield from analyze(records, now)
+    yield from analyze(records, now, time.time() if now is not None else None)
