@@ -20,7 +20,9 @@ CATALOG: dict[str, str] = {
     "driver.known_bad": "The driver version has a known node-level failure under this node's conditions",
     "driver.version_mismatch": "Kernel module and user-space driver library versions differ",
     "gpu.xid": "The kernel log has NVIDIA Xid errors",
-    "gpu.health": "A GPU reports ECC errors, pending row remapping or failed remapping",
+    "gpu.health": "A GPU reports uncorrected ECC errors",
+    "gpu.row_remap_pending": "A GPU has a memory row remapping waiting for a GPU reset while it still looks healthy",
+    "gpu.row_remap_failed": "A GPU's memory row remapping failed: the GPU must be replaced",
     "mig.layout": "MIG mode and instances; mixed MIG and full GPUs on one node",
     "kernel.hung_task": "The kernel reported tasks blocked for a long time",
     # device plugin (node)
