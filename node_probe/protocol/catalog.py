@@ -37,6 +37,7 @@ CATALOG: dict[str, str] = {
     "cgroup.device_denied": "A GPU container's device cgroup denies a device it needs",
     "cgroup.device_rules_rewritten": "A GPU container's device rules were rewritten without its NVIDIA devices",
     "cgroup.dev_char_symlinks_missing": "/dev/char symlinks for NVIDIA devices are missing on a systemd-driver node",
+    "gpu.isolation_breach": "A container holds GPUs it was not given, or one unshared GPU is given to two pods",
     "container.nvidia_eperm": "Opens of /dev/nvidia* failed with EPERM",
     "ioctl.stall": "An ioctl on /dev/nvidia* has not returned for a long time",
     "cuda.call_failed": "CUDA driver calls (init, context, memory) of a process returned errors",
