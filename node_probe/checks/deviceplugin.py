@@ -22,7 +22,7 @@ from node_probe.host import kubeletconfig, proctasks
 from node_probe.protocol import known_drivers
 from node_probe.engine.facts import (DEVICEPLUGIN_TARGETS, NVML, PODRESOURCES, TRACE_READY,
                                      TRACE_RESULTS, NvmlInventory, PluginTargetInfo)
-from ..deviceplugin import devview, discovery, podresources, rpc
+from ..deviceplugin import devview, discovery, podresources, rpc, sharing
 from node_probe.engine.context import Skipped
 from node_probe.engine.registry import check
 from .nvml import kernel_module_version
@@ -266,6 +266,9 @@ def deviceplugin_check(ctx):
         yield from _unhealthy(p, rows)
         if p.t.pid:
             yield from _stale_dev(ctx, p)
+            if p.devices is not None and (p.t.resource or "").startswith("nvidia.com/"):
+                yield from sharing.judge(p.t.resource, [d["id"] for d in p.devices], p.t.pid,
+                                         proc)
     yield from _missing(ctx, kdir, targets, probes, nv)
     if grpc_error is not None and targets:
         return Skipped(f"the device plugins' RPCs were not asked: grpcio unavailable in the "

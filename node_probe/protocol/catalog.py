@@ -33,6 +33,8 @@ CATALOG: dict[str, str] = {
     "deviceplugin.stale_dev_view": "The device plugin's /dev lacks device nodes the host has",
     "deviceplugin.no_device_specs": "The NVIDIA device plugin does not pass device specs",
     "deviceplugin.inventory": "Device plugins found on the node and what they serve",
+    "sharing.misconfigured": "The device plugin's GPU sharing config (time-slicing/MPS replicas, renameByDefault) disagrees with what the node advertises",
+    "sharing.mps_daemon_missing": "GPUs are shared with MPS but no MPS control daemon runs on the node",
     # cgroups / containers (node)
     "cgroup.device_denied": "A GPU container's device cgroup denies a device it needs",
     "cgroup.device_rules_rewritten": "A GPU container's device rules were rewritten without its NVIDIA devices",
