@@ -16,6 +16,7 @@ from pathlib import Path
 from node_probe.protocol import catalog
 from node_probe.host import hostfs, xid
 from node_probe.engine.context import Skipped
+from node_probe.engine.facts import KMSG_XIDS
 from node_probe.engine.registry import check
 
 # numbers are bounded ASCII digits: a --kmsg-file (or a forged record) with a 5,000-digit pid
@@ -101,7 +102,7 @@ def analyze(records: list[tuple[float | None, str]], now_s: float | None = None,
             continue
         m = xid.GPU_AT_RE.search(msg)
         if m:
-            uuids[_short_bus(m.group(1))] = m.group(2)
+            uuids[xid.short_bus(m.group(1))] = m.group(2)
             continue
         m = HUNG_RE.search(msg)
         if m:
@@ -129,7 +130,7 @@ def analyze(records: list[tuple[float | None, str]], now_s: float | None = None,
 
     groups, dropped = xid.group(events)
     for g in groups:
-        yield _xid_finding(g, uuids.get(_short_bus(g.pci)), age, wall, dropped)
+        yield _xid_finding(g, uuids.get(xid.short_bus(g.pci)), age, wall, dropped)
     for (comm, pid), d in hung.items():
         # by prefix (containerd-shim, runc:[2:INIT], nvidia-device-p), not substring: a task
         # named `prunc-job` or `my-kubelet-test` is not a node daemon
@@ -145,14 +146,6 @@ def analyze(records: list[tuple[float | None, str]], now_s: float | None = None,
             "/proc/<pid>/stack; a node whose kubelet/containerd/driver tasks hang usually needs "
             "draining and a reboot.",
             ("https://www.kernel.org/doc/html/latest/admin-guide/sysctl/kernel.html#hung-task-timeout-secs",))
-
-
-def _short_bus(bus: str) -> str:
-    """`0000:3b:00` / `0000:3B:00.0` / `00000000:3b:00.0` -> `3b:00` (domain 0 dropped)."""
-    parts = bus.strip().lower().split(":")
-    dom = parts[0] if len(parts) == 3 else "0"
-    tail = ":".join(parts[-2:]).split(".")[0]
-    return tail if dom.strip("0") == "" else f"{dom}:{tail}"
 
 
 def _xid_finding(g: xid.XidGroup, uuid: str | None, age, wall, dropped: int):
@@ -177,7 +170,8 @@ def _xid_finding(g: xid.XidGroup, uuid: str | None, age, wall, dropped: int):
 
 
 
-@check("kmsg", title="Kernel log: NVIDIA Xid errors, hung tasks", timeout_s=5.0)
+@check("kmsg", title="Kernel log: NVIDIA Xid errors, hung tasks", timeout_s=5.0,
+       provides=(KMSG_XIDS,))
 def kmsg_check(ctx):
     opts = ctx.options
     if opts.kmsg_file is not None:
@@ -185,6 +179,7 @@ def kmsg_check(ctx):
         try:
             records = parse_log_file(opts.kmsg_file.read_text(errors="replace"))
         except OSError as exc:
+            ctx.facts.fail(KMSG_XIDS, f"cannot read {source}")
             return Skipped(f"cannot read the kernel log file {source}: {exc.strerror}")
         now = None
     else:
@@ -193,8 +188,11 @@ def kmsg_check(ctx):
         try:
             records = read_kmsg(dev)
         except OSError as exc:
+            ctx.facts.fail(KMSG_XIDS, f"cannot read {dev}")
             return Skipped(f"cannot read the kernel log {dev}: {exc.strerror} (needs root or "
                            "CAP_SYSLOG): no Xid or hung-task verdict")
         now = uptime_s()
     ctx.progress(message=f"kernel log: {len(records)} records from {source}")
+    groups, _ = xid.group(e for e in (xid.parse(ts, m) for ts, m in records) if e is not None)
+    ctx.publish(KMSG_XIDS, tuple(groups))
     yield from analyze(records, now, time.time() if now is not None else None)

@@ -179,6 +179,19 @@ GPU_AT_RE = re.compile(r"NVRM: GPU at PCI:([0-9a-fA-F:.]{7,16}):\s*(GPU-[0-9a-fA
 PID_RE = re.compile(r"pid='?([0-9]{1,10})'?(?:, name='?([^',]{0,64})'?)?")
 
 
+def short_bus(bus: str | None) -> str | None:
+    """`00000000:3B:00.0` and `0000:3b:00` alike -> `3b:00` (domain 0 dropped)."""
+    if not bus:
+        return None
+    parts = bus.strip().lower().split(":")
+    if len(parts) < 2:
+        return None
+    dom = parts[0] if len(parts) == 3 else "0"
+    tail = ":".join(parts[-2:]).split(".")[0]
+    return tail if dom.strip("0") == "" else f"{dom.lstrip('0')}:{tail}"
+
+
+
 @dataclasses.dataclass(frozen=True)
 class XidEvent:
     """One `NVRM: Xid (PCI:<bus>): <code>, <message>` line."""
