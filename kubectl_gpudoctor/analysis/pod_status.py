@@ -15,7 +15,7 @@ from typing import Any, Mapping, Sequence
 from node_probe.protocol import catalog
 from node_probe.protocol import Finding
 
-from . import admission_race
+from .admission_race import REFS as RACE_REFS, explain as explain_race
 from .admission import untouched_pending
 from .common import event_source, event_time, fmt_duration, gpu_requests, pod_ref
 from .wedge import blocking_findings
@@ -67,8 +67,7 @@ def analyze_pod(pod: Mapping[str, Any], events: Sequence[Mapping[str, Any]],
         hami = any("device number not matched" in t for t in adm_texts)
         if st.get("reason") and st.get("message"):
             hit = f"{st.get('reason')}: {st.get('message')}"
-        race = None if hami else admission_race.explain(pod, evs, now, node, node_events,
-                                                        node_pods)
+        race = None if hami else explain_race(pod, evs, now, node, node_events, node_pods)
         if race is not None:
             out.append(_race_finding(subject, base, st, race))
             return out
@@ -172,4 +171,4 @@ def _race_finding(subject: str, base: dict, st: Mapping[str, Any], race: dict) -
         f"Cause: {race['race']}. What clears it: {race['clears']}.{cleared} A pod rejected at "
         f"admission is never retried by the kubelet. {after}",
         ("https://kubernetes.io/docs/concepts/extend-kubernetes/compute-storage-net/device-plugins/",
-         *admission_race.REFS))
+         *RACE_REFS))

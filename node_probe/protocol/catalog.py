@@ -54,6 +54,7 @@ CATALOG: dict[str, str] = {
     "node.not_found": "The node does not exist",
     "node.not_kubernetes": "This host runs no kubelet: not a Kubernetes node",
     "node.not_ready": "The node is NotReady: its kubelet does not run new pods",
+    "node.foreign_condition": "Another health monitor (node-problem-detector, NVSentinel, EKS, GKE, AKS, a device plugin) flags the node",
     # pods (API side)
     "pod.pending_explained": "Why the pod is not running, from its events and conditions",
     "pod.admission_error": "The kubelet rejected the pod at admission",

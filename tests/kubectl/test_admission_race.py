@@ -123,3 +123,40 @@ def test_other_rejections_and_healthy_pods_are_not_called_races():
                "status": {"phase": "Running", "containerStatuses": [
                    {"name": "main", "state": {"running": {"startedAt": ts(T0)}}}]}}
     assert pod_status.analyze_pod(running, [], NOW) == []
+
+
+def test_pod_command_names_the_race_from_the_nodes_events(cluster, kubeconfig):
+    import json
+
+    from .conftest import run_cli
+
+    now = dt.datetime.now(dt.timezone.utc)
+    started = now - dt.timedelta(minutes=20)
+    cluster.add_node("gpu-1")
+    msg = ("Allocate failed due to no healthy devices present; cannot allocate unhealthy "
+           "devices nvidia.com/gpu, which is unexpected")
+    pod = cluster.add_pod("ml", "train-7", "gpu-1", phase="Failed", gpus=1, events="none",
+                          extra_status={"reason": "UnexpectedAdmissionError",
+                                        "message": "Pod was rejected: " + msg,
+                                        "containerStatuses": []})
+    pod["metadata"]["ownerReferences"] = [{"apiVersion": "apps/v1", "kind": "ReplicaSet",
+                                           "name": "train-5d8f", "uid": "o-1",
+                                           "controller": True}]
+    cluster.add_event(pod, "Warning", "UnexpectedAdmissionError", msg, "kubelet",
+                      started + dt.timedelta(seconds=15), host="gpu-1")
+    for reason, text in (("Starting", "Starting kubelet."),):
+        ev = node_event(reason, text, started)
+        ev["metadata"] = {"name": "gpu-1.start", "namespace": "default"}
+        cluster.events.append(ev)
+    plugin = cluster.add_pod("gpu-operator", "nvidia-device-plugin-daemonset-x7k2p", "gpu-1")
+    for cs in plugin["status"].get("containerStatuses") or ():
+        cs["state"] = {"running": {"startedAt": ts(started + dt.timedelta(seconds=70))}}
+    r = run_cli("pod", "train-7", "-n", "ml", "--kubeconfig", str(kubeconfig), "--no-probe",
+                "-o", "json")
+    doc = json.loads(r.stdout)
+    [f] = [f for f in doc["findings"] if f["id"] == "pod.admission_error"]
+    race = f["evidence"]["admission_race"]
+    assert race["kind"] == "no_healthy_devices", r.stderr
+    assert race["race"].startswith("kubelet restart: the kubelet re-admitted the pod")
+    assert race["kubelet_started_at"] is not None and race["plugin_started_at"] is not None
+    assert race["recreated"] is True and race["cleared_now"] is True
