@@ -22,6 +22,8 @@ from node_probe.engine.registry import check
 from node_probe.host import device_checkpoint, gpu_holders, nvidia_devices
 from node_probe.protocol import catalog
 
+from .containers import containers_or_skip
+
 # comm (15 chars at most, as the kernel keeps it) of processes that hold GPUs by design
 AGENT_COMMS = ("nvidia-device-p", "nvidia-device-plugin", "nv-hostengine", "dcgm-exporter",
                "dcgmi", "nvidia-persiste", "nvidia-cuda-mps", "gpu-feature-dis",
@@ -56,11 +58,7 @@ def _gpu_of(dev_id: str, inv: nvidia_devices.Inventory) -> tuple[str, bool]:
        timeout_s=10.0, needs=(CONTAINERS,), uses=(PODRESOURCES, NVML))
 def gpu_isolation(ctx):
     opts = ctx.options
-    found = ctx.fact(CONTAINERS, timeout=ctx.budget(opts.timeout_s, reserve=1.0), default=None)
-    if found is None:
-        ctx.skip("the container list did not come (containers check failed or timed out)")
-    if found.hierarchy is None:
-        ctx.skip(f"no devices (v1) or unified (v2) cgroup hierarchy under {opts.cgroup_dir}")
+    found = containers_or_skip(ctx)
     podres = ctx.fact(PODRESOURCES, timeout=min(2.0, max(0.0, ctx.remaining() - 2.0)),
                       default=None)
     if podres is not None:

@@ -11,9 +11,7 @@ import json
 import os
 import shutil
 import socket
-import subprocess
 import tempfile
-import time
 from pathlib import Path
 
 import pytest
@@ -70,26 +68,22 @@ def bundle(root, cid, ns, pod, uid, container):
 def holding(tree, cgroup, paths, env=None):
     """A real process in `cgroup` that opens each of `paths` and keeps them open."""
     opens = " && ".join(f'exec {3 + i}<"{p}"' for i, p in enumerate(paths)) or "true"
-    procs_file = str(cgroup / "cgroup.procs")
+    return tree.spawn_script(cgroup, ["/bin/sh", "-c", f"{opens} && exec /bin/sleep 120"],
+                             {"PATH": "/bin:/usr/bin", **(env or {})}, "holder")
 
-    def join():
-        fd = os.open(procs_file, os.O_WRONLY)
-        os.write(fd, str(os.getpid()).encode())
-        os.close(fd)
 
-    p = subprocess.Popen(["/bin/sh", "-c", f"{opens} && exec /bin/sleep 120"],
-                         env={"PATH": "/bin:/usr/bin", **(env or {})}, stdin=subprocess.DEVNULL,
-                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, preexec_fn=join)
-    tree.procs.append(p)
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:   # until sleep runs with the nodes open
-        try:
-            if os.readlink(f"/proc/{p.pid}/exe").endswith("sleep"):
-                return p
-        except OSError:
-            pass
-        time.sleep(0.02)
-    raise RuntimeError("holder did not start")
+def probe(root, rows, uids):
+    """The probe's isolation check (with the deviceplugin check, which reads pod-resources)
+    while the kubelet's pod-resources API serves `rows`."""
+    server = serve(root / "var/lib/kubelet/pod-resources/kubelet.sock", rows)
+    try:
+        args = ["--host-root", str(root), "--cgroup-root", "/sys/fs/cgroup",
+                "--only", "gpu.isolation", "--only", "deviceplugin", "--trace-seconds", "0"]
+        for u in uids:
+            args += ["--focus-pod", u]
+        return run_probe(*args)
+    finally:
+        server.stop(0)
 
 
 def scenario(tree, tmp_path, with_intruder):
@@ -111,15 +105,7 @@ def scenario(tree, tmp_path, with_intruder):
         rows.append({"namespace": ns, "pod": pod, "container": cont,
                      "resource": "nvidia.com/gpu" if given else "example.com/nic",
                      "device_ids": given or ["nic-0"]})
-    server = serve(root / "var/lib/kubelet/pod-resources/kubelet.sock", rows)
-    try:
-        args = ["--host-root", str(root), "--cgroup-root", "/sys/fs/cgroup",
-                "--only", "gpu.isolation", "--only", "deviceplugin", "--trace-seconds", "0"]
-        for u in uids:
-            args += ["--focus-pod", u]
-        return run_probe(*args), procs
-    finally:
-        server.stop(0)
+    return probe(root, rows, uids), procs
 
 
 def test_container_holding_gpus_it_was_not_given_is_critical(v1_tree, short_tmp):
@@ -160,15 +146,7 @@ def test_one_whole_gpu_given_to_two_pods_is_a_double_allocation(v1_tree, short_t
         uids.append(uid)
         rows.append({"namespace": "ml", "pod": pod, "container": "main",
                      "resource": "nvidia.com/gpu", "device_ids": [GPU0_UUID]})
-    server = serve(root / "var/lib/kubelet/pod-resources/kubelet.sock", rows)
-    try:
-        args = ["--host-root", str(root), "--cgroup-root", "/sys/fs/cgroup",
-                "--only", "gpu.isolation", "--only", "deviceplugin", "--trace-seconds", "0"]
-        for u in uids:
-            args += ["--focus-pod", u]
-        run = run_probe(*args)
-    finally:
-        server.stop(0)
+    run = probe(root, rows, uids)
     [f] = run.findings("gpu.isolation_breach")
     assert f["evidence"]["kind"] == "two_pods_unshared"
     assert f["evidence"]["containers"] == ["pod ml/a-0 container main",
