@@ -83,9 +83,13 @@ def gpu_isolation(ctx):
     given_to: dict[str, list] = {}   # GPU uuid -> containers given it whole
     shared: set[str] = set(mig_gpus)
     agents = []
+    unscanned = 0
     for c in found:
         if me in c.pids:
             continue      # this probe and its NVML child
+        if ctx.remaining() < 1.0:
+            unscanned += 1    # the run's deadline: judge what was read, say what was not
+            continue
         given = set()
         for dev in _given(c, source):
             uuid, is_shared = _gpu_of(dev, inv)
@@ -101,7 +105,9 @@ def gpu_isolation(ctx):
         if hs or given:
             rows.append((c, hs, given))
     ctx.progress(message=f"GPU device holders: {sum(len(h) for _, h, _ in rows)} open GPU node(s) "
-                         f"in {len(rows)} container(s); agents not judged: {agents[:10]}")
+                         f"in {len(rows)} container(s); agents not judged: {agents[:10]}"
+                         + (f"; {unscanned} container(s) not scanned before the deadline"
+                            if unscanned else ""))
 
     def gpu_label(minor: int) -> tuple[str | None, str]:
         g = by_minor.get(minor)
@@ -161,3 +167,6 @@ def gpu_isolation(ctx):
             "of the pods so it is rescheduled; if it repeats, drain the node and restart the "
             "kubelet and the device plugin.",
             REFS)
+    if unscanned:
+        ctx.skip(f"{unscanned} container(s) were not scanned before the run's deadline: "
+                 "only the others were judged")
