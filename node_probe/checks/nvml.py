@@ -198,7 +198,8 @@ def _row_remap(g: dict, rows: dict, ecc: int, subject: str):
           "remapping_pending": bool(rows.get("pending")),
           "remapping_failed": bool(rows.get("failure")),
           "banks_without_spare_rows": hist.get("none"), "remapper_histogram": hist or None,
-          "ecc_uncorrected_volatile": ecc, "nvml_answers": True}
+          "ecc_uncorrected_volatile": ecc, "gpu_lost": bool(g.get("lost")),
+          "persistence_mode": g.get("persistence_mode")}
     gpu = f"GPU {g.get('index')} ({g.get('name') or 'NVIDIA GPU'}, {subject})"
     if rows.get("failure"):
         return catalog.make(
