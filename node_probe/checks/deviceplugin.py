@@ -267,6 +267,7 @@ def deviceplugin_check(ctx):
         yield from _blocked(ctx, p, baseline.get(p.t.pid) or [], baseline_at, trace,
                             trace_res_note, nv, rows, all_devices)
         yield from _unhealthy(p, rows, nv, xid_groups)
+        yield from _checkpoint_mismatch(p, ckpt, kdir, proc)
         if p.t.pid:
             yield from _stale_dev(ctx, p)
             if p.devices is not None and (p.t.resource or "").startswith("nvidia.com/"):
@@ -503,6 +504,44 @@ def _unhealthy(p: _PluginProbe, rows, nv, xid_groups):
         "the plugin reports it healthy again only after it restarts, so restart it after the "
         "GPU is fixed, not before.",
         (DP_DOC, "https://github.com/NVIDIA/k8s-device-plugin#health-checks"))
+
+
+def _checkpoint_mismatch(p: _PluginProbe, ckpt: dict, kdir: Path, proc: Path):
+    """Containers the kubelet's device checkpoint gives devices this plugin does not advertise:
+    when they restart the kubelet rejects them with "previously allocated devices are no longer
+    healthy; cannot allocate unhealthy devices <resource>" (UnexpectedAdmissionError)."""
+    if p.devices is None or not p.t.resource or not ckpt.get("allocations"):
+        return
+    ids = {d["id"] for d in p.devices}
+    healthy = {d["id"] for d in p.devices if d.get("health") == "Healthy"}
+    gone = [dict(a, missing=[i for i in a.get("device_ids") or () if i not in ids])
+            for a in ckpt["allocations"] if a.get("resource") == p.t.resource]
+    gone = [a for a in gone if a["missing"]]
+    if not gone:
+        return
+    now = time.time()
+    kubelet = kubeletconfig.kubelet_pid(kdir, proc)
+    started = {k: devview.process_start_time(pid, proc) if pid else None
+               for k, pid in (("kubelet", kubelet), ("plugin", p.t.pid))}
+    yield catalog.make(
+        "deviceplugin.checkpoint_mismatch", "warning", _subject(p.t),
+        f"The kubelet's device checkpoint gives {len(gone)} container(s) {p.t.resource} "
+        f"devices the plugin does not advertise ({', '.join(sorted({i for a in gone for i in a['missing']}))[:200]})",
+        {"resource": p.t.resource, "containers": gone[:20], "advertised": sorted(ids)[:64],
+         "advertised_healthy": len(healthy),
+         "kubelet_started_s_ago": None if started["kubelet"] is None
+         else round(now - started["kubelet"]),
+         "plugin_started_s_ago": None if started["plugin"] is None
+         else round(now - started["plugin"]),
+         "pid": p.t.pid, "socket": p.t.socket},
+        "When these containers restart (or the kubelet re-admits them after a restart) the "
+        "kubelet refuses them with UnexpectedAdmissionError \"previously allocated devices are "
+        "no longer healthy\". The ids changed under the kubelet: the plugin's device-id "
+        "strategy (uuid vs index), a MIG layout or a driver change, or a GPU that is gone. "
+        "Drain the node, delete those pods so their checkpoint entries go, and let them be "
+        "recreated; keep the plugin's deviceIDStrategy stable across upgrades.",
+        ("https://github.com/kubernetes/kubernetes/issues/117955",
+         "https://github.com/kubernetes/kubernetes/issues/124345", DP_DOC))
 
 
 def _stale_dev(ctx, p: _PluginProbe):

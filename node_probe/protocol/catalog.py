@@ -29,6 +29,7 @@ CATALOG: dict[str, str] = {
     "deviceplugin.missing": "No device plugin serves nvidia.com resources on a node with GPUs",
     "deviceplugin.rpc_timeout": "A device plugin RPC did not answer within its deadline",
     "deviceplugin.unhealthy": "The device plugin reports devices as Unhealthy",
+    "deviceplugin.checkpoint_mismatch": "The kubelet's device checkpoint gives containers devices the plugin no longer advertises",
     "deviceplugin.unhealthy_stale": "The device plugin still reports devices Unhealthy that NVML reports fine now (the plugin never re-checks)",
     "deviceplugin.blocked_in_nvml": "The device plugin is blocked inside NVML",
     "deviceplugin.stale_dev_view": "The device plugin's /dev lacks device nodes the host has",

@@ -63,3 +63,35 @@ def test_all_healthy_stays_quiet(host, start_plugin):
     start_plugin(mode="healthy", devices=(GPU_A, GPU_B))
     r = run_probe(*host.args("--only", "deviceplugin", "--only", "nvml", "--trace-seconds", "0"))
     assert not [f for f in r.findings() if f["id"].startswith("deviceplugin.unhealthy")]
+
+
+def _checkpoint(host, entries):
+    import json
+    (host.plugins_dir / "kubelet_internal_checkpoint").write_text(json.dumps({
+        "Data": {"PodDeviceEntries": [
+            {"PodUID": uid, "ContainerName": c, "ResourceName": "nvidia.com/gpu",
+             "DeviceIDs": {"-1": ids}} for uid, c, ids in entries],
+            "RegisteredDevices": {"nvidia.com/gpu": [GPU_A, GPU_B]}},
+        "Checksum": 12345}))
+
+
+def test_checkpoint_holding_device_ids_the_plugin_no_longer_advertises(host, start_plugin):
+    # the plugin switched to index ids ("0", "1") after the kubelet checkpointed uuids: the
+    # container with GPU_A is refused "previously allocated devices are no longer healthy" on
+    # its next admission
+    _checkpoint(host, [("uid-train", "main", [GPU_A])])
+    start_plugin(devices=("0", "1"))
+    r = run_probe(*host.args("--only", "deviceplugin", "--trace-seconds", "0"))
+    [f] = r.findings("deviceplugin.checkpoint_mismatch")
+    [c] = f["evidence"]["containers"]
+    assert (c["pod_uid"], c["container"], c["missing"]) == ("uid-train", "main", [GPU_A])
+    assert f["evidence"]["advertised"] == ["0", "1"]
+    assert f["evidence"]["plugin_started_s_ago"] is not None
+    assert "previously allocated devices are no longer healthy" in f["remediation"]
+
+
+def test_checkpoint_matching_the_plugin_stays_quiet(host, start_plugin):
+    _checkpoint(host, [("uid-train", "main", [GPU_A])])
+    start_plugin(devices=(GPU_A, GPU_B))
+    r = run_probe(*host.args("--only", "deviceplugin", "--trace-seconds", "0"))
+    assert not r.findings("deviceplugin.checkpoint_mismatch")
