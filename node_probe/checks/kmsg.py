@@ -88,17 +88,18 @@ def uptime_s() -> float | None:
 
 
 def analyze(records: list[tuple[float | None, str]], now_s: float | None = None,
-            now_wall: float | None = None):
+            now_wall: float | None = None, grouper: xid.Grouper | None = None):
     """Findings from kernel log records. `now_s` (seconds since boot) adds ages, and with
-    `now_wall` (epoch seconds at the same instant) the wall-clock first/last times."""
+    `now_wall` (epoch seconds at the same instant) the wall-clock first/last times. The Xid
+    groups are folded into `grouper` (a fresh one when None), which the caller may keep."""
     hung: "OrderedDict[tuple[str, int], dict]" = OrderedDict()
     last_hung = None
-    events: list[xid.XidEvent] = []
+    grouper = grouper if grouper is not None else xid.Grouper()
     uuids: dict[str, str] = {}
     for ts, msg in records:
         ev = xid.parse(ts, msg)
         if ev is not None:
-            events.append(ev)
+            grouper.add(ev)
             continue
         m = xid.GPU_AT_RE.search(msg)
         if m:
@@ -128,9 +129,8 @@ def analyze(records: list[tuple[float | None, str]], now_s: float | None = None,
             return None
         return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(now_wall - (now_s - ts)))
 
-    groups, dropped = xid.group(events)
-    for g in groups:
-        yield _xid_finding(g, uuids.get(xid.short_bus(g.pci)), age, wall, dropped)
+    for g in grouper.groups():
+        yield _xid_finding(g, uuids.get(xid.short_bus(g.pci)), age, wall, grouper.dropped)
     for (comm, pid), d in hung.items():
         # by prefix (containerd-shim, runc:[2:INIT], nvidia-device-p), not substring: a task
         # named `prunc-job` or `my-kubelet-test` is not a node daemon
@@ -193,6 +193,7 @@ def kmsg_check(ctx):
                            "CAP_SYSLOG): no Xid or hung-task verdict")
         now = uptime_s()
     ctx.progress(message=f"kernel log: {len(records)} records from {source}")
-    groups, _ = xid.group(e for e in (xid.parse(ts, m) for ts, m in records) if e is not None)
-    ctx.publish(KMSG_XIDS, tuple(groups))
-    yield from analyze(records, now, time.time() if now is not None else None)
+    grouper = xid.Grouper()
+    found = list(analyze(records, now, time.time() if now is not None else None, grouper))
+    ctx.publish(KMSG_XIDS, tuple(grouper.groups()))
+    yield from found

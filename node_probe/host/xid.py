@@ -225,32 +225,46 @@ MAX_GROUPS = 1024       # distinct (gpu, code) pairs kept; a node has <= 16 GPUs
 MAX_PIDS = 10
 
 
-def group(events: Iterable[XidEvent], max_groups: int = MAX_GROUPS) -> tuple[list[XidGroup], int]:
-    """Fold Xid events into one group per (PCI bus id, code), in order of first appearance.
+class Grouper:
+    """Fold Xid events one at a time into one group per (PCI bus id, code), in order of first
+    appearance: memory bounded by `max_groups` whatever the number of events (a flood of
+    200,000 lines is 1 group); events of pairs beyond it are only counted (`dropped`)."""
 
-    Linear in the events, memory bounded by `max_groups`; events of pairs beyond it are
-    counted in the second return value (dropped), never stored."""
-    acc: dict[tuple[str, int], dict] = {}
-    dropped = 0
-    for ev in events:
+    def __init__(self, max_groups: int = MAX_GROUPS) -> None:
+        self.max_groups = max_groups
+        self.acc: dict[tuple[str, int], dict] = {}
+        self.dropped = 0
+
+    def add(self, ev: XidEvent) -> None:
         key = (ev.pci, ev.code)
-        d = acc.get(key)
+        d = self.acc.get(key)
         if d is None:
-            if len(acc) >= max_groups:
-                dropped += 1
-                continue
-            d = acc[key] = {"count": 0, "first_s": ev.ts, "last_s": ev.ts, "pids": []}
+            if len(self.acc) >= self.max_groups:
+                self.dropped += 1
+                return
+            d = self.acc[key] = {"count": 0, "first_s": ev.ts, "last_s": ev.ts, "pids": []}
         d["count"] += 1
         if ev.ts is not None:
             d["first_s"] = ev.ts if d["first_s"] is None else min(d["first_s"], ev.ts)
             d["last_s"] = ev.ts if d["last_s"] is None else max(d["last_s"], ev.ts)
         d["message"] = ev.message
-        pm = PID_RE.search(ev.message)
-        if pm and len(d["pids"]) < MAX_PIDS:
-            entry = pm.group(1) + (f" ({pm.group(2)})" if pm.group(2) else "")
-            if entry not in d["pids"]:
-                d["pids"].append(entry)
-    out = [XidGroup(pci, code, d["count"], d["first_s"], d["last_s"], d["message"][:300],
-                    tuple(d["pids"]), recovery_154(d["message"]) if code == 154 else None)
-           for (pci, code), d in acc.items()]
-    return out, dropped
+        if len(d["pids"]) < MAX_PIDS:
+            pm = PID_RE.search(ev.message)
+            if pm:
+                entry = pm.group(1) + (f" ({pm.group(2)})" if pm.group(2) else "")
+                if entry not in d["pids"]:
+                    d["pids"].append(entry)
+
+    def groups(self) -> list[XidGroup]:
+        return [XidGroup(pci, code, d["count"], d["first_s"], d["last_s"], d["message"][:300],
+                         tuple(d["pids"]), recovery_154(d["message"]) if code == 154 else None)
+                for (pci, code), d in self.acc.items()]
+
+
+def group(events: Iterable[XidEvent], max_groups: int = MAX_GROUPS) -> tuple[list[XidGroup], int]:
+    """Every event folded by a fresh Grouper: (groups, events dropped beyond max_groups).
+    Pure and linear in the events; the watch-mode agent calls it on each batch."""
+    g = Grouper(max_groups)
+    for ev in events:
+        g.add(ev)
+    return g.groups(), g.dropped
