@@ -57,6 +57,7 @@ class NodeView:
     kubelet_cfg: dict | None
     findings: list[Finding]
     agent_note: str = ""             # why the agent was not used on this node (report text)
+    events: list = dataclasses.field(default_factory=list)  # events about the Node object
 
 
 def now_utc() -> dt.datetime:

@@ -22,6 +22,7 @@ from node_probe.engine.facts import (CONTAINERS, DEVICEPLUGIN_TARGETS, KUBELET_C
                                      TRACE_READY, TRACE_RESULTS, PluginTargetInfo)
 from node_probe.engine.registry import check
 from . import _not_wired
+from .containers import containers_or_skip
 from .kubelet import device_specs_setting
 
 REFS_SPECS = ("https://github.com/kubernetes/kubernetes/issues/77073",
@@ -245,11 +246,7 @@ def _writes_for(c: containers.Container, writes: Sequence[dict]) -> list[dict]:
 def cgroup_devices(ctx):
     opts = ctx.options
     host_root = opts.host_root
-    found = ctx.fact(CONTAINERS, timeout=ctx.budget(opts.timeout_s, reserve=1.0), default=None)
-    if found is None:
-        ctx.skip("the container list did not come (containers check failed or timed out)")
-    if found.hierarchy is None:
-        ctx.skip(f"no devices (v1) or unified (v2) cgroup hierarchy under {opts.cgroup_dir}")
+    found = containers_or_skip(ctx)
     ctrs = list(found)
     gpu = list(found.gpu)
     kubelet_cfg = _kubelet_config(ctx)

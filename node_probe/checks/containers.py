@@ -114,3 +114,16 @@ def containers_check(ctx):
         ctx.skip(f"no devices (v1) or unified (v2) cgroup hierarchy under {opts.cgroup_dir}")
     ctx.progress(message=f"cgroup v{h.version} at {h.root}: {len(items)} containers, "
                          f"{sum(1 for c in items if c.is_gpu)} with GPUs")
+
+
+def containers_or_skip(ctx) -> ContainerList:
+    """The containers fact for a check that cannot judge without it: ends the calling check as
+    `skipped` with the reason when the list did not come or the node has no cgroup hierarchy."""
+    found = ctx.fact(CONTAINERS, timeout=ctx.budget(ctx.options.timeout_s, reserve=1.0),
+                     default=None)
+    if found is None:
+        ctx.skip("the container list did not come (containers check failed or timed out)")
+    if found.hierarchy is None:
+        ctx.skip(f"no devices (v1) or unified (v2) cgroup hierarchy under "
+                 f"{ctx.options.cgroup_dir}")
+    return found

@@ -163,31 +163,58 @@ def nvml_check(ctx):
     yield from _mig(gpus)
 
 
+MEM_ERR_DOC = "https://docs.nvidia.com/deploy/a100-gpu-mem-error-mgmt/"
+
+
 def _health(gpus: list[dict]):
     for g in gpus:
         rows = g.get("remapped_rows") or {}
         ecc = g.get("ecc_uncorrected_volatile") or 0
         subject = g.get("uuid", f"gpu{g.get('index')}")
-        ev = {"index": g.get("index"), "name": g.get("name"),
-              "ecc_uncorrected_volatile": ecc, "remapped_rows": rows}
-        if rows.get("failure"):
-            yield catalog.make("gpu.health", "critical", subject,
-                               "Row remapping failed: the GPU has uncorrectable memory it "
-                               "cannot retire", ev,
-                               "Drain the node and have the GPU replaced (RMA).",
-                               ("https://docs.nvidia.com/deploy/a100-gpu-mem-error-mgmt/",))
-        elif rows.get("pending"):
-            yield catalog.make("gpu.health", "warning", subject,
-                               "Row remapping pending: the GPU needs a reset to retire bad rows",
-                               ev, "Drain the node, then reset the GPU (nvidia-smi -r) or "
-                               "reboot when no workload runs.",
-                               ("https://docs.nvidia.com/deploy/a100-gpu-mem-error-mgmt/",))
+        if rows.get("failure") or rows.get("pending"):
+            yield _row_remap(g, rows, ecc, subject)
         elif ecc:
+            ev = {"index": g.get("index"), "name": g.get("name"),
+                  "ecc_uncorrected_volatile": ecc, "remapped_rows": rows}
             yield catalog.make("gpu.health", "warning", subject,
                                f"{ecc} uncorrected ECC error(s) since the driver loaded", ev,
                                "Check gpu.xid (Xid 48/63/64/94/95) and the workload; if the "
                                "count grows, drain the node and reset or replace the GPU.",
-                               ("https://docs.nvidia.com/deploy/a100-gpu-mem-error-mgmt/",))
+                               (MEM_ERR_DOC,))
+
+
+def _row_remap(g: dict, rows: dict, ecc: int, subject: str):
+    """A remapping NVML reports while the GPU otherwise answers normally: it stays allocatable
+    and keeps running pods (nothing in Kubernetes looks at remapped rows), so say it here."""
+    hist = rows.get("histogram") or {}
+    bus = g.get("pci_bus_id")
+    ev = {"index": g.get("index"), "name": g.get("name"), "pci_bus_id": bus,
+          "rows_remapped_correctable": rows.get("correctable"),
+          "rows_remapped_uncorrectable": rows.get("uncorrectable"),
+          "remapping_pending": bool(rows.get("pending")),
+          "remapping_failed": bool(rows.get("failure")),
+          "banks_without_spare_rows": hist.get("none"), "remapper_histogram": hist or None,
+          "ecc_uncorrected_volatile": ecc, "gpu_lost": bool(g.get("lost")),
+          "persistence_mode": g.get("persistence_mode")}
+    gpu = f"GPU {g.get('index')} ({g.get('name') or 'NVIDIA GPU'}, {subject})"
+    if rows.get("failure"):
+        return catalog.make(
+            "gpu.row_remap_failed", "critical", subject,
+            f"{gpu}: row remapping failed: it has bad memory rows it can no longer retire, "
+            "though NVML still answers and pods still land on it", ev,
+            "Drain the node (kubectl drain), take the GPU out of service and have it replaced "
+            "(RMA with nvidia-bug-report.sh output). A reset does not fix a failed remapping; "
+            "workloads on it can hit uncorrectable errors again at the same addresses.",
+            (MEM_ERR_DOC,))
+    return catalog.make(
+        "gpu.row_remap_pending", "warning", subject,
+        f"{gpu}: a memory row remapping is pending: the GPU must be reset before the bad "
+        "row is retired, though NVML still answers and pods still land on it", ev,
+        "Drain the GPU's pods (cordon the node, then delete or wait for them), reset the GPU "
+        f"(nvidia-smi -r -i {bus or '<bus id>'}) or reboot the node, then uncordon. Until then "
+        "the bad row is still in use and the application can hit the same error again. Risk: "
+        "the reset kills every process on that GPU.",
+        (MEM_ERR_DOC, "https://docs.nvidia.com/deploy/nvml-api/group__nvmlDeviceQueries.html"))
 
 
 def _mig(gpus: list[dict]):
