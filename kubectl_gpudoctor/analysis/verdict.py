@@ -253,8 +253,8 @@ def _headline(root: Finding, chain: Sequence[str], names: _Names, impact: Mappin
     if root.id == "driver.known_bad":
         version = _driver(findings)
         issue = _known_issue(version)
-        cause = (f"NVIDIA driver {version}" if version else "a known-bad NVIDIA driver")
-        cause += (f" (known bad with {issue.condition_text})" if issue else "")
+        cause = f"known-bad NVIDIA driver{' ' + version if version else ''}"
+        cause += (f" ({issue.condition_text.removesuffix(' on one node')})" if issue else "")
         if {"kubelet.blocked_in_device_plugin", "kubelet.admission_stalled"} & set(chain) \
                 or "deviceplugin.blocked_in_nvml" in chain:
             cause += " hangs the device plugin in NVML"

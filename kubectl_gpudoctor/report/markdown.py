@@ -25,6 +25,7 @@ MAX_FINDINGS = 50          # table rows
 # CommonMark allows, since Slack shows a backslash literally
 _MD_ACTIVE = re.compile(r"([\\`*_\[\]<>|~#])")
 _BACKTICKS = re.compile(r"`+")
+_PLAIN_KEY = re.compile(r"[A-Za-z0-9 .-]{1,80}")
 
 
 def text(s: Any) -> str:
@@ -49,6 +50,12 @@ def code(s: Any, limit: int = MAX_CODE, cell: bool = False) -> str:
     fence = "`" * (longest + 1)
     pad = " " if t.startswith("`") or t.endswith("`") or longest else ""
     return f"{fence}{pad}{t}{pad}{fence}"
+
+
+def key(k: str) -> str:
+    """An evidence key: plain when it is a plain word, else a code span (a bundle's keys are
+    as hostile as its values)."""
+    return text(k) if _PLAIN_KEY.fullmatch(k) else code(k, 80)
 
 
 def _fence(cmd: str) -> list[str]:
@@ -81,12 +88,13 @@ def _evidence(f) -> list[str]:
     scalars, tables = human.split(f.evidence)
     out = [f"**{text(f.severity.value.upper())}** {code(f.id)} on {code(f.subject)}", "",
            code(f.title, 1000), ""]
-    out += [f"- {text(k)}: {code(v)}" for k, v in scalars]
+    out += [f"- {key(k)}: {code(v)}" for k, v in scalars]
     for k, rows in tables:
         cols, body, more = human.table(rows)
-        out.append(f"- {text(k)}:")
+        out.append(f"- {key(k)}:")
         out.append("")
-        out.append("  | " + " | ".join(text(c) for c in cols) + " |")
+        out.append("  | " + " | ".join(key(c) if _PLAIN_KEY.fullmatch(c) else
+                                       code(c, 60, cell=True) for c in cols) + " |")
         out.append("  |" + "---|" * len(cols))
         out += ["  | " + " | ".join(code(c, 60, cell=True) for c in r) + " |" for r in body]
         if more:

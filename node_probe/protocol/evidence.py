@@ -138,6 +138,11 @@ def split(evidence: Mapping[str, Any]) -> tuple[list[tuple[str, str]], list[tupl
     """(scalar entries as (label, text), table entries as (label, list of objects))."""
     scalars, tables = [], []
     for k, v in list(evidence.items())[:200]:
+        if isinstance(v, Mapping) and v and all(isinstance(x, Mapping) for x in v.values()):
+            # a mapping of objects (resource -> counts): one row per key
+            tables.append((label(k), [{"name": n, **x} for n, x in list(v.items())[:MAX_ROWS]]
+                           + [{}] * max(0, len(v) - MAX_ROWS)))
+            continue
         text = scalar(k, v)
         if text is None:
             tables.append((label(k), v))

@@ -138,7 +138,7 @@ class LiveProgress:
             self._counts[str(rec["severity"])] += 1
             c = self._counts
             return (f"{c['critical']} critical, {c['warning']} warning so far; last: "
-                    f"{safe.get('id')}"), False, 0.0
+                    f"{safe.get('id')} on {safe.get('subject')}"), False, 0.0
         if kind == "progress" and rec.get("phase") == "start":
             trace = rec.get("trace_s")
             self._trace_s = float(trace) if isinstance(trace, (int, float)) else 0.0
@@ -147,7 +147,9 @@ class LiveProgress:
             return (f"tracing {self._trace_s:g}s" if self._trace_s else "tracing"), True, \
                 self._trace_s
         if kind == "progress" and rec.get("phase") == "check":
-            return f"check {safe.get('check')}: {safe.get('status')}", False, 0.0
+            msg = safe.get("message")
+            return (f"check {safe.get('check')}: {safe.get('status')}"
+                    f"{' ' + msg if isinstance(msg, str) and msg else ''}"), False, 0.0
         if kind == "progress" and rec.get("message"):
             deadline = rec.get("deadline_s")
             ok = isinstance(deadline, (int, float)) and not isinstance(deadline, bool)
@@ -196,7 +198,7 @@ class LiveProgress:
 
 
 DETAIL_SEVERITIES = ("critical", "warning")
-COMPACT_LINES = 4  # lines of a default details block: header, full title, evidence
+COMPACT_EVIDENCE_LINES = 1  # evidence lines of a default details block (--details: all)
 MIN_WIDTH, MAX_WIDTH = 40, 240
 SEP = " | "
 EXPLAIN = "kubectl gpu-doctor explain"
@@ -251,7 +253,7 @@ def verdict_lines(verdict: Mapping[str, Any], width: int, color: bool = False,
 
 def _details(f: Finding, width: int, color: bool, full: bool, cut_title: bool) -> list[str]:
     """One finding's details. Compact (default): the full title when the table cut it, and
-    the scalar evidence packed on at most two lines. Full (--details): evidence one entry a
+    the scalar evidence packed on one line. Full (--details): evidence one entry a
     line, lists of objects as small tables, the fix and the references."""
     ind = "    "
     fixed = len(f.severity.value) + 1 + len(f.id) + 2
@@ -263,11 +265,14 @@ def _details(f: Finding, width: int, color: bool, full: bool, cut_title: bool) -
     if cut_title or full:
         out += _wrap(f.title, width, ind, ind)
     scalars, tables = human.split(f.evidence)
+    # nested values are joined from parts terminal_safe_finding did not reach: escape again
+    scalars = [(terminal_safe(k), terminal_safe(v)) for k, v in scalars]
+    tables = [(terminal_safe(k), rows) for k, rows in tables]
     if not full:
         more = " (more: --details)"
         parts = [f"{k}: {v}" for k, v in scalars]
         parts += [f"{k}: {len(v)} row{'s' if len(v) != 1 else ''}" for k, v in tables]
-        room = max(1, COMPACT_LINES - len(out))  # a compact block is at most 4 lines
+        room = COMPACT_EVIDENCE_LINES
         if parts:
             packed = _wrap(SEP.join(parts), width, ind, ind)
             if len(packed) > room or tables:
@@ -283,6 +288,7 @@ def _details(f: Finding, width: int, color: bool, full: bool, cut_title: bool) -
     for k, rows in tables:
         cols, body, more = human.table(rows)
         body = [[terminal_safe(c) for c in r] for r in body]
+        cols = [terminal_safe(c) for c in cols]
         out.append(f"{ind}  {k}:")
         out += [cut(ind + "    " + ln, width) for ln in human.aligned(cols, body)]
         if more:
@@ -304,7 +310,7 @@ def render_table(report: Report, stream: IO, fail_on: str, exit_code: int,
     width = table_width(width)
     findings = [terminal_safe_finding(f) for f in report.sorted_findings()]
     t = {k: terminal_safe(v) for k, v in report.target.items() if v is not None}
-    head = f"gpu-doctor {report.version}  {t.get('kind', '?')} {t.get('name', '')}"
+    head = f"gpu-doctor {report.version}  target: {t.get('kind', '?')} {t.get('name', '')}"
     if t.get("node") and t.get("node") != t.get("name"):
         head += f" (node {t['node']})"
     w = stream.write
@@ -327,6 +333,8 @@ def render_table(report: Report, stream: IO, fail_on: str, exit_code: int,
             if title != f.title:
                 long_titles.add(i)
             w(f"{_sev(f.severity.value, color)}  {f.id:{idw}}  {subcol(f.subject)}{title}\n")
+        w(cut(f"(a finding's page: {EXPLAIN} ID{'' if details else '; every detail: --details'})",
+              width) + "\n")
         shown = [i for i, f in enumerate(findings)
                  if details or f.severity.value in DETAIL_SEVERITIES]
         if shown:
@@ -354,13 +362,7 @@ def render_table(report: Report, stream: IO, fail_on: str, exit_code: int,
     last = (f"{s['critical']} critical, {s['warning']} warning, {s['info']} info"
             f"{'' if s['complete'] else ' (INCOMPLETE: ' + why + ')'}"
             f"; {fmt_duration(doc['duration_s'])}; exit {exit_code}")
-    more = (f"more: {EXPLAIN} ID{'' if details else ', --details'}" if findings else "")
-    lines = _wrap(last, width, "", "  ")
-    if more and len(lines[-1]) + 3 + len(more) <= width:
-        lines[-1] += " | " + more
-    elif more:
-        lines.append(more)
-    w("\n" + "\n".join(lines) + "\n")
+    w("\n" + "\n".join(_wrap(last, width, "", "  ")) + "\n")
     stream.flush()
 
 

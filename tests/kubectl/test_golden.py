@@ -223,3 +223,33 @@ def test_healthy_node_is_quiet():
 def test_incomplete_run_shows_its_last_warning():
     text = table(not_ready_node(), 80)
     assert "last warning: 127.0.0.1: node is NotReady" in text
+
+
+def test_wedged_node_cli_answer_first_at_200_columns(cluster, kubeconfig):
+    """The done-when of issue 22 on the real CLI (the captured wedge served by the fake API
+    server, no debug pod created): under 40 lines at 200 columns, the first 10 naming the
+    known-bad driver and the plugin, the stuck pods and the cordon command; the JSON carries
+    the same verdict."""
+    import subprocess
+    import sys
+
+    from .conftest import REPO, cli_env
+    from .test_wedge_cli import load_stage
+    load_stage(cluster, "wedged-3m")
+    env = dict(cli_env(), COLUMNS="200")
+    args = [sys.executable, "-m", "kubectl_gpudoctor", "node", NODE, "--kubeconfig",
+            str(kubeconfig)]
+    r = subprocess.run(args, capture_output=True, text=True, env=env, cwd=str(REPO),
+                       timeout=60)
+    assert r.returncode == 1, r.stderr
+    lines = r.stdout.splitlines()
+    assert len(lines) < 40, r.stdout
+    top = "\n".join(lines[:10])
+    assert "Known-bad NVIDIA driver 570.158.01" in top and "device plugin" in top
+    assert "2 pods stuck" in top and f"kubectl cordon {NODE}" in top
+    doc = json.loads(subprocess.run(args + ["-o", "json"], capture_output=True, text=True,
+                                    env=env, cwd=str(REPO), timeout=60).stdout)
+    v = doc["verdict"]
+    assert v["root_cause"] == "driver.known_bad" and v["impact"]["pods"] == 2
+    assert v["actions"][0]["command"] == f"kubectl cordon {NODE}"
+    assert doc["schema"] == "gpu-doctor/v1" and doc["findings"]  # additive
