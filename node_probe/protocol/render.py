@@ -367,12 +367,20 @@ def render_table(report: Report, stream: IO, fail_on: str, exit_code: int,
 
 
 def last_warning(report: Report) -> str | None:
-    """The last warning or error the run logged (the probe's last stderr line, a failed
-    read): what explains an incomplete run, so it reaches the report, not only the live line."""
+    """What explains an incomplete run, so it reaches the report and not only the live line:
+    the last warning or error the run logged (a failed read, the agent's note of the probe's
+    last stderr line), else the probe's last line that was not a record (its stderr, merged
+    into the debug pod's log)."""
+    raw = None
     for rec in reversed(report.logs):
-        if rec.get("level") in ("warning", "error") and rec.get("message"):
-            return " ".join(str(rec["message"]).split())
-    return None
+        msg = " ".join(str(rec.get("message") or "").split())
+        if not msg:
+            continue
+        if rec.get("level") in ("warning", "error"):
+            return msg
+        if raw is None and rec.get("raw"):
+            raw = f"the probe's last output line: {msg}"
+    return raw
 
 
 def _write_skipped(report: Report, stream: IO, width: int = MAX_WIDTH) -> None:
