@@ -339,7 +339,9 @@ def render_table(report: Report, stream: IO, fail_on: str, exit_code: int,
                  if details or f.severity.value in DETAIL_SEVERITIES]
         if shown:
             w("\n")
-        for i in shown:
+        for n, i in enumerate(shown):
+            if details and n:
+                w("\n")  # full blocks are long: a blank line between them
             w("".join(ln + "\n" for ln in _details(findings[i], width, color, details,
                                                     i in long_titles)))
     else:
