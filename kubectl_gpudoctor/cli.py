@@ -59,6 +59,9 @@ def _output_options(f: Callable) -> Callable:
                           "(default 60s)."),
         click.option("--trace-seconds", type=params.Duration(0), default=None,
                      help="eBPF trace window on the node; 0 disables tracing (default 5s)."),
+        click.option("--details", is_flag=True, default=None,
+                     help="Table: details of every finding (evidence, fix, references), not "
+                          "only of critical and warning ones."),
     ])
 
 
@@ -311,11 +314,13 @@ def agent_uninstall_cmd(ctx: click.Context, **kw: Any) -> int:
               help="Output format (default table).")
 @click.option("--fail-on", type=click.Choice(FAIL_ON), default=None,
               help="Recompute the exit code for this threshold (default: the saved run's).")
+@click.option("--details", is_flag=True, default=False,
+              help="Table: details of every finding, not only of critical and warning ones.")
 @click.pass_context
 def replay_cmd(ctx: click.Context, bundle_file: str, output: str | None,
-               fail_on: str | None) -> int:
+               fail_on: str | None, details: bool) -> int:
     """Render a bundle saved with --save again, offline, with the same exit code."""
-    return replay.replay(_session(ctx), bundle_file, output or "table", fail_on)
+    return replay.replay(_session(ctx), bundle_file, output or "table", fail_on, details)
 
 
 @cli.command("version", context_settings=CONTEXT_SETTINGS)

@@ -25,8 +25,8 @@ class Session:
         self.bundle: Any = None               # bundle.Saver of `--save FILE`
 
     def open_report(self, fmt: str, fail_on: str, target: Mapping[str, Any],
-                    api_only: bool = True) -> Output:
-        self.out = Output(fmt, fail_on, target)
+                    api_only: bool = True, details: bool = False) -> Output:
+        self.out = Output(fmt, fail_on, target, details=details)
         self.out.api_only = api_only
         return self.out
 
@@ -57,6 +57,7 @@ class Session:
         if out is None:
             code = int(err_status if err_status is not None else status)
         else:
+            out.clear_live()  # the status line goes before the report or the error line
             if error is not None:
                 out.mark_incomplete(error.one_line())
             code = int(out.exit_status(err_status))

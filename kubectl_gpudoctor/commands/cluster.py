@@ -39,7 +39,8 @@ def run_cluster(session: Session, o: dict, target: dict, fn: Callable,
     namespace = o.get("namespace") or kube.default_namespace
     if pod_target:
         target["name"] = f"{namespace}/{target['name']}"
-    out = session.open_report(o["output"], o["fail_on"], target)
+    out = session.open_report(o["output"], o["fail_on"], target,
+                              details=bool(o.get("details")))
     settings = settings_of(o, namespace)
     if o.get("save"):  # --save FILE: record the evidence as it is read
         from ..report import bundle

@@ -19,7 +19,8 @@ def local(session: Session, o: dict, probe_args: Sequence[str]) -> ExitStatus:
     args = ["--timeout", f"{o['timeout']:g}", "--trace-seconds", f"{o['trace_seconds']:g}",
             "--fail-on", o["fail_on"], *probe_args]
     out = session.open_report(o["output"], o["fail_on"],
-                              {"kind": "local", "name": host, "node": host}, api_only=False)
+                              {"kind": "local", "name": host, "node": host}, api_only=False,
+                              details=bool(o.get("details")))
     proc = local_probe.ProbeProcess(["--target-name", host, *args])
     try:
         got_summary = False

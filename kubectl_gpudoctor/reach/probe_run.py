@@ -120,7 +120,7 @@ def run_probe(kube: Kube, view: NodeView, settings: Settings, out: Output,
                              settings.image,
                              settings.timeout_s, settings.trace_s, focus_pods,
                              extra_args=settings.probe_args)
-    pod = debugpod.DebugPod(kube, body, say=out.say)
+    pod = debugpod.DebugPod(kube, body, say=out.say, timed_say=out.say)
     on_pod(pod)
     stalled = [f for f in view.findings  # the API side's verdict on this node
                if f.id in ("kubelet.admission_stalled", "kubelet.blocked_in_device_plugin")
