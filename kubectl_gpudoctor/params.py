@@ -107,6 +107,9 @@ class ObjectName(click.ParamType):
             self.fail(problem, param, ctx)
         return value
 
+    def get_metavar(self, param, ctx=None):  # noqa: ANN001 - click >= 8.2 passes ctx
+        return self.kind.upper()
+
 
 NODE_NAME = ObjectName("node")
 POD_NAME = ObjectName("pod")

@@ -50,13 +50,21 @@ def install(kube: Kube, docs: Sequence[Mapping[str, Any]],
     done = []
     query = [("dryRun", "All")] if server_dry_run else None
     tag = " (server dry run)" if server_dry_run else ""
+    new_namespaces: set[str] = set()  # a server dry run creates nothing to put objects in
     for m in docs:
         coll, obj = _path(m)
         what = f"{m['kind'].lower()}/{m['metadata']['name']}"
+        if m["metadata"].get("namespace") in new_namespaces:
+            done.append(f"{what} not checked (server dry run: namespace "
+                        f"{m['metadata']['namespace']} does not exist yet)")
+            say(done[-1])
+            continue
         try:
             try:
                 kube.request("POST", coll, query, body=dict(m))
                 done.append(f"{what} created{tag}")
+                if server_dry_run and m["kind"] == "Namespace":
+                    new_namespaces.add(m["metadata"]["name"])
             except errors.Conflict:
                 if m["kind"] == "Namespace":
                     done.append(f"{what} unchanged (exists){tag}")
