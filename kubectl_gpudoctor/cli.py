@@ -211,7 +211,9 @@ def _complete_names(ctx: click.Context, kind: str, incomplete: str) -> list[str]
     context and namespace typed so far; [] on any failure (completion never fails loudly)."""
     try:
         from .commands.version import complete_names
-        o = _with_group(ctx, dict(ctx.params))
+        o = {}  # completion runs no callbacks: read kubectl's flags before and after the command
+        for c in (ctx.parent, ctx):
+            o.update({k: v for k, v in (c.params if c else {}).items() if v is not None})
         return complete_names(kind, incomplete, o.get("kubeconfig"), o.get("context"),
                               o.get("namespace"))
     except Exception:  # noqa: BLE001 - completion must never fail loudly
