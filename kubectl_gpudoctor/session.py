@@ -53,7 +53,8 @@ class Session:
                 what = "debug pod" if len(created) == 1 else f"{len(created)} debug pods"
                 error.message = "interrupted; " + (
                     f"{what} deleted" if gone else
-                    f"could not delete every {what}, run `kubectl gpu-doctor cleanup`")
+                    f"could not delete every {what}, run `kubectl gpu-doctor cleanup -n "
+                    f"{created[0].namespace}`")
         err_status = errors.exit_status_of(error) if error is not None else None
         out = self.out
         if out is None:
