@@ -478,9 +478,12 @@ def main(argv: list[str] | None = None, exiting: bool = False) -> int:
                 click.echo(exc.ctx.get_help() if exc.ctx else cli.get_help(
                     click.Context(cli, info_name=PROG)))
             return int(ExitStatus.OK)
-        except BrokenPipeError:
+        except BrokenPipeError:  # the reader left mid-run (`-o jsonl | head -1`)
             _quiet_stdout()
-            return int(ExitStatus.OK)
+            if session.out is None:
+                return int(ExitStatus.OK)
+            session.out.mark_incomplete("stdout was closed by its reader before the run ended")
+            return _end(session, int(ExitStatus.OK), None, exiting)
         except (Exception, KeyboardInterrupt) as exc:  # noqa: BLE001 - one line and a code
             err = _as_error(exc)
             if os.environ.get("GPU_DOCTOR_DEBUG") and isinstance(err, errors.InternalError):

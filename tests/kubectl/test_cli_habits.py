@@ -423,3 +423,20 @@ def test_a_closed_stdout_prints_no_traceback(cluster, kubeconfig):
                         sys.executable], stderr=subprocess.PIPE, text=True, env=cli_env(),
                        cwd=str(REPO), timeout=60)
     assert p.returncode == 0 and p.stderr == ""
+
+
+def test_jsonl_reader_gone_mid_run_keeps_the_verdict(cluster, kubeconfig):
+    """`node X -o jsonl | head -1`: records are written while the run goes on; a reader that
+    leaves ends the output, and the exit code is still the findings' (1), not 0."""
+    healthy_node(cluster)
+    cluster.log_chunks = [PROBE_STREAM]
+    r, w = os.pipe()
+    os.close(r)
+    try:
+        p = subprocess.run([sys.executable, "-m", "kubectl_gpudoctor", "node", "gpu-1",
+                            "--kubeconfig", str(kubeconfig), "-o", "jsonl"], stdout=w,
+                           stderr=subprocess.PIPE, text=True, env=cli_env(), cwd=str(REPO),
+                           timeout=60)
+    finally:
+        os.close(w)
+    assert p.returncode == 1 and "Traceback" not in p.stderr, p.stderr
