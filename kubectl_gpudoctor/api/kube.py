@@ -252,9 +252,6 @@ def unreachable(host: str, exc: BaseException) -> errors.ApiUnreachable:
         return errors.ApiUnreachable(f"The connection to the server {hostport} was refused - "
                                      f"did you specify the right host or port?")
     why = _short(chain[-1] if len(chain) > 1 else exc)
-    why = re.sub(r"<?\w+(Connection|Pool)\w*\(host='[^']*', port=\d+\)>?:?\s*", "", why)
-    why = re.sub(r"<[\w.]+ object at 0x[0-9a-f]+>:?\s*", "", why)
-    why = re.sub(r"\[Errno -?\d+\]\s*", "", why).strip(" :") or type(exc).__name__
     return errors.ApiUnreachable(f"Unable to connect to the server {hostport}: {why}")
 
 
@@ -438,13 +435,26 @@ def _text(data: Any) -> str:
     return str(data or "")
 
 
+_PY_REPRS = (re.compile(r"<?\w+(Connection|Pool)\w*\(host='[^']*', port=\d+\)"
+                        r"( at 0x[0-9a-f]+)?>?:?\s*"),
+             re.compile(r"<[\w.]+ object at 0x[0-9a-f]+>:?\s*"),
+             re.compile(r"\[Errno -?\d+\]\s*"))
+
+
 def _short(exc: BaseException) -> str:
+    """An exception's reason for one line, without Python's object reprs and errno tags
+    (urllib3 says `HTTPSConnection(host=..., port=...): ... [Errno 111]`; kubectl never does)."""
     text = str(exc)
     reason = getattr(exc, "reason", None)
+    args = getattr(exc, "args", ())
     if reason is not None and str(reason):
         text = str(reason)
+    elif len(args) >= 2 and isinstance(args[-1], str) and not isinstance(args[0], str):
+        text = args[-1]  # urllib3's (connection, message)
     text = " ".join(text.split())
-    return text[:200] or type(exc).__name__
+    for rx in _PY_REPRS:
+        text = rx.sub("", text)
+    return text.strip(" :")[:200] or type(exc).__name__
 
 
 def _loads(data: bytes, path: str) -> dict:

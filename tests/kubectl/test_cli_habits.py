@@ -295,6 +295,11 @@ def test_transport_errors_never_show_python_reprs():
     line = unreachable("https://gpu.invalid:6443", outer).one_line()
     assert line.startswith("Unable to connect to the server gpu.invalid:6443: ")
     assert "HTTPSConnection" not in line and "object at 0x" not in line and "Errno" not in line
+    slow = ue.MaxRetryError(None, "/api", ue.ConnectTimeoutError(
+        conn, "Connection to gpu.invalid timed out. (connect timeout=3)"))
+    line = unreachable("https://gpu.invalid", slow).one_line()
+    assert line == ("Unable to connect to the server gpu.invalid:443: Connection to gpu.invalid "
+                    "timed out. (connect timeout=3)")
 
 
 # -- hostile kubeconfigs: one line, exit 3, never a hang or exit 70 ----------------------------
