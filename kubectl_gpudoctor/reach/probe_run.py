@@ -174,7 +174,7 @@ def run_probe(kube: Kube, view: NodeView, settings: Settings, out: Output,
                 out.say(f"deleted debug pod {pod.namespace}/{pod.name}")
             else:
                 out.log("warning", f"could not delete debug pod {pod.namespace}/{pod.name}; "
-                                   f"run `kubectl gpu-doctor cleanup`")
+                                   f"run `kubectl gpu-doctor cleanup -n {pod.namespace}`")
         on_pod(None)
 
 
