@@ -76,7 +76,9 @@ _NS_GROUP = ("Namespace for the commands that take one: `pod` (POD's), `cleanup`
 
 def _kube_options(f: Callable, namespace_help: str | None = None,
                   namespace_env: str | None = None) -> Callable:
-    """kubectl's own global flags: where to connect, and (when the command has one) -n."""
+    """kubectl's own global flags: where to connect, and -n. A command without a namespace of
+    its own (node, nodes: cluster-scoped) still accepts -n and ignores it, as kubectl does for
+    `kubectl get node X -n NS`; it is hidden from that command's --help."""
     opts = [
         click.option("--kubeconfig", type=click.Path(dir_okay=False), default=None,
                      help="Path to the kubeconfig file (default: $KUBECONFIG, ~/.kube/config, "
@@ -87,9 +89,9 @@ def _kube_options(f: Callable, namespace_help: str | None = None,
                      help="Wall-clock limit of each API request, however slowly the server "
                           "answers (default 15s)."),
     ]
-    if namespace_help:
-        opts.append(click.option("-n", "--namespace", type=params.NAMESPACE, default=None,
-                                 envvar=namespace_env, help=namespace_help))
+    opts.append(click.option("-n", "--namespace", type=params.NAMESPACE, default=None,
+                             envvar=namespace_env, hidden=not namespace_help,
+                             help=namespace_help or "Accepted and ignored (cluster-scoped)."))
     return _apply(f, opts)
 
 

@@ -45,12 +45,17 @@ def test_bare_invocation_prints_help_and_exits_0_like_kubectl():
     assert r.returncode == 0 and "install" in r.stdout and r.stderr == ""
 
 
-def test_namespace_help_says_what_n_is_and_node_does_not_take_it():
+def test_namespace_help_says_what_n_is_and_node_ignores_it_like_kubectl():
+    """`kubectl get node X -n NS` works (the namespace is ignored for a cluster-scoped object):
+    `node X -n NS` and `-n NS node X` are habits, not usage errors; --help does not list -n."""
     pod = _help("pod")
     assert "Namespace of POD" in pod and "never runs there" in pod
     assert "-n, --namespace" not in _help("node") and "-n, --namespace" not in _help("nodes")
-    r = run_cli("node", "gpu-1", "-n", "team")
-    assert r.returncode == 2 and "No such option" in one_error_line(r.stderr)
+    for argv in (("node", "gpu-1", "-n", "team"), ("-n", "team", "node", "gpu-1"),
+                 ("nodes", "-n", "team")):
+        r = run_cli(*argv, "--kubeconfig", "/nonexistent/kubeconfig")
+        assert r.returncode == 3 and "stat /nonexistent/kubeconfig" in one_error_line(r.stderr), \
+            (argv, r.stderr)
 
 
 @pytest.mark.parametrize("command", ["node", "pod", "nodes"])
@@ -77,8 +82,8 @@ def test_a_kubectl_flag_before_a_command_that_does_not_use_it_is_refused():
     r = run_cli("--kubeconfig", "/nowhere", "local", "--list-checks")
     assert r.returncode == 2 and "--kubeconfig does not apply to `local`" in \
         one_error_line(r.stderr)
-    r = run_cli("-n", "team", "node", "gpu-1")
-    assert r.returncode == 2 and "-n/--namespace does not apply to `node`" in \
+    r = run_cli("-n", "team", "local", "--list-checks")
+    assert r.returncode == 2 and "-n/--namespace does not apply to `local`" in \
         one_error_line(r.stderr)
 
 
