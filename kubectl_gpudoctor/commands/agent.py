@@ -27,11 +27,31 @@ from ..reach.agent_exec import NodeAgent, list_agent_pods, pod_ready
 from .cluster import connect
 
 
+ADMISSION_PATHS = {
+    "ValidatingAdmissionPolicy":
+        "/apis/admissionregistration.k8s.io/v1/validatingadmissionpolicies",
+    "ValidatingAdmissionPolicyBinding":
+        "/apis/admissionregistration.k8s.io/v1/validatingadmissionpolicybindings"}
+
+
+def install_documents(namespace: str, image: str, node_selector: Mapping[str, str] | None
+                      ) -> list[dict]:
+    """What `agent install` applies, in order: the agent's manifests, then the probe namespace's
+    admission policy pinned to the image installed (reach/admission.py) -- applied with the
+    agent because it is what confines `system-node-critical` and the agent's labels to the
+    DaemonSet's own pods."""
+    from ..reach import admission, agent_manifests
+    return agent_manifests.manifests(namespace, image, node_selector) + \
+        admission.manifests(image)
+
+
 def _path(m: Mapping[str, Any]) -> tuple[str, str]:
     """(collection path, object path) of a manifest."""
     kind, md = m["kind"], m["metadata"]
     if kind == "Namespace":
         return "/api/v1/namespaces", f"/api/v1/namespaces/{md['name']}"
+    if kind in ADMISSION_PATHS:
+        return ADMISSION_PATHS[kind], f"{ADMISSION_PATHS[kind]}/{md['name']}"
     if kind == "ResourceQuota":
         coll = f"/api/v1/namespaces/{md['namespace']}/resourcequotas"
     elif kind == "DaemonSet":
@@ -183,9 +203,9 @@ def _agent_kube(o: dict):
 def agent_install(session: Session, o: dict) -> ExitStatus:
     from ..reach import agent_manifests
     from ..reach.podspec import DEFAULT_IMAGE
-    docs = agent_manifests.manifests(o.get("namespace") or agent_manifests.DEFAULT_NAMESPACE,
-                           o.get("image") or DEFAULT_IMAGE,
-                           agent_manifests.parse_selector(o.get("node_selector")))
+    docs = install_documents(o.get("namespace") or agent_manifests.DEFAULT_NAMESPACE,
+                             o.get("image") or DEFAULT_IMAGE,
+                             agent_manifests.parse_selector(o.get("node_selector")))
     if o.get("dry_run") in ("client", True):
         import json
         from ..report.output import yaml_dump

@@ -49,6 +49,9 @@ NAMESPACES = "/api/v1/namespaces"
 NAMESPACE = re.compile(r"^/api/v1/namespaces/([^/]+)$")
 QUOTAS = re.compile(r"^/api/v1/namespaces/([^/]+)/resourcequotas$")
 QUOTA = re.compile(r"^/api/v1/namespaces/([^/]+)/resourcequotas/([^/]+)$")
+ADMISSION = re.compile(r"^/apis/admissionregistration\.k8s\.io/v1/"
+                       r"(validatingadmissionpolicies|validatingadmissionpolicybindings)"
+                       r"(?:/([^/]+))?$")
 STDOUT, STDERR, ERROR = 1, 2, 3
 PROBE_NS = "gpu-doctor.io/probe-namespace"  # the label gpu-doctor's own namespace carries
 
@@ -76,6 +79,9 @@ class _Handler(kmock.RawHandler):
             return await self.cluster._exec(raw_request, m.group(1), m.group(2))
         if raw_request.path == NAMESPACES:  # kmock's path parser cannot take this one
             return await self.cluster._namespaces(raw_request)
+        m = ADMISSION.match(raw_request.path)
+        if m:  # nor these (cluster-scoped, another API group)
+            return await self.cluster._admission(raw_request, m.group(1), m.group(2))
         return await super().__call__(raw_request)
 
 
@@ -94,6 +100,7 @@ class ExecCluster(FakeCluster):
         self.exec_procs: list[asyncio.subprocess.Process] = []
         self.daemonsets: dict[tuple[str, str], dict] = {}
         self.dry_runs: list[tuple[str, str]] = []  # writes answered with dryRun=All
+        self.admission: dict[tuple[str, str], dict] = {}  # (resource, name): policy/binding
         self.agent_pod_phase = "Running"     # the phase of pods the fake DS controller makes
 
     def _make_handler(self) -> kmock.RawHandler:
@@ -237,6 +244,27 @@ class ExecCluster(FakeCluster):
             return aiohttp.web.json_response(body, status=201)
         self.namespaces[name] = body["metadata"].get("labels") or {}
         return aiohttp.web.json_response(body, status=201)
+
+    async def _admission(self, req: aiohttp.web.BaseRequest, res: str, name: str | None
+                         ) -> aiohttp.web.StreamResponse:
+        """Cluster-scoped admission policies and bindings: create, get, replace, delete."""
+        body = await req.json() if req.method in ("POST", "PUT") else None
+        key = (res, name or (body or {}).get("metadata", {}).get("name"))
+        if req.method in ("POST", "PUT") and req.query.get("dryRun") == "All":
+            self.dry_runs.append((req.method, req.path))  # admitted, never persisted
+            return aiohttp.web.json_response(body, status=201 if req.method == "POST" else 200)
+        if req.method == "POST" and name is None:
+            if key in self.admission:
+                return self._refuse(409, "AlreadyExists", f'{res} "{key[1]}" already exists')
+            self.admission[key] = body
+            return aiohttp.web.json_response(body, status=201)
+        if key not in self.admission:
+            return self._refuse(404, "NotFound", f'{res} "{key[1]}" not found')
+        if req.method == "PUT":
+            self.admission[key] = body
+        elif req.method == "DELETE":
+            return aiohttp.web.json_response(self.admission.pop(key))
+        return aiohttp.web.json_response(self.admission[key])
 
     def _run_daemonset(self, ns: str, ds: dict) -> None:
         """The DaemonSet controller: one pod per matching node, replacing older pods."""
