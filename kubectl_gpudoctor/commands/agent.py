@@ -67,6 +67,9 @@ def install(kube: Kube, docs: Sequence[Mapping[str, Any]],
     """Create each object; replace it when it exists (a Namespace is left as it is).
     Returns one line per object. server_dry_run: every write carries dryRun=All (the API
     server validates and admits, persists nothing), and each line says so, as kubectl does."""
+    for m in docs:
+        if m["kind"] == "Namespace":
+            refuse_foreign_namespace(kube, m["metadata"]["name"])
     done = []
     query = [("dryRun", "All")] if server_dry_run else None
     tag = " (server dry run)" if server_dry_run else ""
@@ -102,6 +105,20 @@ def install(kube: Kube, docs: Sequence[Mapping[str, Any]],
             raise exc.about(what, "create") from None
         say(done[-1])
     return done
+
+
+def refuse_foreign_namespace(kube: Kube, namespace: str) -> None:
+    """The agent is privileged (root on every node through exec), so like the debug pod it goes
+    only into a gpu-doctor probe namespace (reach/probens.py): one that does not exist yet (install
+    creates it labelled) or one that carries the label. An existing unlabelled namespace -- a
+    tenant's, a typo -- is refused before anything is created."""
+    from ..reach import probens
+    try:
+        probens.verify(kube, namespace, missing_ok=True)
+    except probens.NotProbeNamespace as exc:
+        raise probens.NotProbeNamespace(
+            f"not installing the agent into namespace {namespace}: {exc.message}",
+            hint=exc.hint) from None
 
 
 def uninstall(kube: Kube, namespace: str) -> list[str]:

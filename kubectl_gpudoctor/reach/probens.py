@@ -49,12 +49,16 @@ def fix_hint(namespace: str) -> str:
             f"`kubectl label namespace {namespace} {LABEL}={LABEL_VALUE}`")
 
 
-def verify(kube, namespace: str, timeout_s: float = 10.0) -> dict:
+def verify(kube, namespace: str, timeout_s: float = 10.0, missing_ok: bool = False
+           ) -> dict | None:
     """The Namespace object if it is a gpu-doctor probe namespace; NotProbeNamespace if not.
-    Called before the debug pod is created."""
+    Called before the debug pod is created, and before `agent install` (missing_ok: it creates
+    the namespace labelled; None then)."""
     try:
         ns = kube.get_json(f"/api/v1/namespaces/{namespace}", timeout=timeout_s)
     except errors.NotFound:
+        if missing_ok:
+            return None
         raise NotProbeNamespace(
             f"probe namespace {namespace} does not exist",
             hint=f"a cluster admin creates it with `{APPLY_RBAC}`"

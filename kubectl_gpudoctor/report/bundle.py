@@ -27,7 +27,7 @@ import threading
 import time
 from typing import Any, Callable, Mapping, Sequence
 
-from node_probe.protocol import CheckResult, ExitStatus, Finding
+from node_probe.protocol import CheckResult, ExitStatus, Finding, catalog
 from node_probe.protocol.version import __version__
 
 from .. import errors
@@ -325,8 +325,8 @@ def replay(doc: Mapping[str, Any], fmt: str, fail_on: str | None = None,
     r.version = rep.get("version") or r.version
     try:
         r.started_at = float(rep.get("started_at") or r.started_at)
-        for rec in rep["findings"]:
-            r.add_finding(Finding.from_record(rec))
+        for rec in rep["findings"]:  # a bundle is hostile: its advice is labelled as ours are
+            r.add_finding(Finding.from_record(catalog.label_foreign_remediation(rec)))
         for c in rep["checks"]:
             r.checks.append(CheckResult(c.get("id", "?"), c.get("status", "?"),
                                         float(c.get("duration_s", 0.0)), c.get("message", ""),

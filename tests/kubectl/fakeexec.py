@@ -56,6 +56,18 @@ STDOUT, STDERR, ERROR = 1, 2, 3
 PROBE_NS = "gpu-doctor.io/probe-namespace"  # the label gpu-doctor's own namespace carries
 
 
+def image_id(image: str) -> str:
+    """containerStatuses[].imageID as containerd reports it: <repo>@<manifest digest> for an
+    image pulled by digest; the image's config digest for one imported locally (the captures'
+    pods)."""
+    if "@sha256:" in image:
+        name, digest = image.split("@", 1)
+        head, _, last = name.rpartition("/")
+        repo = f"{head}/{last.split(':')[0]}" if head else last.split(":")[0]
+        return f"{repo}@{digest}"
+    return "sha256:" + uuid.uuid5(uuid.NAMESPACE_URL, image).hex * 2
+
+
 def success_status() -> dict:
     return {"metadata": {}, "status": "Success"}
 
@@ -137,20 +149,28 @@ class ExecCluster(FakeCluster):
         if image is not None:
             spec["containers"][0]["image"] = image
         name = f"{agent_manifests.AGENT_NAME}-{uuid.uuid4().hex[:5]}"
+        # the pod's controller: the DaemonSet (created here when a test adds agent pods alone)
+        ds = self.daemonsets.get((namespace, agent_manifests.AGENT_NAME))
+        if ds is None:
+            ds = agent_manifests.daemonset(namespace, spec["containers"][0]["image"])
+            self.daemonsets[(namespace, agent_manifests.AGENT_NAME)] = ds
+        ds["metadata"].setdefault("uid", str(uuid.uuid4()))
         now = ts(__import__("datetime").datetime.now(__import__("datetime").timezone.utc))
         c = spec["containers"][0]
         status: dict = {"phase": phase, "hostIP": "10.188.52.1"}
         if phase == "Running":
             status.update({"startTime": now, "containerStatuses": [{
                 "name": c["name"], "ready": True, "restartCount": 0, "image": c["image"],
-                "imageID": "sha256:" + "ab" * 32, "state": {"running": {"startedAt": now}}}]})
+                "imageID": image_id(c["image"]), "state": {"running": {"startedAt": now}}}]})
         pod = {"kind": "Pod", "apiVersion": "v1",
                "metadata": {"name": name, "namespace": namespace, "uid": str(uuid.uuid4()),
                             "labels": labels, "creationTimestamp": now,
                             "resourceVersion": "1",
                             "ownerReferences": [{"apiVersion": "apps/v1", "kind": "DaemonSet",
                                                  "name": agent_manifests.AGENT_NAME,
-                                                 "uid": str(uuid.uuid4()), "controller": True}]},
+                                                 "uid": ds["metadata"]["uid"],
+                                                 "controller": True,
+                                                 "blockOwnerDeletion": True}]},
                "spec": spec, "status": status}
         self.pods[(namespace, name)] = pod
         self.list_cache.clear()
@@ -184,6 +204,7 @@ class ExecCluster(FakeCluster):
                     return self._json(body)
                 store[(ns, name)] = body
                 if store is self.daemonsets:
+                    body["metadata"]["uid"] = str(uuid.uuid4())
                     self._run_daemonset(ns, body)
                 return self._json(body)
             m = one_rx.match(path)
@@ -200,6 +221,9 @@ class ExecCluster(FakeCluster):
                     if q.get("dryRun") == "All":
                         self.dry_runs.append((method, path))
                         return self._json(body)
+                    if store is self.daemonsets:  # same object, same uid
+                        body["metadata"]["uid"] = store[key]["metadata"].get("uid") or \
+                            str(uuid.uuid4())
                     store[key] = body
                     if store is self.daemonsets:
                         self._run_daemonset(key[0], body)
