@@ -9,10 +9,10 @@ goroutine dump, the node probe's NDJSON records), tool and image versions and th
 line. Collection does not change: a Recorder wraps the run's Kube reads and the probe records as
 they pass, so diagnose/fleet know nothing about bundles.
 
-Bundles never contain secrets, by the report's own rules plus what raw API objects add: no
-Secret is ever read; environment variable values, `last-applied-configuration` annotations
-and managedFields are replaced or dropped; strings that look like credentials (token=,
-password=, Authorization headers, bearer tokens) are masked everywhere, the command line too.
+Bundles keep an allow-list of fields (report/bundle_keep.py): what the verdicts read and a
+person needs to check them; no Secret is ever read, env values, volumes, managedFields and the
+values of annotations no analysis reads are never kept, and the free text that remains
+(messages, titles, command lines) is cut and scrubbed of credential shapes, linearly.
 The bundle says so in its header. Replay never talks to a cluster.
 """
 from __future__ import annotations
@@ -31,81 +31,34 @@ from node_probe.protocol import CheckResult, ExitStatus, Finding, catalog
 from node_probe.protocol.version import __version__
 
 from .. import errors
+from . import bundle_keep
+from .bundle_keep import REDACTED
 
 SCHEMA = "gpu-doctor-bundle/v1"
-REDACTED = "<redacted>"
 REDACTION_NOTICE = (
-    "No secrets: no Secret object is read; environment variable values, "
-    "kubectl.kubernetes.io/last-applied-configuration annotations and managedFields are "
-    "removed; strings that look like credentials (token=, password=, secret=, Authorization "
-    "and bearer tokens) are masked, the command line included. Node-side evidence is what the "
-    "report shows (the probe reads only NVIDIA_*, CUDA_* and HAMi environment keys).")
+    "No secrets: no Secret object is read; of API objects only an allow-list of fields is kept "
+    "(names, owners, node, resources, phases, states, conditions, events' reasons and "
+    "messages, the kubelet settings the analysis reads): no environment variable values, "
+    "volumes, managedFields or values of annotations the analysis does not read; free text "
+    "(messages, titles, command lines) is cut and scrubbed of credential shapes (key=value "
+    "and flag values of secret-named keys, JSON password fields, bearer/basic credentials, "
+    "JWTs, PEM private keys, AWS access key ids, passwords in URLs).")
 MAX_BUNDLE_BYTES = 64 * 1024 * 1024   # replay refuses anything larger (bounded read)
 MAX_LIST_ITEMS = 500                   # a fleet's 150,000 pods are not evidence of one verdict
 MAX_RECORDS = 20000
 GOROUTINE_EXCERPT_BYTES = 64 * 1024
-_SECRETISH = re.compile(
-    r"(?i)((?:--?)?[\w.-]*(?:token|passw(?:or)?d|secret|api[_-]?key|credential|auth)[\w.-]*"
-    r"\s*[=:]\s*)(\"[^\"]*\"|'[^']*'|[^\s,;&\"']+)")
-_BEARER = re.compile(r"(?i)\b(bearer|basic)\s+[A-Za-z0-9._~+/=-]{8,}")
-_SECRET_FLAGS = re.compile(r"(?i)^--?[\w.-]*(token|passw(or)?d|secret|api[_-]?key|credential)"
-                           r"[\w.-]*$")
 _GOROUTINE_KEYS = ("devicemanager", "deviceplugin", "GetPreferredAllocation", "Allocate",
                    "podresources", "syncLoop", "HandlePodAdditions", "nvidia")
 
 
-# -- redaction -----------------------------------------------------------------------------------
+# -- redaction (report/bundle_keep.py) ----------------------------------------------------
 
 def redact_text(text: str) -> str:
-    text = _BEARER.sub(REDACTED, text)  # first: "Authorization: Bearer x" is one value
-    return _SECRETISH.sub(lambda m: m.group(1) + REDACTED, text)
-
-
-def redact(obj: Any) -> Any:
-    """A deep copy with the bundle's redaction applied (Kubernetes objects and anything else)."""
-    if isinstance(obj, str):
-        return redact_text(obj)
-    if isinstance(obj, list):
-        return [redact(v) for v in obj]
-    if not isinstance(obj, dict):
-        return obj
-    out: dict = {}
-    for k, v in obj.items():
-        if k == "managedFields":
-            continue
-        if k == "env" and isinstance(v, list):  # container env: names stay, values go
-            out[k] = [{**{kk: vv for kk, vv in e.items() if kk != "value"},
-                       **({"value": REDACTED} if "value" in e else {})}
-                      if isinstance(e, dict) else REDACTED for e in v]
-            continue
-        if k == "annotations" and isinstance(v, dict):
-            out[k] = {ak: (REDACTED if ak.endswith("last-applied-configuration") else
-                           redact(av)) for ak, av in v.items()}
-            continue
-        if k in ("staticPodURLHeader", "headers", "Authorization", "authorization"):
-            out[k] = REDACTED
-            continue
-        out[k] = redact(v)
-    return out
+    return bundle_keep.scrub(text)
 
 
 def redact_argv(argv: Sequence[str]) -> list[str]:
-    out, hide_next = [], False
-    for a in argv:
-        if hide_next:
-            out.append(REDACTED)
-            hide_next = False
-            continue
-        flag, eq, _ = a.partition("=")
-        if _SECRET_FLAGS.match(flag):
-            if eq:
-                out.append(f"{flag}={REDACTED}")
-            else:
-                out.append(a)
-                hide_next = True
-            continue
-        out.append(redact_text(a))
-    return out
+    return bundle_keep.scrub_argv(argv)
 
 
 # -- recording a run -------------------------------------------------------------------------
@@ -184,21 +137,22 @@ class Recorder:
         entry: dict = {"kind": kind, "path": path,
                        "query": [[k, str(v)] for k, v in (query or ())]}
         if error is not None:
-            entry["error"] = error
+            entry["error"] = {k: bundle_keep.scrub(v, 500) if isinstance(v, str) else v
+                              for k, v in error.items()}
             if body:
-                entry["text"] = body[:GOROUTINE_EXCERPT_BYTES]
+                entry["text"] = bundle_keep.scrub(body, GOROUTINE_EXCERPT_BYTES)
         elif isinstance(value, str):
             entry["text"] = goroutine_excerpt(value) if kind == "goroutine_dump" else \
-                value[:GOROUTINE_EXCERPT_BYTES]
+                bundle_keep.scrub(value, GOROUTINE_EXCERPT_BYTES)
             if kind == "goroutine_dump":
                 entry["bytes"] = len(value)
         elif isinstance(value, dict) and "items" in value:
             items = list(value.get("items") or ())
-            entry["items"] = [redact(i) for i in items[:MAX_LIST_ITEMS]]
+            entry["items"] = [bundle_keep.keep_object(kind, i) for i in items[:MAX_LIST_ITEMS]]
             if len(items) > MAX_LIST_ITEMS:
                 entry["items_total"] = len(items)
         else:
-            entry["object"] = redact(value)
+            entry["object"] = bundle_keep.keep_object(kind, value)
         with self._lock:
             self.api.append(entry)
 
@@ -216,7 +170,7 @@ def goroutine_excerpt(text: str, limit: int = GOROUTINE_EXCERPT_BYTES) -> str:
             break
         out.append(b)
         size += len(b) + 2
-    return redact_text("\n\n".join(out))
+    return bundle_keep.scrub("\n\n".join(out), limit + 200)
 
 
 # -- writing ---------------------------------------------------------------------------------
@@ -253,13 +207,30 @@ def build(out: Any, code: int, error: errors.GpuDoctorError | None, recorder: Re
         "tool": {"name": "kubectl-gpu_doctor", "version": __version__,
                  "python": platform.python_version(), "kubernetes_client": client},
         "image": {"probe": image, **recorder.images},
-        "report": redact(report),
+        "report": keep_report(report),
         "evidence": {
             "api": recorder.api,
-            "probe_ndjson": [redact(rec) for rec in recorder.records],
+            "probe_ndjson": [bundle_keep.keep_record(rec) for rec in recorder.records],
             "probe_records_dropped": recorder.records_dropped,
         },
     }
+
+
+def keep_report(report: Mapping[str, Any]) -> dict:
+    """The report as the bundle keeps it: findings and checks by the allow-list, free text
+    scrubbed (event text reaches finding titles)."""
+    k = bundle_keep
+    err = report.get("error")
+    return {**report,
+            "target": k.keep(report.get("target"), k.KEEP),
+            "version": k.scrub(str(report.get("version") or ""), 256),
+            "findings": k.keep_findings(report.get("findings") or ()),
+            "checks": k.keep_checks(report.get("checks") or ()),
+            "summary_record": k.keep_record(report.get("summary_record"))
+            if report.get("summary_record") is not None else None,
+            "incomplete_reason": k.scrub(str(report.get("incomplete_reason") or "")),
+            "error": None if err is None else {**err, "message": k.scrub(str(err["message"]))},
+            "preamble": k.scrub(str(report.get("preamble") or ""), k.MAX_BIG_TEXT)}
 
 
 def write(path: str, doc: Mapping[str, Any]) -> None:
