@@ -30,7 +30,7 @@ def test_advice_under_an_id_we_never_issue_is_labelled_as_the_nodes():
     assert rec["remediation"] == catalog.NODE_REPORTED + FORGED
     buf = io.StringIO()
     out = Output("table", "warning", {"kind": "node", "name": "gpu-1", "node": "gpu-1"},
-                 out=buf, err=io.StringIO(), progress=False)
+                 out=buf, err=io.StringIO(), progress=False, details=True)
     out.node_record(rec)
     out.finish(1)
     text = " ".join(buf.getvalue().split())
