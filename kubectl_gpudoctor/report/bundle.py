@@ -17,22 +17,21 @@ The bundle says so in its header. Replay never talks to a cluster.
 """
 from __future__ import annotations
 
-import json
-import os
 import platform
 import re
+import signal
 import sys
-import tempfile
 import threading
 import time
 from typing import Any, Callable, Mapping, Sequence
 
-from node_probe.protocol import CheckResult, ExitStatus, Finding, catalog
+from node_probe.protocol import CheckResult, ExitStatus, Finding, ProtocolError, catalog
+from node_probe.protocol.render import terminal_safe
 from node_probe.protocol.version import __version__
 
 from .. import errors
-from . import bundle_keep
-from .bundle_keep import REDACTED
+from . import bundle_io, bundle_keep
+from .bundle_keep import REDACTED  # noqa: F401 - bundle.REDACTED, what redaction leaves
 
 SCHEMA = "gpu-doctor-bundle/v1"
 REDACTION_NOTICE = (
@@ -43,7 +42,7 @@ REDACTION_NOTICE = (
     "(messages, titles, command lines) is cut and scrubbed of credential shapes (key=value "
     "and flag values of secret-named keys, JSON password fields, bearer/basic credentials, "
     "JWTs, PEM private keys, AWS access key ids, passwords in URLs).")
-MAX_BUNDLE_BYTES = 64 * 1024 * 1024   # replay refuses anything larger (bounded read)
+MAX_BUNDLE_BYTES = bundle_io.MAX_BUNDLE_BYTES
 MAX_LIST_ITEMS = 500                   # a fleet's 150,000 pods are not evidence of one verdict
 MAX_RECORDS = 20000
 GOROUTINE_EXCERPT_BYTES = 64 * 1024
@@ -234,50 +233,24 @@ def keep_report(report: Mapping[str, Any]) -> dict:
 
 
 def write(path: str, doc: Mapping[str, Any]) -> None:
-    """Atomically, readable by the owner only (it describes the cluster)."""
-    directory = os.path.dirname(os.path.abspath(path)) or "."
-    try:
-        fd, tmp = tempfile.mkstemp(prefix=".gpu-doctor-bundle-", dir=directory)
-    except OSError as exc:
-        raise errors.UsageError(f"cannot write the bundle {path}: {exc.strerror}") from None
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            json.dump(doc, f, indent=1, default=str, ensure_ascii=False)
-            f.write("\n")
-        os.chmod(tmp, 0o600)
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
+    """Atomically, owner-readable, only over a regular file (report/bundle_io.py)."""
+    bundle_io.write(path, doc)
 
 
 # -- replay ----------------------------------------------------------------------------------
 
 def load(path: str) -> dict:
-    """Read and check a bundle; a bad file is one usage error, never a traceback."""
-    try:
-        with open(path, "rb") as f:
-            data = f.read(MAX_BUNDLE_BYTES + 1)
-    except OSError as exc:
-        raise errors.UsageError(f"cannot read bundle {path}: {exc.strerror}") from None
-    if len(data) > MAX_BUNDLE_BYTES:
-        raise errors.UsageError(f"{path} is larger than {MAX_BUNDLE_BYTES // 2**20} MiB; not a "
-                                f"gpu-doctor bundle")
-    try:
-        doc = json.loads(data)
-    except (ValueError, RecursionError):
-        raise errors.UsageError(f"{path} is not a gpu-doctor bundle (not JSON)") from None
+    """Read and check a bundle; a bad file is one usage error, never a traceback or a hang."""
+    doc = bundle_io.parse(path, bundle_io.read(path))
     if not isinstance(doc, dict) or doc.get("schema") != SCHEMA:
+        schema = doc.get("schema") if isinstance(doc, dict) else None
         raise errors.UsageError(f"{path} is not a gpu-doctor bundle (schema "
-                                f"{doc.get('schema') if isinstance(doc, dict) else None!r}, "
-                                f"expected {SCHEMA})")
-    rep = doc.get("report")
-    if not isinstance(rep, dict) or not isinstance(rep.get("findings"), list) or \
-            not isinstance(rep.get("checks"), list) or not isinstance(rep.get("target"), dict):
-        raise errors.UsageError(f"{path}: the bundle's report is missing or malformed")
+                                f"{terminal_safe(repr(schema))[:80]}, expected {SCHEMA})")
+    try:
+        bundle_io.check_report(doc.get("report"))
+    except bundle_io.Malformed as exc:
+        raise errors.UsageError(f"{path}: the bundle's report is missing or malformed "
+                                f"({exc})") from None
     return doc
 
 
@@ -290,10 +263,13 @@ def replay(doc: Mapping[str, Any], fmt: str, fail_on: str | None = None,
     rep = doc["report"]
     saved_fail_on = rep.get("fail_on") or "warning"
     fail_on = fail_on or saved_fail_on
-    out = Output(fmt, fail_on, rep["target"], out=stdout, err=stderr, progress=False,
+    # what the report shows around the findings comes from the file: escaped for a terminal
+    target = {k: terminal_safe(v) if isinstance(v, str) else v
+              for k, v in rep["target"].items()}
+    out = Output(fmt, fail_on, target, out=stdout, err=stderr, progress=False,
                  details=details)
     r = out.report
-    r.version = rep.get("version") or r.version
+    r.version = terminal_safe(rep.get("version") or r.version)
     try:
         r.started_at = float(rep.get("started_at") or r.started_at)
         for rec in rep["findings"]:  # a bundle is hostile: its advice is labelled as ours are
@@ -302,8 +278,9 @@ def replay(doc: Mapping[str, Any], fmt: str, fail_on: str | None = None,
             r.checks.append(CheckResult(c.get("id", "?"), c.get("status", "?"),
                                         float(c.get("duration_s", 0.0)), c.get("message", ""),
                                         c.get("reason", "")))
-    except (ValueError, TypeError, KeyError, AttributeError) as exc:
-        raise errors.UsageError(f"the bundle's report is malformed: {exc}") from None
+    except (ValueError, TypeError, KeyError, AttributeError, ProtocolError) as exc:
+        raise errors.UsageError(f"the bundle's report is malformed: "
+                                f"{terminal_safe(str(exc))[:200]}") from None
     r.summary_record = rep.get("summary_record")
     r.extra_incomplete_reason = rep.get("incomplete_reason") or ""
     out.api_only = r.summary_record is None
@@ -312,13 +289,14 @@ def replay(doc: Mapping[str, Any], fmt: str, fail_on: str | None = None,
         code = int(rep["exit_code"])
     else:
         code = int(out.exit_status(ExitStatus(err["exit_status"]) if err else None))
+    message = None if err is None else terminal_safe(" ".join(err["message"].split()))
     if err is None or r.findings or fmt != "table":
-        out.finish(code, pre_table=str(rep.get("preamble") or ""),
-                   error=None if err is None else {"type": err.get("type"),
-                                                   "message": err.get("message")})
+        out.finish(code, pre_table="\n".join(terminal_safe(line) for line in
+                                          (rep.get("preamble") or "").split("\n")),
+                   error=None if err is None else {"type": terminal_safe(err.get("type") or ""),
+                                                   "message": message})
     if err is not None:
-        (stderr or sys.stderr).write(f"kubectl gpu-doctor: (replayed) error: "
-                                     f"{err.get('message')}\n")
+        (stderr or sys.stderr).write(f"kubectl gpu-doctor: (replayed) error: {message}\n")
     return code
 
 
@@ -329,12 +307,7 @@ class Saver:
 
     def __init__(self, path: str, kube: Any, out: Any, image: str | None,
                  argv: Sequence[str] | None = None) -> None:
-        directory = os.path.dirname(os.path.abspath(path))
-        if not os.path.isdir(directory) or not os.access(directory, os.W_OK):
-            raise errors.UsageError(f"--save {path}: directory {directory} does not exist or "
-                                    f"is not writable")
-        if os.path.isdir(path):
-            raise errors.UsageError(f"--save {path}: is a directory")
+        bundle_io.check_target(path)
         self.path = path
         self.out = out
         self.image = image
@@ -345,10 +318,39 @@ class Saver:
 
     def save(self, code: int, error: errors.GpuDoctorError | None,
              preamble: Callable[[], str] = lambda: "") -> None:
+        """Build and write the bundle. Ctrl-C (or SIGTERM) while saving stops the save -- the
+        run's end holds those signals (cli._end) so pod deletions are never cut short, but a
+        bundle is not worth waiting for: the file is left as it was and the report goes on."""
         try:
-            pre = preamble() if self.out.fmt == "table" else ""
-            write(self.path, build(self.out, code, error, self.recorder, self.argv,
-                                   image=self.image, preamble=pre))
+            with _interruptible():
+                pre = preamble() if self.out.fmt == "table" else ""
+                write(self.path, build(self.out, code, error, self.recorder, self.argv,
+                                       image=self.image, preamble=pre))
+        except KeyboardInterrupt:
+            sys.stderr.write(f"kubectl gpu-doctor: warning: interrupted: the bundle "
+                             f"{terminal_safe(self.path)} was not written\n")
         except (OSError, errors.GpuDoctorError) as exc:
             sys.stderr.write(f"kubectl gpu-doctor: warning: could not write the bundle "
-                             f"{self.path}: {getattr(exc, 'strerror', None) or exc}\n")
+                             f"{terminal_safe(self.path)}: "
+                             f"{terminal_safe(getattr(exc, 'strerror', None) or exc)}\n")
+
+
+class _interruptible:
+    """SIGINT and SIGTERM raise KeyboardInterrupt inside the block (main thread only: Python
+    runs handlers there), whatever handler or SIG_IGN was set; the old ones come back after."""
+
+    SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
+    def __enter__(self) -> None:
+        self.old = None
+        if threading.current_thread() is threading.main_thread():
+            self.old = {s: signal.signal(s, _raise_interrupt) for s in self.SIGNALS}
+
+    def __exit__(self, *exc: Any) -> None:
+        if self.old is not None:
+            for sig, handler in self.old.items():
+                signal.signal(sig, handler)
+
+
+def _raise_interrupt(signum: int, frame: Any) -> None:
+    raise KeyboardInterrupt
