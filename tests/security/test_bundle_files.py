@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import stat
 import subprocess
 import sys
 import threading
@@ -156,9 +157,20 @@ def kubeconfig(tmp_path):
         fc.stop()
 
 
-@pytest.mark.parametrize("target", ["/dev/null", "/dev/stdout", "fifo", "symlink", "dir"])
+@pytest.mark.parametrize("target", ["null device", "stdout symlink", "fifo", "symlink", "dir"])
 def test_save_never_replaces_what_is_not_a_regular_file(tmp_path, kubeconfig, target):
-    if target == "fifo":
+    """Stand-ins made here, never the machine's own /dev/null or /dev/stdout (the code this
+    guards against would replace them): a character device made with mknod (1, 3 is
+    /dev/null's), the /dev/stdout symlink, a FIFO, a symlink to a file, a directory."""
+    if target == "null device":
+        if os.geteuid() != 0:
+            pytest.skip("mknod needs root")
+        path = tmp_path / "null"
+        os.mknod(path, stat.S_IFCHR | 0o666, os.makedev(1, 3))
+    elif target == "stdout symlink":
+        path = tmp_path / "stdout"
+        path.symlink_to("/proc/self/fd/1")
+    elif target == "fifo":
         path = tmp_path / "f"
         os.mkfifo(path)
     elif target == "symlink":
@@ -169,8 +181,6 @@ def test_save_never_replaces_what_is_not_a_regular_file(tmp_path, kubeconfig, ta
     elif target == "dir":
         path = tmp_path / "d"
         path.mkdir()
-    else:
-        path = target
     before = os.lstat(path)
     r = run_cli("node", "gpu-1", "--kubeconfig", kubeconfig, "--no-probe", "--save", str(path))
     assert r.returncode == 2 and r.stderr.count("\n") == 1, r.stderr
@@ -185,7 +195,7 @@ def test_save_never_replaces_what_is_not_a_regular_file(tmp_path, kubeconfig, ta
 def test_write_refuses_a_target_that_changed_meanwhile(tmp_path):
     path = tmp_path / "b.json"
     bundle_io.check_target(str(path))         # fine at the start of the run
-    path.symlink_to("/dev/null")              # ... a symlink by the time it is written
+    path.symlink_to(tmp_path / "elsewhere")   # ... a symlink by the time it is written
     with pytest.raises(errors.UsageError, match="symbolic link"):
         bundle.write(str(path), {"schema": bundle.SCHEMA})
     assert os.path.islink(path) and not [p for p in os.listdir(tmp_path) if p.startswith(".")]
