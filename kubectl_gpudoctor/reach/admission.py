@@ -105,26 +105,28 @@ class AgentExtras:
     token_mount: str = "/var/run/secrets/kubernetes.io/serviceaccount"
     env_fields: Mapping[str, str] = dataclasses.field(default_factory=dict)  # NAME -> fieldPath
     host_mounts: tuple[tuple[str, str, str, bool], ...] = ()  # as podspec.HOST_MOUNTS
-    metrics_ports: tuple[int, ...] = ()
+    metrics_port: bool = False                  # a containerPort named "metrics", no host port
 
 
-# The watching agent of issue 23 (node_probe/watch): its spec is not on main yet. These are the
-# additions its code needs (writer.SA_DIR token + ca.crt, loop.py $NODE_NAME, ring.DEFAULT_RING,
-# loop.py flags, metrics.py); the integrator checks them against reach/agent_manifests.py of
-# that branch (tests/packaging/test_admission_policy.py admits whatever the builder emits, or
-# fails naming the field).
+# The watching agent of issue 23 (branch i23, reach/agent_manifests.py `_add_watch` and
+# `watch_command`): its command and flags, its ServiceAccount's projected token with the
+# cluster CA, NODE_NAME from the downward API, the evidence ring's host directory and the
+# metrics port. Kept here as that builder emits them (WATCH_COMMAND, EVIDENCE_DIR,
+# agent_policy.SA_NAME); tests/packaging/test_admission_policy.py admits the builder's own
+# output once it is merged, and fails naming the field if the two drift.
+EVIDENCE_DIR = "/var/lib/gpu-doctor/evidence"
 WATCH = AgentExtras(
     commands=(tuple(agent_manifests.IDLE_COMMAND),),
-    command_prefix=("python3", "-m", "node_probe", "agent-watch"),
-    flags=("--interval", "--clear-after", "--events-namespace", "--metrics-port",
-           "--host-root", "--evidence-max-count", "--evidence-max-bytes", "--evidence-min-gap",
-           "--no-evidence", "--capture-trace-seconds", "--capture-timeout",
-           "--provoke-min-gap", "--nvml-timeout", "--no-api"),
+    command_prefix=("python3", "-m", "node_probe", "agent-watch", "--host-root", "/host"),
+    flags=("--interval", "--evidence-dir", "--metrics-port", "--clear-after",
+           "--events-namespace", "--evidence-max-count", "--evidence-max-bytes",
+           "--evidence-min-gap", "--no-evidence", "--capture-trace-seconds",
+           "--capture-timeout", "--provoke-min-gap", "--nvml-timeout"),
     service_account="gpu-doctor-agent",
-    token_volume="api-token",
+    token_volume="agent-token",
     env_fields={"NODE_NAME": "spec.nodeName"},
-    host_mounts=(("evidence", "/var/lib/gpu-doctor", "/var/lib/gpu-doctor", False),),
-    metrics_ports=(9464,),
+    host_mounts=(("evidence", EVIDENCE_DIR, EVIDENCE_DIR, False),),
+    metrics_port=True,
 )
 AGENT = WATCH
 
@@ -168,7 +170,8 @@ def _command_rules(agent: AgentExtras) -> tuple[str, str]:
             [f"size({cmd}) >= {n}",
              *(f"{cmd}[{i}] == {_q(v)}" for i, v in enumerate(agent.command_prefix)),
              f"{cmd}.all(a, !a.startsWith('-') || a in "
-             f"{_list(['-m', *agent.flags])})"]))
+             f"{_list(['-m', '--host-root', *agent.flags])})",
+             f"{cmd}.exists_one(a, a == '--host-root')"]))
     return debug, " || ".join(f"({a})" for a in alts)
 
 
@@ -248,9 +251,9 @@ def policy(image: str | None = None, agent: AgentExtras = AGENT) -> dict:
     sa = ("!has(object.spec.serviceAccountName) || object.spec.serviceAccountName == 'default'"
           + (f" || (variables.isAgent && object.spec.serviceAccountName == "
              f"{_q(agent.service_account)})" if agent.service_account else ""))
-    ports = (f"!has(variables.c.ports) || (variables.isAgent && variables.c.ports.all(p, "
-             f"p.containerPort in {_list(agent.metrics_ports)} && !has(p.hostPort) && "
-             f"!has(p.hostIP)))") if agent.metrics_ports else "!has(variables.c.ports)"
+    ports = ("!has(variables.c.ports) || (variables.isAgent && variables.c.ports.all(p, "
+             "has(p.name) && p.name == 'metrics' && !has(p.hostPort) && !has(p.hostIP)))"
+             ) if agent.metrics_port else "!has(variables.c.ports)"
     rules = [
         ("!variables.agentLabelled || variables.isAgent",
          f"the gpu-doctor agent's labels ({comp}={agent_manifests.COMPONENT}) only on pods the "

@@ -162,28 +162,47 @@ def test_a_metadata_update_of_the_agent_pod_is_admitted():
                    operation="UPDATE", old=old) == []
 
 
-def test_the_watching_agent_additions_are_admitted_on_the_agent_only():
-    """Issue 23's agent (pending on its branch): service account, projected token, NODE_NAME,
-    evidence dir, metrics port, agent-watch command. Admitted on the agent, denied elsewhere."""
-    watch = agent_pod()
-    spec, c = watch["spec"], watch["spec"]["containers"][0]
+def watching_agent_pod(metrics_port: int = 9400) -> dict:
+    """The watching agent's pod (issue 23): from the builder once it has watch mode
+    (agent_manifests.Watch, branch i23), else exactly what that builder emits today."""
+    watch = getattr(agent_manifests, "Watch", None)
+    if watch is not None:
+        return from_daemonset(agent_manifests.daemonset(NS, PINNED, watch=watch(30.0,
+                                                                                metrics_port)))
+    pod = agent_pod()
+    spec, c = pod["spec"], pod["spec"]["containers"][0]
     spec["serviceAccountName"] = spec["serviceAccount"] = "gpu-doctor-agent"
+    evidence = admission.EVIDENCE_DIR
     spec["volumes"] += [
-        {"name": "api-token", "projected": {"sources": [
-            {"serviceAccountToken": {"path": "token", "expirationSeconds": 3607}},
+        {"name": "agent-token", "projected": {"sources": [
+            {"serviceAccountToken": {"path": "token", "expirationSeconds": 3600}},
             {"configMap": {"name": "kube-root-ca.crt",
                            "items": [{"key": "ca.crt", "path": "ca.crt"}]}}]}},
-        {"name": "evidence", "hostPath": {"path": "/var/lib/gpu-doctor",
-                                          "type": "DirectoryOrCreate"}}]
+        {"name": "evidence", "hostPath": {"path": evidence, "type": "DirectoryOrCreate"}}]
     c["volumeMounts"] += [
-        {"name": "api-token", "mountPath": "/var/run/secrets/kubernetes.io/serviceaccount",
+        {"name": "agent-token", "mountPath": "/var/run/secrets/kubernetes.io/serviceaccount",
          "readOnly": True},
-        {"name": "evidence", "mountPath": "/var/lib/gpu-doctor"}]
+        {"name": "evidence", "mountPath": evidence, "readOnly": False}]
     c["env"].append({"name": "NODE_NAME", "valueFrom": {"fieldRef": {
         "apiVersion": "v1", "fieldPath": "spec.nodeName"}}})
-    c["ports"] = [{"name": "metrics", "containerPort": 9464, "protocol": "TCP"}]
-    c["command"] = ["python3", "-m", "node_probe", "agent-watch", "--interval", "30s",
-                    "--host-root", "/host", "--metrics-port", "9464"]
+    c["command"] = ["python3", "-m", "node_probe", "agent-watch", "--host-root", "/host",
+                    "--interval", "30s", "--evidence-dir", evidence]
+    if metrics_port:
+        c["ports"] = [{"name": "metrics", "containerPort": metrics_port, "protocol": "TCP"}]
+        c["command"] += ["--metrics-port", str(metrics_port)]
+    return pod
+
+
+@pytest.mark.parametrize("port", [9400, 0], ids=["metrics", "no-metrics"])
+def test_the_watching_agent_is_admitted(port):
+    assert denials(watching_agent_pod(port), user=DS_CONTROLLER) == []
+
+
+def test_the_watching_agent_additions_are_admitted_on_the_agent_only():
+    """Its service account, projected token, NODE_NAME, evidence dir, metrics port and
+    agent-watch command: admitted on the agent, denied on anything else."""
+    watch = watching_agent_pod()
+    token = next(i for i, v in enumerate(watch["spec"]["volumes"]) if "projected" in v)
     assert denials(watch, user=DS_CONTROLLER) == []
     # the same additions on a pod a user creates (no agent labels, or forged ones): denied
     forged = copy.deepcopy(watch)
@@ -194,15 +213,18 @@ def test_the_watching_agent_additions_are_admitted_on_the_agent_only():
     assert len(denials(plain, user=DS_CONTROLLER)) >= 5
     # a token for another audience, or a Secret in the projection: denied even on the agent
     aud = copy.deepcopy(watch)
-    aud["spec"]["volumes"][-2]["projected"]["sources"][0]["serviceAccountToken"]["audience"] = \
-        "vault"
+    aud["spec"]["volumes"][token]["projected"]["sources"][0]["serviceAccountToken"][
+        "audience"] = "vault"
     assert denials(aud, user=DS_CONTROLLER)
     sec = copy.deepcopy(watch)
-    sec["spec"]["volumes"][-2]["projected"]["sources"].append({"secret": {"name": "db"}})
+    sec["spec"]["volumes"][token]["projected"]["sources"].append({"secret": {"name": "db"}})
     assert denials(sec, user=DS_CONTROLLER)
     api_file = copy.deepcopy(watch)
     api_file["spec"]["containers"][0]["command"] += ["--api-token-file", "/host/etc/x"]
     assert denials(api_file, user=DS_CONTROLLER)
+    host_port = copy.deepcopy(watch)
+    host_port["spec"]["containers"][0]["ports"][0]["hostPort"] = 9400
+    assert denials(host_port, user=DS_CONTROLLER)
 
 
 # -- every variant the audit found, and their cousins: denied -----------------------------------
