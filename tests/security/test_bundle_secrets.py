@@ -23,8 +23,9 @@ from kubectl_gpudoctor.report.output import Output
 from node_probe.protocol import catalog
 
 from tests.kubectl.conftest import DATA
-from tests.kubectl.fakecluster import FakeCluster, cut_odd
+from tests.kubectl.fakecluster import cut_odd
 from tests.kubectl.kubelet_dump import healthy_kubelet_dump
+from tests.kubectl.test_bundle import fc  # noqa: F401 - fixture: the fake API server
 
 JWT = ("eyJhbGciOiJIUzI1NiIsInR5cCI6IkpXVCJ9.eyJzdWIiOiIxMjM0NTY3ODkwIiwibmFtZSI6IkpvaG4ifQ."
        "SflKxwRJSMeKKF2QT4fwpMeJf36POk6yJV_adQssw5c")
@@ -50,16 +51,6 @@ SECRETS = {
     "event text in a title": "title-secret-5",
     "the tool's command line": "cli-token-6",
 }
-
-
-@pytest.fixture
-def fc():
-    c = FakeCluster()
-    c.start()
-    try:
-        yield c
-    finally:
-        c.stop()
 
 
 def _tenant_pod(fc):
