@@ -160,8 +160,9 @@ def goroutine_excerpt(text: str, limit: int = GOROUTINE_EXCERPT_BYTES) -> str:
     """The goroutines that matter for the verdicts (device manager, plugin gRPC, sync loop)
     first, then the others, within `limit` bytes."""
     blocks = text.split("\n\n")
-    hot = [b for b in blocks if any(k in b for k in _GOROUTINE_KEYS)]
-    rest = [b for b in blocks if b not in hot]
+    is_hot = [any(k in b for k in _GOROUTINE_KEYS) for b in blocks]   # linear: no `b in hot`
+    hot = [b for b, h in zip(blocks, is_hot) if h]
+    rest = [b for b, h in zip(blocks, is_hot) if not h]
     out, size = [], 0
     for b in hot + rest:
         if size + len(b) + 2 > limit:
