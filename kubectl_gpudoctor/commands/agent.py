@@ -37,7 +37,7 @@ ADMISSION_PATHS = {
 def install_documents(namespace: str, image: str, node_selector: Mapping[str, str] | None
                       ) -> list[dict]:
     """What `agent install` applies, in order: the agent's manifests, then the probe namespace's
-    admission policy pinned to the image installed (reach/admission.py) -- applied with the
+    admission policy, admitting the image installed too (reach/admission.py) -- applied with the
     agent because it is what confines `system-node-critical` and the agent's labels to the
     DaemonSet's own pods."""
     from ..reach import admission, agent_manifests

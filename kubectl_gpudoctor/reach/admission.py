@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import re
 from typing import Mapping, Sequence
 
 from . import agent_manifests
@@ -221,8 +222,8 @@ def _volume_rules(agent: AgentExtras) -> tuple[str, str]:
 
 
 def policy(image: str | None = None, agent: AgentExtras = AGENT) -> dict:
-    """The ValidatingAdmissionPolicy: `image` None admits the tool's repository pinned by
-    digest (deploy/), else exactly that reference (`agent install --image`)."""
+    """The ValidatingAdmissionPolicy. Images: the tool's repository pinned by digest, and
+    `image` (what `agent install` installs) when it is another reference, exactly."""
     labels = "object.metadata.labels"
     comp = agent_manifests.COMPONENT_LABEL
     owner = ("has(object.metadata.ownerReferences) && size(object.metadata.ownerReferences) == 1 "
@@ -244,8 +245,11 @@ def policy(image: str | None = None, agent: AgentExtras = AGENT) -> dict:
         ("isAgent", "variables.agentLabelled && variables.ownedByAgentDaemonSet && "
                     "(variables.byDaemonSetController || variables.wasAgent)"),
     ]
-    image_rule = (f"variables.c.image.matches({_q(IMAGE_PATTERN)})" if image is None
-                  else f"variables.c.image == {_q(image)}")
+    # the tool's repository pinned by digest (a newer plugin's debug pod stays admitted after
+    # an upgrade), plus exactly the image `agent install --image` installed (a mirror)
+    image_rule = f"variables.c.image.matches({_q(IMAGE_PATTERN)})"
+    if image is not None and not re.match(IMAGE_PATTERN, image):
+        image_rule += f" || variables.c.image == {_q(image)}"
     debug_cmd, agent_cmd = _command_rules(agent)
     volumes, mounts = _volume_rules(agent)
     sa = ("!has(object.spec.serviceAccountName) || object.spec.serviceAccountName == 'default'"
@@ -261,8 +265,8 @@ def policy(image: str | None = None, agent: AgentExtras = AGENT) -> dict:
         (f"size(object.spec.containers) == 1 && variables.c.name == {_q(podspec.CONTAINER)} && "
          f"{_none_of('object.spec', ('initContainers', 'ephemeralContainers'))}",
          f"one container named {podspec.CONTAINER}, no init or ephemeral containers"),
-        (image_rule, "only the gpu-doctor probe image" +
-         (", pinned by digest" if image is None else f" {image}")),
+        (image_rule, "only the gpu-doctor probe image, pinned by digest" +
+         (f", or {image}" if image is not None and not re.match(IMAGE_PATTERN, image) else "")),
         (f"has(variables.c.command) && (variables.isAgent ? ({agent_cmd}) : ({debug_cmd}))",
          "only the command gpu-doctor runs (`python3 -m node_probe -o jsonl --host-root /host "
          "...` for this pod's node, or the agent's)"),
@@ -339,8 +343,9 @@ HEADER = """\
 #
 #   kubectl apply -f deploy/admission-policy.yaml
 #
-# `kubectl gpu-doctor agent install` applies the same policy pinned to the exact image it
-# installs (`--dry-run -o yaml` prints it). If you mirror the image, install with --image.
+# `kubectl gpu-doctor agent install` applies the same policy, admitting also the exact image it
+# installs when that is another reference (a mirror: `agent install --image`); `--dry-run -o
+# yaml` prints it.
 """
 
 

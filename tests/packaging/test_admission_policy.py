@@ -468,12 +468,19 @@ def test_a_pod_another_daemonset_makes_gets_no_agent_privileges():
     assert denials(pod, user=DS_CONTROLLER)
 
 
-def test_an_image_pinned_policy_admits_exactly_that_image():
-    pinned = admission.policy(PINNED)
-    assert denials(debug_pod(), policy=pinned) == []
+def test_an_install_with_a_mirror_admits_exactly_that_image_too():
+    mirror = "registry.corp.example/mirror/gpu-doctor-probe:0.9.0@sha256:" + "cd" * 32
+    pol = admission.policy(mirror)
+    assert denials(debug_pod(), policy=pol) == []           # the tool's repository, by digest
+    on_mirror = debug_pod()
+    _c(on_mirror)["image"] = mirror
+    assert denials(on_mirror, policy=pol) == []
+    assert denials(on_mirror)                               # not by the deploy/ file
     other = debug_pod()
-    _c(other)["image"] = PINNED.replace("ab", "cd")
-    assert denials(other, policy=pinned) == ["only the gpu-doctor probe image " + PINNED]
+    _c(other)["image"] = mirror.replace("cd", "ee")
+    assert denials(other, policy=pol) == [
+        f"only the gpu-doctor probe image, pinned by digest, or {mirror}"]
+    assert admission.policy(PINNED) == admission.policy()   # the default image adds nothing
 
 
 # -- field by field against the schema -----------------------------------------------------
@@ -525,13 +532,17 @@ def test_the_policy_and_the_admitted_pods_validate(version):
         kubernetes_validate.validate(pod, version, strict=True)
 
 
-def test_agent_install_ships_the_policy_pinned_to_its_image():
+def test_agent_install_ships_the_policy_with_its_image():
     from kubectl_gpudoctor.commands.agent import install_documents
     docs = install_documents(NS, PINNED, None)
     kinds = [d["kind"] for d in docs]
     assert "ValidatingAdmissionPolicy" in kinds and "ValidatingAdmissionPolicyBinding" in kinds
     [pol] = [d for d in docs if d["kind"] == "ValidatingAdmissionPolicy"]
     assert pol == admission.policy(PINNED)
+    mirror = "registry.corp.example/probe:1@sha256:" + "cd" * 32
+    [pol] = [d for d in install_documents(NS, mirror, None)
+             if d["kind"] == "ValidatingAdmissionPolicy"]
+    assert mirror in json.dumps(pol)
     # the namespace the agent goes to is one the binding selects
     [ns] = [d for d in docs if d["kind"] == "Namespace"]
     sel = admission.binding()["spec"]["matchResources"]["namespaceSelector"]["matchLabels"]
