@@ -74,8 +74,8 @@ def verify(kube, namespace: str, timeout_s: float = 10.0, missing_ok: bool = Fal
     if labels.get(LABEL) != LABEL_VALUE:
         raise NotProbeNamespace(
             f"namespace {namespace} is not a gpu-doctor probe namespace (no label "
-            f"{LABEL}={LABEL_VALUE}); the privileged debug pod is root on the node and anyone "
-            f"with pods/exec there would get it", hint=fix_hint(namespace))
+            f"{LABEL}={LABEL_VALUE}); the privileged probe pod (debug pod or agent) is root on "
+            f"the node and anyone with pods/exec there would get it", hint=fix_hint(namespace))
     return ns
 
 
