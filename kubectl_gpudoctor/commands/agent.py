@@ -23,7 +23,7 @@ from .. import errors
 from ..api.kube import Kube
 from ..reach.agent_manifests import (AGENT_NAME, DS_PATH, INSTALL_COMMAND, VERSION_LABEL, daemonset,
                                      default_image, quota_manifest)
-from ..reach.agent_exec import NodeAgent, list_agent_pods, pod_ready
+from ..reach.agent_exec import NodeAgent, list_agent_pods, not_the_agent, pod_ready
 from .cluster import connect
 
 
@@ -169,13 +169,17 @@ def status(kube: Kube, namespace: str, image: str, node_selector: str | None = N
     rows = []
     for n in sorted(nodes, key=lambda n: n["metadata"]["name"]):
         name = n["metadata"]["name"]
-        cands = sorted(by_node.get(name, []), key=lambda p: not pod_ready(p))
+        # a pod with the agent's labels that is not the DaemonSet's own is never "the agent"
+        cands = sorted(by_node.get(name, []),
+                       key=lambda p: (bool(not_the_agent(p, ds, namespace)), not pod_ready(p)))
         if not cands:
             rows.append(NodeAgent(name, None, "missing", None, None))
             continue
         p = cands[0]
         c = ((p.get("spec") or {}).get("containers") or [{}])[0]
         phase = "Running" if pod_ready(p) else ((p.get("status") or {}).get("phase") or "Pending")
+        if not_the_agent(p, ds, namespace):
+            phase = "NotTheAgent"
         rows.append(NodeAgent(name, p["metadata"]["name"], phase, c.get("image"),
                               (p["metadata"].get("labels") or {}).get(VERSION_LABEL)))
     return {"installed": ds is not None, "namespace": namespace, "image": image,

@@ -85,8 +85,9 @@ def find_agent_pod(kube: Kube, namespace: str, node: str) -> tuple[dict | None, 
 def not_the_agent(pod: Mapping[str, Any], ds: Mapping[str, Any] | None, namespace: str) -> str:
     """Why `pod` is not the agent we installed ("" if it is): anyone who can create pods in the
     namespace can give a pod the agent's labels, so exec (root on the node) goes only to a pod
-    whose controller is our DaemonSet (name, namespace, uid) running the DaemonSet's image,
-    and, when that image is pinned by digest, whose running image has that digest."""
+    whose controller is our DaemonSet (name, namespace, uid) running the DaemonSet's image (or,
+    mid rolling update, another of its repository), and, when pinned by digest, whose running
+    image (status imageID) has that digest."""
     if ds is None:
         return f"no daemonset {namespace}/{AGENT_NAME} owns it"
     ds_uid = (ds.get("metadata") or {}).get("uid")
@@ -98,15 +99,24 @@ def not_the_agent(pod: Mapping[str, Any], ds: Mapping[str, Any] | None, namespac
         return f"its controller is not daemonset {namespace}/{AGENT_NAME}"
     want = _probe_image(((ds.get("spec") or {}).get("template") or {}).get("spec") or {})
     have = _probe_image(pod.get("spec") or {})
-    if not want or have != want:
+    # the DaemonSet's image, or (a pod of an earlier revision, mid rolling update) another of
+    # the same repository
+    if not want or not have or (have != want and _repository(have) != _repository(want)):
         return "its image is not the daemonset's"
-    digest = want.rpartition("@")[2] if "@sha256:" in want else ""
+    digest = have.rpartition("@")[2] if "@sha256:" in have else ""
     if digest:
         cs = next((c for c in (pod.get("status") or {}).get("containerStatuses") or ()
                    if isinstance(c, dict) and c.get("name") == podspec.CONTAINER), {})
         if not str(cs.get("imageID") or "").endswith("@" + digest):
             return f"its running image is not {digest[:19]}..."
     return ""
+
+
+def _repository(ref: str) -> str:
+    """registry/path of an image reference, without tag or digest."""
+    name = ref.split("@", 1)[0]
+    head, _, last = name.rpartition("/")
+    return f"{head}/{last.split(':', 1)[0]}" if head else last.split(":", 1)[0]
 
 
 def _probe_image(spec: Mapping[str, Any]) -> str:

@@ -55,7 +55,8 @@ def test_the_real_agent_is_used(xc, kube):
 
 
 @pytest.mark.parametrize("case", ["no owner", "forged owner uid", "other kind", "not controller",
-                                  "other image", "other digest running", "tag-only imageID"])
+                                  "other image", "other digest running", "tag-only imageID",
+                                  "lookalike repository"])
 def test_a_lookalike_is_refused(xc, kube, case):
     if case == "no owner":
         lookalike(xc)
@@ -70,8 +71,11 @@ def test_a_lookalike_is_refused(xc, kube, case):
     elif case == "other digest running":  # the spec names our image, another one runs
         lookalike(xc, image=PINNED, owner=_owner(xc),
                   image_id="ghcr.io/gpu-doctor/gpu-doctor-probe@sha256:" + "ee" * 32)
-    else:  # a config digest: cannot be compared with the pinned manifest digest
+    elif case == "tag-only imageID":  # a config digest: not comparable with the pinned one
         lookalike(xc, image=PINNED, owner=_owner(xc), image_id="sha256:" + "ab" * 32)
+    else:
+        lookalike(xc, image=PINNED.replace("gpu-doctor-probe:", "gpu-doctor-probe-x:"),
+                  owner=_owner(xc))
     pod, why = agent_exec.find_agent_pod(kube, NS, NODE)
     assert pod is None
     assert why.startswith(f"pod {NS}/gpu-doctor-agent-zzzzz is not the gpu-doctor agent (")
@@ -84,6 +88,16 @@ def test_without_the_daemonset_nothing_is_exec(xc, kube):
     xc.daemonsets.clear()
     pod, why = agent_exec.find_agent_pod(kube, NS, NODE)
     assert pod is None and "no daemonset gpu-doctor/gpu-doctor-agent owns it" in why
+
+
+def test_a_pod_of_an_earlier_revision_is_still_the_agent(xc, kube):
+    """Mid rolling update the DaemonSet's older pods run the previous image of the same
+    repository: still ours (owner uid), exec'd when its running image has its digest."""
+    old = PINNED.replace("0.9.0@sha256:" + "ab" * 32, "0.8.0@sha256:" + "01" * 32)
+    lookalike(xc, image=old, owner=_owner(xc), image_id="ghcr.io/gpu-doctor/gpu-doctor-probe"
+              "@sha256:" + "01" * 32)
+    pod, why = agent_exec.find_agent_pod(kube, NS, NODE)
+    assert why == "" and pod["spec"]["containers"][0]["image"] == old
 
 
 def test_the_real_agent_is_chosen_beside_a_lookalike(xc, kube):
@@ -127,3 +141,14 @@ def test_agent_install_refuses_a_tenant_namespace(xc, tmp_path):
         assert r.returncode == 0, r.stderr
         assert (ns, agent_manifests.AGENT_NAME) in xc.daemonsets
     assert xc.namespaces["gpu-doctor-new"][PROBE_NS] == "true"
+
+
+def test_agent_status_does_not_count_a_lookalike(xc, kube):
+    from kubectl_gpudoctor.commands import agent
+    lookalike(xc)
+    doc = agent.status(kube, NS, PINNED)
+    (row,) = [r for r in doc["nodes"] if r["node"] == NODE]
+    assert row["phase"] == "NotTheAgent" and not agent.status_ok(doc)
+    real = xc.add_agent_pod(NODE, image=PINNED)    # the real one beside it is the one shown
+    (row,) = [r for r in agent.status(kube, NS, PINNED)["nodes"] if r["node"] == NODE]
+    assert (row["pod"], row["phase"]) == (real["metadata"]["name"], "Running")
