@@ -221,7 +221,8 @@ def keep_report(report: Mapping[str, Any]) -> dict:
     scrubbed (event text reaches finding titles)."""
     k = bundle_keep
     err = report.get("error")
-    return {**report,
+    # any other part (the verdict, durations): its strings scrubbed, bounded
+    return {**{key: k.keep(v, k.KEEP) for key, v in report.items()},
             "target": k.keep(report.get("target"), k.KEEP),
             "version": k.scrub(str(report.get("version") or ""), 256),
             "findings": k.keep_findings(report.get("findings") or ()),

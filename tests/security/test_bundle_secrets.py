@@ -142,6 +142,7 @@ def test_what_the_bundle_keeps_is_still_evidence(fc, tmp_path):
     assert any(m.startswith("webhook said:") and "<redacted private key>" in m for m in msgs)
     assert any(f["id"] == "pod.pending_explained" and f["title"].startswith("FailedMount:")
                for f in doc["report"]["findings"])
+    assert "verdict" in doc["report"]   # kept for readers, scrubbed like the rest
 
 
 @pytest.mark.parametrize("text,want", [
@@ -244,3 +245,16 @@ def test_the_goroutine_excerpt_is_linear_in_the_number_of_goroutines():
     cpu = (t1.ru_utime - t0.ru_utime) + (t1.ru_stime - t0.ru_stime)
     assert "devicemanager" in out and "more goroutine block(s) not kept" in out
     assert cpu < 5.0, f"{cpu:.1f} s of CPU"
+
+
+def test_every_part_of_the_report_is_scrubbed():
+    """The report's parts beyond findings and checks (the verdict the report leads with, and
+    any part added later) keep their strings only scrubbed."""
+    rep = {"target": {"kind": "node", "name": "gpu-1"}, "findings": [], "checks": [],
+           "error": None, "summary_record": None,
+           "verdict": {"headline": f"FailedMount: password={SECRETS['event text in a title']}",
+                       "steps": [{"command": f"curl -H 'Authorization: Bearer {JWT}'"}]},
+           "later_part": [f"token={SECRETS['env value']}"]}
+    kept = json.dumps(bundle.keep_report(rep))
+    assert SECRETS["event text in a title"] not in kept and JWT not in kept
+    assert SECRETS["env value"] not in kept and "FailedMount" in kept
