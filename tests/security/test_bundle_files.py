@@ -135,8 +135,18 @@ def test_replay_prints_nothing_raw_from_the_bundle(tmp_path):
                       error={"type": "ClusterError" + ESC, "message": "boom" + ESC + "\nx",
                              "exit_status": 3}, exit_code=3)
     rep["findings"][0]["title"] = "t" + ESC
-    for fmt in ("table", "json", "yaml", "jsonl", "markdown"):
-        r = run_cli("replay", write_bundle(tmp_path / "b.json", rep), "-o", fmt)
+    rep["findings"][0].update(subject="node/gpu-1" + ESC, remediation="r" + ESC,
+                              evidence={"k" + ESC: "v" + ESC}, refs=["https://x" + ESC])
+    rep["findings"].append({"id": "x.unknown", "severity": "warning", "title": "w" + ESC,
+                            "remediation": "do" + ESC})
+    rep["checks"][0].update(message="m" + ESC, reason="r" + ESC, status="error")
+    rep["incomplete_reason"] = "cut" + ESC
+    rep["summary_record"] = {"kind": "summary", "complete": False,
+                             "incomplete_reason": "s" + ESC, "checks": []}
+    for fmt, details in (("table", False), ("table", True), ("json", False), ("yaml", False),
+                         ("jsonl", False), ("markdown", False)):
+        r = run_cli("replay", write_bundle(tmp_path / "b.json", rep), "-o", fmt,
+                    *(["--details"] if details else []))
         assert r.returncode == 3, (fmt, r.stderr)
         for stream in (r.stdout, r.stderr):
             assert "\x1b" not in stream and "\x07" not in stream, (fmt, stream[-300:])
