@@ -341,7 +341,8 @@ HEADER = """\
 #     dir, a metrics port), only when the DaemonSet controller creates it for DaemonSet
 #     gpu-doctor-agent. The agent's labels on any other pod are refused.
 #
-#   kubectl apply -f deploy/admission-policy.yaml
+#   kubectl gpu-doctor rbac admission-policy | kubectl apply -f -
+#   (or, from a checkout: kubectl apply -f deploy/admission-policy.yaml)
 #
 # `kubectl gpu-doctor agent install` applies the same policy, admitting also the exact image it
 # installs when that is another reference (a mirror: `agent install --image`); `--dry-run -o
