@@ -113,6 +113,7 @@ class ExecCluster(FakeCluster):
         self.daemonsets: dict[tuple[str, str], dict] = {}
         self.dry_runs: list[tuple[str, str]] = []  # writes answered with dryRun=All
         self.admission: dict[tuple[str, str], dict] = {}  # (resource, name): policy/binding
+        self.serves_admission_v1 = True      # False: an API server before 1.30
         self.agent_pod_phase = "Running"     # the phase of pods the fake DS controller makes
 
     def _make_handler(self) -> kmock.RawHandler:
@@ -272,6 +273,9 @@ class ExecCluster(FakeCluster):
     async def _admission(self, req: aiohttp.web.BaseRequest, res: str, name: str | None
                          ) -> aiohttp.web.StreamResponse:
         """Cluster-scoped admission policies and bindings: create, get, replace, delete."""
+        if not self.serves_admission_v1:  # what a 1.29 API server answers for a v1 resource
+            return self._refuse(404, "NotFound", "the server could not find the requested "
+                                                 "resource")
         body = await req.json() if req.method in ("POST", "PUT") else None
         key = (res, name or (body or {}).get("metadata", {}).get("name"))
         if req.method in ("POST", "PUT") and req.query.get("dryRun") == "All":

@@ -152,3 +152,16 @@ def test_agent_status_does_not_count_a_lookalike(xc, kube):
     real = xc.add_agent_pod(NODE, image=PINNED)    # the real one beside it is the one shown
     (row,) = [r for r in agent.status(kube, NS, PINNED)["nodes"] if r["node"] == NODE]
     assert (row["pod"], row["phase"]) == (real["metadata"]["name"], "Running")
+
+
+def test_agent_install_on_an_api_server_without_admission_policies(xc, tmp_path):
+    """Before 1.30 there is no ValidatingAdmissionPolicy v1: the agent is still installed, and
+    the output says the namespace is not confined (no error, no half install)."""
+    xc.serves_admission_v1 = False
+    kc = str(xc.kubeconfig(tmp_path / "kc"))
+    r = run_cli("agent", "install", "--kubeconfig", kc)
+    assert r.returncode == 0, r.stderr
+    assert "daemonset/gpu-doctor-agent created" in r.stdout or \
+        "daemonset/gpu-doctor-agent configured" in r.stdout
+    assert "validatingadmissionpolicy/gpu-doctor-probe-only not installed: this API server " \
+           "does not serve ValidatingAdmissionPolicy" in r.stdout
