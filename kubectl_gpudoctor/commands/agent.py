@@ -23,8 +23,26 @@ from .. import errors
 from ..api.kube import Kube
 from ..reach.agent_manifests import (AGENT_NAME, DS_PATH, INSTALL_COMMAND, VERSION_LABEL, daemonset,
                                      default_image, quota_manifest)
-from ..reach.agent_exec import NodeAgent, list_agent_pods, pod_ready
+from ..reach.agent_exec import NodeAgent, list_agent_pods, not_the_agent, pod_ready
 from .cluster import connect
+
+
+ADMISSION_PATHS = {
+    "ValidatingAdmissionPolicy":
+        "/apis/admissionregistration.k8s.io/v1/validatingadmissionpolicies",
+    "ValidatingAdmissionPolicyBinding":
+        "/apis/admissionregistration.k8s.io/v1/validatingadmissionpolicybindings"}
+
+
+def install_documents(namespace: str, image: str, node_selector: Mapping[str, str] | None
+                      ) -> list[dict]:
+    """What `agent install` applies, in order: the agent's manifests, then the probe namespace's
+    admission policy, admitting the image installed too (reach/admission.py) -- applied with the
+    agent because it is what confines `system-node-critical` and the agent's labels to the
+    DaemonSet's own pods."""
+    from ..reach import admission, agent_manifests
+    return agent_manifests.manifests(namespace, image, node_selector) + \
+        admission.manifests(image)
 
 
 def _path(m: Mapping[str, Any]) -> tuple[str, str]:
@@ -32,6 +50,8 @@ def _path(m: Mapping[str, Any]) -> tuple[str, str]:
     kind, md = m["kind"], m["metadata"]
     if kind == "Namespace":
         return "/api/v1/namespaces", f"/api/v1/namespaces/{md['name']}"
+    if kind in ADMISSION_PATHS:
+        return ADMISSION_PATHS[kind], f"{ADMISSION_PATHS[kind]}/{md['name']}"
     if kind == "ResourceQuota":
         coll = f"/api/v1/namespaces/{md['namespace']}/resourcequotas"
     elif kind == "DaemonSet":
@@ -47,6 +67,9 @@ def install(kube: Kube, docs: Sequence[Mapping[str, Any]],
     """Create each object; replace it when it exists (a Namespace is left as it is).
     Returns one line per object. server_dry_run: every write carries dryRun=All (the API
     server validates and admits, persists nothing), and each line says so, as kubectl does."""
+    for m in docs:
+        if m["kind"] == "Namespace":
+            refuse_foreign_namespace(kube, m["metadata"]["name"])
     done = []
     query = [("dryRun", "All")] if server_dry_run else None
     tag = " (server dry run)" if server_dry_run else ""
@@ -71,6 +94,14 @@ def install(kube: Kube, docs: Sequence[Mapping[str, Any]],
                 else:
                     kube.request("PUT", obj, query, body=dict(m))
                     done.append(f"{what} configured{tag}")
+        except errors.NotFound as exc:
+            if m["kind"] not in ADMISSION_PATHS:
+                raise exc.about(what, "create") from None
+            # an API server before 1.30 serves no ValidatingAdmissionPolicy (v1): the agent
+            # still works; say that nothing confines the probe namespace
+            done.append(f"{what} not installed: this API server does not serve "
+                        f"{m['kind']} (Kubernetes >= 1.30 does), so admission does not confine "
+                        f"the probe namespace")
         except errors.Forbidden as exc:
             raise errors.Forbidden(
                 f"not allowed to create {what}: {exc.message[:200]}", status=403,
@@ -82,6 +113,20 @@ def install(kube: Kube, docs: Sequence[Mapping[str, Any]],
             raise exc.about(what, "create") from None
         say(done[-1])
     return done
+
+
+def refuse_foreign_namespace(kube: Kube, namespace: str) -> None:
+    """The agent is privileged (root on every node through exec), so like the debug pod it goes
+    only into a gpu-doctor probe namespace (reach/probens.py): one that does not exist yet (install
+    creates it labelled) or one that carries the label. An existing unlabelled namespace -- a
+    tenant's, a typo -- is refused before anything is created."""
+    from ..reach import probens
+    try:
+        probens.verify(kube, namespace, missing_ok=True)
+    except probens.NotProbeNamespace as exc:
+        raise probens.NotProbeNamespace(
+            f"not installing the agent into namespace {namespace}: {exc.message}",
+            hint=exc.hint) from None
 
 
 def uninstall(kube: Kube, namespace: str) -> list[str]:
@@ -132,13 +177,17 @@ def status(kube: Kube, namespace: str, image: str, node_selector: str | None = N
     rows = []
     for n in sorted(nodes, key=lambda n: n["metadata"]["name"]):
         name = n["metadata"]["name"]
-        cands = sorted(by_node.get(name, []), key=lambda p: not pod_ready(p))
+        # a pod with the agent's labels that is not the DaemonSet's own is never "the agent"
+        cands = sorted(by_node.get(name, []),
+                       key=lambda p: (bool(not_the_agent(p, ds, namespace)), not pod_ready(p)))
         if not cands:
             rows.append(NodeAgent(name, None, "missing", None, None))
             continue
         p = cands[0]
         c = ((p.get("spec") or {}).get("containers") or [{}])[0]
         phase = "Running" if pod_ready(p) else ((p.get("status") or {}).get("phase") or "Pending")
+        if not_the_agent(p, ds, namespace):
+            phase = "NotTheAgent"
         rows.append(NodeAgent(name, p["metadata"]["name"], phase, c.get("image"),
                               (p["metadata"].get("labels") or {}).get(VERSION_LABEL)))
     return {"installed": ds is not None, "namespace": namespace, "image": image,
@@ -183,9 +232,9 @@ def _agent_kube(o: dict):
 def agent_install(session: Session, o: dict) -> ExitStatus:
     from ..reach import agent_manifests
     from ..reach.podspec import DEFAULT_IMAGE
-    docs = agent_manifests.manifests(o.get("namespace") or agent_manifests.DEFAULT_NAMESPACE,
-                           o.get("image") or DEFAULT_IMAGE,
-                           agent_manifests.parse_selector(o.get("node_selector")))
+    docs = install_documents(o.get("namespace") or agent_manifests.DEFAULT_NAMESPACE,
+                             o.get("image") or DEFAULT_IMAGE,
+                             agent_manifests.parse_selector(o.get("node_selector")))
     if o.get("dry_run") in ("client", True):
         import json
         from ..report.output import yaml_dump

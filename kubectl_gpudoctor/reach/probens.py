@@ -49,12 +49,16 @@ def fix_hint(namespace: str) -> str:
             f"`kubectl label namespace {namespace} {LABEL}={LABEL_VALUE}`")
 
 
-def verify(kube, namespace: str, timeout_s: float = 10.0) -> dict:
+def verify(kube, namespace: str, timeout_s: float = 10.0, missing_ok: bool = False
+           ) -> dict | None:
     """The Namespace object if it is a gpu-doctor probe namespace; NotProbeNamespace if not.
-    Called before the debug pod is created."""
+    Called before the debug pod is created, and before `agent install` (missing_ok: it creates
+    the namespace labelled; None then)."""
     try:
         ns = kube.get_json(f"/api/v1/namespaces/{namespace}", timeout=timeout_s)
     except errors.NotFound:
+        if missing_ok:
+            return None
         raise NotProbeNamespace(
             f"probe namespace {namespace} does not exist",
             hint=f"a cluster admin creates it with `{APPLY_RBAC}`"
@@ -70,8 +74,8 @@ def verify(kube, namespace: str, timeout_s: float = 10.0) -> dict:
     if labels.get(LABEL) != LABEL_VALUE:
         raise NotProbeNamespace(
             f"namespace {namespace} is not a gpu-doctor probe namespace (no label "
-            f"{LABEL}={LABEL_VALUE}); the privileged debug pod is root on the node and anyone "
-            f"with pods/exec there would get it", hint=fix_hint(namespace))
+            f"{LABEL}={LABEL_VALUE}); the privileged probe pod (debug pod or agent) is root on "
+            f"the node and anyone with pods/exec there would get it", hint=fix_hint(namespace))
     return ns
 
 

@@ -49,14 +49,16 @@ def test_install_dry_run_prints_valid_manifests():
                 "--node-selector", "nvidia.com/gpu.present=true")
     assert r.returncode == 0, r.stderr
     docs = [d for d in yaml.safe_load_all(r.stdout) if d]
-    assert [d["kind"] for d in docs] == ["Namespace", "ResourceQuota", "DaemonSet"]
+    assert [d["kind"] for d in docs] == ["Namespace", "ResourceQuota", "DaemonSet",
+                                         "ValidatingAdmissionPolicy",
+                                         "ValidatingAdmissionPolicyBinding"]
     for d in docs:
         kubernetes_validate.validate(d, kubernetes_validate.latest_version(), strict=True)
     ds = docs[2]
     assert ds["spec"]["template"]["spec"]["containers"][0]["image"] == PINNED
     assert ds["spec"]["template"]["spec"]["nodeSelector"] == {"nvidia.com/gpu.present": "true"}
     j = run_cli("agent", "install", "--dry-run", "-o", "json")
-    assert [i["kind"] for i in json.loads(j.stdout)["items"]][-1] == "DaemonSet"
+    assert [i["kind"] for i in json.loads(j.stdout)["items"]][2] == "DaemonSet"
 
 
 def test_install_status_uninstall_through_the_cli(xc, kc):
@@ -68,6 +70,9 @@ def test_install_status_uninstall_through_the_cli(xc, kc):
     r = run_cli("agent", "install", "--kubeconfig", kc)
     assert r.returncode == 0, r.stderr
     assert "daemonset/gpu-doctor-agent created" in r.stdout
+    # the probe namespace's admission policy goes with it, pinned to the installed image
+    assert "validatingadmissionpolicy/gpu-doctor-probe-only created" in r.stdout
+    assert ("validatingadmissionpolicies", "gpu-doctor-probe-only") in xc.admission
     r = run_cli("agent", "status", "--kubeconfig", kc, "-o", "json")
     assert r.returncode == 0, r.stdout + r.stderr
     doc = json.loads(r.stdout)
