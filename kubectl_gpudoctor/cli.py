@@ -186,6 +186,9 @@ pod_cmd = _target_command(
               help="Label selector (default: all nodes that have GPUs).")
 @click.option("--all", "all_nodes", is_flag=True, default=False,
               help="Without -l: include nodes without GPUs.")
+@click.option("--show-healthy", is_flag=True, default=False,
+              help="List every node in the table, not only those with problems (-o json "
+                   "and yaml always carry every node).")
 @click.option("--concurrency", type=click.IntRange(min=1, max=64), default=None,
               help="Parallel per-node kubelet calls for flagged nodes (default 8).")
 @click.option("--stall-threshold", type=params.Duration(1), default=None,
@@ -208,11 +211,11 @@ pod_cmd = _target_command(
 @_common
 @click.pass_context
 def nodes_cmd(ctx: click.Context, selector: str | None, all_nodes: bool, probe: bool,
-              max_probes: int, **kw: Any) -> int:
+              max_probes: int, show_healthy: bool, **kw: Any) -> int:
     """Scan many nodes from the API side (a constant number of list calls) in one table."""
     o = _opts(ctx, kw)
     o["no_probe"] = not probe
-    return nodes.nodes(_session(ctx), o, selector, all_nodes, max_probes)
+    return nodes.nodes(_session(ctx), o, selector, all_nodes, max_probes, show_healthy)
 
 
 @cli.command("local", context_settings=CONTEXT_SETTINGS)

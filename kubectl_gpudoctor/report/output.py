@@ -13,7 +13,7 @@ import os
 import sys
 import threading
 import time
-from typing import IO, Any, Mapping
+from typing import IO, Any, Callable, Mapping
 
 from node_probe import protocol
 from node_probe.protocol.version import __version__
@@ -56,6 +56,10 @@ class Output:
         self.live = render.LiveProgress(self.err, enabled=progress)
         self.jsonl = render.JsonlWriter(self.out) if fmt == "jsonl" else None
         self.node_summary: dict | None = None
+        # a command's own additions: keys added to the JSON/YAML document (`nodes`: its rows),
+        # and a table view replacing the default one (`nodes`: the fleet table)
+        self.doc_extra: dict[str, Any] = {}
+        self.table_view: Callable[[Report, IO, str, int], None] | None = None
         self.api_only = True
         self._t0 = time.monotonic()
         self._lock = threading.RLock()  # `nodes --probe` streams several nodes at once
@@ -170,9 +174,10 @@ class Output:
         if self.fmt == "table":
             if pre_table:
                 self.out.write(pre_table)
-            render.render_table(r, self.out, self.fail_on, code)
+            (self.table_view or render.render_table)(r, self.out, self.fail_on, code)
         elif self.fmt in ("json", "yaml"):
             doc = r.document(self.fail_on, code)
+            doc.update(self.doc_extra)
             if error is not None:
                 doc["error"] = dict(error)
             if self.fmt == "json":

@@ -108,7 +108,12 @@ def test_devices_missing(cluster, kubeconfig):
 def test_held_by_others_lists_holders_not_finished_pods(cluster, kubeconfig):
     cluster.add_node("gpu-1", gpus=8)
     cluster.add_pod("research", "sweep-7", "gpu-1", gpus=5, age_s=3 * 3600)
-    cluster.add_pod("ml", "eval-0", "gpu-1", gpus=1, age_s=600, phase="Pending")
+    # admitted by the kubelet, still creating its container (a bound Pending pod the kubelet
+    # never touched would mean the node admits nothing: no room there at all)
+    cluster.add_pod("ml", "eval-0", "gpu-1", gpus=1, age_s=600, phase="Pending", extra_status={
+        "startTime": "2025-01-01T00:00:00Z", "containerStatuses": [{
+            "name": "main", "ready": False, "restartCount": 0, "image": "registry.example/app:1",
+            "imageID": "", "state": {"waiting": {"reason": "ContainerCreating"}}}]})
     cluster.add_pod("ml", "old-job", "gpu-1", gpus=8, phase="Succeeded")
     cluster.add_pod("ml", "broken-job", "gpu-1", gpus=8, phase="Failed")
     pending(cluster, gpus=4)
@@ -225,13 +230,13 @@ def test_nodes_table_has_a_free_gpu_column(cluster, kubeconfig):
     cluster.add_pod("ml", "x", "gpu-a", gpus=3)
     cluster.add_pod("ml", "y", "gpu-a", gpus=8, phase="Succeeded")
     cluster.add_pod("ml", "z", "gpu-b", gpus=1)
-    r = run_cli("nodes", "--kubeconfig", str(kubeconfig))
-    lines = r.stdout.splitlines()
+    r = run_cli("nodes", "--show-healthy", "--kubeconfig", str(kubeconfig))
+    lines = [ln for ln in r.stdout.splitlines() if not ln.startswith("    findings:")]
     head = lines[0].split()
-    assert head[:3] == ["NODE", "GPU", "A/C"] and head[3] == "FREE"
+    assert head[:4] == ["NODE", "READY", "GPU", "A/C"] and head[4] == "FREE"
     rows = {ln.split()[0]: ln.split() for ln in lines[1:3]}
-    assert rows["gpu-a"][1:3] == ["8/8", "5"]
-    assert rows["gpu-b"][1:3] == ["6/8", "5"]
+    assert rows["gpu-a"][2:4] == ["8/8", "5"]
+    assert rows["gpu-b"][2:4] == ["6/8", "5"]
 
 
 def test_pod_report_footer_shows_the_real_elapsed_time(cluster, kubeconfig):

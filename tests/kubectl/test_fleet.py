@@ -55,8 +55,9 @@ def test_nodes_table_and_selector(cluster, kubeconfig):
     assert r.returncode == 1
     lines = r.stdout.splitlines()
     assert lines[0].startswith("NODE") and names[5] in lines[1]
-    assert "kubelet.admission_stalled" in lines[1]
-    assert "20 node(s), 1 with findings, 19 without" in r.stdout  # CPU nodes left out
+    assert "kubelet admission is stalled" in lines[1]           # the verdict
+    assert "findings: kubelet.admission_stalled" in lines[2]    # and the ids it rests on
+    assert "20 node(s): 1 with problems, 19 healthy" in r.stdout  # CPU nodes left out
     r = run_cli("nodes", "-l", f"kubernetes.io/hostname={names[0]}", "--kubeconfig",
                 str(kubeconfig), "-o", "json")
     doc = json.loads(r.stdout)
@@ -126,6 +127,8 @@ def test_nodes_on_a_cluster_without_gpus(cluster, kubeconfig):
     r = run_cli("nodes", "--kubeconfig", str(kubeconfig))
     assert r.returncode == 0 and "No nodes matched (no node has GPUs" in r.stdout
     r = run_cli("nodes", "--all", "--kubeconfig", str(kubeconfig))
+    assert r.returncode == 0 and "1 node(s): 0 with problems, 1 healthy" in r.stdout
+    r = run_cli("nodes", "--all", "--show-healthy", "--kubeconfig", str(kubeconfig))
     assert r.returncode == 0 and "cpu-1" in r.stdout
 
 
@@ -174,14 +177,14 @@ def test_probe_rows_count_what_each_nodes_probe_streamed(monkeypatch):
     out.finding(Finding(id="nvml.init_hang", severity=Severity.CRITICAL, subject="node/a gpu 9",
                         title="earlier", check="nvml"))
     nodes = [{"metadata": {"name": n}} for n in ("a", "b")]
-    rows = [{"node": n, "critical": 0, "warning": 0, "top": None, "top_sev": None}
-            for n in ("a", "b")]
+    rows = [{"node": n, "critical": 0, "warning": 0, "top": None, "top_sev": None,
+             "findings": []} for n in ("a", "b")]
     fleet._probe_all(None, nodes, {}, probe_run.Settings(probe=True), out, rows,
                      lambda p: None)
     a, b = rows
-    assert (a["critical"], a["warning"], a["top"], a["path"]) == (1, 1, "nvml.init_hang",
-                                                                    "agent")
-    assert (b["critical"], b["warning"], b["top"], b["path"]) == (0, 0, None, "agent")
+    assert (a["critical"], a["warning"], a["top"], a["probe"]) == (1, 1, "nvml.init_hang",
+                                                                     "agent")
+    assert (b["critical"], b["warning"], b["top"], b["probe"]) == (0, 0, None, "agent")
 
 
 def test_nodes_reads_the_dra_and_runtimeclass_lists_once_each_paged(cluster, kubeconfig):
