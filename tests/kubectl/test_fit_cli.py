@@ -10,7 +10,7 @@ import time
 import uuid
 
 from .conftest import run_cli
-from .fakecluster import build_fleet
+from .fakecluster import build_fleet, ts
 from .test_fit import captured_mig_node
 
 LIST_PATHS = ("/api/v1/nodes", "/api/v1/pods", "/api/v1/namespaces/ml/resourcequotas")
@@ -111,7 +111,8 @@ def test_held_by_others_lists_holders_not_finished_pods(cluster, kubeconfig):
     # admitted by the kubelet, still creating its container (a bound Pending pod the kubelet
     # never touched would mean the node admits nothing: no room there at all)
     cluster.add_pod("ml", "eval-0", "gpu-1", gpus=1, age_s=600, phase="Pending", extra_status={
-        "startTime": "2025-01-01T00:00:00Z", "containerStatuses": [{
+        "startTime": ts(dt.datetime.now(dt.timezone.utc) - dt.timedelta(seconds=600)),
+        "containerStatuses": [{
             "name": "main", "ready": False, "restartCount": 0, "image": "registry.example/app:1",
             "imageID": "", "state": {"waiting": {"reason": "ContainerCreating"}}}]})
     cluster.add_pod("ml", "old-job", "gpu-1", gpus=8, phase="Succeeded")
