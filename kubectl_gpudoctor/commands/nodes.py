@@ -21,7 +21,7 @@ from ..api import extra_lists
 from ..api import pageparse
 from ..api import pager
 from ..api import slim
-from ..analysis import agent_conditions, capacity, fit, goroutines, wedge
+from ..analysis import agent_conditions, capacity, fit, goroutines, verdict, wedge
 from ..analysis.common import events_by_uid, node_is_ready
 from ..reach.probe_run import Settings, now_utc
 from .node import _extra_lists
@@ -332,6 +332,7 @@ def _row(node: Mapping[str, Any], pods: list[dict], lease, fs, now) -> dict:
            "lease_age_s": None if age is None else round(age),
            "agent": agent_conditions.watch_of(node, now).to_dict(),
            "critical": 0, "warning": 0, "info": 0, "findings": [], "verdict": None,
+           "root_cause": None,
            "top": None, "top_sev": None}
     for f in sorted(fs, key=lambda f: -f.severity.rank):
         _count(row, f)
@@ -347,15 +348,8 @@ def _finish_row(row: dict, fs: list) -> None:
     usable = row["schedulable"] and row["admits_pods"]
     free = row["gpu_unrequested"]
     row["gpu_free"] = None if free is None else (free if usable else 0)
-    row["verdict"] = headline(fs, row["node"])
-
-
-def headline(fs: list, node_name: str) -> str | None:
-    """The node's verdict in one line (None when it has no finding above info)."""
-    sick = [f for f in fs if f.severity.value in ("critical", "warning")]
-    if not sick:
-        return None
-    return max(sick, key=lambda f: f.severity.rank).title
+    v = verdict.decide(fs, {"kind": "node", "name": row["node"], "node": row["node"]})
+    row["verdict"], row["root_cause"] = v.headline, v.root_cause
 
 
 def nodes(session: Session, o: dict, selector: str | None, all_nodes: bool,

@@ -103,7 +103,7 @@ def table(rows: Sequence[Mapping[str, Any]], show_healthy: bool = False,
         room = max(MIN_VERDICT, cols - pad)
         lines.append(line(head) + "  VERDICT")
         for b, r in zip(body, shown):
-            verdict = terminal_safe(r.get("verdict") or "-")
+            verdict = terminal_safe(r.get("verdict") or "-") if is_sick(r) else "-"
             lines.append(_cut(line(b) + "  " + _cut(verdict, room), cols))
             if r.get("findings") and is_sick(r):
                 lines.append(_cut("    findings: " + terminal_safe(", ".join(r["findings"])),

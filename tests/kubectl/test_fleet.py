@@ -2,11 +2,12 @@
 from __future__ import annotations
 
 import json
+import subprocess
 import time
 
 import pytest
 
-from .conftest import run_cli
+from .conftest import REPO, cli_env, run_cli
 from .fakecluster import build_fleet
 
 LISTS = (r"/api/v1/nodes", r"/api/v1/pods", r"/api/v1/events",
@@ -54,8 +55,11 @@ def test_nodes_table_and_selector(cluster, kubeconfig):
     r = run_cli("nodes", "--kubeconfig", str(kubeconfig), timeout=60)
     assert r.returncode == 1
     lines = r.stdout.splitlines()
+    r_wide = subprocess.run(r.args, capture_output=True, text=True, timeout=60,
+                            env=dict(cli_env(), COLUMNS="250"), cwd=str(REPO))
     assert lines[0].startswith("NODE") and names[5] in lines[1]
-    assert "kubelet admission is stalled" in lines[1]           # the verdict
+    assert "Kubelet goroutines are parked" in lines[1]            # the verdict, cut to width
+    assert "the kubelet admits no pod on node " + names[5] in r_wide.stdout.splitlines()[1]
     assert "findings: kubelet.admission_stalled" in lines[2]    # and the ids it rests on
     assert "20 node(s): 1 with problems, 19 healthy" in r.stdout  # CPU nodes left out
     r = run_cli("nodes", "-l", f"kubernetes.io/hostname={names[0]}", "--kubeconfig",

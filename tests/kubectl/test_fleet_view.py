@@ -111,7 +111,10 @@ def test_not_ready_node_is_first_and_critical_in_table_and_json(cluster, kubecon
     assert cordoned["schedulable"] is False and cordoned["gpu_free"] == 0
     assert cordoned["gpu_unrequested"] > 0 and cordoned["findings"] == []
     healthy = rows[names[0]]
-    assert (healthy["ready"], healthy["admits_pods"], healthy["verdict"]) == (True, True, None)
+    assert (healthy["ready"], healthy["admits_pods"], healthy["root_cause"]) == (True, True, None)
+    assert healthy["verdict"] == f"No problem found on node {names[0]}"
+    assert wedged["root_cause"] == "kubelet.blocked_in_device_plugin"
+    assert "3 pods stuck" in wedged["verdict"] and "admits no pod" in wedged["verdict"]
     assert healthy["gpu_free"] == healthy["gpu_unrequested"] and healthy["pods"] == 5
     assert healthy["gpu_allocatable"] == healthy["gpu_capacity"] == 8
 
