@@ -26,6 +26,7 @@ from node_probe.protocol import FAIL_ON, ExitStatus
 from . import errors, params
 from .commands import agent
 from .commands import cleanup
+from .commands import explain
 from .commands import local
 from .commands import node
 from .commands import nodes
@@ -319,6 +320,21 @@ def replay_cmd(ctx: click.Context, bundle_file: str, output: str | None,
                fail_on: str | None) -> int:
     """Render a bundle saved with --save again, offline, with the same exit code."""
     return replay.replay(_session(ctx), bundle_file, output or "table", fail_on)
+
+
+def _complete_ids(ctx, param, incomplete):  # pragma: no cover - interactive
+    from node_probe.protocol.catalog import CATALOG
+    return [i for i in sorted(CATALOG) if i.startswith(incomplete)]
+
+
+@cli.command("explain", context_settings=CONTEXT_SETTINGS)
+@click.argument("finding_id", metavar="[ID]", required=False, shell_complete=_complete_ids)
+@click.pass_context
+def explain_cmd(ctx: click.Context, finding_id: str | None) -> int:
+    """Show a finding's page (cause, evidence, fix, refs) offline, e.g. `explain
+    kubelet.admission_stalled` (the ids are in the report's ID column); without ID, list
+    every id."""
+    return explain.explain(_session(ctx), finding_id)
 
 
 @cli.command("version", context_settings=CONTEXT_SETTINGS)
