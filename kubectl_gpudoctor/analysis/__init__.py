@@ -41,6 +41,7 @@ def node_objects(node: Mapping[str, Any], pods_on_node: Sequence[Mapping[str, An
 
     run("readiness", lambda: [f for f in (readiness.not_ready(node, lease, now),) if f])
     run("agent", agent_conditions.analyze, node, now)  # the watching agent's conditions
+    # (node conditions other watchers write -- NPD, NVSentinel, EKS, GKE -- go here too)
     run("admission", lambda: admission.analyze_node(node, pods_on_node, events, lease, now,
                                                     threshold_s, events_known))
     run("capacity", capacity.analyze_node, node)
