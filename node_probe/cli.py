@@ -146,8 +146,10 @@ def _main(argv: list[str] | None) -> int:
         result = runner.run()
     except KeyboardInterrupt:  # a second Ctrl-C while the summary is written
         subproc.kill_all()
+        live.clear()
         return ExitStatus.INTERRUPTED
     code = int(result.exit_status)
+    live.clear()  # the status line goes before the report
     if args.output == "json":
         render.render_json(report, sys.stdout, args.fail_on, code)
     elif args.output == "table":

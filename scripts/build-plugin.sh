@@ -98,7 +98,7 @@ mkdir -p "$DIST"
 OUT=$DIST/kubectl-gpu_doctor-$VERSION-$OS-$ARCH.tar.gz
 WORK=$ROOT/build/plugin/$KIND${PIN:+-pinned}
 src_hash=$( { echo "$KEY $KIND $PIN"; cat LICENSE packaging/kubectl-gpu_doctor.py "$0";
-              find kubectl_gpudoctor node_probe bpf docs/findings -type f ! -name '*.pyc' ! -path '*/__pycache__/*' -print0 \
+              find kubectl_gpudoctor node_probe bpf deploy docs/findings -type f ! -name '*.pyc' ! -path '*/__pycache__/*' -print0 \
                 | sort -z | xargs -0 sha256sum; } | sha256sum | cut -c1-16)
 if [ "$ARCHIVE" = 1 ] && [ -s "$OUT" ] && [ "$(cat "$OUT.inputs" 2>/dev/null)" = "$src_hash" ] && [ -z "${FORCE:-}" ]; then
   log "up to date: $OUT (inputs $src_hash)"; echo "$OUT"; exit 0
@@ -121,7 +121,9 @@ log "PyInstaller $mode kubectl-gpu_doctor $VERSION ($OS/$ARCH)"
     --distpath "$WORK/dist" --workpath "$WORK/work" --specpath "$WORK" \
     --paths "$ROOT" \
     --collect-submodules kubectl_gpudoctor --collect-submodules node_probe \
-    --add-data "$ROOT/bpf:bpf" --add-data "$ROOT/docs/findings:docs/findings" "${extra_data[@]}" \
+    --add-data "$ROOT/bpf:bpf" "${extra_data[@]}" \
+    --add-data "$ROOT/deploy/*.yaml:kubectl_gpudoctor/manifests" \
+    --add-data "$ROOT/docs/findings:docs/findings" \
     --exclude-module bcc --exclude-module tkinter --exclude-module pytest \
     "$ROOT/packaging/kubectl-gpu_doctor.py" >&2
 )

@@ -11,8 +11,8 @@ from typing import Any, Mapping, Sequence
 
 from node_probe.protocol import Finding
 
-from . import (admission, agent_conditions, capacity, dra, goroutines, hami,  # noqa: F401
-               kubelet_config, memory, mig, pod_status, readiness, runtime)
+from . import (admission, agent_conditions, capacity, dra, foreign, goroutines,  # noqa: F401
+               hami, kubelet_config, memory, mig, pod_status, readiness, runtime)
 
 
 def node_objects(node: Mapping[str, Any], pods_on_node: Sequence[Mapping[str, Any]],
@@ -21,11 +21,14 @@ def node_objects(node: Mapping[str, Any], pods_on_node: Sequence[Mapping[str, An
                  threshold_s: float = admission.DEFAULT_THRESHOLD_S,
                  kubelet_cfg: Mapping[str, Any] | None = None,
                  events_known: bool = True,
-                 extra: Mapping[str, Any] | None = None) -> tuple[list[Finding], list[str]]:
+                 extra: Mapping[str, Any] | None = None,
+                 node_events: Sequence[Mapping[str, Any]] = ()) -> tuple[list[Finding], list[str]]:
     """Every list-based analysis of one node. Returns (findings, errors of analyses).
     The one place both `node X` (commands/node.py collect_node) and `nodes` (commands/nodes.py
     scan) judge a node from its objects: a verdict added here is in both, so they never
     disagree.
+    `node_events`: events about the Node object itself (other monitors' reports); `nodes`
+    does not list them, so there only the conditions and taints are read.
     `extra`: lists beyond the core ones (kubectl_gpudoctor.extra_lists.fetch): runtimeclasses,
     resourceclaims, resourceslices, deviceclasses; a list that could not be read is None."""
     findings: list[Finding] = []
@@ -41,10 +44,10 @@ def node_objects(node: Mapping[str, Any], pods_on_node: Sequence[Mapping[str, An
 
     run("readiness", lambda: [f for f in (readiness.not_ready(node, lease, now),) if f])
     run("agent", agent_conditions.analyze, node, now)  # the watching agent's conditions
-    # (node conditions other watchers write -- NPD, NVSentinel, EKS, GKE -- go here too)
     run("admission", lambda: admission.analyze_node(node, pods_on_node, events, lease, now,
                                                     threshold_s, events_known))
     run("capacity", capacity.analyze_node, node)
+    run("foreign", foreign.foreign_conditions, node, node_events, now)
     run("hami", lambda: hami.analyze_node(node, list(pods_on_node), list(ev_list), now))
     run("memory", lambda: memory.analyze_node(node, list(pods_on_node),
                                               dict(kubelet_cfg) if kubelet_cfg else None))

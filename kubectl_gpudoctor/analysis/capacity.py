@@ -30,7 +30,9 @@ FIX_GONE = (
 FIX_SICK = (
     "The device plugin reports these devices Unhealthy (Xid errors, lost GPU, NVML failure). Run "
     "`kubectl gpu-doctor node {name}` to see gpu.xid / gpu.health / deviceplugin.unhealthy on "
-    "the node, and the plugin's log for the health events.")
+    "the node, and the plugin's log for the health events. NVIDIA's plugin never marks a device "
+    "Healthy again by itself: when the node side says deviceplugin.unhealthy_stale (NVML and the "
+    "kernel log say the GPU is fine now), restarting the plugin re-advertises it.")
 REF_DP = "https://kubernetes.io/docs/concepts/extend-kubernetes/compute-storage-net/device-plugins/"
 
 

@@ -15,6 +15,7 @@ from typing import Any, Mapping, Sequence
 from node_probe.protocol import catalog
 from node_probe.protocol import Finding
 
+from .admission_race import REFS as RACE_REFS, explain as explain_race
 from .admission import untouched_pending
 from .common import event_source, event_time, fmt_duration, gpu_requests, pod_ref
 from .wedge import blocking_findings
@@ -38,11 +39,16 @@ def _ev_brief(e: Mapping[str, Any]) -> dict:
 def analyze_pod(pod: Mapping[str, Any], events: Sequence[Mapping[str, Any]],
                 now: dt.datetime, stall_threshold_s: float = 120.0,
                 fit: Sequence[Finding] | None = None,
-                node_findings: Sequence[Finding] = ()) -> list[Finding]:
+                node_findings: Sequence[Finding] = (), *,
+                node: Mapping[str, Any] | None = None,
+                node_events: Sequence[Mapping[str, Any]] = (),
+                node_pods: Sequence[Mapping[str, Any]] = ()) -> list[Finding]:
     """`fit`: what fit.analyze_pending found for an unscheduled GPU pod (it names the case with
     nodes and numbers, so it replaces the scheduler's sentence); None when not computed.
     `node_findings`: the API-side findings about the pod's node; a kubelet whose sync loop is
-    known to be blocked makes an untouched pod critical before the stall threshold."""
+    known to be blocked makes an untouched pod critical before the stall threshold.
+    `node`, `node_events`, `node_pods`: the pod's node, its events and the pods on it, to name
+    the admission race behind an UnexpectedAdmissionError (analysis.admission_race)."""
     spec, st = pod.get("spec") or {}, pod.get("status") or {}
     subject = f"pod/{pod_ref(pod)}"
     evs = _sorted_events(events)
@@ -61,6 +67,10 @@ def analyze_pod(pod: Mapping[str, Any], events: Sequence[Mapping[str, Any]],
         hami = any("device number not matched" in t for t in adm_texts)
         if st.get("reason") and st.get("message"):
             hit = f"{st.get('reason')}: {st.get('message')}"
+        race = None if hami else explain_race(pod, evs, now, node, node_events, node_pods)
+        if race is not None:
+            out.append(_race_finding(subject, base, st, race))
+            return out
         out.append(catalog.make(
             "pod.admission_error", "critical", subject,
             "the kubelet rejected the pod at admission: " + " ".join(hit.split())[:200],
@@ -140,3 +150,25 @@ def analyze_pod(pod: Mapping[str, Any], events: Sequence[Mapping[str, Any]],
             f"{e.get('reason')}: {' '.join(str(e.get('message') or '').split())[:200]}",
             base, "See the pod events; the node findings may explain them.", ()))
     return out
+
+
+def _race_finding(subject: str, base: dict, st: Mapping[str, Any], race: dict) -> Finding:
+    if race["recreated"]:
+        after = (f"Nothing to do for the workload: {race['how']}. Delete this Failed pod to "
+                 "tidy up (kubectl delete pod; risk: none, it never ran).")
+    else:
+        after = (f"{race['how'][0].upper()}{race['how'][1:]}: once the node is fixed, recreate "
+                 "the pod (kubectl delete pod and apply it again).")
+    cleared = {True: f" The node advertises {race['node_allocatable_now']} allocatable "
+                     f"{race['resource']} now: the cause has cleared.",
+               False: f" The node still advertises {race['node_allocatable_now']} allocatable "
+                      f"{race['resource']}: the cause has not cleared (see the node findings).",
+               None: ""}[race["cleared_now"]]
+    return catalog.make(
+        "pod.admission_error", "critical", subject,
+        "the kubelet rejected the pod at admission: " + race["race"],
+        dict(base, reason=st.get("reason"), message=st.get("message"), admission_race=race),
+        f"Cause: {race['race']}. What clears it: {race['clears']}.{cleared} A pod rejected at "
+        f"admission is never retried by the kubelet. {after}",
+        ("https://kubernetes.io/docs/concepts/extend-kubernetes/compute-storage-net/device-plugins/",
+         *RACE_REFS))

@@ -77,8 +77,8 @@ def not_ready(node: Mapping[str, Any], lease: Mapping[str, Any] | None,
         bits.append(f"lease last renewed {fmt_duration(renew)} ago")
     elif lease is None:
         bits.append("no lease read")
-    title = (f"node {name} is NotReady ({', '.join(bits)}): its kubelet runs no new pod, so "
-             f"no debug pod is created there")
+    title = (f"node {name} is NotReady ({', '.join(bits)}): node-side checks need a kubelet "
+             f"that runs pods, so no debug pod was created")
     evidence = {"ready_status": status, "reason": reason or None, "message": message or None,
                 "last_heartbeat_age_s": None if heartbeat is None else round(heartbeat, 1),
                 "not_ready_for_s": None if since is None else round(since, 1),

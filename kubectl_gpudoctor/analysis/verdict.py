@@ -253,20 +253,22 @@ def _headline(root: Finding, chain: Sequence[str], names: _Names, impact: Mappin
     if root.id == "driver.known_bad":
         version = _driver(findings)
         issue = _known_issue(version)
-        cause = (f"NVIDIA driver {version}" if version else "a known-bad NVIDIA driver")
-        cause += (f" (known bad with {issue.condition_text})" if issue else "")
+        cause = f"known-bad NVIDIA driver{' ' + version if version else ''}"
+        cause += (f" ({issue.condition_text.removesuffix(' on one node')})" if issue else "")
         if {"kubelet.blocked_in_device_plugin", "kubelet.admission_stalled"} & set(chain) \
                 or "deviceplugin.blocked_in_nvml" in chain:
             cause += " hangs the device plugin in NVML"
     else:
         cause = CATALOG.get(root.id, root.id)
-        cause = cause[0].lower() + cause[1:]
+        word = cause.split(" ", 1)[0]
+        cause = cause if word[1:] != word[1:].lower() else cause[0].lower() + cause[1:]
     effect = next((text for i, text in EFFECTS if i in chain and i != root.id), None)
     head = f"{cause}{', so ' + effect if effect else ''} on {names.label}"
     if impact.get("pods"):
         head += (f": {impact['pods']} pod{'s' if impact['pods'] != 1 else ''} stuck"
                  f" ({impact['gpu_pods']} GPU, {impact['non_gpu_pods']} non-GPU)")
-    return head[0].upper() + head[1:]
+    first = head.split(" ", 1)[0]
+    return head if first[1:] != first[1:].lower() else head[0].upper() + head[1:]
 
 
 def _gd(names: _Names, *extra: str) -> str | None:
@@ -296,6 +298,24 @@ def _plugin_restart(names: _Names) -> Action | None:
         f"-l app.kubernetes.io/name=nvidia-device-plugin",
         "low: releases admission only until the next GPU pod hangs it again (the GPU "
         "Operator labels its plugin app=nvidia-device-plugin-daemonset)")
+
+
+# the fix of a root cause no chain template covers, in our words (no command: it depends on
+# the workload); the page has the rest
+FIXES = {
+    "pod.gpu_never_fits": "ask for at most what one node offers (GPUs per pod, the MIG "
+                          "profile or resource name the nodes advertise), or add such a node",
+    "pod.gpu_devices_missing": "bring the missing GPUs back: the device plugin on the big "
+                               "nodes is gone or reports devices Unhealthy",
+    "pod.gpu_held_by_others": "free GPUs: other pods hold them (finished jobs, idle "
+                              "notebooks), or lower the request",
+    "pod.gpu_placement_excluded": "let the pod reach the nodes that have room: tolerations, "
+                                  "node selector and affinity, or uncordon",
+    "pod.gpu_quota_exhausted": "raise the namespace's GPU ResourceQuota or free quota",
+    "deviceplugin.missing": "deploy the NVIDIA device plugin (or the GPU Operator) on the node",
+    "runtime.handler_missing": "configure the nvidia runtime handler in containerd/CRI-O on "
+                               "the node (nvidia-ctk runtime configure) and restart the runtime",
+}
 
 
 def _explain(root_id: str) -> Action:
@@ -363,6 +383,9 @@ def _actions(root: Finding, chain: Sequence[str], names: _Names,
                                f"kubectl describe node {_q(names.node)}", "none (read-only)"))
         acts.append(_explain(root.id))
     else:
+        if root.id in FIXES:
+            acts.append(Action("fix", FIXES[root.id], None, "depends on the change; read "
+                               f"`kubectl gpu-doctor explain {root.id}` first"))
         acts.append(_explain(root.id))
     acts += _confirm(names, ids)
     order = {s: i for i, s in enumerate(STAGES)}

@@ -8,13 +8,11 @@ from __future__ import annotations
 
 from typing import Any, Callable, Sequence
 
-import click
-
 from node_probe.protocol import ExitStatus
 from node_probe.protocol.version import __version__
 
 from .. import errors
-from ..session import Session
+from ..session import Session, echo
 
 
 from typing import Any, Callable, Mapping, Sequence
@@ -44,28 +42,41 @@ def _path(m: Mapping[str, Any]) -> tuple[str, str]:
 
 
 def install(kube: Kube, docs: Sequence[Mapping[str, Any]],
-            say: Callable[[str], None] = lambda s: None) -> list[str]:
+            say: Callable[[str], None] = lambda s: None, server_dry_run: bool = False
+            ) -> list[str]:
     """Create each object; replace it when it exists (a Namespace is left as it is).
-    Returns one line per object."""
+    Returns one line per object. server_dry_run: every write carries dryRun=All (the API
+    server validates and admits, persists nothing), and each line says so, as kubectl does."""
     done = []
+    query = [("dryRun", "All")] if server_dry_run else None
+    tag = " (server dry run)" if server_dry_run else ""
+    new_namespaces: set[str] = set()  # a server dry run creates nothing to put objects in
     for m in docs:
         coll, obj = _path(m)
         what = f"{m['kind'].lower()}/{m['metadata']['name']}"
+        if m["metadata"].get("namespace") in new_namespaces:
+            done.append(f"{what} not checked (server dry run: namespace "
+                        f"{m['metadata']['namespace']} does not exist yet)")
+            say(done[-1])
+            continue
         try:
             try:
-                kube.post_json(coll, m)
-                done.append(f"{what} created")
+                kube.request("POST", coll, query, body=dict(m))
+                done.append(f"{what} created{tag}")
+                if server_dry_run and m["kind"] == "Namespace":
+                    new_namespaces.add(m["metadata"]["name"])
             except errors.Conflict:
                 if m["kind"] == "Namespace":
-                    done.append(f"{what} unchanged (exists)")
+                    done.append(f"{what} unchanged (exists){tag}")
                 else:
-                    kube.request("PUT", obj, body=dict(m))
-                    done.append(f"{what} configured")
+                    kube.request("PUT", obj, query, body=dict(m))
+                    done.append(f"{what} configured{tag}")
         except errors.Forbidden as exc:
             raise errors.Forbidden(
                 f"not allowed to create {what}: {exc.message[:200]}", status=403,
                 hint=f"installing the agent needs a cluster admin (or apply "
-                     f"`{INSTALL_COMMAND} --dry-run -o yaml` through your GitOps pipeline)"
+                     f"`{INSTALL_COMMAND} --dry-run=client -o yaml` through your GitOps "
+                     f"pipeline)"
             ) from None
         except errors.ApiError as exc:
             raise exc.about(what, "create") from None
@@ -75,7 +86,7 @@ def install(kube: Kube, docs: Sequence[Mapping[str, Any]],
 
 def uninstall(kube: Kube, namespace: str) -> list[str]:
     """Delete the DaemonSet (its pods go with it) and the quota; the namespace stays (the
-    debug pod's RBAC of deploy/rbac.yaml lives there too)."""
+    debug pod's RBAC of `kubectl gpu-doctor rbac` lives there too)."""
     done = []
     for m in (daemonset(namespace, default_image()), quota_manifest(namespace)):
         _, obj = _path(m)
@@ -175,17 +186,16 @@ def agent_install(session: Session, o: dict) -> ExitStatus:
     docs = agent_manifests.manifests(o.get("namespace") or agent_manifests.DEFAULT_NAMESPACE,
                            o.get("image") or DEFAULT_IMAGE,
                            agent_manifests.parse_selector(o.get("node_selector")))
-    if o.get("dry_run"):
+    if o.get("dry_run") in ("client", True):
         import json
-        import yaml
+        from ..report.output import yaml_dump
         if o.get("output") == "json":
-            click.echo(json.dumps({"apiVersion": "v1", "kind": "List", "items": docs},
-                                  indent=2))
+            echo(json.dumps({"apiVersion": "v1", "kind": "List", "items": docs}, indent=2))
         else:
-            click.echo(yaml.safe_dump_all(docs, sort_keys=False), nl=False)
+            echo(yaml_dump(docs, all_documents=True), nl=False)
         return ExitStatus.OK
-    for line in install(_agent_kube(o), docs):
-        click.echo(line)
+    for line in install(_agent_kube(o), docs, server_dry_run=o.get("dry_run") == "server"):
+        echo(line)
     return ExitStatus.OK
 
 
@@ -196,19 +206,19 @@ def agent_status(session: Session, o: dict) -> ExitStatus:
                        o.get("image") or DEFAULT_IMAGE, o.get("selector"))
     if o.get("output") == "json":
         import json
-        click.echo(json.dumps(doc, indent=2))
+        echo(json.dumps(doc, indent=2))
     elif o.get("output") == "yaml":
-        import yaml
-        click.echo(yaml.safe_dump(doc, sort_keys=False), nl=False)
+        from ..report.output import yaml_dump
+        echo(yaml_dump(doc), nl=False)
     else:
-        click.echo(status_table(doc), nl=False)
+        echo(status_table(doc), nl=False)
     return ExitStatus.OK if status_ok(doc) else ExitStatus.FINDINGS
 
 
 def agent_uninstall(session: Session, o: dict) -> ExitStatus:
     from ..reach import agent_manifests
     for line in uninstall(_agent_kube(o), o.get("namespace") or agent_manifests.DEFAULT_NAMESPACE):
-        click.echo(line)
+        echo(line)
     return ExitStatus.OK
 
 

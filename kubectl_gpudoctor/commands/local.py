@@ -19,7 +19,8 @@ def local(session: Session, o: dict, probe_args: Sequence[str]) -> ExitStatus:
     args = ["--timeout", f"{o['timeout']:g}", "--trace-seconds", f"{o['trace_seconds']:g}",
             "--fail-on", o["fail_on"], *probe_args]
     out = session.open_report(o["output"], o["fail_on"],
-                              {"kind": "local", "name": host, "node": host}, api_only=False)
+                              {"kind": "local", "name": host, "node": host}, api_only=False,
+                              details=bool(o.get("details")))
     proc = local_probe.ProbeProcess(["--target-name", host, *args])
     try:
         got_summary = False
@@ -34,3 +35,24 @@ def local(session: Session, o: dict, probe_args: Sequence[str]) -> ExitStatus:
     finally:
         proc.stop()
     return out.exit_status()
+
+
+LIST_TIMEOUT_S = 30.0
+
+
+def list_checks(session: Session) -> ExitStatus:
+    """`local --list-checks`: the probe's own list (the ids --only and --skip take)."""
+    import subprocess
+    from ..reach.localproc import probe_command
+    from ..session import echo
+    try:
+        r = subprocess.run(probe_command(["--list-checks"]), stdin=subprocess.DEVNULL,
+                           capture_output=True, timeout=LIST_TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+        raise errors.InternalError(f"the probe did not list its checks within "
+                                   f"{LIST_TIMEOUT_S:g}s") from None
+    if r.returncode != 0:
+        raise errors.InternalError(f"the probe could not list its checks (exit "
+                                   f"{r.returncode})")
+    echo(r.stdout.decode("utf-8", "replace")[:65536], nl=False)
+    return ExitStatus.OK

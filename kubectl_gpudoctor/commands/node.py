@@ -89,6 +89,11 @@ def collect_node(kube: Kube, name: str, settings: Settings, out: Output,
         f_warn = pool.submit(kube.get_json, "/api/v1/events",
                              [("fieldSelector", "type=Warning,involvedObject.kind=Pod"),
                               ("resourceVersion", "0")], 30)
+        # events about the Node object (recorded in namespace default): kubelet restarts and
+        # reboots (admission races) and what other health monitors reported; optional
+        f_nev = pool.submit(kube.get_json, "/api/v1/namespaces/default/events",
+                            [("fieldSelector", f"involvedObject.kind=Node,involvedObject.name={name}")],
+                            30)
         pods = _result(out, "api.pods", f_pods, t0)
         pods = list((pods or {}).get("items") or ())
         lease = _result(out, "api.lease", f_lease, t0, quiet_404=True)
@@ -131,10 +136,12 @@ def collect_node(kube: Kube, name: str, settings: Settings, out: Output,
             out.check("api.kubelet_goroutines", "error", time.monotonic() - t0,
                       exc.one_line())
         extra = _extra_lists(out, f_extra, t0)
+        node_events = list((_result(out, "api.node_events", f_nev, t0, quiet=True) or {})
+                           .get("items") or ())
     findings, errs = analysis.node_objects(node, pods, index, lease, now,
                                            threshold_s=settings.stall_threshold_s,
                                            kubelet_cfg=cfg, events_known=events_known,
-                                           extra=extra)
+                                           extra=extra, node_events=node_events)
     for e in errs:
         out.log("warning" if "failed" in e else "debug", e)
     findings += kubelet_config.analyze(name, cfg)
@@ -144,7 +151,7 @@ def collect_node(kube: Kube, name: str, settings: Settings, out: Output,
         findings.append(goroutines.unavailable(name, gr_err.status, gr_err.message, health))
     # the likely root cause from GPU Feature Discovery labels (no node access needed)
     findings += wedge.known_bad_driver(node, findings)
-    return NodeView(node, pods, lease, cfg, findings)
+    return NodeView(node, pods, lease, cfg, findings, events=node_events)
 
 
 def _extra_lists(out: Output, fut: cf.Future, t0: float) -> dict | None:
@@ -280,7 +287,10 @@ def diagnose_pod(kube: Kube, namespace: str, name: str, settings: Settings, out:
                                             extra["resourceslices"],
                                             extra.get("deviceclasses") or (), evs, now_utc()))
     out.findings(pod_status.analyze_pod(pod, evs, now_utc(), settings.stall_threshold_s,
-                                        fit=fit, node_findings=view.findings if view else ()))
+                                        fit=fit, node_findings=view.findings if view else (),
+                                        node=view.node if view else None,
+                                        node_events=view.events if view else (),
+                                        node_pods=view.pods if view else ()))
     if not events_known:
         out.mark_incomplete("the pod's events were not readable")
     if view is not None and settings.probe:

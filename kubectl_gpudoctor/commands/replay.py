@@ -9,8 +9,10 @@ from node_probe.protocol import ExitStatus
 from ..session import Session
 
 
-def replay(session: Session, path: str, fmt: str, fail_on: str | None) -> ExitStatus:
+def replay(session: Session, path: str, fmt: str, fail_on: str | None,
+           details: bool = False) -> ExitStatus:
     from ..report import bundle
-    return ExitStatus(bundle.replay(bundle.load(path), fmt, fail_on))
+    return ExitStatus(bundle.replay(bundle.load(path), fmt, fail_on,
+                                    details=details))
 
 

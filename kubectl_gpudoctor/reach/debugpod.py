@@ -88,13 +88,16 @@ class DebugPod:
     """Create -> wait Running -> follow the log -> delete (always)."""
 
     def __init__(self, kube: Kube, body: Mapping[str, Any],
-                 say: Callable[[str], None] = lambda s: None) -> None:
+                 say: Callable[[str], None] = lambda s: None,
+                 timed_say: Callable[..., None] | None = None) -> None:
         self.kube = kube
         self.body = strip_none(dict(body))
         self.namespace = self.body["metadata"]["namespace"]
         self.name = self.body["metadata"]["name"]
         self.node = self.body["spec"]["nodeName"]
         self.say = say
+        # says a wait with its deadline (`deadline_s=`): the live status line shows the clock
+        self.timed_say = timed_say or (lambda message, **_: say(message))
         self.created = False
         self.in_doubt = False  # POSTed, no answer (Ctrl-C, timeout): the pod may exist
         self.deleted = False
@@ -183,7 +186,9 @@ class DebugPod:
             key = reason or phase
             if key not in said:
                 said.add(key)
-                self.say(f"debug pod {phase}{' (' + reason + ')' if reason else ''}")
+                self.timed_say(f"debug pod {self.name} {phase}"
+                               f"{' (' + reason + ')' if reason else ''} on {self.node}",
+                               deadline_s=timeout_s)
             waited = time.monotonic() - start
             if waited >= timeout_s:
                 raise PodNeverStarted(waited, pod)

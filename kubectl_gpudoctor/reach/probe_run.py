@@ -57,6 +57,7 @@ class NodeView:
     kubelet_cfg: dict | None
     findings: list[Finding]
     agent_note: str = ""             # why the agent was not used on this node (report text)
+    events: list = dataclasses.field(default_factory=list)  # events about the Node object
 
 
 def now_utc() -> dt.datetime:
@@ -117,7 +118,7 @@ def run_probe(kube: Kube, view: NodeView, settings: Settings, out: Output,
                              settings.image,
                              settings.timeout_s, settings.trace_s, focus_pods,
                              extra_args=settings.probe_args)
-    pod = debugpod.DebugPod(kube, body, say=out.say)
+    pod = debugpod.DebugPod(kube, body, say=out.say, timed_say=out.say)
     on_pod(pod)
     stalled = [f for f in view.findings  # the API side's verdict on this node
                if f.id in ("kubelet.admission_stalled", "kubelet.blocked_in_device_plugin")
@@ -171,7 +172,7 @@ def run_probe(kube: Kube, view: NodeView, settings: Settings, out: Output,
                 out.say(f"deleted debug pod {pod.namespace}/{pod.name}")
             else:
                 out.log("warning", f"could not delete debug pod {pod.namespace}/{pod.name}; "
-                                   f"run `kubectl gpu-doctor cleanup`")
+                                   f"run `kubectl gpu-doctor cleanup -n {pod.namespace}`")
         on_pod(None)
 
 

@@ -237,6 +237,8 @@ def build(out: Any, code: int, error: errors.GpuDoctorError | None, recorder: Re
                                              "exit_status": int(errors.exit_status_of(error))},
         "exit_code": int(code),
         "preamble": preamble,
+        # for readers of the bundle; replay decides the verdict again from the findings
+        "verdict": out.verdict(),
     }
     try:
         from importlib.metadata import version as _v
@@ -309,7 +311,7 @@ def load(path: str) -> dict:
 
 
 def replay(doc: Mapping[str, Any], fmt: str, fail_on: str | None = None,
-           stdout: Any = None, stderr: Any = None) -> int:
+           stdout: Any = None, stderr: Any = None, details: bool = False) -> int:
     """Render the saved report as the original run did; return its exit code (recomputed from
     the findings only when --fail-on differs from the saved run's)."""
     from .output import Output
@@ -317,7 +319,8 @@ def replay(doc: Mapping[str, Any], fmt: str, fail_on: str | None = None,
     rep = doc["report"]
     saved_fail_on = rep.get("fail_on") or "warning"
     fail_on = fail_on or saved_fail_on
-    out = Output(fmt, fail_on, rep["target"], out=stdout, err=stderr, progress=False)
+    out = Output(fmt, fail_on, rep["target"], out=stdout, err=stderr, progress=False,
+                 details=details)
     r = out.report
     r.version = rep.get("version") or r.version
     try:

@@ -10,22 +10,17 @@ messages come from the cluster).
 """
 from __future__ import annotations
 
-import shutil
 from typing import IO, Any, Mapping, Sequence
 
-from node_probe.protocol import Report
+from node_probe.protocol import Report, render
+from node_probe.protocol.evidence import cut as _cut
 from node_probe.protocol.render import terminal_safe
 
 from ..analysis.common import fmt_duration
 
-MIN_WIDTH, MAX_WIDTH = 80, 250
 MIN_VERDICT = 20           # columns the verdict keeps however wide the other columns are
 MAX_NAMED = 5              # nodes named in the agent line before "+N more"
 INTERNAL = ("top", "top_sev")
-
-
-def width() -> int:
-    return max(MIN_WIDTH, min(MAX_WIDTH, shutil.get_terminal_size((120, 24)).columns))
 
 
 def is_sick(row: Mapping[str, Any]) -> bool:
@@ -47,10 +42,6 @@ def ordered(rows: Sequence[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
 def row_doc(row: Mapping[str, Any]) -> dict:
     """A row as the JSON/YAML document's `nodes` array carries it."""
     return {k: v for k, v in row.items() if k not in INTERNAL}
-
-
-def _cut(text: str, n: int) -> str:
-    return text if len(text) <= n else text[:max(1, n - 1)] + "~"
 
 
 def _ready(row: Mapping[str, Any]) -> str:
@@ -75,7 +66,7 @@ def _age(s: float | None) -> str:
 def table(rows: Sequence[Mapping[str, Any]], show_healthy: bool = False,
           cols: int | None = None) -> str:
     """The fleet table (sick nodes first; every node with `show_healthy`) and its count lines."""
-    cols = cols or width()
+    cols = cols or render.table_width()
     rows = ordered(rows)
     sick = [r for r in rows if is_sick(r)]
     shown = rows if show_healthy else sick
@@ -150,28 +141,7 @@ def _agent_line(rows: Sequence[Mapping[str, Any]], cols: int) -> str:
 
 
 def footer(report: Report, stream: IO, fail_on: str, exit_code: int) -> None:
-    """What follows the fleet table instead of every finding's details: the checks that did
-    not finish or could not look (one line each), and the totals with the exit code."""
-    cols = width()
-    bad = [c for c in report.checks if c.status not in ("ok", "skipped")]
-    skipped = [c for c in report.checks if c.status == "skipped"]
-    if bad:
-        stream.write("\nChecks that did not finish:\n")
-        for c in bad:
-            stream.write(_cut(f"  {terminal_safe(c.id)}: {terminal_safe(c.status)} after "
-                              f"{c.duration_s:.1f}s"
-                              + (f" - {terminal_safe(c.message)}" if c.message else ""), cols)
-                         + "\n")
-    if skipped:
-        stream.write("\nChecks that could not look (skipped):\n")
-        for c in skipped:
-            why = c.reason or c.message or "no reason given"
-            stream.write(_cut(f"  {terminal_safe(c.id)}: {terminal_safe(why)}", cols) + "\n")
-    doc = report.document(fail_on, exit_code)
-    s = doc["summary"]
-    incomplete = "" if s["complete"] else (
-        " (INCOMPLETE: " + terminal_safe(s.get("incomplete_reason")
-                                         or "some checks did not finish") + ")")
-    stream.write(f"\n{s['critical']} critical, {s['warning']} warning, {s['info']} info"
-                 f"{incomplete}; {doc['duration_s']:.1f}s; exit {exit_code}\n")
-    stream.flush()
+    """What follows the fleet table instead of every finding's details block (one node's
+    details: `node NAME`): the checks that did not finish or could not look, the warning that
+    explains an incomplete run, and the totals with the exit code -- as every report ends."""
+    render.write_footer(report, stream, fail_on, exit_code, render.table_width())

@@ -4,7 +4,9 @@ Why: `node X`, `pod Y`, `nodes` and `local` all end the same way: findings from 
 from the node probe merged into ONE report (node_probe.protocol.Report), rendered as a table,
 one JSON/YAML document for bots, or NDJSON passed through live. Progress goes to stderr only
 when stderr is a terminal (DESIGN.md section 7), so pipes and bots see clean stdout.
-Renderers are node_probe.protocol.render's; this module only routes records.
+Renderers are node_probe.protocol.render's (and markdown.py's); this module only routes
+records, and asks analysis/verdict for the verdict that leads every presentation (the table's
+first lines, `verdict` in the JSON/YAML document and the jsonl summary).
 """
 from __future__ import annotations
 
@@ -20,7 +22,11 @@ from node_probe.protocol.version import __version__
 from node_probe.protocol import render
 from node_probe.protocol import CheckResult, ExitStatus, Finding, Report
 
-FORMATS = ("table", "json", "jsonl", "yaml")
+from ..analysis import verdict
+from . import markdown
+
+FORMATS = ("table", "json", "jsonl", "yaml", "markdown")
+SINGLE_TARGETS = ("node", "pod", "local")  # targets with one verdict (`nodes`: one per node)
 MAX_STARTUP_S = 60.0  # a process older than this when the report opens is not a CLI start
 
 
@@ -46,8 +52,9 @@ def process_started_at() -> float:
 class Output:
     def __init__(self, fmt: str, fail_on: str, target: Mapping[str, Any],
                  out: IO | None = None, err: IO | None = None,
-                 progress: bool | None = None) -> None:
+                 progress: bool | None = None, details: bool = False) -> None:
         self.fmt = fmt
+        self.details = details
         self.fail_on = fail_on
         self.out = out or sys.stdout
         self.err = err or sys.stderr
@@ -106,9 +113,10 @@ class Output:
             subj = str(rec.get("subject") or "")
             rec["subject"] = (f"node/{node}" if subj in ("", "node") or subj == f"node {node}"
                               else f"node/{node} {subj}")
-        self._node_record(rec, fleet=True)
+        self._node_record(rec, fleet=True, node=node)
 
-    def _node_record(self, rec: Mapping[str, Any], fleet: bool = False) -> None:
+    def _node_record(self, rec: Mapping[str, Any], fleet: bool = False,
+                     node: str | None = None) -> None:
         if not fleet:
             self.api_only = False  # the single node's own summary decides completeness
         kind = rec.get("kind")
@@ -127,7 +135,7 @@ class Output:
                 self.mark_incomplete(str(rec["incomplete_reason"]))
             return
         self.report.add_record(rec)
-        self.live(rec)
+        self.live(rec, node=node)
         if self.jsonl:
             self.jsonl(rec)
 
@@ -166,31 +174,51 @@ class Output:
             return status
         return protocol.worst_exit(status, error)
 
+    def verdict(self) -> dict | None:
+        """The verdict of a single target (analysis/verdict.decide) as its JSON object; None
+        for `nodes`, whose verdicts are per node. Decided from our findings and validated
+        target names only, so a replayed bundle gets it recomputed, never trusted."""
+        if self.report.target.get("kind") not in SINGLE_TARGETS:
+            return None
+        with self._lock:
+            return verdict.decide(self.report.findings, self.report.target,
+                                  complete=self.report.complete).to_dict()
+
+    def clear_live(self) -> None:
+        """Erase the live status line (before the report or an error line)."""
+        self.live.clear()
+
     def finish(self, code: int, pre_table: str = "", error: Mapping[str, str] | None = None
                ) -> None:
         """Write the final presentation for `code` (already decided by exit_status).
         `error` ({type, message}) goes into the JSON/YAML document of a run that failed."""
+        self.live.clear()
         r = self.report
+        v = self.verdict()
         if self.fmt == "table":
             if pre_table:
                 self.out.write(pre_table)
-            (self.table_view or render.render_table)(r, self.out, self.fail_on, code)
+            if self.table_view is not None:   # a command's own view (`nodes`: the fleet)
+                self.table_view(r, self.out, self.fail_on, code)
+            else:
+                render.render_table(r, self.out, self.fail_on, code, verdict=v,
+                                    details=self.details)
+        elif self.fmt == "markdown":
+            self.out.write(markdown.render(r, self.fail_on, code, verdict=v,
+                                           pre_table=pre_table))
         elif self.fmt in ("json", "yaml"):
             doc = r.document(self.fail_on, code)
+            if v is not None:
+                doc["verdict"] = v
             doc.update(self.doc_extra)
             if error is not None:
                 doc["error"] = dict(error)
             # one string, one write: json.dump() to the stream writes every token on its own
-            # (0.7 s for the 2,000 rows of `nodes`); libyaml's dumper when PyYAML has it (the
-            # same text, 3x faster)
+            # (0.7 s for the 2,000 rows of `nodes`)
             if self.fmt == "json":
                 self.out.write(json.dumps(doc, indent=2, default=str) + "\n")
             else:
-                import yaml  # PyYAML ships with the kubernetes client; only for -o yaml
-                self.out.write(yaml.dump(doc, Dumper=getattr(yaml, "CSafeDumper",
-                                                             yaml.SafeDumper),
-                                         sort_keys=False, default_flow_style=False,
-                                         allow_unicode=True))
+                self.out.write(yaml_dump(doc))
         else:
             doc = r.document(self.fail_on, code)
             s = doc["summary"]
@@ -200,5 +228,24 @@ class Output:
                 exit_code=int(code), target=doc["target"])
             if s.get("incomplete_reason"):
                 summ["incomplete_reason"] = s["incomplete_reason"]
+            if v is not None:
+                summ["verdict"] = v
             self.jsonl(summ)
         self.out.flush()
+
+
+def yaml_dump(doc: Any, *, all_documents: bool = False) -> str:
+    """YAML as kubectl writes it: block style, keys in order, and never an anchor or alias
+    (`&id001`/`*id001`, which PyYAML emits for an object that appears twice and which
+    kubectl, GitOps tools and humans do not expect). PyYAML ships with the kubernetes client;
+    imported here only when YAML is asked for."""
+    import yaml
+
+    # libyaml's emitter when PyYAML has it: the same text, 3x faster (5,000 `nodes` rows)
+    class NoAliases(getattr(yaml, "CSafeDumper", yaml.SafeDumper)):  # type: ignore[misc]
+        def ignore_aliases(self, data: Any) -> bool:
+            return True
+
+    kw = dict(Dumper=NoAliases, sort_keys=False, default_flow_style=False,
+              allow_unicode=True)
+    return yaml.dump_all(doc, **kw) if all_documents else yaml.dump(doc, **kw)

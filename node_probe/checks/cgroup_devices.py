@@ -16,11 +16,13 @@ from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
 
 from node_probe.protocol import catalog
-from node_probe.host import cgroup_rules, containers, kubeletconfig, nvidia_devices
+from node_probe.host import cgroup_rules, containers, kubeletconfig, layout, nvidia_devices
 from ..deviceplugin import devview
 from node_probe.engine.facts import (CONTAINERS, DEVICEPLUGIN_TARGETS, KUBELET_CONFIG, NVML,
                                      TRACE_READY, TRACE_RESULTS, PluginTargetInfo)
 from node_probe.engine.registry import check
+from . import _not_wired
+from .containers import containers_or_skip
 from .kubelet import device_specs_setting
 
 REFS_SPECS = ("https://github.com/kubernetes/kubernetes/issues/77073",
@@ -244,16 +246,12 @@ def _writes_for(c: containers.Container, writes: Sequence[dict]) -> list[dict]:
 def cgroup_devices(ctx):
     opts = ctx.options
     host_root = opts.host_root
-    found = ctx.fact(CONTAINERS, timeout=ctx.budget(opts.timeout_s, reserve=1.0), default=None)
-    if found is None:
-        ctx.skip("the container list did not come (containers check failed or timed out)")
-    if found.hierarchy is None:
-        ctx.skip(f"no devices (v1) or unified (v2) cgroup hierarchy under {opts.cgroup_dir}")
+    found = containers_or_skip(ctx)
     ctrs = list(found)
     gpu = list(found.gpu)
     kubelet_cfg = _kubelet_config(ctx)
     layout_driver = next((c.ref.driver for c in ctrs), None)
-    driver = (kubelet_cfg or {}).get("cgroupDriver") or layout_driver
+    driver = layout.resolve_cgroups(opts.cgroup_dir, kubelet_cfg, layout_driver).driver
     yield from _dev_char_links(ctx, host_root, driver, kubelet_cfg, layout_driver)
     if not gpu:
         return
@@ -293,6 +291,9 @@ def cgroup_devices(ctx):
     stale = _stale_dev_view(ctx, targets)
     passes = plugin_passes_specs(targets, opts.proc_root)
     for c, exp, res in denials:
+        if _not_wired.never_wired(c, exp):   # never given, not taken away: no rewrite claimed
+            yield _not_wired.finding(c, exp, res["denied"], host_root, opts.proc_root, passes)
+            continue
         yield _finding(c, exp, res, inv, _names(stale) if stale is not None else None,
                        kubelet_cfg, driver or c.ref.driver, passes, writes)
 

@@ -20,9 +20,9 @@ from pathlib import Path
 from node_probe.protocol import catalog
 from node_probe.host import kubeletconfig, proctasks
 from node_probe.protocol import known_drivers
-from node_probe.engine.facts import (DEVICEPLUGIN_TARGETS, NVML, PODRESOURCES, TRACE_READY,
-                                     TRACE_RESULTS, NvmlInventory, PluginTargetInfo)
-from ..deviceplugin import devview, discovery, podresources, rpc
+from node_probe.engine.facts import (DEVICEPLUGIN_TARGETS, KMSG_XIDS, NVML, PODRESOURCES,
+                                     TRACE_READY, TRACE_RESULTS, NvmlInventory, PluginTargetInfo)
+from ..deviceplugin import devview, discovery, podresources, rpc, sharing, stale_health
 from node_probe.engine.context import Skipped
 from node_probe.engine.registry import check
 from .nvml import kernel_module_version
@@ -150,16 +150,35 @@ def _gpus_on_host(root: Path) -> list[str]:
     return out
 
 
+def _kubelet_down(kdir: Path, here: dict, targets):
+    live = [t for t in targets if t.pid]
+    return catalog.make(
+        "kubelet.down", "critical", "node",
+        f"The kubelet is not running: {len(live)} device plugin(s) serve their sockets in "
+        f"{kdir / 'device-plugins'} but no kubelet serves "
+        + "device-plugins/kubelet.sock (absent) and no kubelet process runs; no pod on this "
+        "node can start or stop until it is back",
+        {"kubelet_dir": str(kdir), "kubelet_sock": here.get("kubelet_sock"),
+         "kubelet_pids": here.get("kubelet_pids"),
+         "plugins": [{"socket": t.socket, "pid": t.pid, "comm": t.comm} for t in live]},
+        "Find why the kubelet stopped and start it: `systemctl status kubelet` and "
+        "`journalctl -u kubelet -n 200` (k3s/RKE2: the k3s/rke2 service; microk8s: "
+        "snap.microk8s.daemon-kubelite; k0s: k0sworker), then restart it. The device plugins "
+        "re-register when kubelet.sock comes back.",
+        ("https://kubernetes.io/docs/tasks/debug/debug-cluster/#looking-at-logs",))
+
+
 @check("deviceplugin", title="Device plugins: sockets, processes, RPCs with deadlines, /dev view",
        timeout_s=16.0, provides=(DEVICEPLUGIN_TARGETS, PODRESOURCES),
-       uses=(TRACE_READY, TRACE_RESULTS, NVML), uses_trace_window=True)
+       uses=(TRACE_READY, TRACE_RESULTS, NVML, KMSG_XIDS), uses_trace_window=True)
 def deviceplugin_check(ctx):
     opts = ctx.options
     kdir = opts.kubelet_path
     proc = opts.proc_root
     t0 = time.monotonic()
     here = kubeletconfig.presence(kdir, proc)
-    if not here["kubelet"]:
+    targets = discovery.discover(kdir, proc)
+    if not here["kubelet"] and not any(t.pid for t in targets):
         # No kubelet, no device plugins to serve it: a missing plugin is not a fault here.
         yield catalog.make(
             "node.not_kubernetes", "info", "node",
@@ -170,7 +189,9 @@ def deviceplugin_check(ctx):
             ("https://kubernetes.io/docs/reference/command-line-tools-reference/kubelet/",))
         ctx.skip(f"not a Kubernetes node: no {kdir}/device-plugins/kubelet.sock and no "
                  f"kubelet process")
-    targets = discovery.discover(kdir, proc)
+    if not here["kubelet"]:
+        # a plugin serves its socket, no kubelet socket or process: provoke the plugin anyway
+        yield _kubelet_down(kdir, here, targets)
     ctx.publish(DEVICEPLUGIN_TARGETS, tuple(PluginTargetInfo.of(t) for t in targets))
     ctx.progress(message=f"{len(targets)} device plugin socket(s) in {kdir / 'device-plugins'}",
                  discovery_s=round(time.monotonic() - t0, 3))
@@ -252,10 +273,13 @@ def deviceplugin_check(ctx):
         trace_res_note = trace_note
 
     nv = None
-    need_driver = any_timeout or any(blocked_before.values())
+    unhealthy = any(d.get("health") != "Healthy" for p in probes for d in p.devices or ())
+    need_driver = any_timeout or any(blocked_before.values()) or unhealthy
     if need_driver or (targets or (kdir / "device-plugins").is_dir()):
         nv = ctx.fact(NVML, timeout=max(0.05, ctx.budget(4.0 if need_driver else 1.0,
                                                          reserve=1.0)), default=None)
+    xid_groups = ctx.fact(KMSG_XIDS, timeout=max(0.05, ctx.budget(2.0, reserve=1.0)),
+                          default=None) if unhealthy else None
 
     all_devices = [d for p in probes for d in p.devices or ()]
     for p in probes:
@@ -263,9 +287,13 @@ def deviceplugin_check(ctx):
         yield from _timeouts(p, rows)
         yield from _blocked(ctx, p, baseline.get(p.t.pid) or [], baseline_at, trace,
                             trace_res_note, nv, rows, all_devices)
-        yield from _unhealthy(p, rows)
+        yield from _unhealthy(p, rows, nv, xid_groups)
+        yield from _checkpoint_mismatch(p, ckpt, kdir, proc)
         if p.t.pid:
             yield from _stale_dev(ctx, p)
+            if p.devices is not None and (p.t.resource or "").startswith("nvidia.com/"):
+                yield from sharing.judge(p.t.resource, [d["id"] for d in p.devices], p.t.pid,
+                                         proc)
     yield from _missing(ctx, kdir, targets, probes, nv)
     if grpc_error is not None and targets:
         return Skipped(f"the device plugins' RPCs were not asked: grpcio unavailable in the "
@@ -453,24 +481,88 @@ def _blocked(ctx, p: _PluginProbe, before: list[proctasks.ThreadView], before_at
                        tuple(refs))
 
 
-def _unhealthy(p: _PluginProbe, rows):
+def _unhealthy(p: _PluginProbe, rows, nv, xid_groups):
     devs = p.devices or []
     bad = [d for d in devs if d.get("health") != "Healthy"]
     if not bad:
         return
-    sev = "critical" if len(bad) == len(devs) else "warning"
+    verdicts = stale_health.classify(bad, nv.to_dict() if nv is not None else None, xid_groups)
+    stale_ids = {v["id"] for v in verdicts if v["verdict"] == "stale"}
+    sick = [d for d in bad if d["id"] not in stale_ids]
+    stale = [d for d in bad if d["id"] in stale_ids]
+    base = {"devices_total": len(devs), "pid": p.t.pid, "comm": p.t.comm,
+            "resource": p.t.resource, "socket": p.t.socket}
+    if stale:
+        yield catalog.make(
+            "deviceplugin.unhealthy_stale", "warning", _subject(p.t),
+            f"{len(stale)} of {len(devs)} device(s) of the {p.t.resource or Path(p.t.socket).name} "
+            "plugin are still reported Unhealthy, but NVML reports their GPUs fine now and the "
+            "kernel log has no Xid that needs a reset: the plugin never re-checks them",
+            {**base, "unhealthy": stale,
+             "verdicts": [v for v in verdicts if v["id"] in stale_ids],
+             "pods_holding_devices": podresources.holders(rows, [d["id"] for d in stale])},
+            "NVIDIA's device plugin (and HAMi's) marks a GPU Unhealthy on an Xid and never "
+            "marks it Healthy again, so the node's allocatable stays below capacity. Restart "
+            "the device plugin pod on this node (delete it; its daemonset recreates it) to "
+            "re-advertise the GPU. Risk: while it restarts no new GPU pod is admitted on the "
+            "node; running pods keep their GPUs. If the GPU turns Unhealthy again soon, treat "
+            "it as sick (gpu.xid).",
+            (DP_DOC, "https://github.com/NVIDIA/k8s-device-plugin/issues/1014",
+             "https://github.com/Project-HAMi/HAMi/issues/2200"))
+    if not sick:
+        return
+    sev = "critical" if len(sick) == len(devs) else "warning"
     yield catalog.make(
         "deviceplugin.unhealthy", sev, _subject(p.t),
-        f"{len(bad)} of {len(devs)} device(s) reported {', '.join(sorted({str(d.get('health')) for d in bad}))} "
+        f"{len(sick)} of {len(devs)} device(s) reported {', '.join(sorted({str(d.get('health')) for d in sick}))} "
         f"by the {p.t.resource or Path(p.t.socket).name} plugin",
-        {"unhealthy": bad, "devices_total": len(devs), "pid": p.t.pid, "comm": p.t.comm,
-         "resource": p.t.resource, "socket": p.t.socket,
-         "pods_holding_devices": podresources.holders(rows, [d["id"] for d in bad])},
+        {**base, "unhealthy": sick,
+         "verdicts": [v for v in verdicts if v["id"] not in stale_ids],
+         "pods_holding_devices": podresources.holders(rows, [d["id"] for d in sick])},
         "The kubelet removes unhealthy devices from allocatable, so pods needing them stay "
         "Pending. The NVIDIA plugin marks a device unhealthy on critical Xid errors: see "
-        "gpu.xid and gpu.health for the GPU, fix or drain it; the plugin reports it healthy "
-        "again only after it restarts.",
+        "gpu.xid and the verdicts' reasons for the GPU, fix or drain it (reset or replace); "
+        "the plugin reports it healthy again only after it restarts, so restart it after the "
+        "GPU is fixed, not before.",
         (DP_DOC, "https://github.com/NVIDIA/k8s-device-plugin#health-checks"))
+
+
+def _checkpoint_mismatch(p: _PluginProbe, ckpt: dict, kdir: Path, proc: Path):
+    """Containers the kubelet's device checkpoint gives devices this plugin does not advertise:
+    when they restart the kubelet rejects them with "previously allocated devices are no longer
+    healthy; cannot allocate unhealthy devices <resource>" (UnexpectedAdmissionError)."""
+    if p.devices is None or not p.t.resource or not ckpt.get("allocations"):
+        return
+    ids = {d["id"] for d in p.devices}
+    healthy = {d["id"] for d in p.devices if d.get("health") == "Healthy"}
+    gone = [dict(a, missing=[i for i in a.get("device_ids") or () if i not in ids])
+            for a in ckpt["allocations"] if a.get("resource") == p.t.resource]
+    gone = [a for a in gone if a["missing"]]
+    if not gone:
+        return
+    now = time.time()
+    kubelet = kubeletconfig.kubelet_pid(kdir, proc)
+    started = {k: devview.process_start_time(pid, proc) if pid else None
+               for k, pid in (("kubelet", kubelet), ("plugin", p.t.pid))}
+    yield catalog.make(
+        "deviceplugin.checkpoint_mismatch", "warning", _subject(p.t),
+        f"The kubelet's device checkpoint gives {len(gone)} container(s) {p.t.resource} "
+        f"devices the plugin does not advertise ({', '.join(sorted({i for a in gone for i in a['missing']}))[:200]})",
+        {"resource": p.t.resource, "containers": gone[:20], "advertised": sorted(ids)[:64],
+         "advertised_healthy": len(healthy),
+         "kubelet_started_s_ago": None if started["kubelet"] is None
+         else round(now - started["kubelet"]),
+         "plugin_started_s_ago": None if started["plugin"] is None
+         else round(now - started["plugin"]),
+         "pid": p.t.pid, "socket": p.t.socket},
+        "When these containers restart (or the kubelet re-admits them after a restart) the "
+        "kubelet refuses them with UnexpectedAdmissionError \"previously allocated devices are "
+        "no longer healthy\". The ids changed under the kubelet: the plugin's device-id "
+        "strategy (uuid vs index), a MIG layout or a driver change, or a GPU that is gone. "
+        "Drain the node, delete those pods so their checkpoint entries go, and let them be "
+        "recreated; keep the plugin's deviceIDStrategy stable across upgrades.",
+        ("https://github.com/kubernetes/kubernetes/issues/117955",
+         "https://github.com/kubernetes/kubernetes/issues/124345", DP_DOC))
 
 
 def _stale_dev(ctx, p: _PluginProbe):

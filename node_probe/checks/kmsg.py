@@ -9,20 +9,21 @@ from __future__ import annotations
 import errno
 import os
 import re
+import time
 from collections import OrderedDict
 from pathlib import Path
 
 from node_probe.protocol import catalog
 from node_probe.host import hostfs, xid
 from node_probe.engine.context import Skipped
+from node_probe.engine.facts import KMSG_XIDS
 from node_probe.engine.registry import check
 
 # numbers are bounded ASCII digits: a --kmsg-file (or a forged record) with a 5,000-digit pid
 # must not raise in int(), and `\d` would also take non-ASCII digits
-XID_RE = re.compile(r"NVRM: Xid \((?:PCI:)?([^)]*)\):\s*([0-9]{1,6}),\s*(.*)")
+XID_RE = xid.XID_RE
 HUNG_RE = re.compile(r"INFO: task (.+):([0-9]{1,10}) blocked for more than ([0-9]{1,12}) seconds")
 STATE_RE = re.compile(r"task:(\S+)\s+state:(\w)\b.*?pid:\s*([0-9]{1,10})\b")
-PID_RE = re.compile(r"pid='?([0-9]{1,10})'?(?:, name='?([^',]*)'?)?")
 HUNG_CRITICAL_COMMS = ("kubelet", "containerd", "dockerd", "crio", "nvidia", "runc")
 MAX_RECORDS = 200_000
 
@@ -86,25 +87,23 @@ def uptime_s() -> float | None:
         return None
 
 
-def analyze(records: list[tuple[float | None, str]], now_s: float | None = None):
-    """Findings from kernel log records. `now_s` (seconds since boot) adds ages."""
-    xids: "OrderedDict[tuple[int, str], dict]" = OrderedDict()
+def analyze(records: list[tuple[float | None, str]], now_s: float | None = None,
+            now_wall: float | None = None, grouper: xid.Grouper | None = None):
+    """Findings from kernel log records. `now_s` (seconds since boot) adds ages, and with
+    `now_wall` (epoch seconds at the same instant) the wall-clock first/last times. The Xid
+    groups are folded into `grouper` (a fresh one when None), which the caller may keep."""
     hung: "OrderedDict[tuple[str, int], dict]" = OrderedDict()
     last_hung = None
+    grouper = grouper if grouper is not None else xid.Grouper()
+    uuids: dict[str, str] = {}
     for ts, msg in records:
-        m = XID_RE.search(msg)
+        ev = xid.parse(ts, msg)
+        if ev is not None:
+            grouper.add(ev)
+            continue
+        m = xid.GPU_AT_RE.search(msg)
         if m:
-            code, pci = int(m.group(2)), m.group(1).strip()
-            d = xids.setdefault((code, pci), {"count": 0, "first_s": ts, "last_s": ts,
-                                              "message": m.group(3), "pids": []})
-            d["count"] += 1
-            d["last_s"] = ts
-            d["message"] = m.group(3)
-            pm = PID_RE.search(m.group(3))
-            if pm and len(d["pids"]) < 10:
-                entry = pm.group(1) + (f" ({pm.group(2)})" if pm.group(2) else "")
-                if entry not in d["pids"]:
-                    d["pids"].append(entry)
+            uuids[xid.short_bus(m.group(1))] = m.group(2)
             continue
         m = HUNG_RE.search(msg)
         if m:
@@ -125,16 +124,13 @@ def analyze(records: list[tuple[float | None, str]], now_s: float | None = None)
     def age(ts):
         return round(now_s - ts, 1) if now_s is not None and ts is not None else None
 
-    for (code, pci), d in xids.items():
-        info = xid.describe(code)
-        yield catalog.make(
-            "gpu.xid", info.severity, f"pci {pci}" if pci else "gpu",
-            f"Xid {code} ({info.meaning}) x{d['count']}; usually {info.blame}",
-            {"xid": code, "pci": pci, "meaning": info.meaning, "usual_cause": info.blame,
-             "count": d["count"], "last_message": d["message"][:300], "pids": d["pids"],
-             "first_s_since_boot": d["first_s"], "last_s_since_boot": d["last_s"],
-             "last_age_s": age(d["last_s"])},
-            info.action, ("https://docs.nvidia.com/deploy/xid-errors/",))
+    def wall(ts):
+        if now_s is None or now_wall is None or ts is None:
+            return None
+        return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(now_wall - (now_s - ts)))
+
+    for g in grouper.groups():
+        yield _xid_finding(g, uuids.get(xid.short_bus(g.pci)), age, wall, grouper.dropped)
     for (comm, pid), d in hung.items():
         # by prefix (containerd-shim, runc:[2:INIT], nvidia-device-p), not substring: a task
         # named `prunc-job` or `my-kubelet-test` is not a node daemon
@@ -152,7 +148,30 @@ def analyze(records: list[tuple[float | None, str]], now_s: float | None = None)
             ("https://www.kernel.org/doc/html/latest/admin-guide/sysctl/kernel.html#hung-task-timeout-secs",))
 
 
-@check("kmsg", title="Kernel log: NVIDIA Xid errors, hung tasks", timeout_s=5.0)
+def _xid_finding(g: xid.XidGroup, uuid: str | None, age, wall, dropped: int):
+    info = xid.describe(g.code)
+    bucket = g.recovery or info.bucket
+    gpu = f"GPU {uuid} (pci {g.pci})" if uuid else f"the GPU at pci {g.pci}"
+    times = "once" if g.count == 1 else f"{g.count} times"
+    name = f"{info.mnemonic}, " if info.mnemonic else ""
+    return catalog.make(
+        "gpu.xid", xid.SEVERITY[bucket], f"pci {g.pci}" if g.pci else "gpu",
+        f"Xid {g.code} ({name}{info.meaning}) {times} on {gpu}: "
+        f"NVIDIA says {bucket.replace('_', ' ')}",
+        {"xid": g.code, "pci": g.pci, "gpu_uuid": uuid, "mnemonic": info.mnemonic,
+         "meaning": info.meaning, "resolution_bucket": bucket,
+         "nvidia_resolution_bucket": info.nvidia_bucket, "usual_cause": info.blame,
+         "count": g.count, "last_message": g.last_message, "pids": list(g.pids),
+         "first_s_since_boot": g.first_s, "last_s_since_boot": g.last_s,
+         "first_seen": wall(g.first_s), "last_seen": wall(g.last_s),
+         "last_age_s": age(g.last_s), "groups_dropped_events": dropped},
+        f"{xid.BUCKET_TEXT[bucket][0].upper()}{xid.BUCKET_TEXT[bucket][1:]}. {info.action}",
+        (xid.CATALOG_URL,))
+
+
+
+@check("kmsg", title="Kernel log: NVIDIA Xid errors, hung tasks", timeout_s=5.0,
+       provides=(KMSG_XIDS,))
 def kmsg_check(ctx):
     opts = ctx.options
     if opts.kmsg_file is not None:
@@ -160,6 +179,7 @@ def kmsg_check(ctx):
         try:
             records = parse_log_file(opts.kmsg_file.read_text(errors="replace"))
         except OSError as exc:
+            ctx.facts.fail(KMSG_XIDS, f"cannot read {source}")
             return Skipped(f"cannot read the kernel log file {source}: {exc.strerror}")
         now = None
     else:
@@ -168,8 +188,12 @@ def kmsg_check(ctx):
         try:
             records = read_kmsg(dev)
         except OSError as exc:
+            ctx.facts.fail(KMSG_XIDS, f"cannot read {dev}")
             return Skipped(f"cannot read the kernel log {dev}: {exc.strerror} (needs root or "
                            "CAP_SYSLOG): no Xid or hung-task verdict")
         now = uptime_s()
     ctx.progress(message=f"kernel log: {len(records)} records from {source}")
-    yield from analyze(records, now)
+    grouper = xid.Grouper()
+    found = list(analyze(records, now, time.time() if now is not None else None, grouper))
+    ctx.publish(KMSG_XIDS, tuple(grouper.groups()))
+    yield from found

@@ -1,8 +1,9 @@
 """NVML: is the driver library there, does it initialise, and what GPUs does it report.
 
 Why: "NVML does not answer" is the first branch of every GPU incident. The host's own
-libnvidia-ml.so.1 is found under --host-root (standard lib dirs and the GPU Operator's
-run/nvidia/driver) and loaded by absolute path in a killable child with a deadline, because
+libnvidia-ml.so.1 is found under --host-root by host.layout's driver-root resolver (the one
+answer every check shares: the device plugin's driver root, the host, the GPU Operator's
+run/nvidia/driver, GKE's and Bottlerocket's paths) and loaded by absolute path in a killable child with a deadline, because
 init can hang forever (seed 000). Publishes the "nvml" fact (engine.facts.NvmlInventory, with
 the typed GPU list) for the driver, device-plugin and cgroup checks.
 """
@@ -12,34 +13,26 @@ import re
 from pathlib import Path
 
 from node_probe.protocol import catalog
-from node_probe.host import hostfs, subproc
+from node_probe.host import hostfs, layout, subproc
 from node_probe.engine.context import Skipped
 from node_probe.engine.facts import NVML, NvmlInventory
 from node_probe.engine.registry import check
 
-LIB = "libnvidia-ml.so.1"
-LIB_DIRS = (
-    "usr/lib/x86_64-linux-gnu", "usr/lib/aarch64-linux-gnu", "usr/lib64", "usr/lib",
-    "lib/x86_64-linux-gnu", "lib/aarch64-linux-gnu", "lib64",
-    "usr/local/nvidia/lib64", "home/kubernetes/bin/nvidia/lib64",
-    # GPU Operator: the driver lives in a container whose root is exposed here
-    "run/nvidia/driver/usr/lib/x86_64-linux-gnu", "run/nvidia/driver/usr/lib/aarch64-linux-gnu",
-    "run/nvidia/driver/usr/lib64", "run/nvidia/driver/lib64",
-)
+LIB = layout.LIB
+# Where a driver's libraries live, as paths under the host root (tracing/libs looks for other
+# driver libraries here): every driver root's library dirs, from host.layout.
+LIB_DIRS = tuple(f"{r}/{d}".lstrip("/") for r, _why in layout.DRIVER_ROOTS
+                 for d in layout.LIB_SUBDIRS + (("lib64",) if r else ()))
 SEED_REFS = ("https://github.com/NVIDIA/go-nvml/issues/152",
              "https://github.com/kubernetes/kubernetes/issues/117435")
 _VERSION_RE = re.compile(r"libnvidia-ml\.so\.(\d+\.\d+(?:\.\d+)?)$")
 
 
-def find_library(root: Path) -> tuple[Path | None, list[str]]:
-    """First libnvidia-ml.so.1 under root (symlinks resolved inside root), and where we looked."""
-    searched = []
-    for d in LIB_DIRS:
-        searched.append("/" + d)
-        p = hostfs.resolve(root, f"{d}/{LIB}")
-        if p is not None and p.is_file():
-            return p, searched
-    return None, searched
+def find_library(root: Path, proc: Path = Path("/proc")) -> tuple[Path | None, list[str], str]:
+    """libnvidia-ml.so.1 under root as the driver-root resolver finds it, the driver roots it
+    tried, and how it decided."""
+    drv = layout.driver_root(root, proc)
+    return drv.library, list(drv.tried), drv.how
 
 
 def library_version(path: Path | None) -> str | None:
@@ -74,8 +67,10 @@ def run_child(lib: Path, timeout_s: float) -> tuple[dict | None, str, subproc.Ch
        timeout_s=12.0, provides=(NVML,))
 def nvml_check(ctx):
     root = ctx.options.host_root
-    lib, searched = find_library(root)
+    lib, searched, how = find_library(root, ctx.options.proc_root)
     kmod = kernel_module_version(root)
+    if lib is not None:
+        ctx.log("info", f"NVIDIA driver: {how}", check="nvml")
     fact = {"status": "unavailable", "library": str(lib) if lib else None,
             "library_version": library_version(lib), "kernel_module_version": kmod,
             "driver_version": None, "cuda_version": None, "gpus": []}
@@ -86,7 +81,8 @@ def nvml_check(ctx):
             "nvml.unavailable", "warning" if loaded else "info", "node",
             ("NVIDIA kernel module is loaded but libnvidia-ml.so.1 was not found on the host"
              if loaded else "No NVIDIA driver on this host (libnvidia-ml.so.1 not found)"),
-            {"searched": searched, "host_root": str(root), "kernel_module_version": kmod},
+            {"searched": searched, "how": how, "host_root": str(root),
+             "kernel_module_version": kmod},
             ("The driver's user-space libraries are missing or not where the host keeps them. "
              "With the GPU Operator, check the driver daemonset (run/nvidia/driver)."
              if loaded else "Nothing to do on a node without GPUs. On a GPU node, install the "
@@ -167,31 +163,58 @@ def nvml_check(ctx):
     yield from _mig(gpus)
 
 
+MEM_ERR_DOC = "https://docs.nvidia.com/deploy/a100-gpu-mem-error-mgmt/"
+
+
 def _health(gpus: list[dict]):
     for g in gpus:
         rows = g.get("remapped_rows") or {}
         ecc = g.get("ecc_uncorrected_volatile") or 0
         subject = g.get("uuid", f"gpu{g.get('index')}")
-        ev = {"index": g.get("index"), "name": g.get("name"),
-              "ecc_uncorrected_volatile": ecc, "remapped_rows": rows}
-        if rows.get("failure"):
-            yield catalog.make("gpu.health", "critical", subject,
-                               "Row remapping failed: the GPU has uncorrectable memory it "
-                               "cannot retire", ev,
-                               "Drain the node and have the GPU replaced (RMA).",
-                               ("https://docs.nvidia.com/deploy/a100-gpu-mem-error-mgmt/",))
-        elif rows.get("pending"):
-            yield catalog.make("gpu.health", "warning", subject,
-                               "Row remapping pending: the GPU needs a reset to retire bad rows",
-                               ev, "Drain the node, then reset the GPU (nvidia-smi -r) or "
-                               "reboot when no workload runs.",
-                               ("https://docs.nvidia.com/deploy/a100-gpu-mem-error-mgmt/",))
+        if rows.get("failure") or rows.get("pending"):
+            yield _row_remap(g, rows, ecc, subject)
         elif ecc:
+            ev = {"index": g.get("index"), "name": g.get("name"),
+                  "ecc_uncorrected_volatile": ecc, "remapped_rows": rows}
             yield catalog.make("gpu.health", "warning", subject,
                                f"{ecc} uncorrected ECC error(s) since the driver loaded", ev,
                                "Check gpu.xid (Xid 48/63/64/94/95) and the workload; if the "
                                "count grows, drain the node and reset or replace the GPU.",
-                               ("https://docs.nvidia.com/deploy/a100-gpu-mem-error-mgmt/",))
+                               (MEM_ERR_DOC,))
+
+
+def _row_remap(g: dict, rows: dict, ecc: int, subject: str):
+    """A remapping NVML reports while the GPU otherwise answers normally: it stays allocatable
+    and keeps running pods (nothing in Kubernetes looks at remapped rows), so say it here."""
+    hist = rows.get("histogram") or {}
+    bus = g.get("pci_bus_id")
+    ev = {"index": g.get("index"), "name": g.get("name"), "pci_bus_id": bus,
+          "rows_remapped_correctable": rows.get("correctable"),
+          "rows_remapped_uncorrectable": rows.get("uncorrectable"),
+          "remapping_pending": bool(rows.get("pending")),
+          "remapping_failed": bool(rows.get("failure")),
+          "banks_without_spare_rows": hist.get("none"), "remapper_histogram": hist or None,
+          "ecc_uncorrected_volatile": ecc, "gpu_lost": bool(g.get("lost")),
+          "persistence_mode": g.get("persistence_mode")}
+    gpu = f"GPU {g.get('index')} ({g.get('name') or 'NVIDIA GPU'}, {subject})"
+    if rows.get("failure"):
+        return catalog.make(
+            "gpu.row_remap_failed", "critical", subject,
+            f"{gpu}: row remapping failed: it has bad memory rows it can no longer retire, "
+            "though NVML still answers and pods still land on it", ev,
+            "Drain the node (kubectl drain), take the GPU out of service and have it replaced "
+            "(RMA with nvidia-bug-report.sh output). A reset does not fix a failed remapping; "
+            "workloads on it can hit uncorrectable errors again at the same addresses.",
+            (MEM_ERR_DOC,))
+    return catalog.make(
+        "gpu.row_remap_pending", "warning", subject,
+        f"{gpu}: a memory row remapping is pending: the GPU must be reset before the bad "
+        "row is retired, though NVML still answers and pods still land on it", ev,
+        "Drain the GPU's pods (cordon the node, then delete or wait for them), reset the GPU "
+        f"(nvidia-smi -r -i {bus or '<bus id>'}) or reboot the node, then uncordon. Until then "
+        "the bad row is still in use and the application can hit the same error again. Risk: "
+        "the reset kills every process on that GPU.",
+        (MEM_ERR_DOC, "https://docs.nvidia.com/deploy/nvml-api/group__nvmlDeviceQueries.html"))
 
 
 def _mig(gpus: list[dict]):

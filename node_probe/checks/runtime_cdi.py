@@ -12,7 +12,7 @@ from __future__ import annotations
 from node_probe.checks import _gpufacts
 from node_probe.checks.nvml import kernel_module_version
 from node_probe.engine.registry import check
-from node_probe.host import hostfs, runtime_config
+from node_probe.host import hostfs, layout, runtime_config
 from node_probe.protocol import catalog
 
 RUNTIME_REFS = ("https://github.com/NVIDIA/gpu-operator/issues/413",
@@ -24,18 +24,14 @@ CDI_REFS = ("https://docs.nvidia.com/datacenter/cloud-native/container-toolkit/l
 MAX_MISSING_SHOWN = 10
 
 
-def _is_gpu_node(root) -> bool:
-    return (hostfs.resolve(root, "proc/driver/nvidia/version") is not None
-            or hostfs.resolve(root, "dev/nvidiactl") is not None)
-
-
 @check("runtime_cdi", title="Container runtime nvidia handler and CDI specs vs the loaded driver",
        timeout_s=14.0, uses=(_gpufacts.NVML,))
 def runtime_cdi_check(ctx):
     root = ctx.options.host_root
-    if not _is_gpu_node(root):
-        ctx.skip(f"no NVIDIA driver under {root} (no proc/driver/nvidia/version, no "
-                 "dev/nvidiactl): no GPU wiring to judge")
+    drv = layout.driver_root(root, ctx.options.proc_root)   # the same answer nvml uses
+    if not drv.present:
+        ctx.skip(f"no NVIDIA driver under {root} (looked in {', '.join(drv.tried)}: "
+                 f"{drv.how}): no GPU wiring to judge")
     specs = [s for s in runtime_config.cdi_specs(root) if s.is_nvidia]
     cfgs = [c for c in (runtime_config.containerd(root, ctx.options.proc_root),
                         runtime_config.crio(root, ctx.options.proc_root)) if c is not None]
@@ -47,12 +43,16 @@ def runtime_cdi_check(ctx):
         if cfg.errors and not cfg.handlers:
             continue  # could not read it: said so in the log, no verdict
         cdi_path = bool(specs) and cfg.cdi_enabled is not False
+        # GKE's own device plugin mounts the devices and libraries of its driver installer
+        # in Allocate: no NVIDIA runtime or CDI is needed there
+        gke = drv.root == layout.GKE_DRIVER_ROOT
         yield catalog.make(
-            "runtime.handler_missing", "info" if cdi_path else "warning", "node",
+            "runtime.handler_missing", "info" if cdi_path or gke else "warning", "node",
             f"{cfg.runtime} has no nvidia runtime handler (handlers: "
             f"{', '.join(sorted(cfg.handlers)) or 'none'}): pods with runtimeClassName: "
             "nvidia fail with 'no runtime for \"nvidia\" is configured'"
-            + ("" if cdi_path else ", and without CDI no pod gets GPUs injected"),
+            + (" (GKE's device plugin injects GPUs itself)" if gke else "" if cdi_path
+               else ", and without CDI no pod gets GPUs injected"),
             {**cfg.to_dict(), "nvidia_cdi_specs": [s.path for s in specs]},
             "Configure the runtime with the NVIDIA Container Toolkit (`nvidia-ctk runtime "
             f"configure --runtime={'crio' if cfg.runtime == 'cri-o' else 'containerd'}` then "

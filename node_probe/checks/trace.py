@@ -129,12 +129,16 @@ def trace_check(ctx):
                 ["check that the kernel headers match the running kernel's version "
                  "(BCC_KERNEL_SOURCE) and that the probe has CAP_BPF, CAP_PERFMON and "
                  "CAP_SYS_ADMIN"],
-                {"kernel_release": env.kernel_release, "kernel_source": env.kernel_source})
+                {"kernel_release": env.kernel_release, "kernel_source": env.kernel_source,
+                 "kernel_headers": env.headers})
             return Skipped(f"eBPF programs could not be loaded: {reason}")
         ctx.publish(TRACE_READY, {"available": True, "probes": probes,
                                     "target_pids": session.targets})
+        said = ({"message": f"eBPF compiled with {env.headers['how']}"}
+                if env.headers.get("source") == "bundled" else {})
         ctx.progress(phase="trace", check="trace", probes=probes, target_pids=session.targets,
-                     compile_s=session.timings.get("compile_s"),
+                     kernel_headers=env.headers, compile_s=session.timings.get("compile_s"),
+                     **said,
                      attach_s=session.timings.get("attach_s"))
         window = ctx.budget(window_s, reserve=1.0)
         session.poll(time.monotonic() + window, ctx.cancelled)

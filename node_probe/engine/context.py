@@ -26,7 +26,7 @@ from node_probe.engine.facts import FactKey, T
 class ProbeOptions:
     host_root: Path = Path("/")
     cgroup_root: Path | None = None   # default: <host_root>/sys/fs/cgroup
-    kubelet_dir: Path | None = None   # default: <host_root>/var/lib/kubelet
+    kubelet_dir: Path | None = None   # default: resolved (host.layout.kubelet_dir)
     proc_root: Path = Path("/proc")   # live processes (the pod runs with hostPID)
     timeout_s: float = 30.0           # whole run, summary included
     trace_s: float = 5.0              # eBPF trace window; 0 disables tracing
@@ -45,7 +45,12 @@ class ProbeOptions:
 
     @property
     def kubelet_path(self) -> Path:
-        return self.kubelet_dir or self.host_root / "var/lib/kubelet"
+        """--kubelet-dir, else what host.layout resolved (the running kubelet's --root-dir,
+        then the distributions' defaults)."""
+        if self.kubelet_dir:
+            return self.kubelet_dir
+        from node_probe.host import layout   # lazy: the engine does not depend on host/
+        return layout.kubelet_dir(self.host_root, self.proc_root).path
 
     def host(self, rel: str | os.PathLike) -> Path:
         """A host path under --host-root. `rel` may start with '/'."""

@@ -20,6 +20,7 @@ from types import MappingProxyType
 from typing import Any, Generic, Iterable, TypeVar
 
 from node_probe.host.containers import Container, Hierarchy
+from node_probe.host.xid import XidGroup
 
 T = TypeVar("T")
 
@@ -282,3 +283,6 @@ TRACE_RESULTS: FactKey[Mapping[str, Any]] = declare(
     "trace.results", Mapping,
     doc="one trace window: available, nvml_calls, futex_waits, ioctls, ioctls_inflight, "
         "opens, cgroup_writes, bpf_attaches, ... (trace)")
+KMSG_XIDS: FactKey[tuple[XidGroup, ...]] = declare(
+    "kmsg.xids", tuple, item=XidGroup,
+    doc="Xid lines of the kernel log grouped per (GPU bus id, code) by host.xid.group (kmsg)")

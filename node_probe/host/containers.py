@@ -233,6 +233,11 @@ def parse_bundle_config(text: str, fmt: str = "oci") -> dict:
             out["spec_devices"] = [
                 {"path": d.get("path"), "type": d.get("type"), "major": d.get("major"),
                  "minor": d.get("minor")} for d in devs if isinstance(d, dict)]
+        hooks = doc.get("hooks")
+        if isinstance(hooks, dict):   # nvidia-container-runtime's legacy prestart hook
+            out["spec_nvidia_hook"] = any(
+                isinstance(h, dict) and "nvidia" in f'{h.get("path")} {h.get("args")}'.lower()
+                for stage in hooks.values() if isinstance(stage, list) for h in stage)
         rules = (linux.get("resources") or {}).get("devices")
         if isinstance(rules, list):
             out["spec_device_rules"] = [
@@ -242,8 +247,12 @@ def parse_bundle_config(text: str, fmt: str = "oci") -> dict:
     return out
 
 
-def read_bundle_meta(host_root: Path, container_id: str) -> dict:
-    for pattern, fmt in BUNDLE_CONFIGS:
+def read_bundle_meta(host_root: Path, container_id: str,
+                     first: Sequence[tuple[str, str]] = ()) -> dict:
+    """Names and spec devices from the container's OCI bundle: `first` (where the runtime
+    resolver says this runtime keeps them, host.layout.Runtime.bundle_configs), then the usual
+    places."""
+    for pattern, fmt in dict.fromkeys((*first, *BUNDLE_CONFIGS)):
         try:
             text = hostfs.read_under(host_root, pattern.format(id=container_id), 8 << 20).text
         except OSError:
@@ -382,7 +391,8 @@ def assign_gpus(c: Container, podres_idx: Mapping | None,
 
 
 def discover(cgroup_dir: Path, host_root: Path, proc: Path = procfs.PROC,
-             focus_pods: Sequence[str] = (), want_meta=None
+             focus_pods: Sequence[str] = (), want_meta=None,
+             bundles: Sequence[tuple[str, str]] = ()
              ) -> tuple[Hierarchy | None, list[Container]]:
     """All kubelet containers on the node with pids, the NVIDIA_* environment and names.
     `want_meta(ref, env) -> bool` limits which containers' OCI bundles are read (a big node
@@ -397,7 +407,7 @@ def discover(cgroup_dir: Path, host_root: Path, proc: Path = procfs.PROC,
             continue
         pids = read_pids(path)
         env = container_env(pids, proc)
-        meta = (read_bundle_meta(host_root, ref.container_id)
+        meta = (read_bundle_meta(host_root, ref.container_id, bundles)
                 if want_meta is None or want_meta(ref, env) else {})
         c = Container(ref=ref, cgroup_path=path, cgroup_version=h.version, pids=pids,
                       meta=meta, env=env)

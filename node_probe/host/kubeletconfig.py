@@ -70,8 +70,12 @@ def _scalar(text: str):
     return s
 
 
+_MAP_ITEM = re.compile(r"^[A-Za-z_][\w.\-/]*\s*:(?:\s|$)")
+
+
 def parse_yaml(text: str) -> dict:
-    """Block mappings (nested by indentation), `- item` lists of scalars, flow {..}/[..] on
+    """Block mappings (nested by indentation), `- item` lists of scalars or of mappings
+    (`- name: x` with the item's other keys indented under `name`), flow {..}/[..] on
     one line, quotes and comments. Anything else (anchors, multi-line strings) raises."""
     lines = []
     for raw in text.splitlines():
@@ -87,8 +91,13 @@ def parse_yaml(text: str) -> dict:
         if pos < len(lines) and lines[pos][1].startswith("- "):
             items = []
             while pos < len(lines) and lines[pos][0] == indent and lines[pos][1].startswith("- "):
-                items.append(_scalar(lines[pos][1][2:]))
-                pos += 1
+                body = lines[pos][1][2:].lstrip(" ")
+                if _MAP_ITEM.match(body):   # "- name: x" starts a mapping item
+                    lines[pos] = (indent + 2 + len(lines[pos][1][2:]) - len(body), body)
+                    items.append(block(lines[pos][0]))
+                else:
+                    items.append(_scalar(body))
+                    pos += 1
             return items
         out: dict = {}
         while pos < len(lines):

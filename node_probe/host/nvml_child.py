@@ -65,6 +65,22 @@ def processes(pynvml, h) -> list[dict] | None:
             for p in procs]
 
 
+def remapped_rows(pynvml, h) -> dict | None:
+    """nvmlDeviceGetRemappedRows (rows remapped for correctable / uncorrectable errors, a
+    remapping waiting for a GPU reset, a remapping that failed) and the remapper's histogram of
+    spare rows left per bank; None where the GPU has no row remapper (before Ampere)."""
+    rows = _try(pynvml.nvmlDeviceGetRemappedRows, h)
+    if rows is None:
+        return None
+    out = {"correctable": int(rows[0]), "uncorrectable": int(rows[1]),
+           "pending": bool(rows[2]), "failure": bool(rows[3])}
+    hist = _try(pynvml.nvmlDeviceGetRowRemapperHistogram, h)
+    if hist is not None:
+        out["histogram"] = {k: int(getattr(hist, k)) for k in ("max", "high", "partial", "low",
+                                                                 "none")}
+    return out
+
+
 def details(pynvml, h, g: dict) -> None:
     """Fields beyond the basic inventory; each one is optional (older drivers lack some)."""
     pci = _try(pynvml.nvmlDeviceGetPciInfo, h)
@@ -114,10 +130,7 @@ def inventory(pynvml) -> dict:
         ecc = _try(pynvml.nvmlDeviceGetTotalEccErrors, h, 1, 0)  # uncorrected, volatile
         if ecc is not None:
             g["ecc_uncorrected_volatile"] = int(ecc)
-        rows = _try(pynvml.nvmlDeviceGetRemappedRows, h)
-        if rows is not None:
-            g["remapped_rows"] = {"correctable": rows[0], "uncorrectable": rows[1],
-                                  "pending": bool(rows[2]), "failure": bool(rows[3])}
+        g["remapped_rows"] = remapped_rows(pynvml, h)
         if mig_cur:
             n = _try(pynvml.nvmlDeviceGetMaxMigDeviceCount, h, default=0) or 0
             for j in range(n):

@@ -110,10 +110,13 @@ def config_args(pid: int | None, proc: Path = procfs.PROC) -> list[str]:
 
 
 def containerd_config_paths(root: Path, proc: Path = procfs.PROC) -> list[str]:
-    """Config files the containerd serving the CRI socket names with --config/-c, then the
-    usual places."""
-    out = config_args(runtime_pid(root, CONTAINERD_SOCKETS, proc), proc)
-    return out + [p for p in CONTAINERD_CONFIGS if p not in out]
+    """The config host.layout's runtime resolver found (the serving containerd's --config, or
+    its distribution's default: k3s, RKE2, k0s, microk8s), then the usual places."""
+    from node_probe.host import layout   # layout -> deviceplugin.discovery; not at import
+    rt = layout.runtime(root, proc)
+    out = [rt.config.lstrip("/")] if rt.name == "containerd" and rt.config else []
+    out += config_args(runtime_pid(root, CONTAINERD_SOCKETS, proc), proc)
+    return list(dict.fromkeys(out + [p for p in CONTAINERD_CONFIGS if p not in out]))
 
 
 def containerd(root: Path, proc: Path = procfs.PROC) -> RuntimeConfig | None:
@@ -149,7 +152,11 @@ def crio(root: Path, proc: Path = procfs.PROC) -> RuntimeConfig | None:
     files: list[str] = []
     errors: list[str] = []
     doc: dict = {}
-    for rel in config_args(runtime_pid(root, CRIO_SOCKETS, proc), proc)[:1] or CRIO_CONFIGS:
+    from node_probe.host import layout
+    rt = layout.runtime(root, proc)
+    given = [rt.config.lstrip("/")] if rt.name == "cri-o" and rt.config else []
+    for rel in (given or config_args(runtime_pid(root, CRIO_SOCKETS, proc), proc)[:1]
+                or CRIO_CONFIGS):
         sub, e = _read_toml(root, rel)
         if sub is not None or e:
             files.append("/" + rel)

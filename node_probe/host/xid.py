@@ -1,77 +1,270 @@
-"""NVIDIA Xid codes: what each means and whose fault it usually is.
+"""NVIDIA Xid codes by NVIDIA's Xid catalog, and the grouping of Xid lines per GPU and code.
 
 Why: an Xid line in the kernel log is the GPU driver's only word on a failure, but the number
-alone means nothing to most on-call engineers. Source: NVIDIA's "Xid Errors" catalog
-(https://docs.nvidia.com/deploy/xid-errors/). `blame` is the usual first suspect:
-"application", "hardware", "driver" or "system" (PCIe, power, thermal).
+alone means nothing to most on-call engineers, and a flapping GPU logs the same Xid thousands of
+times. NVIDIA's catalog ("Analyzing Xid Errors with the Xid Catalog",
+https://docs.nvidia.com/deploy/xid-errors/analyzing-xid-catalog.html) gives each code a
+mnemonic, a description and a *resolution bucket* (the immediate action: RESTART_APP,
+RESET_GPU, RESTART_BM, CONTACT_SUPPORT, IGNORE, or a named workflow). The table below carries
+those facts for the codes seen on data-centre GPUs; `group()` folds a stream of Xid lines into
+one record per (GPU PCI bus id, code) with a count and first/last time. Both are pure: the
+kmsg check and the watch-mode agent (node_probe/watch) call them.
 """
 from __future__ import annotations
 
 import dataclasses
+import re
+from typing import Iterable
+
+CATALOG_URL = "https://docs.nvidia.com/deploy/xid-errors/analyzing-xid-catalog.html"
+
+# the buckets we report, from NVIDIA's immediate-action column
+RESTART_APP = "restart_app"       # RESTART_APP: the application must be restarted
+RESET_GPU = "reset_gpu"           # RESET_GPU (and WORKFLOW_XID_48 / NVLink workflows when fatal)
+REBOOT = "reboot"                 # RESTART_BM / RESTART_VM: reboot the machine
+CONTACT_SUPPORT = "contact_support"  # drain the node and contact NVIDIA / the hardware vendor
+IGNORE = "ignore"                 # informational; count it, do not act on one
+
+BUCKET_TEXT = {
+    RESTART_APP: "restart the application (the GPU itself is fine)",
+    RESET_GPU: "drain the GPU's pods and reset the GPU (nvidia-smi -r -i <bus id>) or reboot",
+    REBOOT: "drain the node and reboot it",
+    CONTACT_SUPPORT: "drain the node and contact NVIDIA / the hardware vendor",
+    IGNORE: "no action (informational); watch the rate",
+}
+SEVERITY = {RESTART_APP: "warning", RESET_GPU: "critical", REBOOT: "critical",
+            CONTACT_SUPPORT: "critical", IGNORE: "info"}
+
+# Xid 154 (R565+) states the recovery the driver wants for the Xids around it, in words
+RECOVERY_154 = {"none": IGNORE, "drain p2p": RESET_GPU, "drain and reset": RESET_GPU,
+                "gpu reset required": RESET_GPU, "node reboot required": REBOOT}
+_RE_154 = re.compile(r"recovery action changed from 0x[0-9a-f]{1,8} \(([^)]{1,40})\) to "
+                     r"0x[0-9a-f]{1,8} \(([^)]{1,40})\)", re.I)
 
 
 @dataclasses.dataclass(frozen=True)
 class Xid:
     code: int
+    mnemonic: str
     meaning: str
-    blame: str
-    severity: str  # severity of the finding when seen
-    action: str
+    bucket: str            # one of the bucket constants above
+    nvidia_bucket: str     # the catalog's immediate-action column, verbatim
+    blame: str             # usual first suspect: application, hardware, driver, system
+    action: str            # what to do, in words
+
+    @property
+    def severity(self) -> str:
+        return SEVERITY[self.bucket]
 
 
 _X = Xid
+_NVLINK5 = ("NVLink5 error (Blackwell): NVIDIA's WORKFLOW_NVLINK5_ERR decodes the error status "
+            "in the message; fatal statuses need a GPU reset, the others are informational. "
+            "Drain the GPU's pods, reset the GPU; contact support if it repeats.")
 XIDS: dict[int, Xid] = {x.code: x for x in (
-    _X(13, "Graphics Engine Exception", "application", "warning",
+    _X(8, "ROBUST_CHANNEL_FIFO_ERROR_IDLE_TIMEOUT", "GPU stopped processing", RESTART_APP,
+       "RESTART_APP", "application", "Restart the application; if it repeats, check the job."),
+    _X(13, "ROBUST_CHANNEL_GR_EXCEPTION", "Graphics Engine Exception", RESTART_APP,
+       "RESTART_APP", "application",
        "Usually an out-of-range access in the application's kernel; check the job's logs. "
        "If many unrelated jobs hit it on one GPU, suspect the hardware."),
-    _X(31, "GPU memory page fault", "application", "warning",
-       "An illegal memory access by the application (run it with compute-sanitizer)."),
-    _X(32, "Invalid or corrupted push buffer stream", "system", "warning",
-       "Often PCIe errors; check the PCIe link and system logs."),
-    _X(43, "GPU stopped processing", "application", "info",
-       "The driver stopped a faulting application context; the GPU itself is usually fine."),
-    _X(45, "Preemptive cleanup, due to previous errors", "application", "info",
-       "A context was torn down (often after another Xid or a killed process)."),
-    _X(48, "Double Bit ECC Error", "hardware", "critical",
-       "Uncorrectable memory error: drain the node, reset the GPU; replace it if it repeats."),
-    _X(61, "Internal micro-controller breakpoint/warning", "driver", "warning",
-       "Firmware assertion; update the driver; reset the GPU if it is stuck."),
-    _X(62, "Internal micro-controller halt", "hardware", "critical",
-       "Firmware halted: reset the GPU (drain first) and update the driver."),
-    _X(63, "ECC page retirement or row remapping recording event", "hardware", "warning",
-       "A bad memory row was recorded for retirement; reset the GPU when idle to apply it."),
-    _X(64, "ECC page retirement or row remapper recording failure", "hardware", "critical",
-       "Retirement could not be recorded: drain the node, reset; RMA if it repeats."),
-    _X(68, "NVDEC0 Exception", "driver", "warning", "Video decoder fault; update the driver."),
-    _X(74, "NVLink Error", "hardware", "critical",
-       "NVLink fault: drain the node, check fabric manager and NVLink status "
-       "(nvidia-smi nvlink -s), reset the GPUs."),
-    _X(79, "GPU has fallen off the bus", "hardware", "critical",
+    _X(31, "ROBUST_CHANNEL_FIFO_ERROR_MMU_ERR_FLT", "GPU memory page fault", RESTART_APP,
+       "RESTART_APP", "application",
+       "An illegal memory access by the application: run it under compute-sanitizer memcheck."),
+    _X(32, "ROBUST_CHANNEL_PBDMA_ERROR", "Invalid or corrupted push buffer stream", RESTART_APP,
+       "RESTART_APP", "system",
+       "Restart the application; repeated 32s point at PCIe quality: check the link and "
+       "system logs."),
+    _X(43, "ROBUST_CHANNEL_RESETCHANNEL_VERIF_ERROR", "GPU stopped processing", IGNORE,
+       "IGNORE", "application",
+       "The driver stopped a faulting application context; the GPU stays healthy."),
+    _X(45, "ROBUST_CHANNEL_PREEMPTIVE_REMOVAL", "Preemptive cleanup, due to previous errors",
+       IGNORE, "WORKFLOW_XID_45", "application",
+       "A context was torn down (Ctrl-C, kill, reset, or after another Xid): follow the other "
+       "Xid on this GPU, if any."),
+    _X(46, "ROBUST_CHANNEL_GPU_TIMEOUT_ERROR", "GPU stopped processing", RESET_GPU,
+       "RESET_GPU", "driver", "Drain the GPU's pods and reset the GPU."),
+    _X(48, "ROBUST_CHANNEL_GPU_ECC_DBE", "Double Bit ECC Error", RESET_GPU, "WORKFLOW_XID_48",
+       "hardware",
+       "Uncorrectable memory error: a GPU reset or node reboot is needed to clear it; check "
+       "row remapping (nvidia-smi -q -d ROW_REMAPPER) and replace the GPU if it repeats."),
+    _X(62, "PMU_HALT_ERROR", "Internal micro-controller halt", RESET_GPU, "RESET_GPU",
+       "hardware", "Firmware halted: drain and reset the GPU; update the driver."),
+    _X(63, "INFOROM_DRAM_RETIREMENT_EVENT", "GPU memory remapping event", IGNORE, "IGNORE",
+       "hardware",
+       "A bad memory row was marked for remapping; it takes effect at the next GPU reset "
+       "(see gpu.row_remap_pending). A rising rate leads to Xid 64."),
+    _X(64, "INFOROM_DRAM_RETIREMENT_FAILURE", "GPU memory remapping failure", RESET_GPU,
+       "RESET_GPU", "hardware",
+       "The row could not be remapped: drain and reset the GPU; contact support (RMA) if it "
+       "repeats."),
+    _X(68, "ROBUST_CHANNEL_NVDEC0_ERROR", "NVDEC0 Exception", RESTART_APP, "RESTART_APP",
+       "driver", "Video decoder fault: restart the application; update the driver."),
+    _X(74, "NVLINK_ERROR", "NVLink Error", RESET_GPU, "WORKFLOW_NVLINK_ERR", "hardware",
+       "NVLink fault between GPUs or to an NVSwitch: a GPU reset or node reboot is needed to "
+       "clear it; check nvidia-smi nvlink -s and the GPU at the other end; contact support if "
+       "it repeats."),
+    _X(79, "ROBUST_CHANNEL_GPU_HAS_FALLEN_OFF_THE_BUS", "GPU has fallen off the bus", REBOOT,
+       "RESTART_BM", "hardware",
        "The GPU is no longer reachable over PCIe: drain the node and reboot it; check power, "
        "thermals and the PCIe slot; replace the GPU if it repeats."),
-    _X(92, "High single-bit ECC error rate", "hardware", "warning",
-       "Memory is degrading: schedule a reset and watch the error counters."),
-    _X(94, "Contained ECC error", "hardware", "warning",
-       "An uncorrectable error was contained to one application; restart it. Reset the GPU "
-       "when convenient."),
-    _X(95, "Uncontained ECC error", "hardware", "critical",
-       "All applications on the GPU are affected: drain the node and reset the GPU."),
-    _X(109, "Context Switch Timeout Error", "application", "warning",
-       "A context did not yield in time; often the application, sometimes the driver."),
-    _X(119, "GSP RPC Timeout", "driver", "critical",
-       "The GPU System Processor stopped answering: drain and reset the GPU or reboot; "
-       "update the driver (or disable GSP firmware if NVIDIA advises it)."),
-    _X(120, "GSP Error", "driver", "critical",
+    _X(92, "EXCESSIVE_SBE_INTERRUPTS", "High single-bit ECC error rate", IGNORE, "IGNORE",
+       "hardware", "Memory is degrading: watch the error counters; contact support if it grows."),
+    _X(94, "ROBUST_CHANNEL_CONTAINED_ERROR", "Contained memory error", RESTART_APP,
+       "RESTART_APP", "hardware",
+       "An uncorrectable error was contained to one application: restart it; other "
+       "applications are unaffected. Reset the GPU when convenient."),
+    _X(95, "ROBUST_CHANNEL_UNCONTAINED_ERROR", "Uncontained memory error", RESET_GPU,
+       "RESET_GPU", "hardware",
+       "Every application on the GPU is affected: drain the GPU's pods and reset the GPU "
+       "before anything restarts on it."),
+    _X(109, "ROBUST_CHANNEL_CTXSW_TIMEOUT_ERROR", "Context Switch Timeout Error", RESET_GPU,
+       "RESET_GPU", "driver", "Drain and reset the GPU; contact support if it repeats."),
+    _X(119, "GSP_RPC_TIMEOUT", "GSP RPC Timeout", RESET_GPU, "RESET_GPU", "driver",
+       "The GPU System Processor stopped answering: drain and reset the GPU (or reboot); "
+       "update the driver (NVIDIA's investigatory action is INVESTIGATE_SW)."),
+    _X(120, "GSP_ERROR", "GSP Error", RESET_GPU, "RESET_GPU", "driver",
        "GSP firmware error: drain and reset the GPU; update the driver."),
-    _X(121, "C2C Link corrected error", "hardware", "warning", "Watch for repeats."),
-    _X(140, "Unrecovered ECC Error", "hardware", "critical",
-       "Drain the node and reset the GPU."),
-    _X(154, "GPU recovery action changed", "driver", "critical",
-       "The driver asks for a GPU reset or a node reboot: read the message and do it after "
-       "draining the node."),
+    _X(121, "C2C_ERROR", "C2C Error", IGNORE, "IGNORE", "hardware",
+       "Grace-Hopper/Blackwell chip-to-chip link error: watch for repeats."),
+    _X(140, "UNRECOVERABLE_ECC_ERROR_ESCAPE", "ECC Unrecovered Error", RESET_GPU, "RESET_GPU",
+       "hardware", "Drain the GPU's pods and reset the GPU; contact support if it repeats."),
+    _X(143, "GPU_INIT_ERROR", "GPU Initialization Error", RESET_GPU, "RESET_GPU", "hardware",
+       "Reset the GPU; contact support if it repeats."),
+    *(_X(c, m, d, RESET_GPU, "WORKFLOW_NVLINK5_ERR", "hardware", _NVLINK5) for c, m, d in (
+        (144, "NVLINK_SAW_ERROR", "NVLINK: SAW Error"),
+        (145, "NVLINK_RLW_ERROR", "NVLINK: RLW Error"),
+        (146, "NVLINK_TLW_ERROR", "NVLINK: TLW Error"),
+        (147, "NVLINK_TREX_ERROR", "NVLINK: TREX Error"),
+        (148, "NVLINK_NVLPW_CTRL_ERROR", "NVLINK: NVLPW_CTRL Error"),
+        (149, "NVLINK_NETIR_ERROR", "NVLINK: NETIR Error"),
+        (150, "NVLINK_MSE_ERROR", "NVLINK: MSE Error"))),
+    _X(154, "GPU_RECOVERY_ACTION_CHANGED", "GPU Recovery Action Changed", RESET_GPU, "XID_154",
+       "driver",
+       "The driver states the recovery the other Xids on this GPU need (None, Drain P2P, "
+       "Drain and Reset, GPU Reset Required, Node Reboot Required): do it after draining."),
+    _X(155, "NVLINK_SW_DEFINED_ERROR", "NVLINK: SW Defined Error", RESET_GPU, "RESET_GPU",
+       "driver",
+       "Also raised by intentional link-down (SLEEP) transitions: reset only if workloads on "
+       "the GPU fail."),
+    _X(156, "RESOURCE_RETIREMENT_EVENT", "Resource Retirement Event", RESET_GPU, "RESET_GPU",
+       "hardware", "Reset the GPU when idle so the retirement takes effect."),
+    _X(157, "RESOURCE_RETIREMENT_FAILURE", "Resource Retirement Failure", IGNORE, "IGNORE",
+       "hardware", "No repair resources are left: workloads still run but the Xid may recur; "
+       "contact support."),
+    _X(158, "GPU_FATAL_TIMEOUT", "GPU Fatal Timeout", RESET_GPU, "RESET_GPU", "hardware",
+       "Drain and reset the GPU; contact support if it repeats."),
 )}
 
 
 def describe(code: int) -> Xid:
-    return XIDS.get(code) or Xid(code, "Unlisted Xid", "unknown", "warning",
-                                 "Look the code up in NVIDIA's Xid catalog.")
+    return XIDS.get(code) or Xid(code, "", "Xid not in our copy of NVIDIA's catalog",
+                                 CONTACT_SUPPORT, "", "unknown",
+                                 f"Look Xid {code} up in NVIDIA's Xid catalog ({CATALOG_URL}).")
+
+
+def recovery_154(message: str) -> str | None:
+    """The bucket Xid 154's message asks for ("... to 0x2 (Node Reboot Required)"), or None."""
+    m = _RE_154.search(message)
+    return RECOVERY_154.get(m.group(2).strip().lower()) if m else None
+
+
+# -- kernel log lines --------------------------------------------------------------------------
+
+# numbers are bounded ASCII digits: a --kmsg-file (or a forged record) with a 5,000-digit pid
+# must not raise in int(), and `\d` would also take non-ASCII digits
+XID_RE = re.compile(r"NVRM: Xid \((?:PCI:)?([^)]{0,64})\):\s*([0-9]{1,6}),\s*(.*)")
+# "NVRM: GPU at PCI:0000:3b:00: GPU-2f815c32-..." (logged when the driver binds a GPU)
+GPU_AT_RE = re.compile(r"NVRM: GPU at PCI:([0-9a-fA-F:.]{7,16}):\s*(GPU-[0-9a-fA-F-]{8,64})")
+PID_RE = re.compile(r"pid='?([0-9]{1,10})'?(?:, name='?([^',]{0,64})'?)?")
+
+
+def short_bus(bus: str | None) -> str | None:
+    """`00000000:3B:00.0` and `0000:3b:00` alike -> `3b:00` (domain 0 dropped)."""
+    if not bus:
+        return None
+    parts = bus.strip().lower().split(":")
+    if len(parts) < 2:
+        return None
+    dom = parts[0] if len(parts) == 3 else "0"
+    tail = ":".join(parts[-2:]).split(".")[0]
+    return tail if dom.strip("0") == "" else f"{dom.lstrip('0')}:{tail}"
+
+
+
+@dataclasses.dataclass(frozen=True)
+class XidEvent:
+    """One `NVRM: Xid (PCI:<bus>): <code>, <message>` line."""
+    ts: float | None        # seconds since boot (None when the log has no time)
+    pci: str
+    code: int
+    message: str
+
+
+def parse(ts: float | None, msg: str) -> XidEvent | None:
+    m = XID_RE.search(msg)
+    if not m:
+        return None
+    return XidEvent(ts, m.group(1).strip(), int(m.group(2)), m.group(3))
+
+
+@dataclasses.dataclass(frozen=True)
+class XidGroup:
+    """Every occurrence of one Xid code on one GPU."""
+    pci: str
+    code: int
+    count: int
+    first_s: float | None
+    last_s: float | None
+    last_message: str
+    pids: tuple[str, ...]
+    recovery: str | None    # Xid 154 only: the bucket its last message asks for
+
+
+MAX_GROUPS = 1024       # distinct (gpu, code) pairs kept; a node has <= 16 GPUs
+MAX_PIDS = 10
+
+
+class Grouper:
+    """Fold Xid events one at a time into one group per (PCI bus id, code), in order of first
+    appearance: memory bounded by `max_groups` whatever the number of events (a flood of
+    200,000 lines is 1 group); events of pairs beyond it are only counted (`dropped`)."""
+
+    def __init__(self, max_groups: int = MAX_GROUPS) -> None:
+        self.max_groups = max_groups
+        self.acc: dict[tuple[str, int], dict] = {}
+        self.dropped = 0
+
+    def add(self, ev: XidEvent) -> None:
+        key = (ev.pci, ev.code)
+        d = self.acc.get(key)
+        if d is None:
+            if len(self.acc) >= self.max_groups:
+                self.dropped += 1
+                return
+            d = self.acc[key] = {"count": 0, "first_s": ev.ts, "last_s": ev.ts, "pids": []}
+        d["count"] += 1
+        if ev.ts is not None:
+            d["first_s"] = ev.ts if d["first_s"] is None else min(d["first_s"], ev.ts)
+            d["last_s"] = ev.ts if d["last_s"] is None else max(d["last_s"], ev.ts)
+        d["message"] = ev.message
+        if len(d["pids"]) < MAX_PIDS:
+            pm = PID_RE.search(ev.message)
+            if pm:
+                entry = pm.group(1) + (f" ({pm.group(2)})" if pm.group(2) else "")
+                if entry not in d["pids"]:
+                    d["pids"].append(entry)
+
+    def groups(self) -> list[XidGroup]:
+        return [XidGroup(pci, code, d["count"], d["first_s"], d["last_s"], d["message"][:300],
+                         tuple(d["pids"]), recovery_154(d["message"]) if code == 154 else None)
+                for (pci, code), d in self.acc.items()]
+
+
+def group(events: Iterable[XidEvent], max_groups: int = MAX_GROUPS) -> tuple[list[XidGroup], int]:
+    """Every event folded by a fresh Grouper: (groups, events dropped beyond max_groups).
+    Pure and linear in the events; the watch-mode agent calls it on each batch."""
+    g = Grouper(max_groups)
+    for ev in events:
+        g.add(ev)
+    return g.groups(), g.dropped

@@ -2,8 +2,10 @@
 
 Why here (stdlib only): `gpu-doctor-probe` renders its own output on a node with no client
 installed, and `kubectl gpu-doctor` renders the very same stream, so both use these functions.
-Output is TTY-aware: colour only on a terminal and never with NO_COLOR; live progress only
-goes to stderr when stderr is a terminal, so pipes and bots see clean stdout.
+Output is TTY-aware: colour only on a terminal and never with NO_COLOR; live progress is one
+status line on stderr, only when stderr is a terminal, so pipes and bots see clean stdout.
+The table leads with the verdict (computed by the client, passed in as its dict), shows each
+finding once, and spells evidence for people (evidence.py).
 """
 from __future__ import annotations
 
@@ -14,9 +16,13 @@ import re
 import shutil
 import sys
 import textwrap
+import threading
+import time
 from typing import IO, Any, Mapping
 
 from node_probe.protocol import Finding, Report, encode
+from node_probe.protocol import evidence as human
+from node_probe.protocol.evidence import cut, fmt_duration
 
 _COLORS = {"critical": "\033[1;31m", "warning": "\033[33m", "info": "\033[36m",
            "ok": "\033[32m"}
@@ -85,133 +91,309 @@ class JsonlWriter:
 
 
 class LiveProgress:
-    """One short line per notable record on a terminal; silent otherwise."""
+    """Live progress on a terminal: ONE status line, rewritten in place as work proceeds and
+    cleared before the report; silent when the stream is not a terminal (pipes and bots see
+    nothing). A record that carries `deadline_s` (a debug pod waiting to start) or the trace
+    window shows its elapsed time, refreshed once a second by a ticker thread while it lasts.
+    `node`: the node a record is about in a multi-node run, shown first on the line."""
 
-    def __init__(self, stream: IO = sys.stderr, enabled: bool | None = None) -> None:
+    TICK_S = 1.0
+
+    def __init__(self, stream: IO = sys.stderr, enabled: bool | None = None,
+                 width: int | None = None) -> None:
         self.stream = stream
         self.enabled = stream.isatty() if enabled is None else enabled
         self.color = use_color(stream)
+        self.width = width
+        self._lock = threading.Lock()
+        self._text = ""          # what the line says now (without the clock)
+        self._since = 0.0        # monotonic start of the timed part, 0: untimed
+        self._deadline = 0.0     # seconds, 0: none
+        self._shown = False
+        self._counts = {"critical": 0, "warning": 0}
+        self._trace_s = 0.0
+        self._ticker: threading.Thread | None = None
+        self._stop = threading.Event()
 
-    def __call__(self, rec: Mapping[str, Any]) -> None:
+    def __call__(self, rec: Mapping[str, Any], node: str | None = None) -> None:
         if not self.enabled:
             return
+        text, timed, deadline = self._describe(rec)
+        if text is None:
+            return
+        if node:
+            text = f"{terminal_safe(node)}: {text}"
+        with self._lock:
+            self._text = text
+            self._since = time.monotonic() if timed else 0.0
+            self._deadline = deadline
+            self._draw()
+        if timed:
+            self._start_ticker()
+
+    def _describe(self, rec: Mapping[str, Any]) -> tuple[str | None, bool, float]:
         kind = rec.get("kind")
-        line = None
-        rec = {k: terminal_safe(v) if isinstance(v, str) else v for k, v in rec.items()}
-        if kind == "finding" and rec.get("severity") in ("critical", "warning"):
-            line = f"{_sev(rec['severity'], self.color)} {rec.get('id')}: {rec.get('title')}"
-        elif kind == "event":
-            line = f"  event   {rec.get('name')}: {rec.get('message')}"
-        elif kind == "progress" and rec.get("phase") == "check" and rec.get("status") != "ok":
-            line = f"  check   {rec.get('check')} {rec.get('status')} {rec.get('message', '')}"
-        elif kind == "progress" and rec.get("message"):
-            line = f"  ...     {rec.get('message')}"
-        elif kind == "log" and rec.get("level") in ("error", "warning"):
-            line = f"  {rec.get('level'):7} {rec.get('message')}"
-        if line:
-            self.stream.write(line + "\n")
-            self.stream.flush()
+        safe = {k: terminal_safe(v) if isinstance(v, str) else v for k, v in rec.items()}
+        if kind == "finding" and rec.get("severity") in self._counts:
+            self._counts[str(rec["severity"])] += 1
+            c = self._counts
+            return (f"{c['critical']} critical, {c['warning']} warning so far; last: "
+                    f"{safe.get('id')} on {safe.get('subject')}"), False, 0.0
+        if kind == "progress" and rec.get("phase") == "start":
+            trace = rec.get("trace_s")
+            self._trace_s = float(trace) if isinstance(trace, (int, float)) else 0.0
+            return "node checks started", False, 0.0
+        if kind == "progress" and rec.get("phase") == "trace":
+            return (f"tracing {self._trace_s:g}s" if self._trace_s else "tracing"), True, \
+                self._trace_s
+        if kind == "progress" and rec.get("phase") == "check":
+            msg = safe.get("message")
+            return (f"check {safe.get('check')}: {safe.get('status')}"
+                    f"{' ' + msg if isinstance(msg, str) and msg else ''}"), False, 0.0
+        if kind == "progress" and rec.get("message"):
+            deadline = rec.get("deadline_s")
+            ok = isinstance(deadline, (int, float)) and not isinstance(deadline, bool)
+            return str(safe["message"]), ok, float(deadline) if ok else 0.0
+        if kind == "event":
+            return f"event {safe.get('name')}: {safe.get('message')}", False, 0.0
+        if kind == "log" and rec.get("level") in ("error", "warning"):
+            return f"{safe.get('level')}: {safe.get('message')}", False, 0.0
+        return None, False, 0.0
+
+    def _draw(self) -> None:
+        text = self._text
+        if self._since:
+            el = fmt_duration(int(time.monotonic() - self._since))
+            text += f" ({el}/{fmt_duration(self._deadline)})" if self._deadline else f" ({el})"
+        width = self.width or shutil.get_terminal_size((80, 24)).columns
+        text = cut(text, max(10, width - 1))  # never wraps: \r returns to ITS start
+        self.stream.write("\r\033[2K" + text)
+        self.stream.flush()
+        self._shown = True
+
+    def _start_ticker(self) -> None:
+        if self._ticker is not None and self._ticker.is_alive():
+            return
+        self._stop.clear()
+
+        def tick() -> None:
+            while not self._stop.wait(self.TICK_S):
+                with self._lock:
+                    if not self._since or not self._shown:
+                        return
+                    self._draw()
+
+        self._ticker = threading.Thread(target=tick, name="gpu-doctor-status", daemon=True)
+        self._ticker.start()
+
+    def clear(self) -> None:
+        """Erase the status line (before the report, an error line, or the end)."""
+        self._stop.set()
+        with self._lock:
+            self._since = 0.0
+            if self.enabled and self._shown:
+                self.stream.write("\r\033[2K")
+                self.stream.flush()
+            self._shown = False
 
 
-def _json_chunks(v: Any) -> list[str]:
-    """JSON text of `v` cut only between values ('{"a": 1,' / '"b": "x-y"}'), never inside
-    a key, a string or a number."""
-    if isinstance(v, Mapping) and v:
-        items: list = [(json.dumps(str(k)) + ": ", x) for k, x in v.items()]
-        opening, closing = "{", "}"
-    elif isinstance(v, (list, tuple)) and v:
-        items = [("", x) for x in v]
-        opening, closing = "[", "]"
-    else:
-        return [json.dumps(v, default=str)]
-    out: list[str] = []
-    for i, (key, x) in enumerate(items):
-        sub = _json_chunks(x)
-        sub[0] = (opening if i == 0 else "") + key + sub[0]
-        sub[-1] += closing if i == len(items) - 1 else ","
-        out.extend(sub)
-    return out
+DETAIL_SEVERITIES = ("critical", "warning")
+COMPACT_EVIDENCE_LINES = 1  # evidence lines of a default details block (--details: all)
+MIN_WIDTH, MAX_WIDTH = 40, 240
+SEP = " | "
+EXPLAIN = "kubectl gpu-doctor explain"
 
 
-def _pack(chunks: list[str], width: int, first: str, rest: str) -> list[str]:
-    """Greedy fill of whole chunks; a chunk wider than the line gets a line of its own."""
-    lines: list[str] = []
-    cur = first
-    bare = True
-    for c in chunks:
-        if not bare and len(cur) + 1 + len(c) > width:
-            lines.append(cur)
-            cur, bare = rest + c, False
+def table_width(width: int | None = None) -> int:
+    """The width a table renders at: `width`, else the terminal's (COLUMNS first), bounded."""
+    if width is None:
+        width = shutil.get_terminal_size((120, 24)).columns
+    return max(MIN_WIDTH, min(MAX_WIDTH, int(width)))
+
+
+def _wrap(text: str, width: int, first: str, rest: str) -> list[str]:
+    return textwrap.wrap(text, width, initial_indent=first, subsequent_indent=rest,
+                         break_on_hyphens=False, break_long_words=True) or [first.rstrip()]
+
+
+def verdict_lines(verdict: Mapping[str, Any], width: int, color: bool = False,
+                  max_actions: int = 6) -> list[str]:
+    """The verdict block (at most ~10 lines): the headline naming the root cause and the pods
+    held up, the chain from cause to effect, then the ordered actions, one line each: the
+    command whole (never cut: it is copied), what it does and its risk after it, cut to the
+    width. `verdict` is verdict.to_dict() or a replayed copy: every string is escaped."""
+    sev = str(verdict.get("severity") or "ok")
+    head = terminal_safe(str(verdict.get("headline") or ""))
+    lines = _wrap(head, width, " " * 10, " " * 10)
+    lines[0] = f"{_sev(sev, color)}  {lines[0][10:]}"
+    lines = lines[:3]
+    chain = [terminal_safe(str(c)) for c in verdict.get("chain") or () if c][:8]
+    if len(chain) > 1:
+        lines.append(cut(" " * 10 + "cause -> effect: " + " -> ".join(chain), width))
+    elif chain:
+        lines.append(cut(" " * 10 + f"root cause: {chain[0]}", width))
+    actions = [a for a in verdict.get("actions") or () if isinstance(a, Mapping)]
+    for i, a in enumerate(actions[:max_actions], 1):
+        stage = terminal_safe(str(a.get("stage") or ""))
+        text = terminal_safe(str(a.get("text") or ""))
+        risk = terminal_safe(str(a.get("risk") or ""))
+        cmd = a.get("command")
+        start = f"  {i}. {stage:<8} "
+        if cmd:
+            line = start + terminal_safe(str(cmd))
+            note = f"  # {text}; risk: {risk}"
+            room = width - len(line)
+            lines.append(line + (cut(note, room) if room > 12 else ""))
         else:
-            cur, bare = (cur + c if bare else cur + " " + c), False
-    lines.append(cur)
+            lines.append(cut(start + f"{text} (risk: {risk})", width))
+    if len(actions) > max_actions:
+        lines.append(f"  ... {len(actions) - max_actions} more in -o json")
     return lines
 
 
-def evidence_lines(key: str, value: Any, width: int, indent: str) -> list[str]:
-    """One evidence entry as table lines. JSON values wrap between values, never in the
-    middle of a word; a list of objects prints one object per line."""
-    cont = indent + "  "
-    if isinstance(value, (list, tuple)) and value and all(isinstance(x, Mapping)
-                                                          for x in value):
-        out = [f"{indent}{key}:"]
-        for x in value:
-            out += _pack(_json_chunks(x), width, cont + "- ", cont + "  ")
+def _details(f: Finding, width: int, color: bool, full: bool, cut_title: bool) -> list[str]:
+    """One finding's details. Compact (default): the full title when the table cut it, and
+    the scalar evidence packed on one line. Full (--details): evidence one entry a
+    line, lists of objects as small tables, the fix and the references."""
+    ind = "    "
+    fixed = len(f.severity.value) + 1 + len(f.id) + 2
+    subject = cut(f.subject, max(12, width - fixed))
+    head = f"{_sev(f.severity.value, color, 0)} {f.id}  {subject}"
+    page = f"({EXPLAIN} {f.id})"
+    out = ([f"{head}  {page}"] if fixed + len(subject) + 2 + len(page) <= width
+           else [head, ind + page])
+    if cut_title or full:
+        out += _wrap(f.title, width, ind, ind)
+    scalars, tables = human.split(f.evidence)
+    # nested values are joined from parts terminal_safe_finding did not reach: escape again
+    scalars = [(terminal_safe(k), terminal_safe(v)) for k, v in scalars]
+    tables = [(terminal_safe(k), rows) for k, rows in tables]
+    if not full:
+        more = " (more: --details)"
+        parts = [f"{k}: {v}" for k, v in scalars]
+        parts += [f"{k}: {len(v)} row{'s' if len(v) != 1 else ''}" for k, v in tables]
+        room = COMPACT_EVIDENCE_LINES
+        if parts:
+            packed = _wrap(SEP.join(parts), width, ind, ind)
+            if len(packed) > room or tables:
+                packed = packed[:room]
+                packed[-1] = (packed[-1] + more if len(packed[-1]) + len(more) <= width
+                              else cut(packed[-1], width - len(more)) + more)
+            out += packed
         return out
-    if isinstance(value, (Mapping, list, tuple)):
-        return _pack(_json_chunks(value), width, f"{indent}{key}: ", cont)
-    text = str(value)
-    return textwrap.wrap(f"{key}: {text}", width, initial_indent=indent,
-                         subsequent_indent=cont, break_on_hyphens=False,
-                         break_long_words=False) or [f"{indent}{key}: "]
+    if scalars or tables:
+        out.append(f"{ind}evidence:")
+    for k, v in scalars:
+        out += _wrap(f"{k}: {v}", width, ind + "  ", ind + "    ")
+    for k, rows in tables:
+        cols, body, more = human.table(rows)
+        body = [[terminal_safe(c) for c in r] for r in body]
+        cols = [terminal_safe(c) for c in cols]
+        out.append(f"{ind}  {k}:")
+        out += [cut(ind + "    " + ln, width) for ln in human.aligned(cols, body)]
+        if more:
+            out.append(f"{ind}    ... {more} more (-o json)")
+    for i, para in enumerate(f.remediation.splitlines() or ([] if not f.remediation else [""])):
+        out += _wrap(para, width, f"{ind}fix: " if i == 0 else ind + "     ", ind + "     ")
+    out += [f"{ind}ref: {r}" for r in f.refs]
+    return out
 
 
 def render_table(report: Report, stream: IO, fail_on: str, exit_code: int,
-                 color: bool | None = None) -> None:
-    """Human report: a table of findings, then details (evidence, fix, refs), then a verdict."""
+                 color: bool | None = None, width: int | None = None,
+                 verdict: Mapping[str, Any] | None = None, details: bool = False) -> None:
+    """Human report: the verdict first (when the caller has one), each finding ONCE in a
+    compact table, details blocks (critical and warning; everything with `details`), the
+    checks that did not finish or could not look, the warning that explains an incomplete
+    run, and one summary line."""
     color = use_color(stream) if color is None else color
-    width = max(60, min(140, shutil.get_terminal_size((120, 24)).columns))
+    width = table_width(width)
     findings = [terminal_safe_finding(f) for f in report.sorted_findings()]
     t = {k: terminal_safe(v) for k, v in report.target.items() if v is not None}
     head = f"gpu-doctor {report.version}  target: {t.get('kind', '?')} {t.get('name', '')}"
     if t.get("node") and t.get("node") != t.get("name"):
         head += f" (node {t['node']})"
-    stream.write(head + "\n\n")
+    w = stream.write
+    w(head + "\n")
+    if verdict:
+        w("".join(ln + "\n" for ln in verdict_lines(verdict, width, color)))
+    w("\n")
+    long_titles: set[int] = set()
     if findings:
         idw = max(len("ID"), *(len(f.id) for f in findings))
-        subw = min(40, max(len("SUBJECT"), *(len(f.subject) for f in findings)))
-        stream.write(f"{'SEVERITY':8}  {'ID':{idw}}  {'SUBJECT':{subw}}  TITLE\n")
-        for f in findings:
-            subj = f.subject if len(f.subject) <= subw else f.subject[: subw - 1] + "~"
-            stream.write(f"{_sev(f.severity.value, color)}  {f.id:{idw}}  {subj:{subw}}  "
-                         f"{f.title}\n")
-        details = [f for f in findings if f.severity.value in ("critical", "warning")]
-        if details:
-            stream.write("\n")
-        for f in details:
-            _write_details(f, stream, color, width)
+        # one subject for all (a node's own findings): the details blocks name it
+        subw = (0 if len({f.subject for f in findings}) == 1 else
+                max(8, min(32, width - 10 - idw - 2 - 2 - 24,
+                           max(len("SUBJECT"), *(len(f.subject) for f in findings)))))
+        subcol = (lambda text: f"{cut(text, subw):{subw}}  ") if subw else (lambda text: "")
+        titlew = max(20, width - 8 - 2 - idw - 2 - (subw + 2 if subw else 0))
+        w(f"{'SEVERITY':8}  {'ID':{idw}}  {subcol('SUBJECT')}TITLE\n")
+        for i, f in enumerate(findings):
+            title = cut(" ".join(f.title.split()), titlew)
+            if title != f.title:
+                long_titles.add(i)
+            w(f"{_sev(f.severity.value, color)}  {f.id:{idw}}  {subcol(f.subject)}{title}\n")
+        w(cut(f"(a finding's page: {EXPLAIN} ID{'' if details else '; every detail: --details'})",
+              width) + "\n")
+        shown = [i for i, f in enumerate(findings)
+                 if details or f.severity.value in DETAIL_SEVERITIES]
+        if shown:
+            w("\n")
+        for n, i in enumerate(shown):
+            if details and n:
+                w("\n")  # full blocks are long: a blank line between them
+            w("".join(ln + "\n" for ln in _details(findings[i], width, color, details,
+                                                    i in long_titles)))
     else:
-        stream.write("No findings.\n")
+        w("No findings.\n")
+    write_footer(report, stream, fail_on, exit_code, width)
+
+
+def write_footer(report: Report, stream: IO, fail_on: str, exit_code: int,
+                 width: int = MAX_WIDTH) -> None:
+    """What ends every table report: the checks that did not finish or could not look, the
+    warning that explains an incomplete run, and the one summary line with the exit code."""
+    w = stream.write
     bad = [c for c in report.checks if c.status not in ("ok", "skipped")]
     if bad:
-        stream.write("\nChecks that did not finish:\n")
+        w("\nChecks that did not finish:\n")
         for c in bad:
-            stream.write(f"  {terminal_safe(c.id)}: {terminal_safe(c.status)} after "
-                         f"{c.duration_s:.1f}s"
-                         f"{' - ' + terminal_safe(c.message) if c.message else ''}\n")
-    _write_skipped(report, stream)
+            w(cut(f"  {terminal_safe(c.id)}: {terminal_safe(c.status)} after "
+                  f"{fmt_duration(c.duration_s)}"
+                  f"{' - ' + terminal_safe(c.message) if c.message else ''}", width) + "\n")
+    _write_skipped(report, stream, width)
     doc = report.document(fail_on, exit_code)
     s = doc["summary"]
-    if s.get("incomplete_reason"):
-        s = dict(s, incomplete_reason=terminal_safe(s["incomplete_reason"]))
-    verdict = (f"\n{s['critical']} critical, {s['warning']} warning, {s['info']} info"
-               f"{'' if s['complete'] else ' (INCOMPLETE: ' + (s.get('incomplete_reason') or 'some checks did not finish') + ')'}"
-               f"; {doc['duration_s']:.1f}s; exit {exit_code}\n")
-    stream.write(verdict)
+    if not s["complete"]:
+        last = last_warning(report)
+        if last:
+            w(cut(f"\nlast warning: {terminal_safe(last)}", width + 1) + "\n")
+    why = terminal_safe(s.get("incomplete_reason") or "some checks did not finish")
+    last = (f"{s['critical']} critical, {s['warning']} warning, {s['info']} info"
+            f"{'' if s['complete'] else ' (INCOMPLETE: ' + why + ')'}"
+            f"; {fmt_duration(doc['duration_s'])}; exit {exit_code}")
+    w("\n" + "\n".join(_wrap(last, width, "", "  ")) + "\n")
     stream.flush()
 
 
-def _write_skipped(report: Report, stream: IO) -> None:
+def last_warning(report: Report) -> str | None:
+    """What explains an incomplete run, so it reaches the report and not only the live line:
+    the last warning or error the run logged (a failed read, the agent's note of the probe's
+    last stderr line), else the probe's last line that was not a record (its stderr, merged
+    into the debug pod's log)."""
+    raw = None
+    for rec in reversed(report.logs):
+        msg = " ".join(str(rec.get("message") or "").split())
+        if not msg:
+            continue
+        if rec.get("level") in ("warning", "error"):
+            return msg
+        if raw is None and rec.get("raw"):
+            raw = f"the probe's last output line: {msg}"
+    return raw
+
+
+def _write_skipped(report: Report, stream: IO, width: int = MAX_WIDTH) -> None:
     """Footer: the checks that could not look, each with its own reason (a check that did
     not look is never shown as ok)."""
     skipped = [c for c in report.checks if c.status == "skipped"]
@@ -220,25 +402,7 @@ def _write_skipped(report: Report, stream: IO) -> None:
     stream.write("\nChecks that could not look (skipped):\n")
     for c in skipped:
         why = c.reason or c.message or "no reason given"
-        stream.write(f"  {terminal_safe(c.id)}: {terminal_safe(why)}\n")
-
-
-def _write_details(f: Finding, stream: IO, color: bool, width: int) -> None:
-    ind = "    "
-    stream.write(f"{_sev(f.severity.value, color, 0)} {f.id}  [{f.subject}]\n")
-    stream.write(textwrap.fill(f.title, width, initial_indent=ind, subsequent_indent=ind) + "\n")
-    if f.evidence:
-        stream.write(f"{ind}evidence:\n")
-        for k, v in f.evidence.items():
-            stream.writelines(ln + "\n" for ln in evidence_lines(k, v, width, ind + "  "))
-    if f.remediation:
-        for i, para in enumerate(f.remediation.splitlines() or [""]):
-            prefix = f"{ind}fix: " if i == 0 else ind + "     "
-            stream.write(textwrap.fill(para, width, initial_indent=prefix,
-                                       subsequent_indent=ind + "     ") + "\n")
-    for r in f.refs:
-        stream.write(f"{ind}ref: {r}\n")
-    stream.write("\n")
+        stream.write(cut(f"  {terminal_safe(c.id)}: {terminal_safe(why)}", width) + "\n")
 
 
 def render_json(report: Report, stream: IO, fail_on: str, exit_code: int) -> None:

@@ -5,7 +5,9 @@ the `bcc` Python module (Debian: python3-bpfcc), kernel headers for the running 
 debug pod they are the host's, under --host-root; Debian splits them into -amd64 and -common,
 and BCC_KERNEL_SOURCE takes one directory, so a merged tree of symlinks is built when needed),
 and a mounted tracefs (mounted here when absent, and said so in a log record). Checked before
-`import bcc`, because bcc reads the tracefs location at import time.
+`import bcc`, because bcc reads the tracefs location at import time. When the node has no
+headers at all (no /lib/modules/<release>/{build,source}, no kheaders.tar.xz), the probe's own
+bundled set (kheaders.py) is used; `headers` says which ones were used, for the report.
 """
 from __future__ import annotations
 
@@ -18,6 +20,7 @@ from pathlib import Path
 from typing import Callable
 
 from node_probe.host import hostfs, subproc
+from . import kheaders
 
 TRACEFS_CANDIDATES = ("/sys/kernel/tracing", "/sys/kernel/debug/tracing")
 KCONFIG = "include/linux/kconfig.h"
@@ -35,6 +38,9 @@ class BccEnv:
     kernel_source: str | None   # headers dir BCC will use (None: BCC's default lookup)
     tracefs: str | None
     notes: list[str] = dataclasses.field(default_factory=list)
+    # which headers BCC compiles against: {"source": env|probe|host|kheaders|bundled, "path":
+    # ..., "kernel_version": (bundled only) ...}; {} when none were found
+    headers: dict = dataclasses.field(default_factory=dict)
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)
@@ -89,21 +95,22 @@ def _tracefs(log: Log) -> tuple[str | None, str | None]:
     return None, f"tracefs not mounted and mounting it at {target} failed: {err}"
 
 
-def _headers(host_root: Path, release: str, log: Log) -> tuple[str | None, str | None, str]:
-    """(BCC_KERNEL_SOURCE to set or None, error text or None, how they were found)."""
+def _headers(host_root: Path, release: str, log: Log) -> tuple[str | None, str | None, dict]:
+    """(BCC_KERNEL_SOURCE to set or None, error text or None, which headers: see BccEnv)."""
     env = os.environ.get("BCC_KERNEL_SOURCE")
     if env:
         if _has_headers(Path(env)):
-            return env, None, f"BCC_KERNEL_SOURCE={env}"
-        return None, f"BCC_KERNEL_SOURCE={env} has no {KCONFIG}", ""
+            return env, None, {"source": "env", "path": env, "how": f"BCC_KERNEL_SOURCE={env}"}
+        return None, f"BCC_KERNEL_SOURCE={env} has no {KCONFIG}", {}
     own = Path("/lib/modules") / release
     if _has_headers(own / "build") or _has_headers(own / "source"):
         # BCC's own lookup handles build+source pairs.
-        return None, None, f"{own}/{{build,source}}"
+        return None, None, {"source": "probe", "path": str(own),
+                            "how": f"{own}/{{build,source}}"}
     build = hostfs.resolve(host_root, f"lib/modules/{release}/build")
     source = hostfs.resolve(host_root, f"lib/modules/{release}/source")
     if _has_headers(build):
-        return str(build), None, str(build)
+        return str(build), None, {"source": "host", "path": str(build), "how": str(build)}
     if build is not None and _has_headers(source):
         key = hashlib.sha256(f"{build}\0{source}".encode()).hexdigest()[:12]
         dest = Path(tempfile.gettempdir()) / f"gpu-doctor-kheaders-{release}-{key}"
@@ -112,14 +119,23 @@ def _headers(host_root: Path, release: str, log: Log) -> tuple[str | None, str |
         merged_tree(build, source, dest)
         log("info", f"kernel headers are split ({build}, {source}): merged them for BCC "
                     f"at {dest}", check="trace")
-        return str(dest), None, f"merged {build} + {source}"
+        return str(dest), None, {"source": "host", "path": str(dest),
+                                 "how": f"merged {build} + {source}"}
     if _has_headers(source):
-        return str(source), None, str(source)
+        return str(source), None, {"source": "host", "path": str(source), "how": str(source)}
     if os.path.exists(KHEADERS):
-        return None, None, KHEADERS
+        return None, None, {"source": "kheaders", "path": KHEADERS, "how": KHEADERS}
+    bundled, why_not = kheaders.find()
+    if bundled is not None:
+        how = (f"{bundled.describe()}, since the node has none for {release}: our programs "
+               "read only syscall tracepoint arguments, user memory and BPF helpers, and the "
+               "tracepoint layout is checked against this kernel's format files")
+        log("info", f"no kernel headers for {release} on the node: compiling the eBPF programs "
+                    f"with {bundled.describe()}", check="trace")
+        return str(bundled.path), None, {"source": "bundled", "how": how, **bundled.to_dict()}
     where = host_root / "lib/modules" / release
     return None, (f"no kernel headers for {release} (looked in {where}/build, {where}/source"
-                  f", /lib/modules/{release} and {KHEADERS})"), ""
+                  f", /lib/modules/{release} and {KHEADERS}; no bundled set: {why_not})"), {}
 
 
 def check(host_root: Path, log: Log) -> BccEnv:
@@ -134,14 +150,16 @@ def check(host_root: Path, log: Log) -> BccEnv:
         missing.append(err)
         remedies.append("mount tracefs: `mount -t tracefs nodev /sys/kernel/tracing` (in a pod: "
                         "mount the host's /sys/kernel/debug or run privileged)")
-    ksrc, err, how = _headers(host_root, release, log)
+    ksrc, err, headers = _headers(host_root, release, log)
     if err:
         missing.append(err)
         remedies.append(f"install headers on the host (`apt-get install linux-headers-{release}`)"
                         " and mount the host's /lib/modules and /usr/src into the probe, or set"
-                        " BCC_KERNEL_SOURCE to one directory holding the headers")
+                        " BCC_KERNEL_SOURCE to one directory holding the headers (the probe"
+                        " image carries a small bundled set: run it, or build one with"
+                        " scripts/build-kheaders.py and set GPU_DOCTOR_KHEADERS_DIR)")
     else:
-        notes.append(f"kernel headers: {how}")
+        notes.append(f"kernel headers: {headers['how']}")
         if ksrc:
             os.environ["BCC_KERNEL_SOURCE"] = ksrc
     try:
@@ -151,4 +169,4 @@ def check(host_root: Path, log: Log) -> BccEnv:
         remedies.append("install BCC: `apt-get install python3-bpfcc` (and run the probe with "
                         "the Python it installs into)")
     return BccEnv(ok=not missing, missing=missing, remedies=remedies, kernel_release=release,
-                  kernel_source=ksrc, tracefs=tracefs, notes=notes)
+                  kernel_source=ksrc, tracefs=tracefs, notes=notes, headers=headers)

@@ -5,26 +5,13 @@ from __future__ import annotations
 
 import socket
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from node_probe.host import runtime_config
+from tests.fakes import fake_daemon
 
-SERVE = r"""
-import os, socket, sys, time
-comm, bind = os.environ.get("FAKE_COMM"), os.environ.get("FAKE_BIND")
-if comm:
-    with open("/proc/self/comm", "w") as f:
-        f.write(comm)
-if bind:
-    s = socket.socket(socket.AF_UNIX)
-    s.bind(bind)
-    s.listen(8)
-print("ready", flush=True)
-time.sleep(120)
-"""
 NVIDIA_CONFIG = """version = 2
 [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.nvidia.options]
   BinaryName = "/usr/bin/nvidia-container-runtime"
@@ -41,16 +28,11 @@ DEFAULT_CONFIG = """version = 2
 
 @pytest.fixture
 def procs(tmp_path):
-    script = tmp_path / "serve.py"
-    script.write_text(SERVE)
     started: list[subprocess.Popen] = []
 
     def start(*args: str, comm: str | None = None, bind: Path | None = None) -> subprocess.Popen:
-        env = {"FAKE_COMM": comm or "", "FAKE_BIND": str(bind or "")}
-        p = subprocess.Popen([sys.executable, str(script), *args], env=env,
-                             stdout=subprocess.PIPE, text=True)
+        p = fake_daemon.spawn(comm or "", [bind] if bind else [], *args)
         started.append(p)
-        assert p.stdout.readline().strip() == "ready"
         return p
 
     yield start

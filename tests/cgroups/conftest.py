@@ -115,7 +115,15 @@ class CgroupTree:
         ((name, major, minor)): a device plugin container that started before some node
         existed (seed 002). Its view is /proc/PID/root/dev, as the probe reads it."""
         mk = " && ".join(f"mknod /dev/{n} c {ma} {mi}" for n, ma, mi in nodes) or "true"
-        script = f"mount -t tmpfs gdtest-dev /dev && {mk} && exec /bin/sleep 120"
+        return self.spawn_script(
+            cgroup, ["unshare", "--mount", "--propagation", "private", "/bin/sh", "-c",
+                     f"mount -t tmpfs gdtest-dev /dev && {mk} && exec /bin/sleep 120"],
+            {"PATH": "/bin:/usr/bin:/sbin:/usr/sbin", **env}, "private-/dev process")
+
+    def spawn_script(self, cgroup: Path, argv: list[str], env: dict,
+                     what: str = "process") -> subprocess.Popen:
+        """`argv` (a shell that ends in `exec /bin/sleep 120`) placed in `cgroup` before it
+        execs; returns once the shell has exec'd sleep (its setup done)."""
         procs_file = str(cgroup / "cgroup.procs")
 
         def join():
@@ -123,9 +131,7 @@ class CgroupTree:
             os.write(fd, str(os.getpid()).encode())
             os.close(fd)
 
-        p = subprocess.Popen(["unshare", "--mount", "--propagation", "private", "/bin/sh", "-c",
-                              script], env={"PATH": "/bin:/usr/bin:/sbin:/usr/sbin", **env},
-                             stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+        p = subprocess.Popen(argv, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
                              stderr=subprocess.DEVNULL, preexec_fn=join)
         self.procs.append(p)
         deadline = time.monotonic() + 60
@@ -136,7 +142,7 @@ class CgroupTree:
             except OSError:
                 pass
             time.sleep(0.02)
-        raise RuntimeError("private-/dev process did not start")
+        raise RuntimeError(f"{what} did not start")
 
     def cleanup(self) -> None:
         for p in self.procs:

@@ -117,7 +117,9 @@ def test_gpu_health_from_remapping_and_ecc(tmp_path):
                                          FakeGpu("GPU-ecc", minor=3, ecc_uncorrected=4)])
     run = run_probe("--host-root", str(root), *NVML_ONLY)
     health = {f["subject"]: f["severity"] for f in run.findings("gpu.health")}
-    assert health == {"GPU-pend": "warning", "GPU-dead": "critical", "GPU-ecc": "warning"}
+    assert health == {"GPU-ecc": "warning"}
+    assert [f["subject"] for f in run.findings("gpu.row_remap_pending")] == ["GPU-pend"]
+    assert [f["subject"] for f in run.findings("gpu.row_remap_failed")] == ["GPU-dead"]
 
 
 def test_hang_on_known_bad_build_is_critical_even_without_layout(tmp_path):

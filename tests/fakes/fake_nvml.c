@@ -20,6 +20,11 @@
  *     |<fabric status nvmlReturn_t, default 0>|<lost: 0, 1 = handle by index returns
  *      GPU_IS_LOST (15), 2 = handle works but memory/process queries return 15>
  *     |<memory used MiB, default 0>|<memory total MiB, default 97871>
+ *     |<remapped rows for correctable errors, default 0>|<remapped rows for uncorrectable
+ *      errors, default 1 when pending or failed, else 0>|<row remapper supported 0/1, default 1;
+ *      0 = a pre-Ampere GPU: the remapper calls return NOT_SUPPORTED, as on V100/T4>
+ *     |<remapper histogram "max,high,partial,low,none" (banks by rows still available),
+ *      default: all banks at max>
  *   proc=<gpu index>|<pid>|<used GPU memory bytes>   (a running compute process)
  */
 #define _GNU_SOURCE
@@ -62,6 +67,9 @@ struct fake_dev {
     int fabric_state, fabric_status;
     int lost;
     unsigned long long mem_used_mib, mem_total_mib;
+    unsigned int remap_corr, remap_unc;
+    int remap_supported;
+    unsigned int hist[5];
     int nprocs;
     unsigned int proc_pid[MAX_PROCS];
     unsigned long long proc_mem[MAX_PROCS];
@@ -121,8 +129,8 @@ static void load_config(void) {
         else if (!strcmp(k, "nvml_version")) snprintf(nvml_version, sizeof nvml_version, "%s", v);
         else if (!strcmp(k, "cuda_version")) cuda_version = atoi(v);
         else if (!strcmp(k, "gpu") && ngpus < MAX_GPUS) {
-            char *fl[15];
-            split(v, fl, 15);
+            char *fl[19];
+            split(v, fl, 19);
             struct fake_dev *g = &gpus[ngpus];
             memset(g, 0, sizeof *g);
             g->index = ngpus;
@@ -142,6 +150,13 @@ static void load_config(void) {
             g->lost = atoi(fl[12]);
             g->mem_used_mib = strtoull(fl[13], NULL, 10);
             g->mem_total_mib = *fl[14] ? strtoull(fl[14], NULL, 10) : 97871;
+            g->remap_corr = (unsigned int)strtoul(fl[15], NULL, 10);
+            g->remap_unc = *fl[16] ? (unsigned int)strtoul(fl[16], NULL, 10)
+                                   : (g->remap_pending || g->remap_failed ? 1 : 0);
+            g->remap_supported = *fl[17] ? atoi(fl[17]) : 1;
+            if (*fl[18]) sscanf(fl[18], "%u,%u,%u,%u,%u", &g->hist[0], &g->hist[1],
+                                &g->hist[2], &g->hist[3], &g->hist[4]);
+            else g->hist[0] = 640;  /* every bank still has all its spare rows */
             ngpus++;
         } else if (!strcmp(k, "proc")) {
             char *fl[3];
@@ -303,14 +318,33 @@ nvmlReturn_t nvmlDeviceGetTotalEccErrors(struct fake_dev *d, int errorType, int 
     *count = errorType == 1 ? d->ecc_uncorrected : 0;
     return NVML_SUCCESS;
 }
+/* nvml.h: nvmlDeviceGetRemappedRows(nvmlDevice_t device, unsigned int *corrRows,
+ * unsigned int *uncRows, unsigned int *isPending, unsigned int *failureOccurred);
+ * NVML_ERROR_NOT_SUPPORTED on GPUs without a row remapper (before Ampere) and on MIG handles. */
 nvmlReturn_t nvmlDeviceGetRemappedRows(struct fake_dev *d, unsigned int *corr, unsigned int *unc,
                                        unsigned int *pending, unsigned int *failure) {
     NEED_INIT();
-    if (d->is_mig) return NVML_ERROR_NOT_SUPPORTED;
-    *corr = 0;
-    *unc = d->remap_pending || d->remap_failed ? 1 : 0;
+    if (!corr || !unc || !pending || !failure) return NVML_ERROR_INVALID_ARGUMENT;
+    if (d->lost) return NVML_ERROR_GPU_IS_LOST;
+    if (d->is_mig || !d->remap_supported) return NVML_ERROR_NOT_SUPPORTED;
+    *corr = d->remap_corr;
+    *unc = d->remap_unc;
     *pending = d->remap_pending;
     *failure = d->remap_failed;
+    return NVML_SUCCESS;
+}
+
+/* nvmlRowRemapperHistogramValues_t as in nvml.h: banks with max/high/partial/low/none
+ * spare rows left. */
+typedef struct { unsigned int max, high, partial, low, none; } fake_remap_histogram;
+
+nvmlReturn_t nvmlDeviceGetRowRemapperHistogram(struct fake_dev *d, fake_remap_histogram *h) {
+    NEED_INIT();
+    if (!h) return NVML_ERROR_INVALID_ARGUMENT;
+    if (d->lost) return NVML_ERROR_GPU_IS_LOST;
+    if (d->is_mig || !d->remap_supported) return NVML_ERROR_NOT_SUPPORTED;
+    h->max = d->hist[0]; h->high = d->hist[1]; h->partial = d->hist[2];
+    h->low = d->hist[3]; h->none = d->hist[4];
     return NVML_SUCCESS;
 }
 

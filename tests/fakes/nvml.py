@@ -39,6 +39,11 @@ class FakeGpu:
     memory_total_mib: int = 97871
     # (pid, used GPU memory bytes) of running compute processes
     processes: tuple[tuple[int, int], ...] = ()
+    remap_correctable_rows: int = 0
+    remap_uncorrectable_rows: int | None = None   # None: 1 when pending or failed, else 0
+    remap_supported: bool = True                  # False: a pre-Ampere GPU (NOT_SUPPORTED)
+    # banks with (max, high, partial, low, none) spare rows left; None: all banks at max
+    remap_histogram: tuple[int, int, int, int, int] | None = None
 
     @property
     def bus_id(self) -> str:
@@ -68,7 +73,11 @@ def config_text(init: str = "ok", driver_version: str = "550.54.15",
         lines.append(f"gpu={g.uuid}|{g.name}|{g.minor}|{int(g.mig)}|{g.ecc_uncorrected}|"
                      f"{int(g.remap_pending)}|{int(g.remap_failed)}|{g.pci_bus_id}|"
                      f"{int(g.persistence)}|{pending}|{g.fabric_state}|{g.fabric_status}|"
-                     f"{g.lost}|{g.memory_used_mib}|{g.memory_total_mib}")
+                     f"{g.lost}|{g.memory_used_mib}|{g.memory_total_mib}|"
+                     f"{g.remap_correctable_rows}|"
+                     f"{'' if g.remap_uncorrectable_rows is None else g.remap_uncorrectable_rows}|"
+                     f"{int(g.remap_supported)}|"
+                     f"{','.join(map(str, g.remap_histogram)) if g.remap_histogram else ''}")
         for pid, used in g.processes:
             lines.append(f"proc={i}|{pid}|{used}")
         for uuid, profile, gi, ci in g.mig_devices:

@@ -93,6 +93,7 @@ class ExecCluster(FakeCluster):
         self.execs: list[dict] = []          # what each exec asked for, and what it got
         self.exec_procs: list[asyncio.subprocess.Process] = []
         self.daemonsets: dict[tuple[str, str], dict] = {}
+        self.dry_runs: list[tuple[str, str]] = []  # writes answered with dryRun=All
         self.agent_pod_phase = "Running"     # the phase of pods the fake DS controller makes
 
     def _make_handler(self) -> kmock.RawHandler:
@@ -171,6 +172,9 @@ class ExecCluster(FakeCluster):
                     return self._status(404, "NotFound", f'namespaces "{ns}" not found')
                 if (ns, name) in store:
                     return self._status(409, "AlreadyExists", f'{kind} "{name}" already exists')
+                if q.get("dryRun") == "All":  # validated and admitted, never persisted
+                    self.dry_runs.append((method, path))
+                    return self._json(body)
                 store[(ns, name)] = body
                 if store is self.daemonsets:
                     self._run_daemonset(ns, body)
@@ -186,6 +190,9 @@ class ExecCluster(FakeCluster):
                 if method == "PUT":
                     if key not in store:
                         return self._status(404, "NotFound", f'{kind} "{key[1]}" not found')
+                    if q.get("dryRun") == "All":
+                        self.dry_runs.append((method, path))
+                        return self._json(body)
                     store[key] = body
                     if store is self.daemonsets:
                         self._run_daemonset(key[0], body)
@@ -225,6 +232,9 @@ class ExecCluster(FakeCluster):
         name = body["metadata"]["name"]
         if name in self.namespaces:
             return self._refuse(409, "AlreadyExists", f'namespaces "{name}" already exists')
+        if req.query.get("dryRun") == "All":
+            self.dry_runs.append(("POST", req.path))
+            return aiohttp.web.json_response(body, status=201)
         self.namespaces[name] = body["metadata"].get("labels") or {}
         return aiohttp.web.json_response(body, status=201)
 

@@ -152,7 +152,7 @@ def test_install_forbidden_says_who_may(xc, kube):
     xc.namespaces["gpu-doctor"] = {PROBE_NS: "true"}
     with pytest.raises(errors.Forbidden) as ei:
         agent.install(kube, agent_manifests.manifests("gpu-doctor", PINNED))
-    assert "cluster admin" in ei.value.one_line() and "--dry-run -o yaml" in ei.value.one_line()
+    assert "cluster admin" in ei.value.one_line() and "--dry-run=client -o yaml" in ei.value.one_line()
 
 
 def test_idle_agent_sleeps_cheaply_and_stops_on_sigterm():

@@ -85,7 +85,7 @@ def test_image_holds_the_probe_and_bpf_sources_and_nothing_else(image: Path):
                    "for d, _, fs in os.walk('/opt/gpu-doctor/bpf') for f in fs)))", entrypoint="python3")
     assert r.returncode == 0, r.stderr
     top, bpf = (json.loads(line) for line in r.stdout.splitlines())
-    assert top == ["bpf", "node_probe"]
+    assert top == ["bpf", "kheaders", "node_probe"]
     # every program and the shared headers under bpf/include, nothing else
     assert bpf == sorted(str(p.relative_to(REPO / "bpf")) for p in (REPO / "bpf").rglob("*") if p.is_file())
     assert any(name.startswith("include/") for name in bpf)
@@ -121,6 +121,29 @@ def test_probe_in_the_image_streams_a_complete_run_with_ebpf(image: Path):
     attached = [rec for rec in records if rec["kind"] == "progress" and rec.get("phase") == "trace"]
     assert attached and attached[0]["probes"], "the trace check reported no compiled BCC programs"
     assert all(c in checks for c in ("nvml", "driver", "kmsg", "trace"))
+
+
+def test_image_compiles_ebpf_with_its_bundled_headers_when_the_node_has_none(image: Path):
+    """A node without kernel headers (COS, Bottlerocket, Talos): no /lib/modules or /usr/src
+    mounted, no --host-root with headers. The image's own set (/opt/gpu-doctor/kheaders)
+    compiles the programs and the report says so."""
+    name = f"gpu-doctor-test-{secrets.token_hex(4)}"
+    argv = ["podman", "run", "--rm", "--runtime", "runc", "--privileged", "--pid=host",
+            "--net=host", "--ulimit", "nofile=20000:20000", "--ulimit", "nproc=32768:32768",
+            "-v", "/sys/kernel/debug:/sys/kernel/debug"]   # RUN without / , /lib/modules, /usr/src
+    try:
+        r = subprocess.run(argv + ["--name", name, IMAGE, "-o", "jsonl", "--only", "trace",
+                                   "--trace-seconds", "1", "--timeout", "60"],
+                           capture_output=True, text=True, timeout=120)
+    finally:
+        subprocess.run(["podman", "rm", "-f", "--time", "0", name], capture_output=True, timeout=60)
+    records = [json.loads(line) for line in r.stdout.splitlines() if line.strip()]
+    assert records and records[-1]["kind"] == "summary", r.stderr[-2000:]
+    assert {c["id"]: c["status"] for c in records[-1]["checks"]} == {"trace": "ok"}, records[-1]
+    (attached,) = [x for x in records if x.get("phase") == "trace"]
+    hdr = attached["kernel_headers"]
+    assert hdr["source"] == "bundled" and hdr["path"] == "/opt/gpu-doctor/kheaders", hdr
+    assert hdr["kernel_version"].startswith("6.1.") and attached["probes"]
 
 
 def _arch() -> str:

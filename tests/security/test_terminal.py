@@ -48,7 +48,7 @@ def test_terminal_safe_escapes_every_class():
 @pytest.mark.parametrize("color", [False, True])
 def test_table_shows_hostile_strings_escaped(color):
     out = io.StringIO()
-    render.render_table(_report(), out, "warning", 1, color=color)
+    render.render_table(_report(), out, "warning", 1, color=color, details=True)
     text = out.getvalue()
     if color:  # our own colour codes are the only ESCs left
         text = text.replace("\x1b[1;31m", "").replace("\x1b[36m", "").replace("\x1b[0m", "")
@@ -81,6 +81,8 @@ def test_live_progress_lines_are_escaped(rec):
     out = io.StringIO()
     render.LiveProgress(out, enabled=True)(rec)
     text = out.getvalue()
+    assert text.startswith("\r\x1b[2K"), rec  # the status line: our own erase, then the text
+    text = text[len("\r\x1b[2K"):]
     assert text, rec
     _assert_clean(text)
     assert "\\x1b]52" in text

@@ -28,6 +28,31 @@ CGROUP_DEVICES = Path("/sys/fs/cgroup/devices")
 _BUILD = Path(tempfile.gettempdir()) / "gpu-doctor-trace-helpers"
 
 
+KHEADERS_SCRIPT = REPO / "scripts" / "build-kheaders.py"
+# Run a command with the host's kernel headers out of sight: a private mount namespace with
+# tmpfs over /lib/modules and /usr/src (the host's own links stay as they are for others).
+HIDE_HEADERS = ["unshare", "-m", "--propagation", "private", "sh", "-c",
+                "mount -t tmpfs none /lib/modules && mount -t tmpfs none /usr/src && "
+                'exec "$0" "$@"']
+
+
+def build_header_set(dest: Path) -> str | None:
+    """Build the probe's bundled header set into dest from the installed Debian packages;
+    the reason it cannot, or None."""
+    r = subprocess.run([sys.executable, str(KHEADERS_SCRIPT), "build", "--no-download",
+                        str(dest)], capture_output=True, text=True, timeout=120)
+    return None if r.returncode == 0 else f"cannot build the header set here: {r.stderr[-300:]}"
+
+
+@pytest.fixture(scope="session")
+def header_set(tmp_path_factory) -> Path:
+    dest = tmp_path_factory.mktemp("kheaders") / "set"
+    why = build_header_set(dest)
+    if why:
+        pytest.skip(why)
+    return dest
+
+
 def bcc_skip_reason() -> str | None:
     if os.geteuid() != 0:
         return "needs root (eBPF, cgroups, mknod)"

@@ -35,15 +35,22 @@ sys.stdin.readline()
 """
 
 
-def test_eperm_open_is_reported_and_enxio_is_not(bcc_ready, devices_cgroup, children, probe,
-                                                  tmp_path):
+def denied_opener(devices_cgroup, children, tmp_path, comm: str):
+    """(opener process, its device node, its cgroup): a process in a device cgroup that denies
+    major 195, waiting to open a 195:0 node (send() makes it try)."""
     node = tmp_path / "nvidia0"
     os.mknod(node, 0o666 | stat.S_IFCHR, os.makedev(195, 0))
-    cg = devices_cgroup("eperm")
+    cg = devices_cgroup(comm)
     (cg / "devices.deny").write_text("c 195:* rwm")
-    denied = children([sys.executable, "-c", OPENER, str(node), "eperm-victim"])
-    denied.expect("ready")
-    (cg / "cgroup.procs").write_text(str(denied.proc.pid))
+    opener = children([sys.executable, "-c", OPENER, str(node), comm])
+    opener.expect("ready")
+    (cg / "cgroup.procs").write_text(str(opener.proc.pid))
+    return opener, node, cg
+
+
+def test_eperm_open_is_reported_and_enxio_is_not(bcc_ready, devices_cgroup, children, probe,
+                                                  tmp_path):
+    denied, node, cg = denied_opener(devices_cgroup, children, tmp_path, "eperm-victim")
     allowed = children([sys.executable, "-c", OPENER, str(node), "enxio-opener"])
     allowed.expect("ready")
 

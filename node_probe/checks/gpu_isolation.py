@@ -1,0 +1,172 @@
+"""GPU isolation: containers hold open only the GPUs the kubelet gave them.
+
+Why: in a multi-tenant cluster a container can reach GPUs it was never allocated:
+NVIDIA_VISIBLE_DEVICES=all baked into CUDA images under a default NVIDIA runtime, privileged
+pods, a hostPath /dev. The scheduler and the kubelet still count those GPUs as free and hand
+them to someone else, whose job then shares memory and compute with a stranger (or fails with
+out-of-memory). The kubelet's pod-resources API (else its device checkpoint) says what each
+container was given; /proc/PID/fd says what its processes hold (host.gpu_holders). Two pods
+given the same whole GPU that is not shared (no time-slicing replicas, no MIG) is the other
+breach: a double allocation.
+
+GPU node agents (device plugin, DCGM, persistenced, MPS, feature discovery, nvidia-smi) hold
+GPUs without an allocation by design and are not reported; their names are in the evidence
+of the check's progress line.
+"""
+from __future__ import annotations
+
+import os
+
+from node_probe.engine.facts import CONTAINERS, NVML, PODRESOURCES
+from node_probe.engine.registry import check
+from node_probe.host import device_checkpoint, gpu_holders, nvidia_devices
+from node_probe.protocol import catalog
+
+from .containers import containers_or_skip
+
+# comm (15 chars at most, as the kernel keeps it) of processes that hold GPUs by design
+AGENT_COMMS = ("nvidia-device-p", "nvidia-device-plugin", "nv-hostengine", "dcgm-exporter",
+               "dcgmi", "nvidia-persiste", "nvidia-cuda-mps", "gpu-feature-dis",
+               "nvidia-smi", "nvidia-dcgm", "k8s-device-plug", "nvidia-dra-plug",
+               "gpu-kubelet-plu", "nvidia-mig-mana", "nvidia-validat")
+SHARED_SUFFIX = ".shared"   # renameByDefault: nvidia.com/gpu.shared
+REFS = ("https://github.com/NVIDIA/k8s-device-plugin#shared-access-to-gpus",
+        "https://docs.nvidia.com/datacenter/cloud-native/container-toolkit/latest/docker-specialized.html",
+        "https://kubernetes.io/docs/concepts/extend-kubernetes/compute-storage-net/device-plugins/#monitoring-device-plugin-resources")
+
+
+def _is_agent(comm: str) -> bool:
+    return comm.startswith(AGENT_COMMS)
+
+
+def _given(c, source: str) -> list[str]:
+    """Device ids the kubelet allocated to container `c` (never its environment)."""
+    return list(c.gpu_ids) if c.gpu_source == source else []
+
+
+def _gpu_of(dev_id: str, inv: nvidia_devices.Inventory) -> tuple[str, bool]:
+    """(parent GPU uuid, shared) of an allocated device id: time-slicing replicas are
+    `GPU-...::N`, MIG devices `MIG-...` (their parent GPU is split by design)."""
+    base, sep, _ = dev_id.partition("::")
+    if base.upper().startswith("MIG-"):
+        p = inv.mig_parent(base)
+        return (p[0].uuid if p and p[0].uuid else base), True
+    return base, bool(sep)
+
+
+@check("gpu.isolation", title="GPU isolation: containers use only the GPUs they were given",
+       timeout_s=10.0, needs=(CONTAINERS,), uses=(PODRESOURCES, NVML))
+def gpu_isolation(ctx):
+    opts = ctx.options
+    found = containers_or_skip(ctx)
+    podres = ctx.fact(PODRESOURCES, timeout=min(2.0, max(0.0, ctx.remaining() - 2.0)),
+                      default=None)
+    if podres is not None:
+        source = "podresources"
+    elif device_checkpoint.load(opts.kubelet_path) is not None:
+        source = "checkpoint"
+    else:
+        ctx.skip("neither the kubelet's pod-resources API nor its device checkpoint could be "
+                 "read: what each container was given is unknown")
+    nvml = ctx.fact(NVML, timeout=min(1.0, max(0.0, ctx.remaining() - 2.0)), default=None)
+    inv = nvidia_devices.inventory(opts.host_root, nvml.to_dict() if nvml else None)
+    major = inv.majors.get("nvidia-frontend") or inv.majors.get("nvidia")
+    if major is None:
+        ctx.skip("no NVIDIA driver major in /proc/devices: no GPU device node to look for")
+    by_minor = {g.minor: g for g in inv.gpus if g.minor is not None}
+    mig_gpus = {g.uuid for g in inv.gpus if g.mig}
+    shared_res = {str(r.get("resource")) for r in podres or ()
+                  if str(r.get("resource", "")).endswith(SHARED_SUFFIX)}
+
+    me = os.getpid()
+    rows = []        # (container, holders, given uuids)
+    given_to: dict[str, list] = {}   # GPU uuid -> containers given it whole
+    shared: set[str] = set(mig_gpus)
+    agents = []
+    unscanned = 0
+    for c in found:
+        if me in c.pids:
+            continue      # this probe and its NVML child
+        if ctx.remaining() < 1.0:
+            unscanned += 1    # the run's deadline: judge what was read, say what was not
+            continue
+        given = set()
+        for dev in _given(c, source):
+            uuid, is_shared = _gpu_of(dev, inv)
+            given.add(uuid)
+            if is_shared or any(r in shared_res for r in c.gpu_resources):
+                shared.add(uuid)
+            else:
+                given_to.setdefault(uuid, []).append(c)
+        hs = gpu_holders.holders(c.pids, major, opts.proc_root)
+        if hs and all(_is_agent(h.comm) for h in hs):
+            agents.append(c.subject)
+            continue
+        if hs or given:
+            rows.append((c, hs, given))
+    ctx.progress(message=f"GPU device holders: {sum(len(h) for _, h, _ in rows)} open GPU node(s) "
+                         f"in {len(rows)} container(s); agents not judged: {agents[:10]}"
+                         + (f"; {unscanned} container(s) not scanned before the deadline"
+                            if unscanned else ""))
+
+    def gpu_label(minor: int) -> tuple[str | None, str]:
+        g = by_minor.get(minor)
+        uuid = g.uuid if g else None
+        return uuid, f"/dev/nvidia{minor}" + (f" ({uuid})" if uuid else "")
+
+    holders_of: dict[str | int, list] = {}
+    for c, hs, _ in rows:
+        for h in hs:
+            uuid, _ = gpu_label(h.minor)
+            holders_of.setdefault(uuid or h.minor, []).append((c, h))
+
+    for c, hs, given in rows:
+        extra = [h for h in hs if (gpu_label(h.minor)[0] or f"minor{h.minor}") not in given]
+        if not extra:
+            continue
+        gpus = sorted({gpu_label(h.minor)[1] for h in extra})
+        procs = sorted({f"{h.pid} ({h.comm})" for h in extra})
+        others = sorted({o.subject for h in extra
+                         for o, _ in holders_of.get(gpu_label(h.minor)[0] or h.minor, ())
+                         if o is not c})
+        yield catalog.make(
+            "gpu.isolation_breach", "critical", c.subject,
+            f"Container {c.container_label} in pod {c.pod_label} uses GPU(s) it was not given: "
+            f"{', '.join(gpus)} held open by {', '.join(procs)}",
+            {"kind": "not_allocated", "namespace": c.meta.get("namespace"),
+             "pod": c.meta.get("pod"), "container": c.meta.get("container"),
+             "pod_uid": c.ref.pod_uid, "container_id": c.ref.container_id,
+             "processes": [{"pid": h.pid, "comm": h.comm, "device": h.path,
+                            "gpu_uuid": gpu_label(h.minor)[0]} for h in extra],
+             "gpus_held": gpus, "gpus_given": sorted(given), "allocation_source": source,
+             "nvidia_visible_devices": c.env.get("NVIDIA_VISIBLE_DEVICES"),
+             "other_pods_on_these_gpus": others},
+            "This container reaches GPUs the kubelet still counts as free or as another pod's: "
+            "an isolation breach. Usual causes: the image sets NVIDIA_VISIBLE_DEVICES=all and "
+            "the node's default runtime is nvidia (set the device plugin's "
+            "deviceListStrategy to volume-mounts or cdi-annotations and "
+            "accept-nvidia-visible-devices-envvar-when-unprivileged=false in the NVIDIA "
+            "container toolkit config), a privileged pod, or a hostPath /dev. Stop the pod "
+            "(kubectl delete pod), then fix its spec or the runtime config; deny privileged and "
+            "hostPath in tenant namespaces (Pod Security Admission 'baseline').",
+            REFS)
+
+    for uuid, cs in given_to.items():
+        pods = {c.ref.pod_uid: c for c in cs}
+        if uuid in shared or len(pods) < 2:
+            continue
+        names = sorted(c.subject for c in pods.values())
+        yield catalog.make(
+            "gpu.isolation_breach", "critical", f"gpu {uuid}",
+            f"GPU {uuid} is given whole to {len(pods)} pods although it is not shared "
+            f"(no time-slicing replicas, no MIG): {'; '.join(names)}",
+            {"kind": "two_pods_unshared", "gpu_uuid": uuid, "containers": names,
+             "pod_uids": sorted(pods), "allocation_source": source},
+            "The kubelet handed one whole GPU to two pods: its device state disagrees with the "
+            "pods' (often after a kubelet restart with a stale device checkpoint). Delete one "
+            "of the pods so it is rescheduled; if it repeats, drain the node and restart the "
+            "kubelet and the device plugin.",
+            REFS)
+    if unscanned:
+        ctx.skip(f"{unscanned} container(s) were not scanned before the run's deadline: "
+                 "only the others were judged")

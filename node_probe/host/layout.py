@@ -1,0 +1,459 @@
+"""Where things are on this node: one resolver per question, each saying how it decided.
+
+Why: GPU nodes come in many layouts (kubeadm, GPU Operator, GKE COS, EKS AL2023 and
+Bottlerocket, AKS, OpenShift/CRI-O, k3s/RKE2, microk8s, k0s, Talos) and a check that guesses a
+path on its own disagrees with the next one (`nvml` found the GPU Operator's driver while
+`runtime_cdi` said there was none). Every check asks here instead:
+
+- kubelet_dir: the running kubelet's --root-dir (a kubelet process whose socket in that dir it
+  serves itself), then the documented defaults whose sockets exist.
+- runtime: containerd or CRI-O, from the process serving a CRI socket and its own --config /
+  --state / --root flags and config file, and where its OCI bundles (config.json) are.
+- driver_root: where libnvidia-ml.so.1 lives: what the NVIDIA device plugin was told
+  (NVIDIA_DRIVER_ROOT / --nvidia-driver-root), the host, the GPU Operator's /run/nvidia/driver,
+  GKE's /home/kubernetes/bin/nvidia, Bottlerocket's /usr/lib/nvidia/tesla/<version>.
+- cgroups: version, hierarchy and driver (kubelet config, then the containers' cgroup paths,
+  then kubepods.slice vs kubepods/).
+
+Processes are identified by the sockets they serve (socket inode, deviceplugin.discovery), never
+by name alone. Results are cached per (host root, /proc, override) for the run.
+
+Documented paths: https://docs.k0sproject.io/head/directories/ and
+https://raw.githubusercontent.com/k0sproject/k0s/main/docs/runtime.md (k0s),
+https://microk8s.io/docs/configuring-services (microk8s: ${SNAP_COMMON}/var/lib/kubelet,
+${SNAP_COMMON}/run/containerd.sock), https://docs.k3s.io/advanced (k3s containerd
+/run/k3s/containerd, /var/lib/rancher/k3s/agent/etc/containerd/config.toml),
+https://docs.rke2.io/advanced (RKE2: /var/lib/rancher/rke2/agent/etc/containerd/config.toml,
+/run/k3s/containerd/containerd.sock), GKE: container-engine-accelerators' driver installer
+(/home/kubernetes/bin/nvidia), GPU Operator: NVIDIA_DRIVER_ROOT=/run/nvidia/driver,
+Bottlerocket: bottlerocket-kernel-kit kmod-*-nvidia.spec (%{_cross_libdir}/nvidia/tesla/<ver>),
+Talos: siderolabs/extensions#476 and #940 (/usr/local/glibc/usr/lib/libnvidia-ml.so.1).
+"""
+from __future__ import annotations
+
+import dataclasses
+import os
+import stat
+import threading
+import time
+import tomllib
+from pathlib import Path
+
+from node_probe.deviceplugin.discovery import find_owners
+from node_probe.host import hostfs, procfs
+
+# --- kubelet dir ---------------------------------------------------------------------------
+KUBELET_DEFAULTS = (
+    ("var/lib/kubelet", "the default (kubeadm, EKS, GKE, AKS, OpenShift, k3s, RKE2, Talos)"),
+    ("var/lib/k0s/kubelet", "k0s's default (<data-dir>/kubelet)"),
+    ("var/snap/microk8s/common/var/lib/kubelet", "microk8s's default"),
+)
+KUBELET_SOCKETS = ("device-plugins/kubelet.sock", "pod-resources/kubelet.sock")
+# processes that run a kubelet: kubelet itself, microk8s's kubelite, k3s/k0s agents
+KUBELET_COMMS = ("kubelet", "kubelite", "k3s-server", "k3s-agent", "k3s", "k0s")
+MAX_PROCS_SEEN = 16
+
+# --- runtime -------------------------------------------------------------------------------
+CONTAINERD_SOCKETS = (
+    ("run/containerd/containerd.sock", "run/containerd", "var/lib/containerd",
+     "etc/containerd/config.toml"),
+    ("var/run/containerd/containerd.sock", "run/containerd", "var/lib/containerd",
+     "etc/containerd/config.toml"),
+    ("run/k3s/containerd/containerd.sock", "run/k3s/containerd",
+     "var/lib/rancher/k3s/agent/containerd", "var/lib/rancher/k3s/agent/etc/containerd/config.toml"),
+    ("run/k0s/containerd.sock", "run/k0s/containerd", "var/lib/k0s/containerd",
+     "etc/k0s/containerd.toml"),
+    ("var/snap/microk8s/common/run/containerd.sock", "var/snap/microk8s/common/run/containerd",
+     "var/snap/microk8s/common/var/lib/containerd",
+     "var/snap/microk8s/current/args/containerd.toml"),
+)
+RKE2_CONTAINERD_CONFIG = "var/lib/rancher/rke2/agent/etc/containerd/config.toml"
+CRIO_SOCKETS = ("run/crio/crio.sock", "var/run/crio/crio.sock")
+CRIO_DEFAULTS = ("var/lib/containers/storage", "run/containers/storage", "etc/crio/crio.conf")
+MAX_CONFIG_BYTES = 1 << 20
+
+# --- driver root ---------------------------------------------------------------------------
+LIB = "libnvidia-ml.so.1"
+LIB_SUBDIRS = ("usr/lib/x86_64-linux-gnu", "usr/lib/aarch64-linux-gnu", "usr/lib64", "usr/lib",
+               "lib/x86_64-linux-gnu", "lib/aarch64-linux-gnu", "lib64",
+               "usr/local/nvidia/lib64")
+DRIVER_ROOTS = (
+    ("", "the host"),
+    ("run/nvidia/driver", "the GPU Operator's driver container"),
+    ("home/kubernetes/bin/nvidia", "GKE's driver installer"),
+    ("usr/local/glibc", "Talos's NVIDIA extension (its glibc subroot)"),
+)
+GKE_DRIVER_ROOT = "home/kubernetes/bin/nvidia"
+BOTTLEROCKET_LIBS = "usr/lib/nvidia/tesla"    # <version>/libnvidia-ml.so.1
+MAX_VERSIONS = 8
+PLUGIN_ROOT_ENV = "NVIDIA_DRIVER_ROOT"
+PLUGIN_ROOT_FLAGS = ("--nvidia-driver-root", "--driver-root")
+
+
+@dataclasses.dataclass(frozen=True)
+class KubeletDir:
+    path: Path
+    how: str
+    pid: int | None = None          # the kubelet serving its sockets (None: down or unknown)
+    served: bool = False
+    tried: tuple[str, ...] = ()
+
+    def to_dict(self) -> dict:
+        return {"path": str(self.path), "how": self.how, "pid": self.pid, "served": self.served,
+                "tried": list(self.tried)}
+
+
+@dataclasses.dataclass(frozen=True)
+class Runtime:
+    name: str | None                # containerd | cri-o | None
+    how: str
+    pid: int | None = None
+    socket: str | None = None       # host path ("/run/containerd/containerd.sock")
+    config: str | None = None
+    state_dir: str | None = None    # containerd --state / CRI-O runroot (host path)
+    root_dir: str | None = None
+    tried: tuple[str, ...] = ()
+
+    def bundle_configs(self) -> tuple[tuple[str, str], ...]:
+        """(OCI config.json path under the host root with {id}, format) for this runtime."""
+        def esc(d: str) -> str:   # a path from a config file; the pattern is str.format()ted
+            return d.strip("/").replace("{", "{{").replace("}", "}}")
+        if self.name == "containerd" and self.state_dir:
+            s = esc(self.state_dir)
+            return ((f"{s}/io.containerd.runtime.v2.task/k8s.io/{{id}}/config.json", "oci"),
+                    (f"{s}/io.containerd.runtime.v1.linux/k8s.io/{{id}}/config.json", "oci"))
+        if self.name == "cri-o" and self.state_dir:
+            out = [(f"{esc(self.state_dir)}/overlay-containers/{{id}}/userdata/config.json",
+                    "oci")]
+            if self.root_dir:
+                out.append((f"{esc(self.root_dir)}/overlay-containers/{{id}}/userdata/"
+                            "config.json", "oci"))
+            return tuple(out)
+        return ()
+
+    def to_dict(self) -> dict:
+        return {"name": self.name, "how": self.how, "pid": self.pid, "socket": self.socket,
+                "config": self.config, "state_dir": self.state_dir, "root_dir": self.root_dir,
+                "tried": list(self.tried)}
+
+
+@dataclasses.dataclass(frozen=True)
+class DriverRoot:
+    root: str | None                # "" (the host), "run/nvidia/driver", ...; None: not found
+    library: Path | None            # libnvidia-ml.so.1 as the probe can open it
+    how: str
+    kernel_module: bool = False     # proc/driver/nvidia/version exists
+    device_nodes: bool = False      # dev/nvidiactl under the host or the driver root
+    tried: tuple[str, ...] = ()
+
+    @property
+    def present(self) -> bool:
+        """Is there an NVIDIA driver on this node at all (library, module or devices)."""
+        return self.library is not None or self.kernel_module or self.device_nodes
+
+    def to_dict(self) -> dict:
+        return {"root": None if self.root is None else "/" + self.root,
+                "library": str(self.library) if self.library else None, "how": self.how,
+                "kernel_module": self.kernel_module, "device_nodes": self.device_nodes,
+                "tried": list(self.tried)}
+
+
+@dataclasses.dataclass(frozen=True)
+class Cgroups:
+    version: int | None
+    hierarchy: str | None
+    driver: str | None              # systemd | cgroupfs | None
+    how: str
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+
+# --- helpers -------------------------------------------------------------------------------
+def _is_socket(p: Path | None) -> bool:
+    try:
+        return p is not None and stat.S_ISSOCK(os.lstat(p).st_mode)
+    except OSError:
+        return False
+
+
+def _flag(argv: list[str], *names: str) -> str | None:
+    """--name=value / --name value / -n value (last one wins)."""
+    val = None
+    for i, a in enumerate(argv):
+        for n in names:
+            if a.startswith(n + "="):
+                val = a[len(n) + 1:]
+            elif a == n and i + 1 < len(argv):
+                val = argv[i + 1]
+    return val
+
+
+def _procs(comms: tuple[str, ...], proc: Path) -> list[tuple[int, list[str]]]:
+    out = []
+    for pid in procfs.pids(proc):
+        if procfs.read_comm(pid, proc) in comms:
+            out.append((pid, procfs.read_cmdline(pid, proc)))
+            if len(out) >= MAX_PROCS_SEEN:
+                break
+    return out
+
+
+def _toml(root: Path, rel: str) -> dict:
+    text = hostfs.read_text(root, rel.lstrip("/"), limit=MAX_CONFIG_BYTES)
+    if not text:
+        return {}
+    try:
+        return tomllib.loads(text)
+    except tomllib.TOMLDecodeError:
+        return {}
+
+
+# --- resolvers -----------------------------------------------------------------------------
+def resolve_kubelet_dir(host_root: Path, proc: Path = procfs.PROC,
+                        override: Path | None = None) -> KubeletDir:
+    if override is not None:
+        return KubeletDir(Path(override), "given with --kubelet-dir")
+    host_root = Path(host_root)
+    cands: list[tuple[str, str, int | None]] = []      # (rel, why, pid that named it)
+    for pid, argv in _procs(KUBELET_COMMS, proc):
+        d = _flag(argv, "--root-dir", "--kubelet-root-dir")
+        if d is None:   # k3s/RKE2: --kubelet-arg=root-dir=/x
+            for a in argv:
+                v = a.split("=", 1)[1] if a.startswith("--kubelet-arg=") else None
+                if v and v.startswith("root-dir="):
+                    d = v.split("=", 1)[1]
+        if d and d.startswith("/"):
+            cands.append((d.strip("/"), f"--root-dir of pid {pid} ({argv[0] if argv else '?'})",
+                          pid))
+    cands += [(rel, why, None) for rel, why in KUBELET_DEFAULTS]
+    seen: dict[str, tuple[str, int | None]] = {}
+    for rel, why, pid in cands:
+        seen.setdefault(rel, (why, pid))
+    tried = tuple("/" + rel for rel in seen)
+    socks = {rel: [host_root / rel / s for s in KUBELET_SOCKETS
+                   if _is_socket(host_root / rel / s)] for rel in seen}
+    owners = find_owners([s for ss in socks.values() for s in ss], proc)
+    for rel, (why, pid) in seen.items():          # a kubelet serves its sockets here
+        served = [owners[s][0] for s in socks[rel] if s in owners]
+        if served and (pid is None or pid in served):
+            return KubeletDir(host_root / rel, f"{why}; its sockets are served by pid "
+                              f"{served[0]}", served[0], True, tried)
+    for rel, (why, _pid) in seen.items():         # sockets left by a kubelet that is down
+        if socks[rel]:
+            return KubeletDir(host_root / rel, f"{why}; {socks[rel][0].name} there, but no "
+                              "process serves it (the kubelet is down)", None, False, tried)
+    from node_probe.deviceplugin.discovery import list_sockets
+    for rel, (why, _pid) in seen.items():         # a device plugin still serves its socket
+        plugin_owners = find_owners(list_sockets(host_root / rel), proc)
+        if plugin_owners:
+            pid = next(iter(plugin_owners.values()))[0]
+            return KubeletDir(host_root / rel, f"{why}; a device plugin (pid {pid}) serves its "
+                              "socket there but no kubelet socket exists (the kubelet is down)",
+                              None, False, tried)
+    for rel, (why, _pid) in seen.items():
+        if (host_root / rel / "device-plugins").is_dir() or (host_root / rel / "pods").is_dir():
+            return KubeletDir(host_root / rel, f"{why}; it has device-plugins/ or pods/, no "
+                              "kubelet socket", None, False, tried)
+    return KubeletDir(host_root / KUBELET_DEFAULTS[0][0], "no kubelet found: the default",
+                      None, False, tried)
+
+
+def _containerd_dirs(root: Path, pid: int | None, proc: Path, default: tuple) -> Runtime:
+    sock, state, croot, cfg = default
+    argv = procfs.read_cmdline(pid, proc) if pid else []
+    cfg_arg = _flag(argv, "--config", "-c")
+    cfg = cfg_arg.lstrip("/") if cfg_arg else cfg
+    if not cfg_arg and not (root / cfg).is_file() and (root / RKE2_CONTAINERD_CONFIG).is_file():
+        cfg = RKE2_CONTAINERD_CONFIG
+    doc = _toml(root, cfg)
+    state_v = _flag(argv, "--state") or doc.get("state")
+    root_v = _flag(argv, "--root") or doc.get("root")
+    how = []
+    if pid:
+        how.append(f"pid {pid} serves /{sock}")
+    how.append(f"config /{cfg}" + (" (--config)" if cfg_arg else ""))
+    how.append("state " + ("from " + ("--state" if _flag(argv, "--state") else "config")
+                           if state_v else "default"))
+    return Runtime("containerd", "; ".join(how), pid, "/" + sock, "/" + cfg,
+                   str(state_v) if isinstance(state_v, str) and state_v else "/" + state,
+                   str(root_v) if isinstance(root_v, str) and root_v else "/" + croot)
+
+
+def _crio(root: Path, pid: int | None, proc: Path, sock: str) -> Runtime:
+    sroot, runroot, cfg = CRIO_DEFAULTS
+    argv = procfs.read_cmdline(pid, proc) if pid else []
+    cfg_arg = _flag(argv, "--config", "-c")
+    cfg = cfg_arg.lstrip("/") if cfg_arg else cfg
+    doc = _toml(root, cfg).get("crio") or {}
+    runroot_v = _flag(argv, "--runroot") or doc.get("runroot")
+    root_v = _flag(argv, "--root") or doc.get("root")
+    how = (f"pid {pid} serves /{sock}; " if pid else "") + f"config /{cfg}"
+    return Runtime("cri-o", how, pid, "/" + sock, "/" + cfg,
+                   str(runroot_v) if isinstance(runroot_v, str) and runroot_v else "/" + runroot,
+                   str(root_v) if isinstance(root_v, str) and root_v else "/" + sroot)
+
+
+def resolve_runtime(host_root: Path, proc: Path = procfs.PROC) -> Runtime:
+    root = Path(host_root)
+    cands = [("containerd", d[0], d) for d in CONTAINERD_SOCKETS] + \
+            [("cri-o", s, None) for s in CRIO_SOCKETS]
+    tried = tuple("/" + c[1] for c in cands)
+    files = {c[1]: root / c[1] for c in cands if _is_socket(root / c[1])}
+    owners = find_owners(list(dict.fromkeys(files.values())), proc)
+    for served in (True, False):
+        for name, sock, default in cands:
+            p = files.get(sock)
+            if p is None or (p in owners) != served:
+                continue
+            pid = owners[p][0] if served else None
+            rt = (_containerd_dirs(root, pid, proc, default) if name == "containerd"
+                  else _crio(root, pid, proc, sock))
+            if not served:
+                rt = dataclasses.replace(rt, how=rt.how + "; socket present but nobody serves it")
+            return dataclasses.replace(rt, tried=tried)
+    for name, sock, default in cands:       # no socket (an offline capture): state dirs
+        if name == "containerd" and (root / default[1] / "io.containerd.runtime.v2.task/k8s.io"
+                                     ).is_dir():
+            rt = _containerd_dirs(root, None, proc, default)
+            return dataclasses.replace(rt, how=rt.how + "; no socket, its state dir exists",
+                                       tried=tried)
+        if name == "cri-o" and (root / "etc/crio").is_dir() and \
+                (root / CRIO_DEFAULTS[1] / "overlay-containers").is_dir():
+            rt = _crio(root, None, proc, sock)
+            return dataclasses.replace(rt, how=rt.how + "; no socket, its runroot exists",
+                                       tried=tried)
+    return Runtime(None, "no containerd or CRI-O socket or state dir found", tried=tried)
+
+
+def _library_under(root: Path, droot: str) -> Path | None:
+    for d in LIB_SUBDIRS + (("lib64",) if droot else ()):
+        p = hostfs.resolve(root, f"{droot}/{d}/{LIB}".lstrip("/"))
+        if p is not None and p.is_file():
+            return p
+    return None
+
+
+def _root_owned(p: Path) -> bool:
+    """The library and its directory belong to root and nobody else may write them: a driver
+    root named by a device plugin (a pod) is loaded into the NVML child only then."""
+    try:
+        for st in (os.stat(p), os.stat(p.parent)):
+            if st.st_uid != 0 or st.st_mode & 0o022:
+                return False
+    except OSError:
+        return False
+    return True
+
+
+def _plugin_driver_roots(proc: Path, plugin_pids) -> list[tuple[str, str]]:
+    """(driver root, how) the NVIDIA device plugins were told (env or flag)."""
+    out = []
+    for pid in plugin_pids:
+        v = procfs.read_environ(pid, proc).get(PLUGIN_ROOT_ENV)
+        src = f"{PLUGIN_ROOT_ENV}={v} in the device plugin (pid {pid})"
+        if not v:
+            v = _flag(procfs.read_cmdline(pid, proc), *PLUGIN_ROOT_FLAGS)
+            src = f"the device plugin's (pid {pid}) driver-root flag {v}"
+        if v and v.startswith("/"):
+            out.append((v.strip("/"), src))
+    return out
+
+
+def resolve_driver_root(host_root: Path, proc: Path = procfs.PROC,
+                        plugin_pids=()) -> DriverRoot:
+    root = Path(host_root)
+    kmod = hostfs.resolve(root, "proc/driver/nvidia/version") is not None
+    told = _plugin_driver_roots(proc, plugin_pids)
+    cands = told + list(DRIVER_ROOTS)
+    tried: list[str] = []
+    devs = hostfs.resolve(root, "dev/nvidiactl") is not None
+    for droot, why in cands:
+        tried.append("/" + droot)
+        lib = _library_under(root, droot)
+        if lib is not None and (droot, why) in told and not _root_owned(lib):
+            tried[-1] += f" ({LIB} there is not root-owned: not loaded)"
+            lib = None
+        if droot and hostfs.resolve(root, f"{droot}/dev/nvidiactl") is not None:
+            devs = True
+        if lib is not None:
+            return DriverRoot(droot, lib, f"{LIB} under /{droot} ({why})", kmod, devs,
+                              tuple(tried))
+    bdir = hostfs.resolve(root, BOTTLEROCKET_LIBS)
+    tried.append("/" + BOTTLEROCKET_LIBS + "/<version>")
+    if bdir is not None and bdir.is_dir():
+        for v in sorted(os.listdir(bdir), reverse=True)[:MAX_VERSIONS]:
+            p = hostfs.resolve(root, f"{BOTTLEROCKET_LIBS}/{v}/{LIB}")
+            if p is not None and p.is_file():
+                return DriverRoot("", p, f"{LIB} in /{BOTTLEROCKET_LIBS}/{v} (Bottlerocket)",
+                                  kmod, devs, tuple(tried))
+    how = ("no " + LIB + " found" + ("; the kernel module is loaded" if kmod else "")
+           + ("; NVIDIA device nodes exist" if devs else ""))
+    return DriverRoot(None, None, how, kmod, devs, tuple(tried))
+
+
+def resolve_cgroups(cgroup_dir: Path, kubelet_cfg: dict | None = None,
+                    observed: str | None = None) -> Cgroups:
+    """`observed`: the driver the containers' own cgroup paths show (host.containers)."""
+    from node_probe.host import containers   # containers imports nothing of this module
+    h = containers.find_hierarchy(cgroup_dir)
+    if h is None:
+        return Cgroups(None, None, None, f"no devices (v1) or cgroup2 hierarchy under {cgroup_dir}")
+    ver = f"cgroup v{h.version} at {h.root}"
+    drv = str((kubelet_cfg or {}).get("cgroupDriver") or "").lower() or None
+    if drv:
+        return Cgroups(h.version, str(h.root), drv, f"{ver}; driver from the kubelet config")
+    if observed:
+        return Cgroups(h.version, str(h.root), observed, f"{ver}; driver from the containers' "
+                       "cgroup paths")
+    if (h.root / "kubepods.slice").is_dir():
+        return Cgroups(h.version, str(h.root), "systemd", f"{ver}; kubepods.slice exists")
+    if (h.root / "kubepods").is_dir():
+        return Cgroups(h.version, str(h.root), "cgroupfs", f"{ver}; kubepods/ exists")
+    return Cgroups(h.version, str(h.root), None, f"{ver}; driver unknown (no kubepods yet)")
+
+
+# --- per-run cache -------------------------------------------------------------------------
+# One run asks each question once; a long-lived process (a watch loop) asks again after
+# CACHE_TTL_S, since kubelets restart and drivers get reinstalled.
+CACHE_TTL_S = 30.0
+MAX_CACHED = 64
+_lock = threading.Lock()
+_cache: dict[tuple, tuple[float, object]] = {}
+
+
+def _cached(key: tuple, fn):
+    now = time.monotonic()
+    with _lock:
+        hit = _cache.get(key)
+        if hit is not None and now - hit[0] < CACHE_TTL_S:
+            return hit[1]
+    val = fn()
+    with _lock:
+        if len(_cache) >= MAX_CACHED:
+            _cache.clear()
+        _cache[key] = (now, val)
+        return val
+
+
+def kubelet_dir(host_root: Path, proc: Path = procfs.PROC,
+                override: Path | None = None) -> KubeletDir:
+    return _cached(("kubelet", str(host_root), str(proc), str(override)),
+                   lambda: resolve_kubelet_dir(host_root, proc, override))
+
+
+def runtime(host_root: Path, proc: Path = procfs.PROC) -> Runtime:
+    return _cached(("runtime", str(host_root), str(proc)),
+                   lambda: resolve_runtime(host_root, proc))
+
+
+def driver_root(host_root: Path, proc: Path = procfs.PROC,
+                kubelet: Path | None = None) -> DriverRoot:
+    """The driver root; the device plugins serving sockets in the kubelet dir are asked first."""
+    def resolve() -> DriverRoot:
+        from node_probe.deviceplugin.discovery import list_sockets
+        kdir = kubelet or kubelet_dir(host_root, proc).path
+        owners = find_owners(list_sockets(kdir), proc)
+        pids = sorted({o[0] for o in owners.values()})
+        return resolve_driver_root(host_root, proc, pids)
+    return _cached(("driver", str(host_root), str(proc), str(kubelet)), resolve)

@@ -1,0 +1,159 @@
+"""Evidence for people: the values a finding carries, spelled as an on-call engineer reads them.
+
+Why: evidence is raw data with units in key names (`waiting_s: 633`, `gpu: None`,
+`trigger_present: True`), exact in JSON for bots. On a terminal and in markdown the same values
+read better as `waiting: 10m33s`, `gpu: <none>`, `trigger present: true`, and a list of objects
+(the stuck pods, the goroutines) as a small table instead of inline JSON. This module only
+turns values into text; the renderers (render.py, the client's markdown) decide where it goes
+and escape it for their medium. Stdlib only (the probe renders its own table too).
+"""
+from __future__ import annotations
+
+import json
+import math
+from typing import Any, Mapping, Sequence
+
+MAX_CELL = 60        # a table cell or a list item longer than this is cut
+MAX_VALUE = 400      # a scalar value longer than this is cut
+MAX_ROWS = 10        # rows of one evidence table
+MAX_COLUMNS = 6      # columns of one evidence table
+MAX_ITEMS = 20       # items of one inline list or mapping
+NONE = "<none>"
+
+# key suffix -> (how the key is shown, how a number with it is shown)
+_UNITS: tuple[tuple[str, str], ...] = (
+    ("_ms", "ms"), ("_s", "s"), ("_min", "min"), ("_pct", "%"), ("_mib", "MiB"),
+    ("_bytes", "B"), ("_per_s", "/s"))
+
+
+def fmt_duration(seconds: float) -> str:
+    """`0.3s`, `45s`, `10m33s`, `2h05m`, `3d04h`: kubectl's way of saying an age."""
+    if not isinstance(seconds, (int, float)) or isinstance(seconds, bool) \
+            or not math.isfinite(seconds):
+        return str(seconds)
+    s = float(seconds)
+    sign = "-" if s < 0 else ""
+    s = abs(s)
+    if s < 10 and s != int(s):
+        return f"{sign}{s:.1f}s"
+    s = int(round(s))
+    if s < 60:
+        return f"{sign}{s}s"
+    if s < 3600:
+        return f"{sign}{s // 60}m{s % 60:02d}s" if s % 60 else f"{sign}{s // 60}m"
+    if s < 86400:
+        return f"{sign}{s // 3600}h{(s % 3600) // 60:02d}m"
+    return f"{sign}{s // 86400}d{(s % 86400) // 3600:02d}h"
+
+
+def cut(text: str, limit: int) -> str:
+    """`text` no longer than `limit`, ending in `…` when cut."""
+    return text if len(text) <= limit else text[: max(0, limit - 1)] + "\u2026"
+
+
+def _unit(key: str) -> tuple[str, str | None]:
+    for suffix, unit in _UNITS:
+        if key.endswith(suffix) and len(key) > len(suffix):
+            return key[: -len(suffix)], unit
+    return key, None
+
+
+def label(key: Any) -> str:
+    """The key as a person reads it: unit suffix dropped (the value says it), `_` as space."""
+    base, _ = _unit(str(key))
+    return base.replace("_", " ")
+
+
+def _number(v: float, unit: str | None) -> str:
+    if unit == "s":
+        return fmt_duration(v)
+    if unit == "min":
+        return fmt_duration(v * 60)
+    if unit == "ms":
+        return f"{v:g}ms"
+    if unit == "%":
+        return f"{v:g}%"
+    if unit in ("MiB", "B"):
+        return f"{v:g} {unit}"
+    if unit == "/s":
+        return f"{v:g}/s"
+    return f"{v:g}" if isinstance(v, float) else str(v)
+
+
+def scalar(key: Any, v: Any, limit: int = MAX_VALUE) -> str | None:
+    """A value that fits on a line, as text; None for a list of objects (a table's job)."""
+    _, unit = _unit(str(key))
+    if v is None:
+        return NONE
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, (int, float)):
+        return _number(v, unit)
+    if isinstance(v, str):
+        return cut(v, limit) if v else '""'
+    if isinstance(v, Mapping):
+        if not v:
+            return NONE
+        if all(not isinstance(x, (Mapping, list, tuple)) for x in v.values()):
+            items = [f"{k}={scalar(k, x, MAX_CELL)}" for k, x in list(v.items())[:MAX_ITEMS]]
+            more = len(v) - len(items)
+            return cut(", ".join(items) + (f", +{more} more" if more > 0 else ""), limit)
+        return cut(json.dumps(v, default=str, ensure_ascii=False), limit)
+    if isinstance(v, (list, tuple)):
+        if not v:
+            return NONE
+        if all(isinstance(x, Mapping) for x in v):
+            return None
+        if all(not isinstance(x, (Mapping, list, tuple)) for x in v):
+            items = [scalar(key, x, MAX_CELL) or "" for x in v[:MAX_ITEMS]]
+            more = len(v) - len(items)
+            return cut(", ".join(items) + (f", +{more} more" if more > 0 else ""), limit)
+        return cut(json.dumps(v, default=str, ensure_ascii=False), limit)
+    return cut(str(v), limit)
+
+
+def table(rows: Sequence[Mapping[str, Any]]) -> tuple[list[str], list[list[str]], int]:
+    """(column labels, rows of cells, rows left out) of a list of objects; each column a key
+    (the first MAX_COLUMNS keys seen), each cell one line."""
+    keys: list[str] = []
+    for r in rows[:MAX_ROWS]:
+        for k in r:
+            if k not in keys and len(keys) < MAX_COLUMNS:
+                keys.append(k)
+    body = []
+    for r in rows[:MAX_ROWS]:
+        cells = []
+        for k in keys:
+            v = r.get(k, None) if k in r else ""
+            if isinstance(v, (list, tuple)) and v and all(isinstance(x, Mapping) for x in v):
+                text = f"{len(v)} item{'s' if len(v) != 1 else ''}"
+            else:
+                text = "" if k not in r else (scalar(k, v, MAX_CELL) or "")
+            cells.append(cut(text, MAX_CELL))
+        body.append(cells)
+    return [label(k).upper() for k in keys], body, max(0, len(rows) - MAX_ROWS)
+
+
+def split(evidence: Mapping[str, Any]) -> tuple[list[tuple[str, str]], list[tuple[str, Any]]]:
+    """(scalar entries as (label, text), table entries as (label, list of objects))."""
+    scalars, tables = [], []
+    for k, v in list(evidence.items())[:200]:
+        if isinstance(v, Mapping) and v and all(isinstance(x, Mapping) for x in v.values()):
+            # a mapping of objects (resource -> counts): one row per key
+            tables.append((label(k), [{"name": n, **x} for n, x in list(v.items())[:MAX_ROWS]]
+                           + [{}] * max(0, len(v) - MAX_ROWS)))
+            continue
+        text = scalar(k, v)
+        if text is None:
+            tables.append((label(k), v))
+        else:
+            scalars.append((label(k), text))
+    return scalars, tables
+
+
+def aligned(columns: Sequence[str], rows: Sequence[Sequence[str]], sep: str = "  ") -> list[str]:
+    """Rows under their column labels, each column as wide as its widest cell."""
+    widths = [max([len(c)] + [len(r[i]) for r in rows]) for i, c in enumerate(columns)]
+    out = [sep.join(c.ljust(w) for c, w in zip(columns, widths)).rstrip()]
+    out += [sep.join(x.ljust(w) for x, w in zip(r, widths)).rstrip() for r in rows]
+    return out

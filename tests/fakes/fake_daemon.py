@@ -1,0 +1,54 @@
+"""A real process standing in for a node daemon (kubelet, containerd, crio, a device plugin's
+host service): it names itself (comm), binds and listens on real unix sockets, and carries the
+daemon's command-line flags and environment, so the probe identifies it exactly as it does a
+real one (by the socket inode it serves, then its flags). It does nothing else.
+
+    spawn(comm, sockets, *flags, env=None) -> subprocess.Popen   (prints "ready" first)
+"""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+SERVE = r"""
+import os, socket, sys
+comm, socks = sys.argv[1], []
+if comm:
+    with open("/proc/self/comm", "w") as f:
+        f.write(comm)
+for path in sys.argv[2].split(","):
+    if not path:
+        continue
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    s.bind(path)
+    s.listen(8)
+    socks.append(s)
+print("ready", flush=True)
+sys.stdin.readline()
+"""
+
+
+def _script() -> Path:
+    script = Path(tempfile.gettempdir()) / "gpu-doctor-fake-daemon.py"
+    if not script.exists() or script.read_text() != SERVE:
+        tmp = script.with_suffix(f".{os.getpid()}")
+        tmp.write_text(SERVE)
+        tmp.replace(script)
+    return script
+
+
+def spawn(comm: str, sockets, *flags: str, env: dict | None = None) -> subprocess.Popen:
+    """A script file, not `python -c`: a daemon's flags may include -c (containerd's config).
+    Ends when its stdin closes or it is killed."""
+    p = subprocess.Popen([sys.executable, str(_script()), comm or "",
+                          ",".join(str(s) for s in sockets), *flags],
+                         stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+                         env={**os.environ, **(env or {})})
+    if p.stdout.readline().strip() != "ready":
+        p.kill()
+        raise RuntimeError(f"fake daemon {comm!r} did not start")
+    return p
