@@ -211,3 +211,11 @@ def test_node_and_nodes_agree_on_a_not_ready_node(cluster, kubeconfig):
     key = lambda doc: {(f["id"], f["subject"], f["severity"]) for f in doc["findings"]
                        if f["subject"] == "node/gpu-1" and f["severity"] != "info"}
     assert key(one) == key(many) == {("node.not_ready", "node/gpu-1", "critical")}
+
+
+def test_markdown_carries_the_fleet_table_line_by_line(cluster, kubeconfig):
+    names = sick_fleet(cluster, pods=80)
+    md = run_nodes(kubeconfig, "-o", "markdown").stdout
+    block = md.split("```text\n", 1)[1].split("\n```", 1)[0].splitlines()
+    assert block[0].split()[:2] == ["NODE", "READY"] and block[1].startswith(names[30])
+    assert "\\x0a" not in md
