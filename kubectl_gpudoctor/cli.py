@@ -28,6 +28,7 @@ from node_probe.protocol import FAIL_ON, ExitStatus
 from . import errors, params
 from .commands import agent
 from .commands import cleanup
+from .commands import explain
 from .commands import local
 from .commands import node
 from .commands import nodes
@@ -262,6 +263,9 @@ pod_cmd = _target_command(
               help="Label selector (default: all nodes that have GPUs).")
 @click.option("--all", "all_nodes", is_flag=True, default=False,
               help="Without -l: include nodes without GPUs.")
+@click.option("--show-healthy", is_flag=True, default=False,
+              help="List every node in the table, not only those with problems (-o json "
+                   "and yaml always carry every node).")
 @click.option("--concurrency", type=click.IntRange(min=1, max=64), default=None,
               help="Parallel per-node kubelet calls for flagged nodes (default 8).")
 @click.option("--stall-threshold", type=params.Duration(1), default=None,
@@ -281,11 +285,11 @@ pod_cmd = _target_command(
 @_common
 @click.pass_context
 def nodes_cmd(ctx: click.Context, selector: str | None, all_nodes: bool, probe: bool,
-              max_probes: int, **kw: Any) -> int:
+              max_probes: int, show_healthy: bool, **kw: Any) -> int:
     """Scan many nodes from the API side (a constant number of list calls) in one table."""
     o = _opts(ctx, kw)
     o["no_probe"] = not probe
-    return nodes.nodes(_session(ctx), o, selector, all_nodes, max_probes)
+    return nodes.nodes(_session(ctx), o, selector, all_nodes, max_probes, show_healthy)
 
 
 @cli.command("local", context_settings=CONTEXT_SETTINGS)
@@ -413,6 +417,21 @@ def replay_cmd(ctx: click.Context, bundle_file: str, output: str | None,
                fail_on: str | None, details: bool) -> int:
     """Render a bundle saved with --save again, offline, with the same exit code."""
     return replay.replay(_session(ctx), bundle_file, output or "table", fail_on, details)
+
+
+def _complete_ids(ctx, param, incomplete):  # pragma: no cover - interactive
+    from node_probe.protocol.catalog import CATALOG
+    return [i for i in sorted(CATALOG) if i.startswith(incomplete)]
+
+
+@cli.command("explain", context_settings=CONTEXT_SETTINGS)
+@click.argument("finding_id", metavar="[ID]", required=False, shell_complete=_complete_ids)
+@click.pass_context
+def explain_cmd(ctx: click.Context, finding_id: str | None) -> int:
+    """Show a finding's page (cause, evidence, fix, refs) offline, e.g. `explain
+    kubelet.admission_stalled` (the ids are in the report's ID column); without ID, list
+    every id."""
+    return explain.explain(_session(ctx), finding_id)
 
 
 @cli.command("version", context_settings=CONTEXT_SETTINGS)

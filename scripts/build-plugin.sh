@@ -12,7 +12,8 @@
 # pyproject.toml + packaging/requirements-build.txt + the Python version) that holds only the
 # project's runtime dependencies; the project's own code comes from this work tree. node_probe
 # and bpf/ are bundled too (`kubectl gpu-doctor local` runs the probe by re-entering the frozen
-# executable); bcc is never bundled (it needs the host's libbcc and kernel headers).
+# executable); bcc is never bundled (it needs the host's libbcc and kernel headers). The finding
+# pages (docs/findings) are bundled for `kubectl gpu-doctor explain ID`, which works offline.
 #
 # Platforms: PyInstaller cannot cross-compile. This script builds the archive for the machine it
 # runs on (here linux/amd64). linux/arm64: scripts/build-plugin-arm64.sh runs this script in an
@@ -97,7 +98,7 @@ mkdir -p "$DIST"
 OUT=$DIST/kubectl-gpu_doctor-$VERSION-$OS-$ARCH.tar.gz
 WORK=$ROOT/build/plugin/$KIND${PIN:+-pinned}
 src_hash=$( { echo "$KEY $KIND $PIN"; cat LICENSE packaging/kubectl-gpu_doctor.py "$0";
-              find kubectl_gpudoctor node_probe bpf deploy -type f ! -name '*.pyc' ! -path '*/__pycache__/*' -print0 \
+              find kubectl_gpudoctor node_probe bpf deploy docs/findings -type f ! -name '*.pyc' ! -path '*/__pycache__/*' -print0 \
                 | sort -z | xargs -0 sha256sum; } | sha256sum | cut -c1-16)
 if [ "$ARCHIVE" = 1 ] && [ -s "$OUT" ] && [ "$(cat "$OUT.inputs" 2>/dev/null)" = "$src_hash" ] && [ -z "${FORCE:-}" ]; then
   log "up to date: $OUT (inputs $src_hash)"; echo "$OUT"; exit 0
@@ -122,6 +123,7 @@ log "PyInstaller $mode kubectl-gpu_doctor $VERSION ($OS/$ARCH)"
     --collect-submodules kubectl_gpudoctor --collect-submodules node_probe \
     --add-data "$ROOT/bpf:bpf" "${extra_data[@]}" \
     --add-data "$ROOT/deploy/*.yaml:kubectl_gpudoctor/manifests" \
+    --add-data "$ROOT/docs/findings:docs/findings" \
     --exclude-module bcc --exclude-module tkinter --exclude-module pytest \
     "$ROOT/packaging/kubectl-gpu_doctor.py" >&2
 )
@@ -134,6 +136,7 @@ else
 fi
 cp "$ROOT/LICENSE" "$BUNDLE/LICENSE"
 "$EXE" version >/dev/null || { log "the frozen executable does not run: $EXE version"; exit 1; }
+"$EXE" explain node.not_ready >/dev/null || { log "the frozen executable lacks the finding pages: $EXE explain"; exit 1; }
 if [ -n "$PIN" ] && ! "$EXE" version | grep -qF "${PIN##*@}"; then
   log "the frozen executable does not report the pinned digest ${PIN##*@}"; exit 1
 fi

@@ -11,8 +11,8 @@ from typing import Any, Mapping, Sequence
 
 from node_probe.protocol import Finding
 
-from . import (admission, capacity, dra, foreign, goroutines, hami,  # noqa: F401
-               kubelet_config, memory, mig, pod_status, runtime)
+from . import (admission, agent_conditions, capacity, dra, foreign, goroutines,  # noqa: F401
+               hami, kubelet_config, memory, mig, pod_status, readiness, runtime)
 
 
 def node_objects(node: Mapping[str, Any], pods_on_node: Sequence[Mapping[str, Any]],
@@ -24,6 +24,9 @@ def node_objects(node: Mapping[str, Any], pods_on_node: Sequence[Mapping[str, An
                  extra: Mapping[str, Any] | None = None,
                  node_events: Sequence[Mapping[str, Any]] = ()) -> tuple[list[Finding], list[str]]:
     """Every list-based analysis of one node. Returns (findings, errors of analyses).
+    The one place both `node X` (commands/node.py collect_node) and `nodes` (commands/nodes.py
+    scan) judge a node from its objects: a verdict added here is in both, so they never
+    disagree.
     `node_events`: events about the Node object itself (other monitors' reports); `nodes`
     does not list them, so there only the conditions and taints are read.
     `extra`: lists beyond the core ones (kubectl_gpudoctor.extra_lists.fetch): runtimeclasses,
@@ -39,6 +42,8 @@ def node_objects(node: Mapping[str, Any], pods_on_node: Sequence[Mapping[str, An
         except Exception as exc:  # noqa: BLE001 - one broken analysis must not hide the rest
             errs.append(f"analysis {label} failed: {type(exc).__name__}: {exc}")
 
+    run("readiness", lambda: [f for f in (readiness.not_ready(node, lease, now),) if f])
+    run("agent", agent_conditions.analyze, node, now)  # the watching agent's conditions
     run("admission", lambda: admission.analyze_node(node, pods_on_node, events, lease, now,
                                                     threshold_s, events_known))
     run("capacity", capacity.analyze_node, node)

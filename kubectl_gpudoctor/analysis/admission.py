@@ -12,7 +12,7 @@ Pure function over raw API dicts; no I/O.
 from __future__ import annotations
 
 import datetime as dt
-from typing import Any, Mapping, Sequence
+from typing import Any, Iterable, Mapping, Sequence
 
 from node_probe.protocol import catalog
 from node_probe.protocol import Finding
@@ -87,6 +87,23 @@ def overdue_terminating(pod: Mapping[str, Any], now: dt.datetime) -> float | Non
         return None  # a finalizer holds it, not the kubelet
     overdue = age_s(md.get("deletionTimestamp"), now)
     return overdue
+
+
+def stalled_nodes(pods: Iterable[Mapping[str, Any]], now: dt.datetime,
+                  threshold_s: float = DEFAULT_THRESHOLD_S) -> dict[str, str]:
+    """Nodes whose kubelet admits nothing, judged from pod status alone (no events needed):
+    node name -> why, for every node with a bound pod untouched for `threshold_s` or more.
+    One pass over the pods (the fit's list of bound, unfinished pods)."""
+    waits: dict[str, list[float]] = {}
+    for p in pods:
+        node = (p.get("spec") or {}).get("nodeName")
+        if not node or (p.get("status") or {}).get("phase") not in (None, "Pending"):
+            continue
+        waited = untouched_pending(p, (), now)
+        if waited is not None and waited >= threshold_s:
+            waits.setdefault(node, []).append(waited)
+    return {n: f"{len(w)} pod(s) bound to it untouched by its kubelet for up to "
+               f"{fmt_duration(max(w))}" for n, w in waits.items()}
 
 
 def analyze_node(node: Mapping[str, Any], pods_on_node: Sequence[Mapping[str, Any]],

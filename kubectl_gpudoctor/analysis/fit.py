@@ -23,6 +23,7 @@ from typing import Any, Iterable, Mapping, Sequence
 from node_probe.protocol import catalog
 from node_probe.protocol import Finding
 
+from . import admission
 from .common import GPU_RESOURCE_PREFIXES, age_s, fmt_duration, pod_ref
 from .quantity import count as qty
 
@@ -283,6 +284,28 @@ def _placement(pod: Mapping[str, Any], node: Mapping[str, Any]) -> list[tuple[st
     return out
 
 
+def _no_room(node: Mapping[str, Any], placed: Sequence[tuple[str, str]],
+             admits_nothing: Mapping[str, str]) -> list[tuple[str, str]]:
+    """What keeps a node from having room whatever the pod tolerates: a NotReady kubelet runs
+    no new pod, a cordoned node is being emptied, a kubelet that admits nothing leaves every
+    new pod Pending. Only the reasons `placed` (the scheduler's rules) did not already name."""
+    md = node.get("metadata") or {}
+    name = str(md.get("name") or "")
+    said = " ".join(r for r, _ in placed)
+    repair = f"repair the node (`kubectl gpu-doctor node {name}`)"
+    out: list[tuple[str, str]] = []
+    ready = next((c.get("status") for c in (node.get("status") or {}).get("conditions") or ()
+                  if c.get("type") == "Ready"), None)
+    if ready not in (None, "True") and "NotReady" not in said:
+        out.append((f"NotReady (Ready={ready}): its kubelet runs no new pod", repair))
+    if (node.get("spec") or {}).get("unschedulable") and "cordoned" not in said:
+        out.append(("cordoned (spec.unschedulable)",
+                    f"`kubectl uncordon {name}` if the cordon is not deliberate (drain, repair)"))
+    if name in admits_nothing and ready in (None, "True"):
+        out.append((f"its kubelet admits no pod ({admits_nothing[name]})", repair))
+    return out
+
+
 # -- the fit ---------------------------------------------------------------------------------
 
 @dataclasses.dataclass(frozen=True)
@@ -373,8 +396,11 @@ def _holder(p: Mapping[str, Any], resources: Iterable[str], now: dt.datetime) ->
 
 
 def compute(pod: Mapping[str, Any], nodes: Sequence[Mapping[str, Any]],
-            pods: Iterable[Mapping[str, Any]], now: dt.datetime | None = None) -> Fit | None:
-    """The GPU fit of a pod against every node; None if the pod asks for no GPU resource."""
+            pods: Iterable[Mapping[str, Any]], now: dt.datetime | None = None,
+            admits_nothing: Mapping[str, str] | None = None) -> Fit | None:
+    """The GPU fit of a pod against every node; None if the pod asks for no GPU resource.
+    `admits_nothing`: nodes whose kubelet admits no pod (admission.stalled_nodes) -> why; they,
+    NotReady and cordoned nodes never count as having room."""
     now = now or dt.datetime.now(dt.timezone.utc)
     allreq = pod_gpu_requests(pod)
     extender = {k: n for k, n in allreq.items() if k in EXTENDER_ONLY}
@@ -404,6 +430,8 @@ def compute(pod: Mapping[str, Any], nodes: Sequence[Mapping[str, Any]],
         else:
             stage = FITS
         pl = _placement(pod, n) if stage > TOO_SMALL else []
+        if stage > TOO_SMALL:
+            pl += _no_room(n, pl, admits_nothing or {})
         fits.append(NodeFit(name, stage, {r: cap.get(r, 0) for r in requested},
                             {r: alloc.get(r, 0) for r in requested},
                             {r: h.get(r, 0) for r in requested},
@@ -683,7 +711,9 @@ def analyze_pending(pod: Mapping[str, Any], nodes: Sequence[Mapping[str, Any]],
     spec, st = pod.get("spec") or {}, pod.get("status") or {}
     if spec.get("nodeName") or (st.get("phase") or "Pending") != "Pending":
         return []
-    fit = compute(pod, nodes, pods, now)
+    pods = list(pods)
+    fit = compute(pod, nodes, pods, now,
+                  admission.stalled_nodes(pods, now or dt.datetime.now(dt.timezone.utc)))
     if fit is None:
         return []
     out = findings(pod, fit, events, now)

@@ -50,13 +50,20 @@ def pressures(node: Mapping[str, Any]) -> list[str]:
     return [p for p in PRESSURES if (_condition(node, p) or {}).get("status") == "True"]
 
 
+def ssh_way(name: str) -> str:
+    """The way onto a node that needs no pod at all."""
+    return f"ssh {name} and run `kubectl-gpu_doctor local` (or `python3 -m node_probe`) there"
+
+
 def not_ready(node: Mapping[str, Any], lease: Mapping[str, Any] | None,
-              now: dt.datetime, ways: Sequence[str]) -> Finding | None:
-    """node.not_ready when the node's Ready condition is not True (None when it is)."""
+              now: dt.datetime, ways: Sequence[str] | None = None) -> Finding | None:
+    """node.not_ready when the node's Ready condition is not True (None when it is).
+    `ways`: the ways onto the node without a new pod (default: SSH and `local`)."""
     ready = _condition(node, "Ready")
     if ready is not None and ready.get("status") == "True":
         return None
     name = (node.get("metadata") or {}).get("name", "?")
+    ways = list(ways) if ways is not None else [ssh_way(name)]
     status = (ready or {}).get("status") or "missing"
     reason = (ready or {}).get("reason") or ""
     message = " ".join(str((ready or {}).get("message") or "").split())[:300]

@@ -3,8 +3,10 @@
 Why: on a 1,000-node cluster an on-call engineer needs "which GPU nodes are sick, and how" in
 seconds. Per-node GETs would be thousands of calls; instead we LIST nodes, pods, events and node
 Leases (paged where big: see _list), group by node in memory and run the same pure analyses as
-`node X`. Only nodes the lists flag get per-node proxy calls (goroutine dump, healthz), with a
-concurrency limit. Raw bytes are parsed into dicts item by item (pageparse.py, in child
+`node X` (analysis.node_objects: readiness, admission, capacity, HAMi, memory, DRA, the watching
+agent's conditions...), so the two never disagree. Only nodes the lists flag get per-node proxy
+calls (goroutine dump, healthz), with a concurrency limit. Each node becomes a row with its
+verdict (analysis/verdict.py); report/fleet.py shows the sick ones first. Raw bytes are parsed into dicts item by item (pageparse.py, in child
 processes for long lists): the client's model deserialization is far too slow here.
 """
 from __future__ import annotations
@@ -14,20 +16,21 @@ import threading
 import time
 from typing import Any, Callable, Mapping
 
-from node_probe.protocol import Finding, ProtocolError, render
+from node_probe.protocol import Finding, ProtocolError
 
 from .. import analysis, errors
 from ..api import extra_lists
 from ..api import pageparse
 from ..api import pager
 from ..api import slim
-from ..analysis import capacity, fit, goroutines, wedge
+from ..analysis import agent_conditions, capacity, fit, goroutines, verdict, wedge
 from ..analysis.common import events_by_uid, node_is_ready
 from ..reach.probe_run import Settings, now_utc
 from .node import _extra_lists
 from ..api.kube import Kube, seg, worker_pool
 
 INTERRUPT_GRACE_S = 5.0  # after Ctrl-C, how long to wait for creates still unanswered
+from ..report import fleet
 from ..report.output import Output
 from node_probe.protocol import ExitStatus
 from ..session import Session
@@ -149,6 +152,8 @@ def scan(kube: Kube, selector: str | None, settings: Settings, out: Output,
     if settings.probe and nodes:
         _probe_all(kube, nodes, by_node, settings, out, rows, on_pod, node_findings,
                    with_agent)
+    for row in rows:
+        _finish_row(row, node_findings.get(row["node"], []))
     return rows
 
 
@@ -172,7 +177,7 @@ def _agent_nodes(kube: Kube, settings: Settings, out: Output) -> set[str]:
 
 def _probe_all(kube: Kube, nodes: list[dict], by_node: dict, settings: Settings, out: Output,
                rows: list[dict], on_pod: Callable,
-               node_findings: Mapping[str, list] | None = None,
+               node_findings: dict[str, list] | None = None,
                with_agent: set[str] = frozenset()) -> None:
     """The node probe on many nodes, `concurrency` at a time: by exec in the agent where one
     runs (`with_agent`), else in a debug pod (each deleted). Each row says which path."""
@@ -206,10 +211,10 @@ def _probe_all(kube: Kube, nodes: list[dict], by_node: dict, settings: Settings,
             try:
                 path = fut.result()
                 if futs[fut] in by_row:
-                    by_row[futs[fut]]["path"] = path
+                    by_row[futs[fut]]["probe"] = path
             except errors.GpuDoctorError as exc:  # one node's launch error: report, go on
                 if futs[fut] in by_row:
-                    by_row[futs[fut]]["path"] = "failed"
+                    by_row[futs[fut]]["probe"] = "failed"
                 out.log("error", f"{futs[fut]}: {exc.one_line()}")
                 out.mark_incomplete(f"the probe could not run on {futs[fut]}: "
                                     f"{exc.one_line()}")
@@ -229,6 +234,8 @@ def _probe_all(kube: Kube, nodes: list[dict], by_node: dict, settings: Settings,
         if row is not None:
             for f in node_out.found.values():
                 _count(row, f)
+        if node_findings is not None:  # the node's verdict weighs the probe's findings too
+            node_findings.setdefault(name, []).extend(node_out.found.values())
 
 
 class _NodeOut:
@@ -299,11 +306,14 @@ def _dumps(kube: Kube, names: list[str], settings: Settings, out: Output,
 
 
 def _count(row: dict, f) -> None:
+    """Add one finding to its node's row (counts, the worst finding, the ids)."""
     sev = f.severity.value
-    if sev in ("critical", "warning"):
-        row[sev] += 1
-        if row["top"] is None or (sev == "critical" and row["top_sev"] != "critical"):
-            row["top"], row["top_sev"] = f.id, sev
+    row[sev] = row.get(sev, 0) + 1
+    if f.id not in row.setdefault("findings", []):
+        row["findings"].append(f.id)
+    if sev in ("critical", "warning") and (
+            row["top"] is None or (sev == "critical" and row["top_sev"] != "critical")):
+        row["top"], row["top_sev"] = f.id, sev
 
 
 def _row(node: Mapping[str, Any], pods: list[dict], lease, fs, now) -> dict:
@@ -311,62 +321,56 @@ def _row(node: Mapping[str, Any], pods: list[dict], lease, fs, now) -> dict:
     res = capacity.gpu_resources(node)
     age = lease_renew_age_s(lease, now)
     row = {"node": node["metadata"]["name"],
-           "gpu": "/".join([str(sum(a for _, a in res.values())),
-                            str(sum(c for c, _ in res.values()))]) if res else "-",
-           "free": fit.node_free(node, pods),  # allocatable minus bound, unfinished pods
-           "ready": {True: "Ready", False: "NotReady", None: "?"}[node_is_ready(node)],
+           "ready": node_is_ready(node),
+           "schedulable": not (node.get("spec") or {}).get("unschedulable"),
+           "gpu_allocatable": sum(a for _, a in res.values()) if res else None,
+           "gpu_capacity": sum(c for c, _ in res.values()) if res else None,
+           # allocatable minus what bound, unfinished pods request; gpu_free (room for a new
+           # pod) is set by _finish_row once every finding of the node is in
+           "gpu_unrequested": fit.node_free(node, pods),
+           "gpu_free": None,
+           "admits_pods": None,
+           "pods": len(pods),
            "lease_age_s": None if age is None else round(age),
-           "pods": len(pods), "critical": 0, "warning": 0, "top": None, "top_sev": None}
+           "agent": agent_conditions.watch_of(node, now).to_dict(),
+           "critical": 0, "warning": 0, "info": 0, "findings": [], "verdict": None,
+           "root_cause": None,
+           "top": None, "top_sev": None}
     for f in sorted(fs, key=lambda f: -f.severity.rank):
         _count(row, f)
     return row
 
 
-def table(rows: list[dict], limit: int | None = None) -> str:
-    """The one summary table (sick nodes first)."""
-    from tabulate import tabulate
+def _finish_row(row: dict, fs: list) -> None:
+    """What needs every finding of the node (API side, goroutine dump, probe): whether its
+    kubelet admits pods, the GPUs a new pod could get there, the verdict's headline."""
+    # a NotReady kubelet admits nothing either (node.not_ready)
+    row["admits_pods"] = row["ready"] is not False and not wedge.blocking_findings(fs,
+                                                                                  row["node"])
+    usable = row["schedulable"] and row["admits_pods"]
+    free = row["gpu_unrequested"]
+    row["gpu_free"] = None if free is None else (free if usable else 0)
+    v = verdict.decide(fs, {"kind": "node", "name": row["node"], "node": row["node"]})
+    row["verdict"], row["root_cause"] = v.headline, v.root_cause
 
-    rows = sorted(rows, key=lambda r: (-r["critical"], -r["warning"], r["node"]))
-    shown = rows if limit is None else rows[:limit]
-    probed = any("path" in r for r in rows)  # `--probe`: which way each node was reached
-    body = [[r["node"], r["gpu"], "-" if r.get("free") is None else str(r["free"]),
-             r["ready"], "-" if r["lease_age_s"] is None else f"{r['lease_age_s']}s",
-             r["pods"], r["critical"], r["warning"], r["top"] or "-"]
-            + ([r.get("path") or "-"] if probed else []) for r in shown]
-    body = [[render.terminal_safe(c) for c in row] for row in body]  # names reach a terminal
-    lines = [tabulate(body, headers=["NODE", "GPU A/C", "FREE", "READY", "LEASE", "PODS",
-                                     "CRIT", "WARN", "TOP FINDING"]
-                      + (["PROBE VIA"] if probed else []),
-                      tablefmt="plain", disable_numparse=True,
-                      colalign=("left", "left", "right", "left", "left", "right", "right",
-                                "right", "left") + (("left",) if probed else ()))]
-    healthy = sum(1 for r in rows if not r["critical"] and not r["warning"])
-    if limit is not None and len(rows) > limit:
-        lines.append(f"... {len(rows) - limit} more node(s) not shown")
-    lines.append(f"{len(rows)} node(s), {len(rows) - healthy} with findings, "
-                 f"{healthy} without")
-    if probed:
-        ways = {}
-        for r in rows:
-            ways[r.get("path") or "not probed"] = ways.get(r.get("path") or "not probed", 0) + 1
-        lines.append("node probe: " + ", ".join(f"{n} via {w}" if w in ("agent", "debug pod")
-                                                else f"{n} {w}" for w, n in sorted(ways.items())))
-    return "\n".join(lines) + "\n\n"
+
 def nodes(session: Session, o: dict, selector: str | None, all_nodes: bool,
-          max_probes: int) -> ExitStatus:
+          max_probes: int, show_healthy: bool = False) -> ExitStatus:
     rows: list = []
 
-    def preamble() -> str:
+    def preamble() -> str:  # the fleet table (also what a --save bundle keeps of the view)
         if rows:
-            return table(rows)
+            return fleet.table(rows, show_healthy)
         return ("No nodes matched " + (f"-l {selector}" if selector else
                                        "(no node has GPUs; --all shows every node)") + ".\n\n")
+
+    def run(kube: Kube, out: Output, s: Settings, reg: Callable) -> None:
+        out.table_view = fleet.footer  # the table is the preamble; no details per finding
+        rows.extend(scan(kube, selector, s, out, all_nodes=all_nodes, max_probes=max_probes,
+                         on_pod=reg))
+        out.doc_extra["nodes"] = [fleet.row_doc(r) for r in fleet.ordered(rows)]
+
     session.preamble = preamble
     target = {"kind": "nodes", "name": selector or ("all nodes" if all_nodes else "GPU nodes"),
               "node": None}
-    return run_cluster(session, o, target,
-                    lambda kube, out, s, reg: rows.extend(scan(
-                        kube, selector, s, out, all_nodes=all_nodes, max_probes=max_probes,
-                        on_pod=reg)))
-
-
+    return run_cluster(session, o, target, run)

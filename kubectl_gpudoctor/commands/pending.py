@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any, Mapping, Sequence
 from node_probe.protocol import Finding
 
 from .. import errors
-from ..analysis import fit
+from ..analysis import admission, fit
 from ..api.kube import seg, worker_pool
 
 if TYPE_CHECKING:
@@ -74,7 +74,8 @@ def collect(kube, pod: Mapping[str, Any], events: Sequence[Mapping[str, Any]], o
             out.log("warning", f"ResourceQuotas in {ns} not readable ({_why(exc)}); the quota "
                                f"case was not judged")
     quota_events: list[dict] = []
-    f = fit.compute(pod, nodes, pods, now)
+    # a node whose kubelet admits nothing has no room, whatever its free GPUs say
+    f = fit.compute(pod, nodes, pods, now, admission.stalled_nodes(pods, now))
     if f is None:
         return None
     if fit.quota_findings(pod, f, quotas, (), now):

@@ -92,9 +92,7 @@ def run_probe(kube: Kube, view: NodeView, settings: Settings, out: Output,
                 check_id=check_id, pods=view.pods):
             return "agent"
     # A NotReady node starts no pod: say so plainly, do not wait and blame admission.
-    nr = readiness.not_ready(view.node, view.lease, now_utc(),
-                             [f"ssh {name} and run `kubectl-gpu_doctor local` (or `python3 -m "
-                              f"node_probe`) there"])
+    nr = readiness.not_ready(view.node, view.lease, now_utc())
     if nr is not None and not settings.force_pod:
         out.finding(nr)
         out.check(check_id, "skipped", 0.0, f"no debug pod: node {name} is NotReady")

@@ -112,8 +112,9 @@ def render(report: Report, fail_on: str, exit_code: int, verdict: Mapping[str, A
     if verdict:
         head += _verdict(verdict)
     if pre_table.strip():  # `nodes`: its fleet table, verbatim but inert
-        head += ["```text", *(ln.replace("```", "'''") for ln in
-                              terminal_safe(pre_table).splitlines()[:60]), "```", ""]
+        head += ["```text", *(terminal_safe(ln).replace("```", "'''") for ln in
+                              pre_table.splitlines()[:60]), "```", ""]  # line by line:
+        # terminal_safe escapes a newline too
     findings = report.sorted_findings()
     if findings:
         head += ["| Severity | ID | Subject | Title |", "|---|---|---|---|"]

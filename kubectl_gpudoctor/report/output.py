@@ -15,7 +15,7 @@ import os
 import sys
 import threading
 import time
-from typing import IO, Any, Mapping
+from typing import IO, Any, Callable, Mapping
 
 from node_probe import protocol
 from node_probe.protocol.version import __version__
@@ -63,6 +63,10 @@ class Output:
         self.live = render.LiveProgress(self.err, enabled=progress)
         self.jsonl = render.JsonlWriter(self.out) if fmt == "jsonl" else None
         self.node_summary: dict | None = None
+        # a command's own additions: keys added to the JSON/YAML document (`nodes`: its rows),
+        # and a table view replacing the default one (`nodes`: the fleet table)
+        self.doc_extra: dict[str, Any] = {}
+        self.table_view: Callable[[Report, IO, str, int], None] | None = None
         self.api_only = True
         self._t0 = time.monotonic()
         self._lock = threading.RLock()  # `nodes --probe` streams several nodes at once
@@ -194,8 +198,11 @@ class Output:
         if self.fmt == "table":
             if pre_table:
                 self.out.write(pre_table)
-            render.render_table(r, self.out, self.fail_on, code, verdict=v,
-                                details=self.details)
+            if self.table_view is not None:   # a command's own view (`nodes`: the fleet)
+                self.table_view(r, self.out, self.fail_on, code)
+            else:
+                render.render_table(r, self.out, self.fail_on, code, verdict=v,
+                                    details=self.details)
         elif self.fmt == "markdown":
             self.out.write(markdown.render(r, self.fail_on, code, verdict=v,
                                            pre_table=pre_table))
@@ -203,11 +210,13 @@ class Output:
             doc = r.document(self.fail_on, code)
             if v is not None:
                 doc["verdict"] = v
+            doc.update(self.doc_extra)
             if error is not None:
                 doc["error"] = dict(error)
+            # one string, one write: json.dump() to the stream writes every token on its own
+            # (0.7 s for the 2,000 rows of `nodes`)
             if self.fmt == "json":
-                json.dump(doc, self.out, indent=2, default=str)
-                self.out.write("\n")
+                self.out.write(json.dumps(doc, indent=2, default=str) + "\n")
             else:
                 self.out.write(yaml_dump(doc))
         else:
@@ -232,7 +241,8 @@ def yaml_dump(doc: Any, *, all_documents: bool = False) -> str:
     imported here only when YAML is asked for."""
     import yaml
 
-    class NoAliases(yaml.SafeDumper):
+    # libyaml's emitter when PyYAML has it: the same text, 3x faster (5,000 `nodes` rows)
+    class NoAliases(getattr(yaml, "CSafeDumper", yaml.SafeDumper)):  # type: ignore[misc]
         def ignore_aliases(self, data: Any) -> bool:
             return True
 

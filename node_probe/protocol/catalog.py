@@ -95,6 +95,9 @@ CATALOG: dict[str, str] = {
     "dra.claim_unallocated": "A pod waits on ResourceClaims that are not allocated, and why",
     "dra.device_unhealthy": "Pod status reports allocated devices as unhealthy",
     "kubelet.blocked_in_dra_plugin": "kubelet goroutines are parked in DRA NodePrepareResources calls",
+    # the watching agent's node conditions, read by `nodes` (issue 23)
+    "agent.heartbeat_stale": "The node's gpu-doctor agent stopped refreshing its node conditions",
+    "agent.condition": "The gpu-doctor agent marks the node with a problem this client does not know",
 }
 
 

@@ -346,6 +346,14 @@ def render_table(report: Report, stream: IO, fail_on: str, exit_code: int,
                                                     i in long_titles)))
     else:
         w("No findings.\n")
+    write_footer(report, stream, fail_on, exit_code, width)
+
+
+def write_footer(report: Report, stream: IO, fail_on: str, exit_code: int,
+                 width: int = MAX_WIDTH) -> None:
+    """What ends every table report: the checks that did not finish or could not look, the
+    warning that explains an incomplete run, and the one summary line with the exit code."""
+    w = stream.write
     bad = [c for c in report.checks if c.status not in ("ok", "skipped")]
     if bad:
         w("\nChecks that did not finish:\n")

@@ -10,7 +10,7 @@ import time
 import uuid
 
 from .conftest import run_cli
-from .fakecluster import build_fleet
+from .fakecluster import build_fleet, ts
 from .test_fit import captured_mig_node
 
 LIST_PATHS = ("/api/v1/nodes", "/api/v1/pods", "/api/v1/namespaces/ml/resourcequotas")
@@ -108,7 +108,13 @@ def test_devices_missing(cluster, kubeconfig):
 def test_held_by_others_lists_holders_not_finished_pods(cluster, kubeconfig):
     cluster.add_node("gpu-1", gpus=8)
     cluster.add_pod("research", "sweep-7", "gpu-1", gpus=5, age_s=3 * 3600)
-    cluster.add_pod("ml", "eval-0", "gpu-1", gpus=1, age_s=600, phase="Pending")
+    # admitted by the kubelet, still creating its container (a bound Pending pod the kubelet
+    # never touched would mean the node admits nothing: no room there at all)
+    cluster.add_pod("ml", "eval-0", "gpu-1", gpus=1, age_s=600, phase="Pending", extra_status={
+        "startTime": ts(dt.datetime.now(dt.timezone.utc) - dt.timedelta(seconds=600)),
+        "containerStatuses": [{
+            "name": "main", "ready": False, "restartCount": 0, "image": "registry.example/app:1",
+            "imageID": "", "state": {"waiting": {"reason": "ContainerCreating"}}}]})
     cluster.add_pod("ml", "old-job", "gpu-1", gpus=8, phase="Succeeded")
     cluster.add_pod("ml", "broken-job", "gpu-1", gpus=8, phase="Failed")
     pending(cluster, gpus=4)
@@ -225,13 +231,13 @@ def test_nodes_table_has_a_free_gpu_column(cluster, kubeconfig):
     cluster.add_pod("ml", "x", "gpu-a", gpus=3)
     cluster.add_pod("ml", "y", "gpu-a", gpus=8, phase="Succeeded")
     cluster.add_pod("ml", "z", "gpu-b", gpus=1)
-    r = run_cli("nodes", "--kubeconfig", str(kubeconfig))
-    lines = r.stdout.splitlines()
+    r = run_cli("nodes", "--show-healthy", "--kubeconfig", str(kubeconfig))
+    lines = [ln for ln in r.stdout.splitlines() if not ln.startswith("    findings:")]
     head = lines[0].split()
-    assert head[:3] == ["NODE", "GPU", "A/C"] and head[3] == "FREE"
+    assert head[:4] == ["NODE", "READY", "GPU", "A/C"] and head[4] == "FREE"
     rows = {ln.split()[0]: ln.split() for ln in lines[1:3]}
-    assert rows["gpu-a"][1:3] == ["8/8", "5"]
-    assert rows["gpu-b"][1:3] == ["6/8", "5"]
+    assert rows["gpu-a"][2:4] == ["8/8", "5"]
+    assert rows["gpu-b"][2:4] == ["6/8", "5"]
 
 
 def test_pod_report_footer_shows_the_real_elapsed_time(cluster, kubeconfig):

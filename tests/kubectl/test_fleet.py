@@ -2,11 +2,12 @@
 from __future__ import annotations
 
 import json
+import subprocess
 import time
 
 import pytest
 
-from .conftest import run_cli
+from .conftest import REPO, cli_env, run_cli
 from .fakecluster import build_fleet
 
 LISTS = (r"/api/v1/nodes", r"/api/v1/pods", r"/api/v1/events",
@@ -54,9 +55,13 @@ def test_nodes_table_and_selector(cluster, kubeconfig):
     r = run_cli("nodes", "--kubeconfig", str(kubeconfig), timeout=60)
     assert r.returncode == 1
     lines = r.stdout.splitlines()
+    r_wide = subprocess.run(r.args, capture_output=True, text=True, timeout=60,
+                            env=dict(cli_env(), COLUMNS="250"), cwd=str(REPO))
     assert lines[0].startswith("NODE") and names[5] in lines[1]
-    assert "kubelet.admission_stalled" in lines[1]
-    assert "20 node(s), 1 with findings, 19 without" in r.stdout  # CPU nodes left out
+    assert "Kubelet goroutines are parked" in lines[1]            # the verdict, cut to width
+    assert "the kubelet admits no pod on node " + names[5] in r_wide.stdout.splitlines()[1]
+    assert "findings: kubelet.admission_stalled" in lines[2]    # and the ids it rests on
+    assert "20 node(s): 1 with problems, 19 healthy" in r.stdout  # CPU nodes left out
     r = run_cli("nodes", "-l", f"kubernetes.io/hostname={names[0]}", "--kubeconfig",
                 str(kubeconfig), "-o", "json")
     doc = json.loads(r.stdout)
@@ -126,6 +131,8 @@ def test_nodes_on_a_cluster_without_gpus(cluster, kubeconfig):
     r = run_cli("nodes", "--kubeconfig", str(kubeconfig))
     assert r.returncode == 0 and "No nodes matched (no node has GPUs" in r.stdout
     r = run_cli("nodes", "--all", "--kubeconfig", str(kubeconfig))
+    assert r.returncode == 0 and "1 node(s): 0 with problems, 1 healthy" in r.stdout
+    r = run_cli("nodes", "--all", "--show-healthy", "--kubeconfig", str(kubeconfig))
     assert r.returncode == 0 and "cpu-1" in r.stdout
 
 
@@ -174,14 +181,14 @@ def test_probe_rows_count_what_each_nodes_probe_streamed(monkeypatch):
     out.finding(Finding(id="nvml.init_hang", severity=Severity.CRITICAL, subject="node/a gpu 9",
                         title="earlier", check="nvml"))
     nodes = [{"metadata": {"name": n}} for n in ("a", "b")]
-    rows = [{"node": n, "critical": 0, "warning": 0, "top": None, "top_sev": None}
-            for n in ("a", "b")]
+    rows = [{"node": n, "critical": 0, "warning": 0, "top": None, "top_sev": None,
+             "findings": []} for n in ("a", "b")]
     fleet._probe_all(None, nodes, {}, probe_run.Settings(probe=True), out, rows,
                      lambda p: None)
     a, b = rows
-    assert (a["critical"], a["warning"], a["top"], a["path"]) == (1, 1, "nvml.init_hang",
-                                                                    "agent")
-    assert (b["critical"], b["warning"], b["top"], b["path"]) == (0, 0, None, "agent")
+    assert (a["critical"], a["warning"], a["top"], a["probe"]) == (1, 1, "nvml.init_hang",
+                                                                     "agent")
+    assert (b["critical"], b["warning"], b["top"], b["probe"]) == (0, 0, None, "agent")
 
 
 def test_nodes_reads_the_dra_and_runtimeclass_lists_once_each_paged(cluster, kubeconfig):

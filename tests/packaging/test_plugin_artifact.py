@@ -105,6 +105,28 @@ def test_frozen_plugin_runs_the_probes_child_processes(krew_root: Path, tmp_path
     assert verdict(got) == verdict(want), frozen.stderr
 
 
+def test_frozen_plugin_explains_a_finding_offline(krew_root: Path, tmp_path: Path):
+    """`kubectl gpu-doctor explain ID` from the installed krew archive, in a network namespace
+    with no interface up (no network at all), from a directory with no checkout: the page comes
+    from the bundle and reads as the source tree renders it."""
+    from kubectl_gpudoctor.commands import explain
+    if shutil.which("unshare") is None or os.geteuid() != 0:
+        pytest.skip("needs root and unshare(1) for a network namespace")
+    exe = krew_root / "bin" / "kubectl-gpu_doctor"
+    env = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "COLUMNS": "100",
+           "KUBECONFIG": str(tmp_path / "none")}
+    r = subprocess.run(["unshare", "--net", str(exe), "explain", "kubelet.admission_stalled"],
+                       capture_output=True, text=True, env=env, cwd=tmp_path, timeout=60)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout == explain.render(explain.page_text("kubelet.admission_stalled"), 100)
+    bundled = sorted(p.stem for p in (krew_root / "store").rglob("_internal/docs/findings/*.md"))
+    from node_probe.protocol.catalog import CATALOG
+    assert bundled == sorted(CATALOG)
+    r = subprocess.run(["unshare", "--net", str(exe), "explain", "not_ready"],
+                       capture_output=True, text=True, env=env, cwd=tmp_path, timeout=60)
+    assert r.returncode == 2 and "node.not_ready" in r.stderr and r.stdout == ""
+
+
 def test_frozen_plugin_runs_the_list_page_parser(unpacked_plugin: Path):
     """`nodes` parses big list pages in child processes (kubectl_gpudoctor.api.pageparse); frozen,
     a child is the executable re-entered with `__run_module`, which allows that module and no

@@ -97,12 +97,14 @@ def test_jsonl_stays_exact():
 
 def test_fleet_table_and_error_line_are_escaped(capsys):
     from kubectl_gpudoctor import errors, session
-    from kubectl_gpudoctor.commands import nodes as fleet
-    row = {"node": "gpu-1", "gpu": "8/8", "free": 1, "ready": "Ready", "lease_age_s": 3,
-           "pods": 2, "critical": 1, "warning": 0, "top": f"x{OSC52}", "top_sev": "critical"}
-    text = fleet.table([row])
+    from kubectl_gpudoctor.report import fleet
+    row = {"node": f"gpu-1{CSI_HIDE}", "ready": True, "schedulable": True,
+           "gpu_allocatable": 8, "gpu_capacity": 8, "gpu_free": 1, "lease_age_s": 3,
+           "pods": 2, "critical": 1, "warning": 0, "findings": [f"x{OSC52}"],
+           "verdict": f"agent says {OSC52}", "agent": {"state": "stale"}}
+    text = fleet.table([row], cols=400)
     _assert_clean(text)
-    assert "\\x1b]52" in text
+    assert text.count("\\x1b]52") == 2 and "\\x1b[2K" in text
     session.say_error(errors.LaunchFailed(f"debug pod cannot start: {CSI_HIDE}{OSC52}"))
     err = capsys.readouterr().err
     _assert_clean(err)
