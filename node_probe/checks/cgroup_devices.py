@@ -150,7 +150,7 @@ def causes_for(denied_names: set[str], stale: set[str] | None, kubelet_cfg: dict
             "why": f"the device plugin's Allocate answer for this container (kept in the "
                    f"kubelet checkpoint) lists {', '.join(alloc_devices)} but not "
                    f"{', '.join('/dev/' + n for n in omitted)}; the runtime allows only what "
-                   "the spec lists (seed 002: a plugin whose own /dev lacked the node)",
+                   "the spec lists (a known failure: a plugin whose own /dev lacked the node)",
             "fix": "Check the plugin's view (`kubectl -n <plugin-namespace> exec <plugin-pod> "
                    "-- ls -l /dev/nvidia*`); once the node exists on the host, restart the "
                    "device plugin pod on this node (risk: no new GPU pods are admitted on the "
@@ -162,7 +162,7 @@ def causes_for(denied_names: set[str], stale: set[str] | None, kubelet_cfg: dict
             "cause": "plugin_stale_dev_view",
             "why": f"the device plugin's own /dev lacks {', '.join(miss)} (it started before "
                    "the module created the node), so its Allocate device specs leave them out "
-                   "and the runtime never allows them (seed 002)",
+                   "and the runtime never allows them",
             "fix": "Make nvidia-uvm load at boot before the plugin starts (`nvidia-modprobe -u "
                    "-c=0` or `modprobe nvidia-uvm` in the driver setup), then restart the device "
                    "plugin pod on this node (`kubectl -n <plugin-namespace> delete pod "
@@ -176,7 +176,7 @@ def causes_for(denied_names: set[str], stale: set[str] | None, kubelet_cfg: dict
             "why": "kubelet runs cpuManagerPolicy: static; its CPU manager updates the "
                    "container's cgroups and the runtime rewrites the device allow-list from the "
                    "container spec, which lacks the NVIDIA devices nvidia-container-runtime "
-                   "added outside it (seed 001)"
+                   "added outside it"
                    + ("" if passes_specs is None else "; the NVIDIA device plugin runs without "
                       "PASS_DEVICE_SPECS"),
             "fix": "Have the NVIDIA device plugin return device specs in Allocate: "
