@@ -42,3 +42,64 @@ def api(tls_files, tmp_path):
     finally:
         front.close()
         fc.stop()
+
+
+# the device-plugin fixtures (temp host root, real fake-plugin processes, pod-resources)
+from tests.deviceplugin.conftest import host, podres, start_plugin  # noqa: E402,F401
+
+import os  # noqa: E402
+import signal  # noqa: E402
+import subprocess  # noqa: E402
+import sys  # noqa: E402
+import time  # noqa: E402
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+class Agent:
+    """A real `python -m node_probe agent-watch` process (stopped by its pid)."""
+
+    def __init__(self, args, env, log: Path) -> None:
+        self.log = log
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "node_probe", "agent-watch", *args],
+            env={**os.environ, "PYTHONPATH": str(REPO), **env}, cwd=REPO,
+            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=open(log, "wb"))
+        self.pid = self.proc.pid
+
+    def text(self) -> str:
+        return self.log.read_text(errors="replace")
+
+    def stop(self) -> int:
+        if self.proc.poll() is None:
+            os.kill(self.pid, signal.SIGTERM)
+            try:
+                self.proc.wait(30)
+            except subprocess.TimeoutExpired:
+                os.kill(self.pid, signal.SIGKILL)
+                self.proc.wait(10)
+        return self.proc.returncode
+
+
+@pytest.fixture
+def start_agent(tmp_path):
+    agents: list[Agent] = []
+
+    def start(*args, env=None) -> Agent:
+        a = Agent(list(args), env or {}, tmp_path / f"agent-{len(agents)}.log")
+        agents.append(a)
+        return a
+
+    yield start
+    for a in agents:
+        a.stop()
+
+
+def wait_for(pred, timeout: float, what: str = ""):
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        v = pred()
+        if v:
+            return v
+        time.sleep(0.1)
+    raise AssertionError(f"not within {timeout}s: {what}")
