@@ -46,6 +46,8 @@ def api(tls_files, tmp_path):
 
 # the device-plugin fixtures (temp host root, real fake-plugin processes, pod-resources)
 from tests.deviceplugin.conftest import host, podres, start_plugin  # noqa: E402,F401
+# real kubepods-shaped cgroups under the v1 devices controller
+from tests.cgroups.conftest import v1_tree  # noqa: E402,F401
 
 import os  # noqa: E402
 import signal  # noqa: E402
