@@ -123,6 +123,11 @@ class ConditionState:
                     out.append(Transition(ct, "False", c.reason, c.message, ()))
         return out
 
+    def signature(self) -> tuple:
+        """What a PATCH would change (heartbeats aside): unchanged means no write is due."""
+        return tuple((c.type, c.status, c.reason, c.message, c.transition)
+                     for c in (self.watching, *self.conds.values()))
+
     def api_conditions(self, heartbeat: float) -> list[dict]:
         return [self.watching.to_api(heartbeat)] + [c.to_api(heartbeat)
                                                     for c in self.conds.values()]

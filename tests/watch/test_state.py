@@ -71,3 +71,12 @@ def test_provoking_needs_a_signal_and_is_rate_limited():
     assert not pv.want(599.0) and pv.want(600.0)
     pv.observe([])
     assert not pv.want(10000.0)
+
+
+def test_signature_changes_only_with_what_a_patch_would_change():
+    s = ConditionState(now=0.0)
+    sig = s.signature()
+    s.update({}, now=30.0)
+    assert s.signature() == sig  # a quiet pass: nothing to write until the heartbeat
+    s.update({XID: [_p()]}, now=60.0)
+    assert s.signature() != sig
