@@ -28,11 +28,12 @@ import time
 from typing import Any, Callable, Mapping, Sequence
 
 from node_probe.protocol import CheckResult, ExitStatus, Finding
+from node_probe.protocol import bundle as protocol_bundle
 from node_probe.protocol.version import __version__
 
 from .. import errors
 
-SCHEMA = "gpu-doctor-bundle/v1"
+SCHEMA = protocol_bundle.SCHEMA  # one layout, shared with the watching agent
 REDACTED = "<redacted>"
 REDACTION_NOTICE = (
     "No secrets: no Secret object is read; environment variable values, "
@@ -223,23 +224,13 @@ def goroutine_excerpt(text: str, limit: int = GOROUTINE_EXCERPT_BYTES) -> str:
 
 def build(out: Any, code: int, error: errors.GpuDoctorError | None, recorder: Recorder,
           argv: Sequence[str], image: str | None = None, preamble: str = "") -> dict:
-    r = out.report
-    report = {
-        "target": r.target, "version": r.version, "started_at": r.started_at,
-        "duration_s": round(time.time() - r.started_at, 3),
-        "fail_on": out.fail_on,
-        "findings": [f.to_record() for f in r.findings],
-        "checks": [c.to_dict() for c in r.checks],
-        "summary_record": r.summary_record,
-        "incomplete_reason": r.extra_incomplete_reason,
-        "error": None if error is None else {"type": type(error).__name__,
-                                             "message": error.one_line(),
-                                             "exit_status": int(errors.exit_status_of(error))},
-        "exit_code": int(code),
-        "preamble": preamble,
-        # for readers of the bundle; replay decides the verdict again from the findings
-        "verdict": out.verdict(),
-    }
+    report = protocol_bundle.report_block(
+        out.report, out.fail_on, code, preamble=preamble,
+        error=None if error is None else {"type": type(error).__name__,
+                                          "message": error.one_line(),
+                                          "exit_status": int(errors.exit_status_of(error))})
+    # for readers of the bundle; replay decides the verdict again from the findings
+    report["verdict"] = out.verdict()
     try:
         from importlib.metadata import version as _v
         client = _v("kubernetes")

@@ -13,7 +13,7 @@ import kubernetes_validate
 import pytest
 import yaml
 
-from kubectl_gpudoctor import agent_policy as ap
+from kubectl_gpudoctor.reach import agent_policy as ap
 from tests.watch.fakeapi import CAPTURES, capture
 
 NS = "gpu-doctor"

@@ -102,7 +102,7 @@ def test_wedged_plugin_marks_the_node_and_the_evidence_outlives_the_restart(
     doc = json.loads(got.stdout)
     ids = {f["id"] for f in doc["report"]["findings"]}
     assert "deviceplugin.blocked_in_nvml" in ids, ids
-    from kubectl_gpudoctor import bundle as client_bundle  # the client's replay reads it
+    from kubectl_gpudoctor.report import bundle as client_bundle  # the client's replay reads it
     path = tmp_path / "replayed.json"
     path.write_bytes(got.stdout)
     import io
