@@ -278,13 +278,25 @@ def _agent_cmd_options(f: Callable) -> Callable:
 @click.option("--node-selector", default=None,
               help="Run the agent only on nodes with these labels (key=value[,key=value]); "
                    "default: every node (it tolerates every taint).")
+@click.option("--watch/--no-watch", "watch", default=None,
+              help="Watch mode: the agent checks its node every --interval and marks it "
+                   "with GpuDoctor* NodeConditions and Events, keeping evidence bundles "
+                   "(default for a new install; an installed agent keeps its mode). "
+                   "--no-watch: the agent only sleeps until `node X` execs into it.")
+@click.option("--interval", type=params.Duration(10), default=None,
+              help="Time between the watching agent's passes (default 30s; at least 10s).")
+@click.option("--metrics-port", type=click.IntRange(1024, 65535), default=None,
+              help="Serve Prometheus metrics on this pod port (default: off); see "
+                   "deploy/agent-podmonitor.yaml.")
 @click.option("--dry-run", is_flag=True, default=False,
               help="Print the manifests instead of applying them (GitOps).")
 @click.option("-o", "--output", type=click.Choice(("yaml", "json")), default="yaml",
               help="Format of --dry-run (default yaml).")
 @click.pass_context
 def agent_install_cmd(ctx: click.Context, **kw: Any) -> int:
-    """Install (or update) the agent DaemonSet, its namespace and priority quota."""
+    """Install (or update) the agent DaemonSet, its namespace and priority quota; watching,
+    also its ServiceAccount, RBAC (nodes/status patch, events create) and the admission
+    policies that keep it to its own node."""
     return agent.agent_install(_session(ctx), kw)
 
 
@@ -304,7 +316,7 @@ def agent_status_cmd(ctx: click.Context, **kw: Any) -> int:
 @_agent_cmd_options
 @click.pass_context
 def agent_uninstall_cmd(ctx: click.Context, **kw: Any) -> int:
-    """Delete the agent DaemonSet (its pods go with it) and its quota."""
+    """Delete the agent DaemonSet (its pods go with it), its quota and its identity."""
     return agent.agent_uninstall(_session(ctx), kw)
 
 

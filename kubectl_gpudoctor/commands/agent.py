@@ -25,6 +25,7 @@ from .. import errors
 from ..api.kube import Kube
 from ..reach.agent_manifests import (AGENT_NAME, DS_PATH, INSTALL_COMMAND, VERSION_LABEL, daemonset,
                                      default_image, quota_manifest)
+from ..reach import agent_policy
 from ..reach.agent_exec import NodeAgent, list_agent_pods, pod_ready
 from .cluster import connect
 
@@ -36,11 +37,25 @@ def _path(m: Mapping[str, Any]) -> tuple[str, str]:
         return "/api/v1/namespaces", f"/api/v1/namespaces/{md['name']}"
     if kind == "ResourceQuota":
         coll = f"/api/v1/namespaces/{md['namespace']}/resourcequotas"
+    elif kind == "ServiceAccount":
+        coll = f"/api/v1/namespaces/{md['namespace']}/serviceaccounts"
     elif kind == "DaemonSet":
         coll = DS_PATH.format(ns=md["namespace"])
+    elif kind in _CLUSTER_KINDS:
+        coll = _CLUSTER_KINDS[kind]
     else:  # pragma: no cover - only the kinds above are generated
         raise ValueError(kind)
     return coll, f"{coll}/{md['name']}"
+
+
+_CLUSTER_KINDS = {
+    "ClusterRole": "/apis/rbac.authorization.k8s.io/v1/clusterroles",
+    "ClusterRoleBinding": "/apis/rbac.authorization.k8s.io/v1/clusterrolebindings",
+    "ValidatingAdmissionPolicy":
+        "/apis/admissionregistration.k8s.io/v1/validatingadmissionpolicies",
+    "ValidatingAdmissionPolicyBinding":
+        "/apis/admissionregistration.k8s.io/v1/validatingadmissionpolicybindings",
+}
 
 
 def install(kube: Kube, docs: Sequence[Mapping[str, Any]],
@@ -74,10 +89,12 @@ def install(kube: Kube, docs: Sequence[Mapping[str, Any]],
 
 
 def uninstall(kube: Kube, namespace: str) -> list[str]:
-    """Delete the DaemonSet (its pods go with it) and the quota; the namespace stays (the
-    debug pod's RBAC of deploy/rbac.yaml lives there too)."""
+    """Delete the DaemonSet (its pods go with it), the quota and the watching agent's identity
+    (ServiceAccount, RBAC, admission policies); the namespace stays (the debug pod's RBAC of
+    deploy/rbac.yaml lives there too)."""
     done = []
-    for m in (daemonset(namespace, default_image()), quota_manifest(namespace)):
+    ident = agent_policy.manifests(namespace, {})
+    for m in (daemonset(namespace, default_image()), quota_manifest(namespace), *ident):
         _, obj = _path(m)
         what = f"{m['kind'].lower()}/{m['metadata']['name']}"
         try:
@@ -172,9 +189,12 @@ def _agent_kube(o: dict):
 def agent_install(session: Session, o: dict) -> ExitStatus:
     from ..reach import agent_manifests
     from ..reach.podspec import DEFAULT_IMAGE
-    docs = agent_manifests.manifests(o.get("namespace") or agent_manifests.DEFAULT_NAMESPACE,
-                           o.get("image") or DEFAULT_IMAGE,
-                           agent_manifests.parse_selector(o.get("node_selector")))
+    namespace = o.get("namespace") or agent_manifests.DEFAULT_NAMESPACE
+    kube = None if o.get("dry_run") else _agent_kube(o)
+    watch = _watch_mode(kube, namespace, o)
+    docs = agent_manifests.manifests(namespace, o.get("image") or DEFAULT_IMAGE,
+                                     agent_manifests.parse_selector(o.get("node_selector")),
+                                     watch)
     if o.get("dry_run"):
         import json
         import yaml
@@ -184,9 +204,36 @@ def agent_install(session: Session, o: dict) -> ExitStatus:
         else:
             click.echo(yaml.safe_dump_all(docs, sort_keys=False), nl=False)
         return ExitStatus.OK
-    for line in install(_agent_kube(o), docs):
+    for line in install(kube, docs):
         click.echo(line)
     return ExitStatus.OK
+
+
+def _watch_mode(kube: Kube | None, namespace: str, o: dict):
+    """--watch / --no-watch; neither: watch for a new install, keep what an installed agent
+    does (an upgrade never turns a sleeping agent into a writing one unasked)."""
+    from ..reach import agent_manifests
+    want = o.get("watch")
+    if want is None and kube is not None:
+        try:
+            ds = kube.get_json(f"{DS_PATH.format(ns=namespace)}/{AGENT_NAME}", timeout=10)
+            want = agent_manifests.is_watching(ds)
+            if not want:
+                click.echo(f"daemonset/{AGENT_NAME}: keeps the sleeping agent it runs now "
+                           f"(--watch turns watching on)", err=True)
+        except errors.NotFound:
+            want = True
+        except errors.ApiError as exc:
+            raise exc.about(f"daemonset {namespace}/{AGENT_NAME}") from None
+    if want is False:
+        if o.get("interval") is not None or o.get("metrics_port"):
+            raise errors.UsageError("--interval and --metrics-port need the watching agent "
+                                    "(not --no-watch)")
+        return None
+    interval = 30.0 if o.get("interval") is None else float(o["interval"])
+    if interval < 10:
+        raise errors.UsageError(f"--interval {interval:g}s: the agent looks at most every 10s")
+    return agent_manifests.Watch(interval, int(o.get("metrics_port") or 0))
 
 
 def agent_status(session: Session, o: dict) -> ExitStatus:

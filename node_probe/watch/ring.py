@@ -41,6 +41,11 @@ def _open_dir(path: Path, create: bool) -> int:
         fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
     except OSError as exc:
         raise RingError(f"cannot open {path}: {exc.strerror} (a symlink is refused)") from None
+    if create:
+        try:  # a directory made by someone else (a DirectoryOrCreate hostPath is 0755)
+            os.fchmod(fd, 0o700)
+        except OSError:
+            pass
     return fd
 
 

@@ -49,10 +49,18 @@ def test_install_dry_run_prints_valid_manifests():
                 "--node-selector", "nvidia.com/gpu.present=true")
     assert r.returncode == 0, r.stderr
     docs = [d for d in yaml.safe_load_all(r.stdout) if d]
-    assert [d["kind"] for d in docs] == ["Namespace", "ResourceQuota", "DaemonSet"]
+    # watching by default: the agent's own identity and the policies that keep it to its node
+    assert [d["kind"] for d in docs] == [
+        "Namespace", "ResourceQuota", "ServiceAccount", "ClusterRole", "ClusterRoleBinding",
+        "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding",
+        "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding", "DaemonSet"]
     for d in docs:
         kubernetes_validate.validate(d, kubernetes_validate.latest_version(), strict=True)
-    ds = docs[2]
+    ds = docs[-1]
+    assert "agent-watch" in ds["spec"]["template"]["spec"]["containers"][0]["command"]
+    idle = run_cli("agent", "install", "--dry-run", "--no-watch")
+    assert [d["kind"] for d in yaml.safe_load_all(idle.stdout) if d] == [
+        "Namespace", "ResourceQuota", "DaemonSet"]
     assert ds["spec"]["template"]["spec"]["containers"][0]["image"] == PINNED
     assert ds["spec"]["template"]["spec"]["nodeSelector"] == {"nvidia.com/gpu.present": "true"}
     j = run_cli("agent", "install", "--dry-run", "-o", "json")
@@ -76,6 +84,45 @@ def test_install_status_uninstall_through_the_cli(xc, kc):
     r = run_cli("agent", "uninstall", "--kubeconfig", kc)
     assert r.returncode == 0 and "daemonset/gpu-doctor-agent deleted" in r.stdout
     r = run_cli("agent", "install", "--kubeconfig", kc, "--node-selector", "bad")
+    assert r.returncode == 2 and r.stderr.count("\n") == 1
+
+
+def test_watch_install_creates_the_identity_and_uninstall_removes_it(xc, kc):
+    xc.add_node("gpu-a")
+    r = run_cli("agent", "install", "--kubeconfig", kc, "--interval", "45s",
+                "--metrics-port", "9400")
+    assert r.returncode == 0, r.stderr
+    for line in ("serviceaccount/gpu-doctor-agent created",
+                 "clusterrole/gpu-doctor-agent-node-status created",
+                 "validatingadmissionpolicy/gpu-doctor-agent-own-node created",
+                 "validatingadmissionpolicybinding/gpu-doctor-agent-own-events created"):
+        assert line in r.stdout
+    [ds] = xc.daemonsets.values()
+    c = ds["spec"]["template"]["spec"]["containers"][0]
+    assert c["command"][3:] == ["agent-watch", "--host-root", "/host", "--interval", "45s",
+                                "--evidence-dir", "/var/lib/gpu-doctor/evidence",
+                                "--metrics-port", "9400"]
+    assert c["ports"] == [{"name": "metrics", "containerPort": 9400, "protocol": "TCP"}]
+    r = run_cli("agent", "uninstall", "--kubeconfig", kc)
+    assert r.returncode == 0
+    assert "validatingadmissionpolicy/gpu-doctor-agent-own-node deleted" in r.stdout
+    assert not xc.objects
+
+
+def test_an_installed_sleeping_agent_keeps_sleeping_unless_asked(xc, kc):
+    xc.add_node("gpu-a")
+    assert run_cli("agent", "install", "--kubeconfig", kc, "--no-watch").returncode == 0
+    r = run_cli("agent", "install", "--kubeconfig", kc)   # an upgrade, no flag
+    assert r.returncode == 0 and "keeps the sleeping agent" in r.stderr
+    [ds] = xc.daemonsets.values()
+    assert "agent-idle" in ds["spec"]["template"]["spec"]["containers"][0]["command"]
+    assert not xc.objects
+    assert run_cli("agent", "install", "--kubeconfig", kc, "--watch").returncode == 0
+    [ds] = xc.daemonsets.values()
+    assert "agent-watch" in ds["spec"]["template"]["spec"]["containers"][0]["command"]
+    r = run_cli("agent", "install", "--kubeconfig", kc, "--no-watch", "--metrics-port", "9400")
+    assert r.returncode == 2 and "need the watching agent" in r.stderr
+    r = run_cli("agent", "install", "--kubeconfig", kc, "--interval", "2s")
     assert r.returncode == 2 and r.stderr.count("\n") == 1
 
 
