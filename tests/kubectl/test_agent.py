@@ -255,3 +255,15 @@ def test_agent_rbac_grants_exec_only_in_the_agent_namespace():
     for d in base:
         for rule in (d or {}).get("rules") or ():
             assert "pods/exec" not in rule["resources"]
+
+
+def test_example_podmonitor_selects_the_agent_and_its_metrics_port():
+    import yaml
+    with open(os.path.join(REPO, "deploy", "agent-podmonitor.yaml")) as f:
+        pm = yaml.safe_load(f)
+    assert pm["kind"] == "PodMonitor" and pm["apiVersion"] == "monitoring.coreos.com/v1"
+    assert pm["spec"]["selector"]["matchLabels"] == agent_manifests.SELECTOR
+    assert pm["spec"]["namespaceSelector"]["matchNames"] == [agent_manifests.DEFAULT_NAMESPACE]
+    ds = agent_manifests.daemonset("gpu-doctor", PINNED, None, agent_manifests.Watch(30, 9400))
+    ports = ds["spec"]["template"]["spec"]["containers"][0]["ports"]
+    assert [e["port"] for e in pm["spec"]["podMetricsEndpoints"]] == [p["name"] for p in ports]
