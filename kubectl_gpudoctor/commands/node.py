@@ -19,7 +19,7 @@ from .. import analysis, errors
 from ..api import extra_lists
 from . import pending
 from ..analysis import admission, dra, goroutines, kubelet_config, pod_status
-from ..analysis import wedge
+from ..analysis import agent_seen, wedge
 from ..analysis.common import pod_ref
 from ..api.kube import Kube, seg, worker_pool
 from ..report.output import Output
@@ -151,6 +151,8 @@ def collect_node(kube: Kube, name: str, settings: Settings, out: Output,
         findings.append(goroutines.unavailable(name, gr_err.status, gr_err.message, health))
     # the likely root cause from GPU Feature Discovery labels (no node access needed)
     findings += wedge.known_bad_driver(node, findings)
+    # what the watching agent marked on the node, now or within the hour (even if cleared)
+    findings += agent_seen.analyze(node, now)
     return NodeView(node, pods, lease, cfg, findings, events=node_events)
 
 

@@ -67,10 +67,6 @@ def rfc3339(t: float) -> str:
     return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(t))
 
 
-def _quiet_reason(ctype: str) -> str:
-    return "No" + ctype[len(conditions.TYPE_PREFIX):]
-
-
 _SEV = {"critical": 0, "warning": 1}
 
 
@@ -90,7 +86,7 @@ class ConditionState:
         self.clear_after = clear_after
         t = time.time() if now is None else now
         self.conds: dict[str, Condition] = {
-            ct: Condition(ct, "False", _quiet_reason(ct), "no problem seen", t)
+            ct: Condition(ct, "False", conditions.quiet_reason(ct), "no problem seen", t)
             for ct in conditions.CLASSES}
         self.watching = Condition(conditions.WATCHING_TYPE, "True", "AgentWatching",
                                   "the gpu-doctor agent is watching this node", t)
@@ -115,11 +111,13 @@ class ConditionState:
             elif c.status == "True" and ct not in unsure:
                 c.absent += 1
                 if c.absent >= self.clear_after:
+                    # the message keeps what it was, so `node X` can say so after it cleared
+                    was = f"was {c.reason}: {c.message[:400]}"
                     c.status, c.transition, c.absent = "False", t, 0
-                    c.reason = _quiet_reason(ct)
+                    c.reason = conditions.cleared_reason(ct)
                     c.message = conditions.sanitize_message(
-                        f"no problem seen in the last {self.clear_after} pass(es); "
-                        f"last reported {rfc3339(self.last_seen.get(ct, t))}")
+                        f"cleared after {self.clear_after} pass(es) without it, last seen "
+                        f"{rfc3339(self.last_seen.get(ct, t))}; {was}")
                     out.append(Transition(ct, "False", c.reason, c.message, ()))
         return out
 

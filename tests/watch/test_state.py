@@ -20,7 +20,7 @@ def test_true_at_once_false_only_after_n_absent_passes():
     assert s.conds[XID].status == "True"
     (t,) = s.update({}, now=100.0)
     assert t.status == "False" and s.conds[XID].transition == 100.0
-    assert s.conds[XID].reason == "NoXidErrors"
+    assert s.conds[XID].reason == "XidErrorsCleared"
 
 
 def test_a_problem_back_before_n_passes_resets_the_count_and_keeps_the_transition_time():

@@ -88,7 +88,7 @@ def test_wedged_plugin_marks_the_node_and_the_evidence_outlives_the_restart(
     wait_for(lambda: api.cluster.conditions(NODE)[STUCK]["status"] == "False", 90,
              "the condition cleared")
     wait_for(lambda: [e for e in api.cluster.posted_events
-                      if e["reason"] == "NoDevicePluginStuck"], 30, "the clearing Event")
+                      if e["reason"] == "DevicePluginStuckCleared"], 30, "the clearing Event")
     assert agent.proc.poll() is None  # still watching
     assert agent.stop() == 0
 

@@ -60,7 +60,7 @@ def test_xid_flood_is_one_problem_one_event_and_clears(api, start_agent, tmp_pat
     assert len(xid_events) == 1
     kmsg.write_text("[300.0] eth0: link up\n")  # the flood is gone (ring buffer rotated)
     wait_for(lambda: api.cluster.conditions(NODE)[XID]["status"] == "False", 60, "cleared")
-    wait_for(lambda: [e for e in api.cluster.posted_events if e["reason"] == "NoXidErrors"], 30,
+    wait_for(lambda: [e for e in api.cluster.posted_events if e["reason"] == "XidErrorsCleared"], 30,
              "the clearing Event")
 
 
