@@ -164,20 +164,30 @@ def _session(ctx: click.Context) -> Session:
 
 
 def _target_command(kind: str, name_type: click.ParamType, help: str,
-                    **argument: Any) -> click.Command:
+                    extra: Callable = lambda f: f, **argument: Any) -> click.Command:
     """`node NAME` and `pod NAME`: one named target, the same options, commands/node.<kind>."""
     @cli.command(kind, context_settings=CONTEXT_SETTINGS, help=help)
     @click.argument("name", type=name_type, **argument)
     @_common
     @_cluster_options
+    @extra
     @click.pass_context
     def command(ctx: click.Context, name: str, **kw: Any) -> int:
         return getattr(node, kind)(_session(ctx), _opts(ctx, kw), name)
     return command
 
 
+def _history_option(f: Callable) -> Callable:
+    return click.option(
+        "--history", "history", type=click.IntRange(0), is_flag=False, flag_value=0,
+        default=None, metavar="[N]",
+        help="The evidence the watching agent kept on the node: without N, list the bundles; "
+             "--history N replays bundle N like `replay` (with --save FILE, also copies it "
+             "out). Read by exec in the agent pod; nothing runs on the node.")(f)
+
+
 node_cmd = _target_command(
-    "node", params.NODE_NAME, shell_complete=_complete_nodes,
+    "node", params.NODE_NAME, shell_complete=_complete_nodes, extra=_history_option,
     help="Diagnose node NAME: API-side analysis, then the node probe in a debug pod.")
 pod_cmd = _target_command(
     "pod", params.POD_NAME,

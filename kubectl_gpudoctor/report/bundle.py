@@ -283,6 +283,12 @@ def load(path: str) -> dict:
             data = f.read(MAX_BUNDLE_BYTES + 1)
     except OSError as exc:
         raise errors.UsageError(f"cannot read bundle {path}: {exc.strerror}") from None
+    return parse(data, path)
+
+
+def parse(data: bytes, path: str) -> dict:
+    """Check a bundle's bytes (from a file, or from the watching agent's ring); `path` names
+    where they came from in the one-line error."""
     if len(data) > MAX_BUNDLE_BYTES:
         raise errors.UsageError(f"{path} is larger than {MAX_BUNDLE_BYTES // 2**20} MiB; not a "
                                 f"gpu-doctor bundle")

@@ -71,8 +71,13 @@ _SEV = {"critical": 0, "warning": 1}
 
 
 def describe(problems: Iterable[Problem]) -> tuple[str, str]:
-    """(reason, message) for a class from its problems: the worst one names it."""
-    ps = sorted(problems, key=lambda p: (_SEV.get(p.severity, 2), p.finding_id, p.subject))
+    """(reason, message) for a class from its problems: the worst one names it (the plugin
+    blocked in NVML before the NVML hang that explains it, as CLASSES orders them)."""
+    def rank(p: Problem) -> tuple:  # worst first; within a class, its most specific id first
+        ids = conditions.CLASSES.get(p.ctype, ())
+        return (_SEV.get(p.severity, 2), ids.index(p.finding_id) if p.finding_id in ids
+                else len(ids), p.finding_id, p.subject)
+    ps = sorted(problems, key=rank)
     top = ps[0]
     more = f" (+{len(ps) - 1} more)" if len(ps) > 1 else ""
     msg = f"{top.finding_id}: {top.subject}: {top.title}{more}"

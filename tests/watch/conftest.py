@@ -35,7 +35,8 @@ def tls_files(tmp_path_factory):
 @pytest.fixture
 def api(tls_files, tmp_path):
     ca, crt, key = tls_files
-    fc = NodeStatusCluster().start()
+    from tests.watch.fakeapi import exec_cluster_class
+    fc = exec_cluster_class()().start()
     front = TlsFront(fc.url, crt, key)
     try:
         yield Api(fc, front, ca, tmp_path / "token")

@@ -212,3 +212,14 @@ class TlsFront:
     def close(self) -> None:
         self._stop = True
         self.sock.close()
+
+
+def exec_cluster_class():
+    """NodeStatusCluster that also serves websocket exec into agent pods (tests/kubectl's
+    ExecCluster): one fake API server for the watching agent's writes and the CLI's reads."""
+    from tests.kubectl.fakeexec import ExecCluster
+
+    class WatchExecCluster(NodeStatusCluster, ExecCluster):
+        pass
+    return WatchExecCluster
+

@@ -80,3 +80,11 @@ def test_signature_changes_only_with_what_a_patch_would_change():
     assert s.signature() == sig  # a quiet pass: nothing to write until the heartbeat
     s.update({XID: [_p()]}, now=60.0)
     assert s.signature() != sig
+
+
+def test_within_a_class_the_most_specific_finding_names_it():
+    s = ConditionState()
+    ct = "GpuDoctorDevicePluginStuck"
+    s.update({ct: [Problem(ct, "nvml.init_hang", "critical", "node", "hang"),
+                   Problem(ct, "deviceplugin.blocked_in_nvml", "critical", "plugin", "stuck")]})
+    assert s.conds[ct].reason == "DevicepluginBlockedInNvml"
