@@ -334,3 +334,24 @@ def test_agent_namespace_from_the_environment_is_checked_too(monkeypatch):
     monkeypatch.setenv("GPU_DOCTOR_AGENT_NAMESPACE", "Bad_NS")
     r = run_cli("agent", "install", "--dry-run", "-o", "yaml")
     assert r.returncode == 2 and "namespace name 'Bad_NS' is not valid" in r.stderr
+
+
+def test_history_needs_an_agent_and_bounds_what_it_reads(xc, kc):
+    import sys
+    xc.namespaces["gpu-doctor"] = {PROBE_NS: "true"}
+    xc.add_node("gpu-1")
+    r = run_cli("node", "gpu-1", "--history", "--kubeconfig", kc)
+    assert r.returncode == 3 and "agent install" in r.stderr and r.stderr.count("\n") == 1
+    xc.add_agent_pod("gpu-1")
+    # a hostile agent: a list far past the bound, then an escape sequence in a listed class
+    xc.exec_argv = lambda cmd: [sys.executable, "-c", "import sys\n"
+                                "sys.stdout.write('x' * (4 << 20))"]
+    r = run_cli("node", "gpu-1", "--history", "--kubeconfig", kc)
+    assert r.returncode == 3 and "more than" in r.stderr
+    line = '{"n": 1, "time": 1.0e30, "class": "Gpu\\u001b[31mDoctor", "bytes": 5}'
+    xc.exec_argv = lambda cmd: [sys.executable, "-c", f"print({line!r})"]
+    r = run_cli("node", "gpu-1", "--history", "--kubeconfig", kc)
+    assert r.returncode == 0 and "\x1b" not in r.stdout and "Gpu??31mDoctor" in r.stdout
+    xc.exec_argv = lambda cmd: [sys.executable, "-c", "print('{\"schema\": \"other\"}')"]
+    r = run_cli("node", "gpu-1", "--history", "1", "--kubeconfig", kc)
+    assert r.returncode == 2 and "not a gpu-doctor bundle" in r.stderr
