@@ -267,3 +267,19 @@ def test_example_podmonitor_selects_the_agent_and_its_metrics_port():
     ds = agent_manifests.daemonset("gpu-doctor", PINNED, None, agent_manifests.Watch(30, 9400))
     ports = ds["spec"]["template"]["spec"]["containers"][0]["ports"]
     assert [e["port"] for e in pm["spec"]["podMetricsEndpoints"]] == [p["name"] for p in ports]
+
+
+def test_agent_history_reads_at_most_its_limit(xc, kube):
+    import sys
+    xc.namespaces["gpu-doctor"] = {PROBE_NS: "true"}
+    pod = xc.add_agent_pod("gpu-a")
+    xc.exec_argv = lambda cmd: [sys.executable, "-c", "print('x' * 5000)"]
+    with pytest.raises(errors.StreamBroken, match="more than 1000 bytes"):
+        agent_exec.agent_history(kube, pod, ["list"], 1000)
+    assert agent_exec.agent_history(kube, pod, ["list"], 10000).strip() == b"x" * 5000
+    xc.exec_argv = lambda cmd: [sys.executable, "-c",
+                                "import sys; sys.stderr.write('error: no bundle 3\\x1b[31m\\n');"
+                                " sys.exit(2)"]
+    with pytest.raises(errors.UsageError) as ei:
+        agent_exec.agent_history(kube, pod, ["get", "3"], 1000)
+    assert "no bundle 3" in ei.value.one_line() and "\x1b" not in ei.value.one_line()

@@ -336,18 +336,14 @@ def test_agent_namespace_from_the_environment_is_checked_too(monkeypatch):
     assert r.returncode == 2 and "namespace name 'Bad_NS' is not valid" in r.stderr
 
 
-def test_history_needs_an_agent_and_bounds_what_it_reads(xc, kc):
+def test_history_needs_an_agent_and_escapes_what_it_lists(xc, kc):
     import sys
     xc.namespaces["gpu-doctor"] = {PROBE_NS: "true"}
     xc.add_node("gpu-1")
     r = run_cli("node", "gpu-1", "--history", "--kubeconfig", kc)
     assert r.returncode == 3 and "agent install" in r.stderr and r.stderr.count("\n") == 1
     xc.add_agent_pod("gpu-1")
-    # a hostile agent: a list far past the bound, then an escape sequence in a listed class
-    xc.exec_argv = lambda cmd: [sys.executable, "-c", "import sys\n"
-                                "sys.stdout.write('x' * (4 << 20))"]
-    r = run_cli("node", "gpu-1", "--history", "--kubeconfig", kc)
-    assert r.returncode == 3 and "more than" in r.stderr
+    # a hostile agent: an escape sequence in a listed class, a time out of range
     line = '{"n": 1, "time": 1.0e30, "class": "Gpu\\u001b[31mDoctor", "bytes": 5}'
     xc.exec_argv = lambda cmd: [sys.executable, "-c", f"print({line!r})"]
     r = run_cli("node", "gpu-1", "--history", "--kubeconfig", kc)
