@@ -44,6 +44,7 @@ class Capturer:
         self.skipped = 0
         self.failed = 0
         self._thread: threading.Thread | None = None
+        self._proc: subprocess.Popen | None = None
 
     def argv(self) -> list[str]:
         return [*subproc.python_module_argv("node_probe"), "-o", "jsonl", "--fail-on",
@@ -67,6 +68,15 @@ class Capturer:
     def wait(self, timeout: float) -> None:
         if self._thread is not None:
             self._thread.join(timeout)
+
+    def kill(self) -> None:
+        """End a capture in flight (the agent is stopping): its whole process group."""
+        proc = self._proc
+        if proc is not None and proc.poll() is None:
+            try:
+                os.killpg(proc.pid, signal.SIGKILL)
+            except OSError:
+                pass
 
     @property
     def busy(self) -> bool:
@@ -98,6 +108,7 @@ class Capturer:
     def _probe(self) -> tuple[list[bytes], str]:
         proc = subprocess.Popen(self.argv(), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                                 stderr=subprocess.DEVNULL, start_new_session=True)
+        self._proc = proc
         end = time.monotonic() + self.deadline_s
         buf, size, why = bytearray(), 0, ""
         fd = proc.stdout.fileno()
@@ -119,11 +130,7 @@ class Capturer:
                     break
                 buf += chunk
         finally:
-            if proc.poll() is None:
-                try:
-                    os.killpg(proc.pid, signal.SIGKILL)
-                except OSError:
-                    pass
+            self.kill()
             try:
                 proc.wait(timeout=5)
             except subprocess.TimeoutExpired:

@@ -220,5 +220,7 @@ def main(argv: list[str] | None = None) -> int:
             capturer.wait(a.capture_timeout + 10)
         if writer is not None:
             writer.flush(30)
+    elif capturer is not None:  # stopping: a capture in flight does not outlive the agent
+        capturer.kill()
     _log("stopped")
     return 0

@@ -94,3 +94,23 @@ def test_min_gap_limits_captures_per_class(tmp_path):
     assert cap.trigger("GpuDoctorGpuLost", {})
     cap.wait(60)
     assert cap.skipped == 1 and len(ring.entries()) == 2
+
+
+def test_a_capture_in_flight_is_killed_with_its_process_group(tmp_path):
+    ring = Ring(tmp_path / "ev")
+    cap = Capturer(ring, ["--only", "memory", "--trace-seconds", "60", "--timeout", "90"],
+                   120.0, "n", min_gap_s=0)
+    assert cap.trigger("GpuDoctorMemoryThrash", {})
+    deadline = time.monotonic() + 30
+    while cap._proc is None and time.monotonic() < deadline:
+        time.sleep(0.05)
+    pid = cap._proc.pid
+    time.sleep(1.0)
+    cap.kill()
+    cap.wait(30)
+    assert not cap.busy and cap._proc.poll() is not None
+    assert not os.path.exists(f"/proc/{pid}/stat") or \
+        open(f"/proc/{pid}/stat").read().split(")")[1].split()[0] == "Z"
+    (e,) = ring.entries()
+    doc = json.loads(ring.read(e["name"], 1 << 20))
+    assert doc["report"]["incomplete_reason"]  # kept, and says it is incomplete
