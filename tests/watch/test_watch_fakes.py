@@ -53,7 +53,7 @@ def test_xid_flood_is_one_problem_one_event_and_clears(api, start_agent, tmp_pat
     cond = wait_for(lambda: api.cluster.conditions(NODE).get(XID, {}).get("status") == "True"
                     and api.cluster.conditions(NODE)[XID], 60, "the Xid condition")
     assert cond["reason"] == "GpuXid"
-    assert "Xid 95" in cond["message"] and "x5000" in cond["message"]
+    assert "Xid 95" in cond["message"] and "5000 times" in cond["message"]
     assert "more)" not in cond["message"]   # one GPU, one code: one problem
     time.sleep(3)                           # more passes over the same flood
     xid_events = [e for e in api.cluster.posted_events if e["reason"] == "GpuXid"]
