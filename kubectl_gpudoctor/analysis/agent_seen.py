@@ -11,6 +11,7 @@ as data, never a command.
 from __future__ import annotations
 
 import datetime as dt
+import re
 from typing import Any, Mapping
 
 from node_probe.protocol import Finding, catalog, conditions
@@ -18,6 +19,7 @@ from node_probe.protocol import Finding, catalog, conditions
 from .common import age_s, fmt_duration
 
 WINDOW_S = 3600.0
+_WAS = re.compile(r"\bwas ([A-Za-z0-9]{1,128}):")  # a cleared condition's message (watch/state)
 MAX_TEXT = 300
 REFS = ("https://kubernetes.io/docs/concepts/architecture/nodes/#condition",
         "https://github.com/kubernetes/node-problem-detector")
@@ -40,10 +42,14 @@ def analyze(node: Mapping[str, Any], now: dt.datetime, window_s: float = WINDOW_
             continue
         since = age_s(c.get("lastTransitionTime"), now)
         status, reason, msg = c.get("status"), _text(c.get("reason")), _text(c.get("message"))
+        was = _WAS.search(msg) if status == "False" else None
+        fid = conditions.finding_id_of(was.group(1) if was else reason)
         ev = {"condition": ctype, "status": status, "reason": reason, "message": msg,
               "last_transition_time": _text(c.get("lastTransitionTime")),
               "last_heartbeat_time": _text(c.get("lastHeartbeatTime")),
-              "finding_id": conditions.finding_id_of(reason)}
+              "finding_id": fid}
+        if fid:  # the verdict links it: a symptom of that finding when the probe sees it too
+            ev["caused_by"] = [fid]
         ago = f"{fmt_duration(since)} ago" if since is not None else "at an unknown time"
         history = (f"`kubectl gpu-doctor node {name} --history` lists the evidence the agent "
                    f"captured when it started; `--history N` replays one.")

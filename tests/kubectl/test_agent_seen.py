@@ -64,3 +64,17 @@ def test_hostile_condition_text_is_bounded_and_one_line():
     assert "\n" not in f.title and "\x1b" not in f.title and len(f.title) < 600
     assert "unknown time" in f.title
     assert conditions.finding_id_of(f.evidence["reason"]) is None
+
+
+def test_the_verdict_names_the_probe_finding_not_the_agents_mark():
+    from kubectl_gpudoctor.analysis import verdict
+    from node_probe.protocol import catalog
+    (seen,) = agent_seen.analyze(_node(_agent_conditions(clear=False)), NOW)
+    assert seen.evidence["caused_by"] == ["deviceplugin.blocked_in_nvml"]
+    probe = catalog.make("deviceplugin.blocked_in_nvml", "critical", "nvidia.com/gpu plugin",
+                         "thread 43 entered nvmlInit_v2", {"pid": 42})
+    v = verdict.decide([seen, probe], {"kind": "node", "name": "gpu-1", "node": "gpu-1"})
+    assert v.root_cause == "deviceplugin.blocked_in_nvml"
+    assert "agent.problem_seen" in v.chain
+    (cleared,) = agent_seen.analyze(_node(_agent_conditions(clear=True)), NOW)
+    assert cleared.evidence["finding_id"] == "deviceplugin.blocked_in_nvml"
