@@ -82,6 +82,15 @@ def install(kube: Kube, docs: Sequence[Mapping[str, Any]],
                 hint=f"installing the agent needs a cluster admin (or apply "
                      f"`{INSTALL_COMMAND} --dry-run -o yaml` through your GitOps pipeline)"
             ) from None
+        except errors.NotFound as exc:
+            if m["kind"].startswith("ValidatingAdmissionPolicy"):
+                raise errors.ClusterError(
+                    f"cannot create {what}: this API server does not serve "
+                    f"ValidatingAdmissionPolicy (Kubernetes 1.30+), so the watching agent's "
+                    f"node-status grant cannot be kept to its own node; nothing was granted. "
+                    f"Install the sleeping agent instead: `{INSTALL_COMMAND} --no-watch`"
+                ) from None
+            raise exc.about(what, "create") from None
         except errors.ApiError as exc:
             raise exc.about(what, "create") from None
         say(done[-1])

@@ -56,24 +56,15 @@ def username(namespace: str) -> str:
 
 
 def manifests(namespace: str, labels: dict) -> list[dict]:
-    """ServiceAccount, ClusterRole (nodes/status patch, events create), its binding, and the two
-    policies with their bindings: everything the watching agent's identity needs, no more."""
+    """The two policies with their bindings, then the ServiceAccount, the ClusterRole
+    (nodes/status patch, events create) and its binding: everything the watching agent's
+    identity needs, no more."""
     meta = {"labels": dict(labels)}
     is_agent = [{"name": "is-the-gpu-doctor-agent",
                  "expression": f"request.userInfo.username == '{username(namespace)}'"}]
+    # the policies first: the grant never exists on a cluster without them (an API server
+    # that does not serve ValidatingAdmissionPolicy fails the install before any grant)
     return [
-        {"apiVersion": "v1", "kind": "ServiceAccount",
-         "metadata": {"name": SA_NAME, "namespace": namespace, **meta},
-         "automountServiceAccountToken": False},
-        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
-         "metadata": {"name": ROLE_NAME, **meta},
-         "rules": [{"apiGroups": [""], "resources": ["nodes/status"], "verbs": ["patch"]},
-                   {"apiGroups": [""], "resources": ["events"], "verbs": ["create"]}]},
-        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
-         "metadata": {"name": ROLE_NAME, **meta},
-         "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole",
-                     "name": ROLE_NAME},
-         "subjects": [{"kind": "ServiceAccount", "name": SA_NAME, "namespace": namespace}]},
         {"apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingAdmissionPolicy",
          "metadata": {"name": NODE_POLICY, **meta},
          "spec": {"failurePolicy": "Fail",
@@ -111,4 +102,16 @@ def manifests(namespace: str, labels: dict) -> list[dict]:
          "kind": "ValidatingAdmissionPolicyBinding",
          "metadata": {"name": EVENT_POLICY, **meta},
          "spec": {"policyName": EVENT_POLICY, "validationActions": ["Deny"]}},
+        {"apiVersion": "v1", "kind": "ServiceAccount",
+         "metadata": {"name": SA_NAME, "namespace": namespace, **meta},
+         "automountServiceAccountToken": False},
+        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
+         "metadata": {"name": ROLE_NAME, **meta},
+         "rules": [{"apiGroups": [""], "resources": ["nodes/status"], "verbs": ["patch"]},
+                   {"apiGroups": [""], "resources": ["events"], "verbs": ["create"]}]},
+        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
+         "metadata": {"name": ROLE_NAME, **meta},
+         "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole",
+                     "name": ROLE_NAME},
+         "subjects": [{"kind": "ServiceAccount", "name": SA_NAME, "namespace": namespace}]},
     ]

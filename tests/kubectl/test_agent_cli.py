@@ -51,9 +51,10 @@ def test_install_dry_run_prints_valid_manifests():
     docs = [d for d in yaml.safe_load_all(r.stdout) if d]
     # watching by default: the agent's own identity and the policies that keep it to its node
     assert [d["kind"] for d in docs] == [
-        "Namespace", "ResourceQuota", "ServiceAccount", "ClusterRole", "ClusterRoleBinding",
-        "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding",
-        "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding", "DaemonSet"]
+        "Namespace", "ResourceQuota", "ValidatingAdmissionPolicy",
+        "ValidatingAdmissionPolicyBinding", "ValidatingAdmissionPolicy",
+        "ValidatingAdmissionPolicyBinding", "ServiceAccount", "ClusterRole",
+        "ClusterRoleBinding", "DaemonSet"]
     for d in docs:
         kubernetes_validate.validate(d, kubernetes_validate.latest_version(), strict=True)
     ds = docs[-1]
@@ -351,3 +352,21 @@ def test_history_needs_an_agent_and_escapes_what_it_lists(xc, kc):
     xc.exec_argv = lambda cmd: [sys.executable, "-c", "print('{\"schema\": \"other\"}')"]
     r = run_cli("node", "gpu-1", "--history", "1", "--kubeconfig", kc)
     assert r.returncode == 2 and "not a gpu-doctor bundle" in r.stderr
+
+
+def test_without_admission_policies_the_watching_agent_gets_no_grant(xc, kc):
+    import re
+    xc.add_node("gpu-a")
+    xc.forbid = []
+    orig = xc._identity
+
+    def no_vap(method, coll, name, body, q):  # an API server without the admission API
+        if "validatingadmissionpolic" in coll:
+            return xc._status(404, "NotFound", "the server could not find the requested resource")
+        return orig(method, coll, name, body, q)
+    xc._identity = no_vap
+    r = run_cli("agent", "install", "--kubeconfig", kc)
+    assert r.returncode == 3 and r.stderr.count("\n") == 1
+    assert "does not serve ValidatingAdmissionPolicy" in r.stderr and "--no-watch" in r.stderr
+    assert not [k for k in xc.objects if re.search("clusterrole|serviceaccount", k)]
+    assert not xc.daemonsets
