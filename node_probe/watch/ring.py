@@ -9,6 +9,7 @@ directory) is never followed.
 """
 from __future__ import annotations
 
+import errno
 import json
 import os
 import re
@@ -40,7 +41,9 @@ def _open_dir(path: Path, create: bool) -> int:
     try:
         fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
     except OSError as exc:
-        raise RingError(f"cannot open {path}: {exc.strerror} (a symlink is refused)") from None
+        why = "a symlink, refused" if exc.errno in (errno.ELOOP, errno.ENOTDIR) and \
+            path.is_symlink() else exc.strerror
+        raise RingError(f"cannot open {path}: {why}") from None
     if create:
         try:  # a directory made by someone else (a DirectoryOrCreate hostPath is 0755)
             os.fchmod(fd, 0o700)

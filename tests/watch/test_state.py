@@ -88,3 +88,24 @@ def test_within_a_class_the_most_specific_finding_names_it():
     s.update({ct: [Problem(ct, "nvml.init_hang", "critical", "node", "hang"),
                    Problem(ct, "deviceplugin.blocked_in_nvml", "critical", "plugin", "stuck")]})
     assert s.conds[ct].reason == "DevicepluginBlockedInNvml"
+
+
+def test_agent_watch_bad_setup_is_one_line_and_exit_2(tmp_path):
+    import os
+    import subprocess
+    import sys
+    repo = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    env = {"PATH": "/usr/bin:/bin", "PYTHONPATH": repo}
+    for args, want in ((["--no-api"], "no valid node name"),
+                       (["--node-name", "n1"], "not in a cluster"),
+                       (["--node-name", "Bad/Name", "--no-api"], "no valid node name"),
+                       (["--node-name", "n1", "--no-api", "--evidence-dir",
+                         str(tmp_path / "f" / "x")], None),
+                       (["--node-name", "n1", "--interval", "soon"], "--interval")):
+        if want is None:  # the evidence directory's parent is a file: refused up front
+            (tmp_path / "f").write_text("")
+            want = "Not a directory"
+        r = subprocess.run([sys.executable, "-m", "node_probe", "agent-watch", *args],
+                           capture_output=True, text=True, timeout=60, env=env, cwd=repo)
+        assert r.returncode == 2, (args, r.stderr)
+        assert want in r.stderr and r.stderr.count("\n") == 1, (args, r.stderr)
