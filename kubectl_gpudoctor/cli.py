@@ -12,6 +12,7 @@ version, completion and local start fast.
 """
 from __future__ import annotations
 
+import functools
 import gc
 import os
 import signal
@@ -20,6 +21,7 @@ import threading
 from typing import Any, Callable
 
 import click
+from click.core import ParameterSource
 
 from node_probe.protocol import FAIL_ON, ExitStatus
 
@@ -29,10 +31,11 @@ from .commands import cleanup
 from .commands import local
 from .commands import node
 from .commands import nodes
+from .commands import rbac
 from .commands import replay
 from .commands import version
 from .report.output import FORMATS
-from .session import PROG, Session
+from .session import PROG, Session, closed_pipe_ok
 
 _GROUP_OPTS = "gpu_doctor.group_options"
 CONTEXT_SETTINGS = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
@@ -65,27 +68,60 @@ def _output_options(f: Callable) -> Callable:
     ])
 
 
-def _common(f: Callable) -> Callable:
-    """kubectl-style options, accepted before or after the subcommand."""
-    return _output_options(_apply(f, [
+_NS_POD = ("Namespace of POD (default: the kubeconfig context's namespace, else default). "
+           "The debug pod never runs there: see --probe-namespace.")
+_NS_GROUP = ("Namespace for the commands that take one: `pod` (POD's), `cleanup` (default "
+             "the probe namespace), `agent` (default gpu-doctor).")
+
+
+def _kube_options(f: Callable, namespace_help: str | None = None,
+                  namespace_env: str | None = None) -> Callable:
+    """kubectl's own global flags: where to connect, and -n. A command without a namespace of
+    its own (node, nodes: cluster-scoped) still accepts -n and ignores it, as kubectl does for
+    `kubectl get node X -n NS`; it is hidden from that command's --help."""
+    opts = [
         click.option("--kubeconfig", type=click.Path(dir_okay=False), default=None,
-                     help="Path to the kubeconfig file (default: $KUBECONFIG, ~/.kube/config)."),
-        click.option("--context", default=None, help="The kubeconfig context to use."),
+                     help="Path to the kubeconfig file (default: $KUBECONFIG, ~/.kube/config, "
+                          "else the in-cluster config)."),
+        click.option("--context", default=None, metavar="NAME",
+                     help="The kubeconfig context to use (default: its current-context)."),
         click.option("--request-timeout", type=params.Duration(0.1), default=None,
                      help="Wall-clock limit of each API request, however slowly the server "
                           "answers (default 15s)."),
-        click.option("-n", "--namespace", type=params.NAMESPACE, default=None,
-                     help="Namespace of the debug pod and of `pod Y` (default: the context's)."),
+    ]
+    opts.append(click.option("-n", "--namespace", type=params.NAMESPACE, default=None,
+                             envvar=namespace_env, hidden=not namespace_help,
+                             help=namespace_help or "Accepted and ignored (cluster-scoped)."))
+    return _apply(f, opts)
+
+
+def _common(f: Callable, namespace_help: str | None = None) -> Callable:
+    """What every command that runs checks in a cluster takes: output, deadlines, kubectl's
+    flags, the probe image."""
+    return _output_options(_kube_options(_apply(f, [
         click.option("--image", default=None,
-                     help="Probe image for the debug pod (default: the pinned release image)."),
-    ]))
+                     help="Probe image of the debug pod (default: the release image this "
+                          "plugin pins; `kubectl gpu-doctor version` names it)."),
+    ]), namespace_help))
+
+
+def _with_group(ctx: click.Context, local: dict) -> dict:
+    """The command's options with kubectl's flags given before the command name
+    (`kubectl gpu-doctor --context prod agent install`): a flag on the command line of the
+    command wins; one given before it wins over an environment variable or a default."""
+    merged = dict(local)
+    for name, value in (ctx.meta.get(_GROUP_OPTS) or {}).items():
+        if value is None or name not in local:
+            continue
+        if merged[name] is None or ctx.get_parameter_source(name) != ParameterSource.COMMANDLINE:
+            merged[name] = value
+    return merged
 
 
 def _opts(ctx: click.Context, local: dict) -> dict:
-    """Merge group-level and command-level options; command-level wins."""
+    """Merge defaults, group-level and command-level options; command-level wins."""
     merged = dict(_DEFAULTS)
-    for src in ctx.meta.get(_GROUP_OPTS) or {}, local:
-        merged.update({k: v for k, v in src.items() if v is not None})
+    merged.update({k: v for k, v in _with_group(ctx, local).items() if v is not None})
     if merged["trace_seconds"] >= merged["timeout"]:
         raise click.UsageError(
             f"--trace-seconds ({merged['trace_seconds']:g}) must be shorter than --timeout "
@@ -93,16 +129,34 @@ def _opts(ctx: click.Context, local: dict) -> dict:
     return merged
 
 
+def _refuse_unused_group_options(ctx: click.Context, kw: dict) -> None:
+    """A kubectl flag given before a command that does not use it is a usage error, never
+    silently ignored (`--kubeconfig X local` has no cluster; `-n NS node X` has no
+    namespace)."""
+    name = ctx.invoked_subcommand
+    cmd = ctx.command.get_command(ctx, name) if name else None
+    if cmd is None or isinstance(cmd, click.Group):
+        return  # unknown: click says so; a group (agent): all its commands take them
+    takes = {p.name for p in cmd.params}
+    for param in ctx.command.params:
+        if kw.get(param.name) is not None and param.name not in takes \
+                and ctx.get_parameter_source(param.name) == ParameterSource.COMMANDLINE:
+            raise click.UsageError(f"{'/'.join(param.opts)} does not apply to `{name}`", ctx)
+
+
 @click.group(context_settings=CONTEXT_SETTINGS, invoke_without_command=False,
+             no_args_is_help=True,
              help="Why are the GPU pods on this node stuck, failing or slow?\n\n"
                   "API-side analysis (pods, events, node Lease, the kubelet's goroutine dump "
                   "and config) plus a short-lived privileged debug pod that runs the node "
                   "probe. Exit codes: 0 ok, 1 findings at or above --fail-on, 2 usage, "
                   "3 cluster or launch error, 4 probe incomplete, 70 internal error (a bug), "
-                  "130 interrupted.")
-@_common
+                  "130 interrupted.\n\n"
+                  "kubectl's flags below may also come after the command.")
+@functools.partial(_kube_options, namespace_help=_NS_GROUP)
 @click.pass_context
 def cli(ctx: click.Context, **kw: Any) -> None:
+    _refuse_unused_group_options(ctx, kw)
     ctx.meta[_GROUP_OPTS] = kw
 
 
@@ -140,23 +194,40 @@ def _cluster_options(f: Callable) -> Callable:
     f = click.option("--force-pod", is_flag=True, default=False,
                      help="Create the debug pod even when the API side already shows the "
                           "kubelet admits no pod (by default it is not created there).")(f)
-    f = click.option("--probe-namespace", type=params.NAMESPACE, default=None,
-                     envvar="GPU_DOCTOR_NAMESPACE",
-                     help="Namespace of the debug pod when it differs from -n (e.g. the "
-                          "privileged `gpu-doctor` namespace of deploy/rbac.yaml while "
-                          "`pod Y -n team`); env GPU_DOCTOR_NAMESPACE.")(f)
-    return f
+    return _probe_namespace(f)
 
 
-def _complete_nodes(ctx, param, incomplete):  # pragma: no cover - interactive
+_PROBE_NS_HELP = ("Namespace of the debug pod (default gpu-doctor; env GPU_DOCTOR_NAMESPACE). "
+                  "It must carry the label gpu-doctor.io/probe-namespace=true and admit "
+                  "privileged pods: `kubectl gpu-doctor rbac` prints the manifests that "
+                  "create it so.")
+
+
+def _probe_namespace(f: Callable) -> Callable:
+    return click.option("--probe-namespace", type=params.NAMESPACE, default=None,
+                        envvar="GPU_DOCTOR_NAMESPACE", help=_PROBE_NS_HELP)(f)
+
+
+def _complete_names(ctx: click.Context, kind: str, incomplete: str) -> list[str]:
+    """Names of `kind` ("node" or "pod") starting with `incomplete`, through the kubeconfig,
+    context and namespace typed so far; [] on any failure (completion never fails loudly)."""
     try:
-        from .api.kube import Kube
-        k = Kube(request_timeout_s=3)
-        doc = k.get_json("/api/v1/nodes", [("resourceVersion", "0")], timeout=3)
-        names = [n["metadata"]["name"] for n in doc.get("items") or ()]
-        return [n for n in names if n.startswith(incomplete)]
+        from .commands.version import complete_names
+        o = {}  # completion runs no callbacks: read kubectl's flags before and after the command
+        for c in (ctx.parent, ctx):
+            o.update({k: v for k, v in (c.params if c else {}).items() if v is not None})
+        return complete_names(kind, incomplete, o.get("kubeconfig"), o.get("context"),
+                              o.get("namespace"))
     except Exception:  # noqa: BLE001 - completion must never fail loudly
         return []
+
+
+def _complete_nodes(ctx, param, incomplete):
+    return _complete_names(ctx, "node", incomplete)
+
+
+def _complete_pods(ctx, param, incomplete):
+    return _complete_names(ctx, "pod", incomplete)
 
 
 def _session(ctx: click.Context) -> Session:
@@ -164,11 +235,12 @@ def _session(ctx: click.Context) -> Session:
 
 
 def _target_command(kind: str, name_type: click.ParamType, help: str,
-                    extra: Callable = lambda f: f, **argument: Any) -> click.Command:
+                    namespace_help: str | None = None, extra: Callable = lambda f: f,
+                    **argument: Any) -> click.Command:
     """`node NAME` and `pod NAME`: one named target, the same options, commands/node.<kind>."""
     @cli.command(kind, context_settings=CONTEXT_SETTINGS, help=help)
     @click.argument("name", type=name_type, **argument)
-    @_common
+    @functools.partial(_common, namespace_help=namespace_help)
     @_cluster_options
     @extra
     @click.pass_context
@@ -188,10 +260,12 @@ def _history_option(f: Callable) -> Callable:
 
 node_cmd = _target_command(
     "node", params.NODE_NAME, shell_complete=_complete_nodes, extra=_history_option,
-    help="Diagnose node NAME: API-side analysis, then the node probe in a debug pod.")
+    help="Diagnose node NAME (or node/NAME): API-side analysis, then the node probe (by "
+         "exec in the standing agent, else in a debug pod).")
 pod_cmd = _target_command(
-    "pod", params.POD_NAME,
-    help="Explain why pod NAME is not running, then run the node checks focused on it.")
+    "pod", params.POD_NAME, namespace_help=_NS_POD, shell_complete=_complete_pods,
+    help="Explain why pod NAME (or pod/NAME) is not running, then run the node checks "
+         "focused on it.")
 
 
 @cli.command("nodes", context_settings=CONTEXT_SETTINGS)
@@ -212,10 +286,7 @@ pod_cmd = _target_command(
                    "(nodes with a Running agent do not count).")
 @click.option("--start-timeout", type=params.Duration(1), default=None,
               help="How long to wait for each debug pod to run (default 60s).")
-@click.option("--probe-namespace", type=params.NAMESPACE, default=None,
-              envvar="GPU_DOCTOR_NAMESPACE",
-              help="Namespace of the debug pods (default: -n / the context's); env "
-                   "GPU_DOCTOR_NAMESPACE.")
+@_probe_namespace
 @_kubelet_timeout
 @_agent_options
 @_common
@@ -231,17 +302,27 @@ def nodes_cmd(ctx: click.Context, selector: str | None, all_nodes: bool, probe: 
 @cli.command("local", context_settings=CONTEXT_SETTINGS)
 @click.option("--host-root", type=click.Path(file_okay=False), default=None,
               help="Where the host's / is mounted (default /).")
-@click.option("--cgroup-root", type=click.Path(file_okay=False), default=None)
-@click.option("--kubelet-dir", type=click.Path(file_okay=False), default=None)
-@click.option("--kmsg-file", type=click.Path(dir_okay=False), default=None)
-@click.option("--plugin-log", type=click.Path(dir_okay=False), default=None)
+@click.option("--cgroup-root", type=click.Path(file_okay=False), default=None,
+              help="The cgroup mount (default <host-root>/sys/fs/cgroup).")
+@click.option("--kubelet-dir", type=click.Path(file_okay=False), default=None,
+              help="The kubelet's directory: device-plugin and pod-resources sockets, "
+                   "checkpoint, config (default <host-root>/var/lib/kubelet).")
+@click.option("--kmsg-file", type=click.Path(dir_okay=False), default=None,
+              help="A saved kernel log (raw kmsg, dmesg or journal lines) instead of "
+                   "<host-root>/dev/kmsg.")
+@click.option("--plugin-log", type=click.Path(dir_okay=False), default=None,
+              help="A device plugin's log to scan for known HAMi errors.")
 @click.option("--only", multiple=True, help="Run only these checks (repeatable).")
 @click.option("--skip", multiple=True, help="Skip these checks (repeatable).")
+@click.option("--list-checks", is_flag=True, default=False,
+              help="List the checks --only and --skip take, and exit.")
 @_output_options
 @click.pass_context
 def local_cmd(ctx: click.Context, host_root, cgroup_root, kubelet_dir, kmsg_file, plugin_log,
-              only, skip, **kw: Any) -> int:
+              only, skip, list_checks, **kw: Any) -> int:
     """Run the node probe on THIS host (no cluster; e.g. over SSH on a wedged node)."""
+    if list_checks:
+        return local.list_checks(_session(ctx))
     o = _opts(ctx, kw)
     args: list[str] = []
     for flag, val in (("--host-root", host_root), ("--cgroup-root", cgroup_root),
@@ -257,11 +338,21 @@ def local_cmd(ctx: click.Context, host_root, cgroup_root, kubelet_dir, kmsg_file
 
 
 @cli.command("cleanup", context_settings=CONTEXT_SETTINGS)
-@_common
+@functools.partial(_kube_options, namespace_env="GPU_DOCTOR_NAMESPACE", namespace_help=(
+    "Namespace to clean (default: the probe namespace, where debug pods run: "
+    "$GPU_DOCTOR_NAMESPACE, else gpu-doctor)."))
+@click.option("-A", "--all-namespaces", is_flag=True, default=False,
+              help="Clean every namespace (needs list and delete on pods cluster-wide).")
 @click.pass_context
 def cleanup_cmd(ctx: click.Context, **kw: Any) -> int:
-    """Delete leftover debug pods (label app.kubernetes.io/name=gpu-doctor)."""
-    return cleanup.cleanup(_session(ctx), _opts(ctx, kw))
+    """Delete leftover debug pods (label app.kubernetes.io/name=gpu-doctor with a
+    gpu-doctor/run-id) in one namespace, or in all with -A."""
+    o = _with_group(ctx, kw)
+    explicit_ns = ctx.get_parameter_source("namespace") == ParameterSource.COMMANDLINE or \
+        (ctx.meta.get(_GROUP_OPTS) or {}).get("namespace") is not None
+    if o["all_namespaces"] and explicit_ns:
+        raise click.UsageError("-n/--namespace and -A/--all-namespaces exclude each other", ctx)
+    return cleanup.cleanup(_session(ctx), o)
 
 
 @cli.group("agent", context_settings=CONTEXT_SETTINGS)
@@ -270,17 +361,15 @@ def agent_group() -> None:
     execs the probe in it (works on nodes whose kubelet admits no new pod)."""
 
 
-def _agent_cmd_options(f: Callable) -> Callable:
-    return _apply(f, [
-        click.option("--kubeconfig", type=click.Path(dir_okay=False), default=None,
-                     help="Path to the kubeconfig file."),
-        click.option("--context", default=None, help="The kubeconfig context to use."),
-        click.option("-n", "--namespace", type=params.NAMESPACE, default=None,
-                     envvar="GPU_DOCTOR_AGENT_NAMESPACE",
-                     help="The agent's namespace (default gpu-doctor)."),
-        click.option("--image", default=None,
-                     help="Probe image (default: the pinned release image)."),
-    ])
+def _agent_cmd_options(f: Callable, image: bool = True) -> Callable:
+    """kubectl's flags (also accepted before `agent`), the agent's namespace and image."""
+    f = _kube_options(f, namespace_env="GPU_DOCTOR_AGENT_NAMESPACE", namespace_help=(
+        "The agent's namespace (default gpu-doctor; env GPU_DOCTOR_AGENT_NAMESPACE)."))
+    if not image:
+        return f
+    return click.option("--image", default=None,
+                        help="Probe image of the agent (default: the release image this "
+                             "plugin pins).")(f)
 
 
 @agent_group.command("install", context_settings=CONTEXT_SETTINGS)
@@ -297,37 +386,41 @@ def _agent_cmd_options(f: Callable) -> Callable:
               help="Time between the watching agent's passes (default 30s; at least 10s).")
 @click.option("--metrics-port", type=click.IntRange(1024, 65535), default=None,
               help="Serve Prometheus metrics on this pod port (default: off); see "
-                   "deploy/agent-podmonitor.yaml.")
-@click.option("--dry-run", is_flag=True, default=False,
-              help="Print the manifests instead of applying them (GitOps).")
+                   "deploy/examples/agent-podmonitor.yaml.")
+@click.option("--dry-run", type=click.Choice(("none", "client", "server")), is_flag=False,
+              flag_value="client", default="none",
+              help="As kubectl: `client` (or bare --dry-run) prints the manifests without "
+                   "sending them (GitOps); `server` sends them with dryRun=All, so the API "
+                   "server validates and admits them without persisting anything.")
 @click.option("-o", "--output", type=click.Choice(("yaml", "json")), default="yaml",
-              help="Format of --dry-run (default yaml).")
+              help="Format of --dry-run=client (default yaml).")
 @click.pass_context
 def agent_install_cmd(ctx: click.Context, **kw: Any) -> int:
     """Install (or update) the agent DaemonSet, its namespace and priority quota; watching,
     also its ServiceAccount, RBAC (nodes/status patch, events create) and the admission
     policies that keep it to its own node."""
-    return agent.agent_install(_session(ctx), kw)
+    return agent.agent_install(_session(ctx), _with_group(ctx, kw))
 
 
 @agent_group.command("status", context_settings=CONTEXT_SETTINGS)
 @_agent_cmd_options
 @click.option("-l", "--selector", default=None,
               help="Nodes to report (default: those the DaemonSet selects).")
-@click.option("-o", "--output", type=click.Choice(("table", "json", "yaml")), default="table")
+@click.option("-o", "--output", type=click.Choice(("table", "json", "yaml")), default="table",
+              help="Output format (default table).")
 @click.pass_context
 def agent_status_cmd(ctx: click.Context, **kw: Any) -> int:
     """Nodes with and without a Running agent, and version skew with this plugin
     (exit 0: every node has a Running agent of this version; 1 otherwise)."""
-    return agent.agent_status(_session(ctx), kw)
+    return agent.agent_status(_session(ctx), _with_group(ctx, kw))
 
 
 @agent_group.command("uninstall", context_settings=CONTEXT_SETTINGS)
-@_agent_cmd_options
+@functools.partial(_agent_cmd_options, image=False)
 @click.pass_context
 def agent_uninstall_cmd(ctx: click.Context, **kw: Any) -> int:
     """Delete the agent DaemonSet (its pods go with it), its quota and its identity."""
-    return agent.agent_uninstall(_session(ctx), kw)
+    return agent.agent_uninstall(_session(ctx), _with_group(ctx, kw))
 
 
 @cli.command("replay", context_settings=CONTEXT_SETTINGS)
@@ -346,10 +439,25 @@ def replay_cmd(ctx: click.Context, bundle_file: str, output: str | None,
 
 
 @cli.command("version", context_settings=CONTEXT_SETTINGS)
+@click.option("-o", "--output", type=click.Choice(("json", "yaml")), default=None,
+              help="One document instead of text, as `kubectl version -o json|yaml`.")
 @click.pass_context
-def version_cmd(ctx: click.Context) -> int:
+def version_cmd(ctx: click.Context, output: str | None) -> int:
     """Print the plugin version and the probe image it uses."""
-    return version.version(_session(ctx))
+    return version.version(_session(ctx), output)
+
+
+@cli.command("rbac", context_settings=CONTEXT_SETTINGS)
+@click.argument("parts", nargs=-1, metavar="[PART]...",
+                type=click.Choice(rbac.PARTS + ("all",)))
+@click.pass_context
+def rbac_cmd(ctx: click.Context, parts: tuple[str, ...]) -> int:
+    """Print the manifests a cluster admin applies, from this plugin (no repository needed):
+    `kubectl gpu-doctor rbac | kubectl apply -f -`. PART: base (default: the probe namespace
+    and the users' RBAC), nodes-proxy (opt-in, exec-equivalent: read its warning), agent
+    (exec into the standing agent), admission-policy (only the probe image in the probe
+    namespace), or all."""
+    return rbac.rbac(_session(ctx), parts)
 
 
 @cli.command("completion", context_settings=CONTEXT_SETTINGS)
@@ -377,6 +485,7 @@ def main(argv: list[str] | None = None, exiting: bool = False) -> int:
     exiting=True (entrypoint: the process ends right after): from the finish on, SIGINT and
     SIGTERM stay held, so a late signal cannot end the process with another code between the
     verdict and the exit."""
+    _reopen_closed_streams()
     session = Session()
     old = signal.signal(signal.SIGTERM, _on_sigterm)
     # A short-lived CLI holding 30,000 pod dicts: the cyclic GC would rescan them on every
@@ -389,9 +498,17 @@ def main(argv: list[str] | None = None, exiting: bool = False) -> int:
             return _end(session, int(rv or 0), None, exiting)
         except click.exceptions.Exit as exc:  # --help, --version
             return int(exc.exit_code)
-        except BrokenPipeError:
-            _quiet_stdout()
+        except _NO_ARGS_HELP as exc:  # bare `kubectl gpu-doctor`: its help, exit 0, as kubectl
+            with closed_pipe_ok():
+                click.echo(exc.ctx.get_help() if exc.ctx else cli.get_help(
+                    click.Context(cli, info_name=PROG)))
             return int(ExitStatus.OK)
+        except BrokenPipeError:  # the reader left mid-run (`-o jsonl | head -1`)
+            _quiet_stdout()
+            if session.out is None:
+                return int(ExitStatus.OK)
+            session.out.mark_incomplete("stdout was closed by its reader before the run ended")
+            return _end(session, int(ExitStatus.OK), None, exiting)
         except (Exception, KeyboardInterrupt) as exc:  # noqa: BLE001 - one line and a code
             err = _as_error(exc)
             if os.environ.get("GPU_DOCTOR_DEBUG") and isinstance(err, errors.InternalError):
@@ -440,6 +557,19 @@ def _as_error(exc: BaseException) -> errors.GpuDoctorError:
         return errors.UsageError(exc.format_message())
     return errors.InternalError(f"internal error: {type(exc).__name__}: {exc} "
                                 "(GPU_DOCTOR_DEBUG=1 shows the traceback)")
+
+
+# click >= 8.2 raises this for a group called without a command (older ones print the help
+# and exit 0 themselves)
+_NO_ARGS_HELP = getattr(click.exceptions, "NoArgsIsHelpError", ())
+
+
+def _reopen_closed_streams() -> None:
+    """Started with stdout or stderr closed (`>&-`): Python then has None there and the first
+    write would be an AttributeError (exit 70). Write to /dev/null instead."""
+    for name in ("stdout", "stderr"):
+        if getattr(sys, name) is None:
+            setattr(sys, name, open(os.devnull, "w"))  # noqa: SIM115 - lives as long as we do
 
 
 def _quiet_stdout() -> None:

@@ -185,6 +185,16 @@ class GatewayTimeout(ServerError):
     status = 504
 
 
+class ClientTimeout(GatewayTimeout):
+    """Our own deadline passed (--request-timeout, --kubelet-timeout): no answer came in time.
+    Said as a client-side timeout, never as "API error 504" (the server sent no 504); still a
+    GatewayTimeout for callers to whom a proxied kubelet call's silence is evidence."""
+
+    def describe(self, what: str, verb: str) -> str:
+        return self.message.replace("no complete answer within",
+                                    f"no complete answer to {verb} {what} within", 1)
+
+
 _BY_STATUS: dict[int, type[ApiError]] = {
     c.status: c for c in (BadRequest, Unauthorized, Forbidden, NotFound, Conflict, Gone,
                           Invalid, TooManyRequests, InternalServerError, ServiceUnavailable,

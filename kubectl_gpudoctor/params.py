@@ -8,6 +8,11 @@ checked the way the API server checks it (DNS-1123 subdomain for nodes and pods,
 label for namespaces), so `node ../nodes/gpu-1` or `node 'gpu-1?watch=true'` is a usage error
 (exit 2), never a request about another object. The duration grammar itself lives in
 node_probe.protocol.duration, shared with the node probe's argparse CLI.
+
+A node or pod argument may also be written as kubectl writes it, TYPE/NAME (`node/gpu-1`,
+`nodes/gpu-1`, `no/gpu-1`, `pod/train-0`, `pods/...`, `po/...`), so a name copied from
+`kubectl get -o name` or from our own output works; another TYPE is a usage error that names
+the right command.
 """
 from __future__ import annotations
 
@@ -62,18 +67,48 @@ def name_problem(kind: str, name: str) -> str | None:
     return None
 
 
+# kubectl's spellings of a TYPE in TYPE/NAME (kind, plural, short name), for the two kinds
+# that take a positional name; the value is the command that takes that kind.
+TYPE_SPELLINGS = {"node": "node", "nodes": "node", "no": "node",
+                  "pod": "pod", "pods": "pod", "po": "pod"}
+
+
+def strip_type(kind: str, value: str) -> tuple[str, str | None]:
+    """(`NAME`, None) from `NAME` or `TYPE/NAME` of `kind`; (value, problem) for another TYPE."""
+    if "/" not in value:
+        return value, None
+    typ, name = value.split("/", 1)
+    named = TYPE_SPELLINGS.get(typ.lower())
+    if named == kind:
+        return name, None
+    if named is not None:
+        return value, (f"{value!r} names a {named}, not a {kind}: use "
+                       f"`kubectl gpu-doctor {named} {name}`")
+    return value, (f"{kind} name {value!r} is not valid: as TYPE/NAME the type must be "
+                   f"{kind} ({', '.join(t for t, k in TYPE_SPELLINGS.items() if k == kind)})")
+
+
 class ObjectName(click.ParamType):
-    """A node, pod or namespace name, validated as the API server validates it."""
+    """A node, pod or namespace name, validated as the API server validates it; a node or a
+    pod also as kubectl's TYPE/NAME of its own type."""
 
     def __init__(self, kind: str) -> None:
         self.kind = kind
         self.name = f"{kind} name"
 
     def convert(self, value, param, ctx):  # noqa: ANN001 - click's signature
-        problem = name_problem(self.kind, str(value))
+        value = str(value)
+        if self.kind in TYPE_SPELLINGS:
+            value, problem = strip_type(self.kind, value)
+            if problem:
+                self.fail(problem, param, ctx)
+        problem = name_problem(self.kind, value)
         if problem:
             self.fail(problem, param, ctx)
-        return str(value)
+        return value
+
+    def get_metavar(self, param, ctx=None):  # noqa: ANN001 - click >= 8.2 passes ctx
+        return self.kind.upper()
 
 
 NODE_NAME = ObjectName("node")

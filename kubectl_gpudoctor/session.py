@@ -8,8 +8,10 @@ return or raise; `Session.finish`, called by `cli.main` alone, is the one finish
 """
 from __future__ import annotations
 
+import contextlib
+import os
 import sys
-from typing import Any, Callable, Mapping
+from typing import Any, Callable, Iterator, Mapping
 
 from . import errors
 from .report.output import Output
@@ -51,7 +53,8 @@ class Session:
                 what = "debug pod" if len(created) == 1 else f"{len(created)} debug pods"
                 error.message = "interrupted; " + (
                     f"{what} deleted" if gone else
-                    f"could not delete every {what}, run `kubectl gpu-doctor cleanup`")
+                    f"could not delete every {what}, run `kubectl gpu-doctor cleanup -n "
+                    f"{created[0].namespace}`")
         err_status = errors.exit_status_of(error) if error is not None else None
         out = self.out
         if out is None:
@@ -64,11 +67,44 @@ class Session:
             if self.bundle is not None:  # the same verdict the report shows
                 self.bundle.save(code, error, self.preamble)
             if error is None or out.report.findings or out.fmt != "table":
-                out.finish(code, pre_table=self.preamble(), error=None if error is None else {
-                    "type": type(error).__name__, "message": error.one_line()})
+                with closed_pipe_ok():  # `nodes | head`: the code stays the verdict's
+                    out.finish(code, pre_table=self.preamble(), error=None if error is None
+                               else {"type": type(error).__name__,
+                                     "message": error.one_line()})
         if error is not None:
-            say_error(error)
+            with closed_pipe_ok(sys.stderr):
+                say_error(error)
         return code
+
+
+@contextlib.contextmanager
+def closed_pipe_ok(stream: Any = None) -> Iterator[None]:
+    """A reader that went away (`| head`, a closed stdout) ends the output, not the run: the
+    exit code stays the one the run decided, and no traceback is printed. Later writes to the
+    stream go to /dev/null (Python would otherwise report the failed flush at exit)."""
+    stream = stream if stream is not None else sys.stdout
+    try:
+        yield
+        stream.flush()
+    except BrokenPipeError:
+        quiet(stream)
+
+
+def quiet(stream: Any) -> None:
+    """Point the file descriptor of `stream` at /dev/null (a reader closed it)."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, stream.fileno())
+        os.close(devnull)
+    except (OSError, ValueError, AttributeError):
+        pass
+
+
+def echo(text: str = "", nl: bool = True) -> None:
+    """click.echo to stdout that survives a closed pipe (the command's code stays its own)."""
+    import click
+    with closed_pipe_ok():
+        click.echo(text, nl=nl)
 
 
 def say_error(error: errors.GpuDoctorError) -> None:

@@ -97,7 +97,7 @@ mkdir -p "$DIST"
 OUT=$DIST/kubectl-gpu_doctor-$VERSION-$OS-$ARCH.tar.gz
 WORK=$ROOT/build/plugin/$KIND${PIN:+-pinned}
 src_hash=$( { echo "$KEY $KIND $PIN"; cat LICENSE packaging/kubectl-gpu_doctor.py "$0";
-              find kubectl_gpudoctor node_probe bpf -type f ! -name '*.pyc' ! -path '*/__pycache__/*' -print0 \
+              find kubectl_gpudoctor node_probe bpf deploy -type f ! -name '*.pyc' ! -path '*/__pycache__/*' -print0 \
                 | sort -z | xargs -0 sha256sum; } | sha256sum | cut -c1-16)
 if [ "$ARCHIVE" = 1 ] && [ -s "$OUT" ] && [ "$(cat "$OUT.inputs" 2>/dev/null)" = "$src_hash" ] && [ -z "${FORCE:-}" ]; then
   log "up to date: $OUT (inputs $src_hash)"; echo "$OUT"; exit 0
@@ -121,6 +121,7 @@ log "PyInstaller $mode kubectl-gpu_doctor $VERSION ($OS/$ARCH)"
     --paths "$ROOT" \
     --collect-submodules kubectl_gpudoctor --collect-submodules node_probe \
     --add-data "$ROOT/bpf:bpf" "${extra_data[@]}" \
+    --add-data "$ROOT/deploy/*.yaml:kubectl_gpudoctor/manifests" \
     --exclude-module bcc --exclude-module tkinter --exclude-module pytest \
     "$ROOT/packaging/kubectl-gpu_doctor.py" >&2
 )

@@ -163,7 +163,8 @@ def unavailable(node_name: str, status: int | None, message: str,
         why = "forbidden by RBAC"
         fix = ("Grant `get` on the `nodes/proxy` subresource (ClusterRole rule: apiGroups [\"\"], "
                "resources [\"nodes/proxy\"], verbs [\"get\"]) to read the kubelet's goroutine "
-               "dump, /configz and /healthz through the API server. nodes/proxy is powerful "
+               "dump, /configz and /healthz through the API server (`kubectl gpu-doctor rbac "
+               "nodes-proxy` prints that ClusterRole and its binding). nodes/proxy is powerful "
                "(it reaches the kubelet API); grant it to on-call humans, not to workloads.")
     elif status in (404, 501):
         why = "the kubelet does not serve it (debugging or profiling handlers disabled)"

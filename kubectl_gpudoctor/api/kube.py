@@ -20,6 +20,8 @@ import contextlib
 import gc
 import json
 import os
+import re
+import stat
 import threading
 import urllib.parse
 from typing import Any, Iterator, Mapping, Sequence
@@ -43,22 +45,30 @@ class Kube:
             raise errors.ClusterError(f"the kubernetes client is not installed: {exc}")
         self._exc_types = _exception_types()
         cfg = kclient.Configuration()
+        docs = kubeconfig_files(kubeconfig)
+        files = [path for path, _ in docs]
+        if context and not any(c.get("name") == context for _, d in docs
+                               for c in d.get("contexts") or ()):
+            raise errors.KubeconfigError(f'context "{context}" does not exist')
         try:
-            kconfig.load_kube_config(config_file=kubeconfig, context=context,
-                                     client_configuration=cfg)
-        except (ConfigException, FileNotFoundError, TypeError, ValueError) as exc:
-            first = exc
-            try:
-                if kubeconfig or context:
-                    raise
-                kconfig.load_incluster_config(client_configuration=cfg)  # running in a pod
-            except (ConfigException, FileNotFoundError, TypeError, ValueError):
-                where = kubeconfig or os.environ.get("KUBECONFIG") or "~/.kube/config"
-                msg = " ".join(str(first).split()) or type(first).__name__
-                raise errors.KubeconfigError(f"cannot load kubeconfig {where}: {msg}") from None
+            if files:
+                kconfig.load_kube_config(config_file=os.pathsep.join(files), context=context,
+                                         client_configuration=cfg)
+            else:
+                try:
+                    kconfig.load_incluster_config(client_configuration=cfg)  # in a pod
+                except ConfigException:
+                    raise errors.KubeconfigError(_NO_CONFIG) from None
+        except errors.KubeconfigError:
+            raise
+        except ConfigException as exc:
+            raise _config_error(exc, files) from None
+        except Exception as exc:  # noqa: BLE001 - a kubeconfig of wrong types: never a bug
+            raise _bad_file(":".join(files) or "in-cluster", _short(exc)) from None
         cfg.retries = 0  # a down API server must fail fast, not retry for a minute
         self.host = cfg.host
-        self.default_namespace = _context_namespace(kconfig, kubeconfig, context)
+        self.default_namespace = (_context_namespace(kconfig, os.pathsep.join(files), context)
+                                  if files else "default")
         self.context = context
         self._api = kclient.ApiClient(cfg)
         self._watchdog = deadline.Watchdog()
@@ -112,8 +122,7 @@ class Kube:
             if isinstance(getattr(exc, "reason", None), self._exc_types["read_timeout"]):
                 # urllib3 wraps it in MaxRetryError once its (zero) retries are used up
                 raise _no_answer(timeout, path) from None
-            raise errors.ApiUnreachable(
-                f"cannot reach the API server at {self.host}: {_short(exc)}") from None
+            raise unreachable(self.host, exc) from None
         if not 200 <= raw.status <= 299:
             try:
                 body_text = _text(self._read_all(raw, ticket, path))
@@ -214,8 +223,36 @@ def _stream_over(ticket: deadline.Ticket) -> errors.StreamBroken:
 
 def _too_slow(ticket: deadline.Ticket, path: str) -> errors.GatewayTimeout:
     """Past the request's wall-clock deadline (a slow or trickling answer)."""
-    return errors.GatewayTimeout(f"no complete answer within {_fmt_timeout(ticket.budget_s)}",
-                                 status=504, reason="Timeout", path=path)
+    return _timed_out(ticket.budget_s, path)
+
+
+def _timed_out(timeout: Any, path: str) -> errors.ClientTimeout:
+    return errors.ClientTimeout(
+        f"client-side timeout: no complete answer within {_fmt_timeout(timeout)}", status=504,
+                                reason="Timeout", path=path)
+
+
+def unreachable(host: str, exc: BaseException) -> errors.ApiUnreachable:
+    """A transport failure in kubectl's words: `The connection to the server HOST:PORT was
+    refused - did you specify the right host or port?`, else `Unable to connect to the
+    server: WHY` with WHY stripped of urllib3's object reprs (never `HTTPSConnection(...)`)."""
+    where = urllib.parse.urlsplit(host or "")
+    hostport = where.netloc or host or "the API server"
+    if ":" not in hostport.rsplit("]", 1)[-1]:
+        hostport += ":443" if where.scheme == "https" else ":80"
+    chain, seen = [exc], 0
+    while seen < len(chain) < 8:
+        e = chain[seen]
+        seen += 1
+        for nxt in (getattr(e, "reason", None), e.__cause__, e.__context__):
+            if isinstance(nxt, BaseException) and nxt not in chain:
+                chain.append(nxt)
+    if any(isinstance(e, ConnectionRefusedError) for e in chain) or \
+            "Connection refused" in str(exc):
+        return errors.ApiUnreachable(f"The connection to the server {hostport} was refused - "
+                                     f"did you specify the right host or port?")
+    why = _short(chain[-1] if len(chain) > 1 else exc)
+    return errors.ApiUnreachable(f"Unable to connect to the server {hostport}: {why}")
 
 
 def seg(name: Any) -> str:
@@ -234,6 +271,131 @@ def worker_pool(workers: int, prefix: str) -> Iterator[cf.ThreadPoolExecutor]:
         yield pool
     finally:
         pool.shutdown(wait=False, cancel_futures=True)
+
+
+# -- the kubeconfig: read as kubectl reads it, but bounded -----------------------------------
+
+MAX_KUBECONFIG_BYTES = 4 << 20  # real ones (embedded certificates, many contexts) are KiBs
+_NO_CONFIG = ("invalid configuration: no configuration has been provided, try setting "
+              "KUBECONFIG or passing --kubeconfig")
+
+
+def kubeconfig_files(flag: str | None, environ: Mapping[str, str] | None = None
+                     ) -> list[tuple[str, dict]]:
+    """The kubeconfig files to load, as kubectl picks them: --kubeconfig (must exist), else
+    every file of $KUBECONFIG that exists (colon-separated, missing ones skipped), else
+    ~/.kube/config if it exists. Each is checked before the kubernetes client reads it: a
+    regular file (a FIFO or /dev/zero would block or never end), at most
+    MAX_KUBECONFIG_BYTES, YAML of the kubeconfig's shape (wrong types, or nesting deeper than
+    Python's recursion, are one line, not a crash). [] means no kubeconfig at all (kubectl
+    would then try localhost:8080); KubeconfigError for one that cannot be used. Returns
+    (path, parsed document) of each file to load, in order."""
+    env = os.environ if environ is None else environ
+    if flag:
+        paths, must_exist = [flag], True
+    elif env.get("KUBECONFIG"):
+        paths, must_exist = [p for p in env["KUBECONFIG"].split(os.pathsep) if p], False
+    else:
+        paths, must_exist = ["~/.kube/config"], False
+    files = []
+    for raw in paths:
+        path = os.path.expanduser(raw)
+        text = _read_kubeconfig(path, must_exist)
+        if text is not None:
+            files.append((path, check_kubeconfig(path, text)))
+    return files
+
+
+def _read_kubeconfig(path: str, must_exist: bool) -> str | None:
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+    except FileNotFoundError:
+        if must_exist:
+            raise errors.KubeconfigError(f"stat {path}: no such file or directory") from None
+        return None
+    except OSError as exc:
+        raise errors.KubeconfigError(f"open {path}: {exc.strerror or exc}") from None
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise _bad_file(path, "not a regular file")
+        chunks, size = [], 0
+        while True:
+            chunk = os.read(fd, 1 << 16)
+            if not chunk:
+                break
+            size += len(chunk)
+            if size > MAX_KUBECONFIG_BYTES:
+                raise _bad_file(path, f"larger than {MAX_KUBECONFIG_BYTES >> 20} MiB, not a "
+                                      f"kubeconfig")
+            chunks.append(chunk)
+    except OSError as exc:
+        raise errors.KubeconfigError(f"read {path}: {exc.strerror or exc}") from None
+    finally:
+        os.close(fd)
+    return b"".join(chunks).decode("utf-8", "replace")
+
+
+_NAMED_LISTS = {"clusters": "cluster", "contexts": "context", "users": "user"}
+
+
+def check_kubeconfig(path: str, text: str) -> dict:
+    """KubeconfigError unless `text` is YAML of a kubeconfig's shape (what the kubernetes
+    client indexes without checking: top-level mapping, named lists of mappings, strings)."""
+    import yaml
+    try:
+        doc = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        what = getattr(exc, "problem", None) or str(exc)
+        where = f"line {mark.line + 1}: " if mark is not None else ""
+        raise _bad_file(path, f"yaml: {where}{' '.join(str(what).split())[:160]}") from None
+    except RecursionError:
+        raise _bad_file(path, "nested too deeply") from None
+    bad = _shape_problem(doc)
+    if bad:
+        raise _bad_file(path, bad)
+    return doc
+
+
+def _bad_file(path: str, why: str) -> errors.KubeconfigError:
+    """kubectl's words for a kubeconfig it cannot use."""
+    return errors.KubeconfigError(f'error loading config file "{path}": {why}')
+
+
+def _shape_problem(doc: Any) -> str | None:
+    if doc is None:
+        return "the file is empty"
+    if not isinstance(doc, dict):
+        return f"expected a mapping at the top, got {type(doc).__name__}"
+    cur = doc.get("current-context")
+    if cur is not None and not isinstance(cur, str):
+        return "current-context must be a string"
+    for key, inner in _NAMED_LISTS.items():
+        items = doc.get(key)
+        if items is None:
+            continue
+        if not isinstance(items, list):
+            return f"{key} must be a list"
+        for i, item in enumerate(items):
+            if not isinstance(item, dict) or not isinstance(item.get("name"), str):
+                return f"{key}[{i}] must be a mapping with a string name"
+            body = item.get(inner)
+            if body is not None and not isinstance(body, dict):
+                return f"{key}[{i}].{inner} must be a mapping"
+            if body and any(not isinstance(k, str) for k in body):
+                return f"{key}[{i}].{inner} has a key that is not a string"
+    return None
+
+
+def _config_error(exc: BaseException, files: Sequence[str]) -> errors.KubeconfigError:
+    """The kubernetes client's ConfigException in kubectl's words."""
+    text = " ".join(str(exc).split())
+    if "current-context" in text:
+        return errors.KubeconfigError(
+            "current-context is not set (pass --context or run `kubectl config use-context`)")
+    text = text.replace("Invalid kube-config file. ", "").replace("Invalid kube-config. ", "")
+    return _bad_file(":".join(files), text[:200] or type(exc).__name__)
 
 
 def _context_namespace(kconfig, kubeconfig: str | None, context: str | None) -> str:
@@ -256,9 +418,9 @@ def _exception_types() -> dict:
 
 def _no_answer(timeout: Any, path: str) -> errors.GatewayTimeout:
     """Connected, but no answer in time: for a proxied kubelet call that is evidence (the
-    kubelet hangs), not a dead API server, so it is the proxy's 504, not ApiUnreachable."""
-    return errors.GatewayTimeout(f"no complete answer within {_fmt_timeout(timeout)}",
-                                 status=504, reason="Timeout", path=path)
+    kubelet hangs), not a dead API server, so it is a (client-side) GatewayTimeout, not
+    ApiUnreachable."""
+    return _timed_out(timeout, path)
 
 
 def _fmt_timeout(timeout: Any) -> str:
@@ -273,13 +435,26 @@ def _text(data: Any) -> str:
     return str(data or "")
 
 
+_PY_REPRS = (re.compile(r"<?\w+(Connection|Pool)\w*\(host='[^']*', port=\d+\)"
+                        r"( at 0x[0-9a-f]+)?>?:?\s*"),
+             re.compile(r"<[\w.]+ object at 0x[0-9a-f]+>:?\s*"),
+             re.compile(r"\[Errno -?\d+\]\s*"))
+
+
 def _short(exc: BaseException) -> str:
+    """An exception's reason for one line, without Python's object reprs and errno tags
+    (urllib3 says `HTTPSConnection(host=..., port=...): ... [Errno 111]`; kubectl never does)."""
     text = str(exc)
     reason = getattr(exc, "reason", None)
+    args = getattr(exc, "args", ())
     if reason is not None and str(reason):
         text = str(reason)
+    elif len(args) >= 2 and isinstance(args[-1], str) and not isinstance(args[0], str):
+        text = args[-1]  # urllib3's (connection, message)
     text = " ".join(text.split())
-    return text[:200] or type(exc).__name__
+    for rx in _PY_REPRS:
+        text = rx.sub("", text)
+    return text.strip(" :")[:200] or type(exc).__name__
 
 
 def _loads(data: bytes, path: str) -> dict:

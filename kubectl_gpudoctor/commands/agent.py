@@ -6,15 +6,14 @@ spec builder); the exec path that uses a running agent is reach/agent_exec.py.
 """
 from __future__ import annotations
 
+import sys
 from typing import Any, Callable, Sequence
-
-import click
 
 from node_probe.protocol import ExitStatus
 from node_probe.protocol.version import __version__
 
 from .. import errors
-from ..session import Session
+from ..session import Session, echo
 
 
 from typing import Any, Callable, Mapping, Sequence
@@ -26,8 +25,26 @@ from ..api.kube import Kube
 from ..reach.agent_manifests import (AGENT_NAME, DS_PATH, INSTALL_COMMAND, VERSION_LABEL, daemonset,
                                      default_image, quota_manifest)
 from ..reach import agent_policy
-from ..reach.agent_exec import NodeAgent, list_agent_pods, pod_ready
+from ..reach.agent_exec import NodeAgent, list_agent_pods, not_the_agent, pod_ready
 from .cluster import connect
+
+
+ADMISSION_PATHS = {
+    "ValidatingAdmissionPolicy":
+        "/apis/admissionregistration.k8s.io/v1/validatingadmissionpolicies",
+    "ValidatingAdmissionPolicyBinding":
+        "/apis/admissionregistration.k8s.io/v1/validatingadmissionpolicybindings"}
+
+
+def install_documents(namespace: str, image: str, node_selector: Mapping[str, str] | None,
+                      watch=None) -> list[dict]:
+    """What `agent install` applies, in order: the agent's manifests, then the probe namespace's
+    admission policy, admitting the image installed too (reach/admission.py) -- applied with the
+    agent because it is what confines `system-node-critical` and the agent's labels to the
+    DaemonSet's own pods."""
+    from ..reach import admission, agent_manifests
+    return agent_manifests.manifests(namespace, image, node_selector, watch) + \
+        admission.manifests(image)
 
 
 def _path(m: Mapping[str, Any]) -> tuple[str, str]:
@@ -35,6 +52,8 @@ def _path(m: Mapping[str, Any]) -> tuple[str, str]:
     kind, md = m["kind"], m["metadata"]
     if kind == "Namespace":
         return "/api/v1/namespaces", f"/api/v1/namespaces/{md['name']}"
+    if kind in ADMISSION_PATHS:
+        return ADMISSION_PATHS[kind], f"{ADMISSION_PATHS[kind]}/{md['name']}"
     if kind == "ResourceQuota":
         coll = f"/api/v1/namespaces/{md['namespace']}/resourcequotas"
     elif kind == "ServiceAccount":
@@ -48,59 +67,91 @@ def _path(m: Mapping[str, Any]) -> tuple[str, str]:
     return coll, f"{coll}/{md['name']}"
 
 
-_CLUSTER_KINDS = {
+_CLUSTER_KINDS = {  # the watching agent's grant (its policies are ADMISSION_PATHS kinds)
     "ClusterRole": "/apis/rbac.authorization.k8s.io/v1/clusterroles",
     "ClusterRoleBinding": "/apis/rbac.authorization.k8s.io/v1/clusterrolebindings",
-    "ValidatingAdmissionPolicy":
-        "/apis/admissionregistration.k8s.io/v1/validatingadmissionpolicies",
-    "ValidatingAdmissionPolicyBinding":
-        "/apis/admissionregistration.k8s.io/v1/validatingadmissionpolicybindings",
 }
 
 
 def install(kube: Kube, docs: Sequence[Mapping[str, Any]],
-            say: Callable[[str], None] = lambda s: None) -> list[str]:
+            say: Callable[[str], None] = lambda s: None, server_dry_run: bool = False
+            ) -> list[str]:
     """Create each object; replace it when it exists (a Namespace is left as it is).
-    Returns one line per object."""
+    Returns one line per object. server_dry_run: every write carries dryRun=All (the API
+    server validates and admits, persists nothing), and each line says so, as kubectl does."""
+    for m in docs:
+        if m["kind"] == "Namespace":
+            refuse_foreign_namespace(kube, m["metadata"]["name"])
     done = []
+    query = [("dryRun", "All")] if server_dry_run else None
+    tag = " (server dry run)" if server_dry_run else ""
+    new_namespaces: set[str] = set()  # a server dry run creates nothing to put objects in
     for m in docs:
         coll, obj = _path(m)
         what = f"{m['kind'].lower()}/{m['metadata']['name']}"
+        if m["metadata"].get("namespace") in new_namespaces:
+            done.append(f"{what} not checked (server dry run: namespace "
+                        f"{m['metadata']['namespace']} does not exist yet)")
+            say(done[-1])
+            continue
         try:
             try:
-                kube.post_json(coll, m)
-                done.append(f"{what} created")
+                kube.request("POST", coll, query, body=dict(m))
+                done.append(f"{what} created{tag}")
+                if server_dry_run and m["kind"] == "Namespace":
+                    new_namespaces.add(m["metadata"]["name"])
             except errors.Conflict:
                 if m["kind"] == "Namespace":
-                    done.append(f"{what} unchanged (exists)")
+                    done.append(f"{what} unchanged (exists){tag}")
                 else:
-                    kube.request("PUT", obj, body=dict(m))
-                    done.append(f"{what} configured")
-        except errors.Forbidden as exc:
-            raise errors.Forbidden(
-                f"not allowed to create {what}: {exc.message[:200]}", status=403,
-                hint=f"installing the agent needs a cluster admin (or apply "
-                     f"`{INSTALL_COMMAND} --dry-run -o yaml` through your GitOps pipeline)"
-            ) from None
+                    kube.request("PUT", obj, query, body=dict(m))
+                    done.append(f"{what} configured{tag}")
         except errors.NotFound as exc:
-            if m["kind"].startswith("ValidatingAdmissionPolicy"):
+            if m["kind"] not in ADMISSION_PATHS:
+                raise exc.about(what, "create") from None
+            if m["metadata"]["name"] in agent_policy.POLICY_NAMES:
                 raise errors.ClusterError(
                     f"cannot create {what}: this API server does not serve "
                     f"ValidatingAdmissionPolicy (Kubernetes 1.30+), so the watching agent's "
                     f"node-status grant cannot be kept to its own node; nothing was granted. "
                     f"Install the sleeping agent instead: `{INSTALL_COMMAND} --no-watch`"
                 ) from None
-            raise exc.about(what, "create") from None
+            # an API server before 1.30 serves no ValidatingAdmissionPolicy (v1): the agent
+            # still works; say that nothing confines the probe namespace
+            done.append(f"{what} not installed: this API server does not serve "
+                        f"{m['kind']} (Kubernetes >= 1.30 does), so admission does not confine "
+                        f"the probe namespace")
+        except errors.Forbidden as exc:
+            raise errors.Forbidden(
+                f"not allowed to create {what}: {exc.message[:200]}", status=403,
+                hint=f"installing the agent needs a cluster admin (or apply "
+                     f"`{INSTALL_COMMAND} --dry-run=client -o yaml` through your GitOps "
+                     f"pipeline)"
+            ) from None
         except errors.ApiError as exc:
             raise exc.about(what, "create") from None
         say(done[-1])
     return done
 
 
+def refuse_foreign_namespace(kube: Kube, namespace: str) -> None:
+    """The agent is privileged (root on every node through exec), so like the debug pod it goes
+    only into a gpu-doctor probe namespace (reach/probens.py): one that does not exist yet (install
+    creates it labelled) or one that carries the label. An existing unlabelled namespace -- a
+    tenant's, a typo -- is refused before anything is created."""
+    from ..reach import probens
+    try:
+        probens.verify(kube, namespace, missing_ok=True)
+    except probens.NotProbeNamespace as exc:
+        raise probens.NotProbeNamespace(
+            f"not installing the agent into namespace {namespace}: {exc.message}",
+            hint=exc.hint) from None
+
+
 def uninstall(kube: Kube, namespace: str) -> list[str]:
     """Delete the DaemonSet (its pods go with it), the quota and the watching agent's identity
     (ServiceAccount, RBAC, admission policies); the namespace stays (the debug pod's RBAC of
-    deploy/rbac.yaml lives there too)."""
+    `kubectl gpu-doctor rbac` lives there too)."""
     done = []
     ident = agent_policy.manifests(namespace, {})
     for m in (daemonset(namespace, default_image()), quota_manifest(namespace), *ident):
@@ -147,13 +198,17 @@ def status(kube: Kube, namespace: str, image: str, node_selector: str | None = N
     rows = []
     for n in sorted(nodes, key=lambda n: n["metadata"]["name"]):
         name = n["metadata"]["name"]
-        cands = sorted(by_node.get(name, []), key=lambda p: not pod_ready(p))
+        # a pod with the agent's labels that is not the DaemonSet's own is never "the agent"
+        cands = sorted(by_node.get(name, []),
+                       key=lambda p: (bool(not_the_agent(p, ds, namespace)), not pod_ready(p)))
         if not cands:
             rows.append(NodeAgent(name, None, "missing", None, None))
             continue
         p = cands[0]
         c = ((p.get("spec") or {}).get("containers") or [{}])[0]
         phase = "Running" if pod_ready(p) else ((p.get("status") or {}).get("phase") or "Pending")
+        if not_the_agent(p, ds, namespace):
+            phase = "NotTheAgent"
         rows.append(NodeAgent(name, p["metadata"]["name"], phase, c.get("image"),
                               (p["metadata"].get("labels") or {}).get(VERSION_LABEL)))
     return {"installed": ds is not None, "namespace": namespace, "image": image,
@@ -199,22 +254,20 @@ def agent_install(session: Session, o: dict) -> ExitStatus:
     from ..reach import agent_manifests
     from ..reach.podspec import DEFAULT_IMAGE
     namespace = o.get("namespace") or agent_manifests.DEFAULT_NAMESPACE
-    kube = None if o.get("dry_run") else _agent_kube(o)
+    kube = None if o.get("dry_run") in ("client", True) else _agent_kube(o)
     watch = _watch_mode(kube, namespace, o)
-    docs = agent_manifests.manifests(namespace, o.get("image") or DEFAULT_IMAGE,
-                                     agent_manifests.parse_selector(o.get("node_selector")),
-                                     watch)
-    if o.get("dry_run"):
+    docs = install_documents(namespace, o.get("image") or DEFAULT_IMAGE,
+                             agent_manifests.parse_selector(o.get("node_selector")), watch)
+    if o.get("dry_run") in ("client", True):
         import json
-        import yaml
+        from ..report.output import yaml_dump
         if o.get("output") == "json":
-            click.echo(json.dumps({"apiVersion": "v1", "kind": "List", "items": docs},
-                                  indent=2))
+            echo(json.dumps({"apiVersion": "v1", "kind": "List", "items": docs}, indent=2))
         else:
-            click.echo(yaml.safe_dump_all(docs, sort_keys=False), nl=False)
+            echo(yaml_dump(docs, all_documents=True), nl=False)
         return ExitStatus.OK
-    for line in install(kube, docs):
-        click.echo(line)
+    for line in install(kube, docs, server_dry_run=o.get("dry_run") == "server"):
+        echo(line)
     return ExitStatus.OK
 
 
@@ -228,8 +281,8 @@ def _watch_mode(kube: Kube | None, namespace: str, o: dict):
             ds = kube.get_json(f"{DS_PATH.format(ns=namespace)}/{AGENT_NAME}", timeout=10)
             want = agent_manifests.is_watching(ds)
             if not want:
-                click.echo(f"daemonset/{AGENT_NAME}: keeps the sleeping agent it runs now "
-                           f"(--watch turns watching on)", err=True)
+                sys.stderr.write(f"daemonset/{AGENT_NAME}: keeps the sleeping agent it runs "
+                                 f"now (--watch turns watching on)\n")
         except errors.NotFound:
             want = True
         except errors.ApiError as exc:
@@ -252,19 +305,19 @@ def agent_status(session: Session, o: dict) -> ExitStatus:
                        o.get("image") or DEFAULT_IMAGE, o.get("selector"))
     if o.get("output") == "json":
         import json
-        click.echo(json.dumps(doc, indent=2))
+        echo(json.dumps(doc, indent=2))
     elif o.get("output") == "yaml":
-        import yaml
-        click.echo(yaml.safe_dump(doc, sort_keys=False), nl=False)
+        from ..report.output import yaml_dump
+        echo(yaml_dump(doc), nl=False)
     else:
-        click.echo(status_table(doc), nl=False)
+        echo(status_table(doc), nl=False)
     return ExitStatus.OK if status_ok(doc) else ExitStatus.FINDINGS
 
 
 def agent_uninstall(session: Session, o: dict) -> ExitStatus:
     from ..reach import agent_manifests
     for line in uninstall(_agent_kube(o), o.get("namespace") or agent_manifests.DEFAULT_NAMESPACE):
-        click.echo(line)
+        echo(line)
     return ExitStatus.OK
 
 

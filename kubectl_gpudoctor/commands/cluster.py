@@ -35,12 +35,14 @@ def connect(o: dict):
 def run_cluster(session: Session, o: dict, target: dict, fn: Callable,
              pod_target: bool = False) -> ExitStatus:
     """Connect, open the report, run `fn(kube, out, settings, register)`; the verdict."""
-    kube = connect(o)  # kubeconfig errors: nothing to render
-    namespace = o.get("namespace") or kube.default_namespace
-    if pod_target:
-        target["name"] = f"{namespace}/{target['name']}"
+    # The report opens first: a kubeconfig or connection error still ends as the document
+    # -o json/yaml promise (with its `error` object); a table shows only the error line.
     out = session.open_report(o["output"], o["fail_on"], target,
                               details=bool(o.get("details")))
+    kube = connect(o)
+    namespace = o.get("namespace") or kube.default_namespace
+    if pod_target:
+        out.report.target["name"] = f"{namespace}/{target['name']}"
     settings = settings_of(o, namespace)
     if o.get("save"):  # --save FILE: record the evidence as it is read
         from ..report import bundle

@@ -361,7 +361,7 @@ def history(session: Session, o: dict, name: str, n: int) -> ExitStatus:
     raw = agent_exec.agent_history(kube, pod, ["get", str(n)], bundle.MAX_BUNDLE_BYTES + 1)
     doc = bundle.parse(raw, f"bundle {n} of {name}")
     if o.get("save"):
-        bundle.write(o["save"], bundle.redact(doc))
+        bundle.write(o["save"], bundle.keep_node_bundle(doc))
         click.echo(f"bundle {n} of {name} saved to {o['save']}", err=True)
     return ExitStatus(bundle.replay(doc, o.get("output") or "table", None))
 

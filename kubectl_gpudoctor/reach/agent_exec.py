@@ -17,13 +17,15 @@ from .. import errors
 from . import probens
 from . import podspec
 from ..api.kube import Kube
-from .agent_manifests import DEFAULT_NAMESPACE, INSTALL_COMMAND, LABEL_SELECTOR
+from .agent_manifests import AGENT_NAME, DEFAULT_NAMESPACE, DS_PATH, INSTALL_COMMAND, LABEL_SELECTOR
 
 
 # -- install / uninstall ---------------------------------------------------------------------
 
 
 # -- finding the agent on a node ---------------------------------------------------------------
+
+REFUSED = "not exec'd"  # in find_agent_pod's reason when a pod was there but not trusted
 
 def pod_ready(pod: Mapping[str, Any]) -> bool:
     """Running, not being deleted, the probe container running: exec will reach it."""
@@ -60,11 +62,68 @@ def find_agent_pod(kube: Kube, namespace: str, node: str) -> tuple[dict | None, 
             probens.verify(kube, namespace)
         except errors.GpuDoctorError as exc:
             return None, exc.one_line()
-        return ready[0], ""
+        try:
+            ds = kube.get_json(f"{DS_PATH.format(ns=namespace)}/{AGENT_NAME}", timeout=10)
+        except errors.NotFound:
+            ds = None
+        except errors.ApiError as exc:
+            return None, (f"cannot read daemonset {namespace}/{AGENT_NAME} to verify the agent "
+                          f"pod ({exc.status}); {REFUSED}")
+        why = ""
+        for p in ready:  # the first that is really the agent (a lookalike may sit beside it)
+            why = not_the_agent(p, ds, namespace)
+            if not why:
+                return p, ""
+        md = ready[0].get("metadata") or {}
+        return None, f"pod {namespace}/{md.get('name')} is not the gpu-doctor agent ({why}); {REFUSED}"
     if pods:
         st = (pods[0].get("status") or {}).get("phase") or "Pending"
         return None, f"the agent pod on {node} is {st}"
     return None, "no agent pod on this node"
+
+
+def not_the_agent(pod: Mapping[str, Any], ds: Mapping[str, Any] | None, namespace: str) -> str:
+    """Why `pod` is not the agent we installed ("" if it is): anyone who can create pods in the
+    namespace can give a pod the agent's labels, so exec (root on the node) goes only to a pod
+    whose controller is our DaemonSet (name, namespace, uid) running the DaemonSet's image (or,
+    mid rolling update, another of its repository), and, when pinned by digest, whose running
+    image (status imageID) has that digest."""
+    if ds is None:
+        return f"no daemonset {namespace}/{AGENT_NAME} owns it"
+    ds_uid = (ds.get("metadata") or {}).get("uid")
+    owners = [o for o in (pod.get("metadata") or {}).get("ownerReferences") or ()
+              if isinstance(o, dict) and o.get("controller") is True]
+    if not (len(owners) == 1 and owners[0].get("kind") == "DaemonSet"
+            and owners[0].get("apiVersion") == "apps/v1" and owners[0].get("name") == AGENT_NAME
+            and ds_uid and owners[0].get("uid") == ds_uid):
+        return f"its controller is not daemonset {namespace}/{AGENT_NAME}"
+    want = _probe_image(((ds.get("spec") or {}).get("template") or {}).get("spec") or {})
+    have = _probe_image(pod.get("spec") or {})
+    # the DaemonSet's image, or (a pod of an earlier revision, mid rolling update) another of
+    # the same repository
+    if not want or not have or (have != want and _repository(have) != _repository(want)):
+        return "its image is not the daemonset's"
+    digest = have.rpartition("@")[2] if "@sha256:" in have else ""
+    if digest:
+        cs = next((c for c in (pod.get("status") or {}).get("containerStatuses") or ()
+                   if isinstance(c, dict) and c.get("name") == podspec.CONTAINER), {})
+        if not str(cs.get("imageID") or "").endswith("@" + digest):
+            return f"its running image is not {digest[:19]}..."
+    return ""
+
+
+def _repository(ref: str) -> str:
+    """registry/path of an image reference, without tag or digest."""
+    name = ref.split("@", 1)[0]
+    head, _, last = name.rpartition("/")
+    return f"{head}/{last.split(':', 1)[0]}" if head else last.split(":", 1)[0]
+
+
+def _probe_image(spec: Mapping[str, Any]) -> str:
+    for c in spec.get("containers") or ():
+        if isinstance(c, dict) and c.get("name") == podspec.CONTAINER:
+            return str(c.get("image") or "")
+    return ""
 
 
 def way_in(note: str) -> str:

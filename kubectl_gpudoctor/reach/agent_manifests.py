@@ -43,6 +43,12 @@ IDLE_REQUESTS = {"cpu": "5m", "memory": "32Mi"}
 INSTALL_COMMAND = "kubectl gpu-doctor agent install"
 DS_PATH = "/apis/apps/v1/namespaces/{ns}/daemonsets"
 QUOTA_NAME = "gpu-doctor-agent-critical-pods"
+# One agent pod per node, and Kubernetes supports clusters of up to 5,000 nodes; the DaemonSet's
+# RollingUpdate (maxUnavailable, no surge) deletes a node's old pod before it creates the new
+# one, so the agent never needs more. Who may use the class in the namespace is not the quota's
+# job: the admission policy (reach/admission.py) admits it only on the pods the DaemonSet
+# controller makes for gpu-doctor-agent.
+QUOTA_PODS = 5000
 
 
 def default_image() -> str:
@@ -64,11 +70,12 @@ def namespace_manifest(namespace: str) -> dict:
 def quota_manifest(namespace: str) -> dict:
     """Clusters that limit critical priority classes to kube-system by default (the
     ResourceQuota admission `limitedResources` setup, e.g. GKE) admit `system-node-critical`
-    pods elsewhere only where a quota covers that class; one agent pod per node fits in it."""
+    pods elsewhere only where a quota covers that class; one agent pod per node fits in it
+    (QUOTA_PODS)."""
     return {"apiVersion": "v1", "kind": "ResourceQuota",
             "metadata": {"name": QUOTA_NAME, "namespace": namespace,
                          "labels": {**SELECTOR, MANAGED_BY[0]: MANAGED_BY[1]}},
-            "spec": {"hard": {"pods": "10000"},
+            "spec": {"hard": {"pods": str(QUOTA_PODS)},
                      "scopeSelector": {"matchExpressions": [{
                          "operator": "In", "scopeName": "PriorityClass",
                          "values": [PRIORITY_CLASS]}]}}}

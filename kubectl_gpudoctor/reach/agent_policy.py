@@ -18,6 +18,7 @@ SA_NAME = "gpu-doctor-agent"
 ROLE_NAME = "gpu-doctor-agent-node-status"
 NODE_POLICY = "gpu-doctor-agent-own-node"
 EVENT_POLICY = "gpu-doctor-agent-own-events"
+POLICY_NAMES = (NODE_POLICY, EVENT_POLICY)
 NODE_NAME_EXTRA = "authentication.kubernetes.io/node-name"
 EVENT_COMPONENT = "gpu-doctor-agent"  # node_probe/watch/writer.py COMPONENT
 PREFIX = conditions.TYPE_PREFIX

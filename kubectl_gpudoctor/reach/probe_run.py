@@ -84,6 +84,8 @@ def run_probe(kube: Kube, view: NodeView, settings: Settings, out: Output,
     if settings.agent:  # exec needs no new pod: it works on a node that admits none
         from . import agent_exec
         apod, view.agent_note = agent_exec.find_agent_pod(kube, settings.agent_namespace, name)
+        if apod is None and agent_exec.REFUSED in view.agent_note:  # a lookalike: say so
+            out.log("warning", f"{name}: {view.agent_note}; using a debug pod instead")
         if apod is not None and agent_exec.run_probe(
                 kube, name, apod, out, timeout_s=settings.timeout_s, trace_s=settings.trace_s,
                 focus_pods=focus_pods, extra_args=settings.probe_args, fleet=fleet,
@@ -174,7 +176,7 @@ def run_probe(kube: Kube, view: NodeView, settings: Settings, out: Output,
                 out.say(f"deleted debug pod {pod.namespace}/{pod.name}")
             else:
                 out.log("warning", f"could not delete debug pod {pod.namespace}/{pod.name}; "
-                                   f"run `kubectl gpu-doctor cleanup`")
+                                   f"run `kubectl gpu-doctor cleanup -n {pod.namespace}`")
         on_pod(None)
 
 

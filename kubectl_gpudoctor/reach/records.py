@@ -9,6 +9,8 @@ a 100 MB line) must not crash the client or throw away what the API side already
 - every record that claims our schema is validated field by field (types, depth, strings that
   encode as UTF-8); one that does not validate becomes a warning log line that names the
   problem, not the content;
+- a finding whose id is not in our catalog keeps its remediation only labelled as the node's
+  (catalog.label_foreign_remediation): the client never shows a node's advice as its own;
 - either makes the run incomplete: the probe's summary, when it comes, is passed on with
   `complete: false` and `incomplete_reason`, and `Decoder.incomplete_reason` says the same to a
   caller that saw no summary.
@@ -22,6 +24,7 @@ import re
 from typing import Any, Iterable, Iterator, Mapping
 
 from node_probe import protocol
+from node_probe.protocol import catalog
 
 MAX_LINE_BYTES = 4 * 1024 * 1024   # a real record is a few KiB; the biggest seen ~200 KiB
 MAX_DEPTH = 32                      # evidence is at most a few levels deep
@@ -247,6 +250,8 @@ class Decoder:
             return self._invalid(str(exc))
         except RecursionError:
             return self._invalid(f"nested deeper than {MAX_DEPTH} levels")
+        if rec["kind"] == "finding":  # advice from a node is never shown as ours
+            rec = dict(catalog.label_foreign_remediation(rec))
         if rec["kind"] == "summary":
             self.saw_summary = True
             reason = self.incomplete_reason

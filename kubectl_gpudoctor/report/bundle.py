@@ -9,104 +9,56 @@ goroutine dump, the node probe's NDJSON records), tool and image versions and th
 line. Collection does not change: a Recorder wraps the run's Kube reads and the probe records as
 they pass, so diagnose/fleet know nothing about bundles.
 
-Bundles never contain secrets, by the report's own rules plus what raw API objects add: no
-Secret is ever read; environment variable values, `last-applied-configuration` annotations
-and managedFields are replaced or dropped; strings that look like credentials (token=,
-password=, Authorization headers, bearer tokens) are masked everywhere, the command line too.
+Bundles keep an allow-list of fields (report/bundle_keep.py): what the verdicts read and a
+person needs to check them; no Secret is ever read, env values, volumes, managedFields and the
+values of annotations no analysis reads are never kept, and the free text that remains
+(messages, titles, command lines) is cut and scrubbed of credential shapes, linearly.
 The bundle says so in its header. Replay never talks to a cluster.
 """
 from __future__ import annotations
 
-import json
-import os
 import platform
 import re
+import signal
 import sys
-import tempfile
 import threading
 import time
 from typing import Any, Callable, Mapping, Sequence
 
-from node_probe.protocol import CheckResult, ExitStatus, Finding
+from node_probe.protocol import CheckResult, ExitStatus, Finding, ProtocolError, catalog
 from node_probe.protocol import bundle as protocol_bundle
+from node_probe.protocol.render import terminal_safe
 from node_probe.protocol.version import __version__
 
 from .. import errors
+from . import bundle_io, bundle_keep
+from .bundle_keep import REDACTED  # noqa: F401 - bundle.REDACTED, what redaction leaves
 
 SCHEMA = protocol_bundle.SCHEMA  # one layout, shared with the watching agent
-REDACTED = "<redacted>"
 REDACTION_NOTICE = (
-    "No secrets: no Secret object is read; environment variable values, "
-    "kubectl.kubernetes.io/last-applied-configuration annotations and managedFields are "
-    "removed; strings that look like credentials (token=, password=, secret=, Authorization "
-    "and bearer tokens) are masked, the command line included. Node-side evidence is what the "
-    "report shows (the probe reads only NVIDIA_*, CUDA_* and HAMi environment keys).")
-MAX_BUNDLE_BYTES = 64 * 1024 * 1024   # replay refuses anything larger (bounded read)
+    "No secrets: no Secret object is read; of API objects only an allow-list of fields is kept "
+    "(names, owners, node, resources, phases, states, conditions, events' reasons and "
+    "messages, the kubelet settings the analysis reads): no environment variable values, "
+    "volumes, managedFields or values of annotations the analysis does not read; free text "
+    "(messages, titles, command lines) is cut and scrubbed of credential shapes (key=value "
+    "and flag values of secret-named keys, JSON password fields, bearer/basic credentials, "
+    "JWTs, PEM private keys, AWS access key ids, passwords in URLs).")
+MAX_BUNDLE_BYTES = bundle_io.MAX_BUNDLE_BYTES
 MAX_LIST_ITEMS = 500                   # a fleet's 150,000 pods are not evidence of one verdict
 MAX_RECORDS = 20000
 GOROUTINE_EXCERPT_BYTES = 64 * 1024
-_SECRETISH = re.compile(
-    r"(?i)((?:--?)?[\w.-]*(?:token|passw(?:or)?d|secret|api[_-]?key|credential|auth)[\w.-]*"
-    r"\s*[=:]\s*)(\"[^\"]*\"|'[^']*'|[^\s,;&\"']+)")
-_BEARER = re.compile(r"(?i)\b(bearer|basic)\s+[A-Za-z0-9._~+/=-]{8,}")
-_SECRET_FLAGS = re.compile(r"(?i)^--?[\w.-]*(token|passw(or)?d|secret|api[_-]?key|credential)"
-                           r"[\w.-]*$")
 _GOROUTINE_KEYS = ("devicemanager", "deviceplugin", "GetPreferredAllocation", "Allocate",
                    "podresources", "syncLoop", "HandlePodAdditions", "nvidia")
 
 
-# -- redaction -----------------------------------------------------------------------------------
+# -- redaction (report/bundle_keep.py) ----------------------------------------------------
 
 def redact_text(text: str) -> str:
-    text = _BEARER.sub(REDACTED, text)  # first: "Authorization: Bearer x" is one value
-    return _SECRETISH.sub(lambda m: m.group(1) + REDACTED, text)
-
-
-def redact(obj: Any) -> Any:
-    """A deep copy with the bundle's redaction applied (Kubernetes objects and anything else)."""
-    if isinstance(obj, str):
-        return redact_text(obj)
-    if isinstance(obj, list):
-        return [redact(v) for v in obj]
-    if not isinstance(obj, dict):
-        return obj
-    out: dict = {}
-    for k, v in obj.items():
-        if k == "managedFields":
-            continue
-        if k == "env" and isinstance(v, list):  # container env: names stay, values go
-            out[k] = [{**{kk: vv for kk, vv in e.items() if kk != "value"},
-                       **({"value": REDACTED} if "value" in e else {})}
-                      if isinstance(e, dict) else REDACTED for e in v]
-            continue
-        if k == "annotations" and isinstance(v, dict):
-            out[k] = {ak: (REDACTED if ak.endswith("last-applied-configuration") else
-                           redact(av)) for ak, av in v.items()}
-            continue
-        if k in ("staticPodURLHeader", "headers", "Authorization", "authorization"):
-            out[k] = REDACTED
-            continue
-        out[k] = redact(v)
-    return out
+    return bundle_keep.scrub(text)
 
 
 def redact_argv(argv: Sequence[str]) -> list[str]:
-    out, hide_next = [], False
-    for a in argv:
-        if hide_next:
-            out.append(REDACTED)
-            hide_next = False
-            continue
-        flag, eq, _ = a.partition("=")
-        if _SECRET_FLAGS.match(flag):
-            if eq:
-                out.append(f"{flag}={REDACTED}")
-            else:
-                out.append(a)
-                hide_next = True
-            continue
-        out.append(redact_text(a))
-    return out
+    return bundle_keep.scrub_argv(argv)
 
 
 # -- recording a run -------------------------------------------------------------------------
@@ -185,21 +137,22 @@ class Recorder:
         entry: dict = {"kind": kind, "path": path,
                        "query": [[k, str(v)] for k, v in (query or ())]}
         if error is not None:
-            entry["error"] = error
+            entry["error"] = {k: bundle_keep.scrub(v, 500) if isinstance(v, str) else v
+                              for k, v in error.items()}
             if body:
-                entry["text"] = body[:GOROUTINE_EXCERPT_BYTES]
+                entry["text"] = bundle_keep.scrub(body, GOROUTINE_EXCERPT_BYTES)
         elif isinstance(value, str):
             entry["text"] = goroutine_excerpt(value) if kind == "goroutine_dump" else \
-                value[:GOROUTINE_EXCERPT_BYTES]
+                bundle_keep.scrub(value, GOROUTINE_EXCERPT_BYTES)
             if kind == "goroutine_dump":
                 entry["bytes"] = len(value)
         elif isinstance(value, dict) and "items" in value:
             items = list(value.get("items") or ())
-            entry["items"] = [redact(i) for i in items[:MAX_LIST_ITEMS]]
+            entry["items"] = [bundle_keep.keep_object(kind, i) for i in items[:MAX_LIST_ITEMS]]
             if len(items) > MAX_LIST_ITEMS:
                 entry["items_total"] = len(items)
         else:
-            entry["object"] = redact(value)
+            entry["object"] = bundle_keep.keep_object(kind, value)
         with self._lock:
             self.api.append(entry)
 
@@ -208,8 +161,9 @@ def goroutine_excerpt(text: str, limit: int = GOROUTINE_EXCERPT_BYTES) -> str:
     """The goroutines that matter for the verdicts (device manager, plugin gRPC, sync loop)
     first, then the others, within `limit` bytes."""
     blocks = text.split("\n\n")
-    hot = [b for b in blocks if any(k in b for k in _GOROUTINE_KEYS)]
-    rest = [b for b in blocks if b not in hot]
+    is_hot = [any(k in b for k in _GOROUTINE_KEYS) for b in blocks]   # linear: no `b in hot`
+    hot = [b for b, h in zip(blocks, is_hot) if h]
+    rest = [b for b, h in zip(blocks, is_hot) if not h]
     out, size = [], 0
     for b in hot + rest:
         if size + len(b) + 2 > limit:
@@ -217,7 +171,7 @@ def goroutine_excerpt(text: str, limit: int = GOROUTINE_EXCERPT_BYTES) -> str:
             break
         out.append(b)
         size += len(b) + 2
-    return redact_text("\n\n".join(out))
+    return bundle_keep.scrub("\n\n".join(out), limit + 200)
 
 
 # -- writing ---------------------------------------------------------------------------------
@@ -244,46 +198,61 @@ def build(out: Any, code: int, error: errors.GpuDoctorError | None, recorder: Re
         "tool": {"name": "kubectl-gpu_doctor", "version": __version__,
                  "python": platform.python_version(), "kubernetes_client": client},
         "image": {"probe": image, **recorder.images},
-        "report": redact(report),
+        "report": keep_report(report),
         "evidence": {
             "api": recorder.api,
-            "probe_ndjson": [redact(rec) for rec in recorder.records],
+            "probe_ndjson": [bundle_keep.keep_record(rec) for rec in recorder.records],
             "probe_records_dropped": recorder.records_dropped,
         },
     }
 
 
+def keep_report(report: Mapping[str, Any]) -> dict:
+    """The report as the bundle keeps it: findings and checks by the allow-list, free text
+    scrubbed (event text reaches finding titles)."""
+    k = bundle_keep
+    err = report.get("error")
+    # any other part (the verdict, durations): its strings scrubbed, bounded
+    return {**{key: k.keep(v, k.KEEP) for key, v in report.items()},
+            "target": k.keep(report.get("target"), k.KEEP),
+            "version": k.scrub(str(report.get("version") or ""), 256),
+            "findings": k.keep_findings(report.get("findings") or ()),
+            "checks": k.keep_checks(report.get("checks") or ()),
+            "summary_record": k.keep_record(report.get("summary_record"))
+            if report.get("summary_record") is not None else None,
+            "incomplete_reason": k.scrub(str(report.get("incomplete_reason") or "")),
+            "error": None if err is None else {**err, "message": k.scrub(str(err["message"]))},
+            "preamble": k.scrub(str(report.get("preamble") or ""), k.MAX_BIG_TEXT)}
+
+
+def keep_node_bundle(doc: Mapping[str, Any]) -> dict:
+    """A bundle the watching agent kept on a node, as `--save` keeps the client's own: the
+    report and the probe records by the allow-list, free text scrubbed, nothing else."""
+    ev = doc.get("evidence") if isinstance(doc.get("evidence"), Mapping) else {}
+    recs = ev.get("probe_ndjson") if isinstance(ev.get("probe_ndjson"), list) else []
+    return {"schema": SCHEMA, "redaction": REDACTION_NOTICE,
+            "created_at": bundle_keep.scrub(str(doc.get("created_at") or ""), 64),
+            "command_line": bundle_keep.scrub_argv(list(doc.get("command_line") or ())[:64]),
+            "tool": bundle_keep.keep(doc.get("tool"), bundle_keep.KEEP),
+            "image": bundle_keep.keep(doc.get("image"), bundle_keep.KEEP),
+            "report": keep_report(doc["report"]),
+            "evidence": {"api": [],
+                         "probe_ndjson": [bundle_keep.keep_record(r)
+                                          for r in recs[:MAX_RECORDS]],
+                         "probe_records_dropped": max(0, len(recs) - MAX_RECORDS)},
+            "agent": bundle_keep.keep(doc.get("agent"), bundle_keep.KEEP)}
+
+
 def write(path: str, doc: Mapping[str, Any]) -> None:
-    """Atomically, readable by the owner only (it describes the cluster)."""
-    directory = os.path.dirname(os.path.abspath(path)) or "."
-    try:
-        fd, tmp = tempfile.mkstemp(prefix=".gpu-doctor-bundle-", dir=directory)
-    except OSError as exc:
-        raise errors.UsageError(f"cannot write the bundle {path}: {exc.strerror}") from None
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            json.dump(doc, f, indent=1, default=str, ensure_ascii=False)
-            f.write("\n")
-        os.chmod(tmp, 0o600)
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
+    """Atomically, owner-readable, only over a regular file (report/bundle_io.py)."""
+    bundle_io.write(path, doc)
 
 
 # -- replay ----------------------------------------------------------------------------------
 
 def load(path: str) -> dict:
-    """Read and check a bundle; a bad file is one usage error, never a traceback."""
-    try:
-        with open(path, "rb") as f:
-            data = f.read(MAX_BUNDLE_BYTES + 1)
-    except OSError as exc:
-        raise errors.UsageError(f"cannot read bundle {path}: {exc.strerror}") from None
-    return parse(data, path)
+    """Read and check a bundle; a bad file is one usage error, never a traceback or a hang."""
+    return parse(bundle_io.read(path), path)
 
 
 def parse(data: bytes, path: str) -> dict:
@@ -292,18 +261,16 @@ def parse(data: bytes, path: str) -> dict:
     if len(data) > MAX_BUNDLE_BYTES:
         raise errors.UsageError(f"{path} is larger than {MAX_BUNDLE_BYTES // 2**20} MiB; not a "
                                 f"gpu-doctor bundle")
-    try:
-        doc = json.loads(data)
-    except (ValueError, RecursionError):
-        raise errors.UsageError(f"{path} is not a gpu-doctor bundle (not JSON)") from None
+    doc = bundle_io.parse(path, data)
     if not isinstance(doc, dict) or doc.get("schema") != SCHEMA:
+        schema = doc.get("schema") if isinstance(doc, dict) else None
         raise errors.UsageError(f"{path} is not a gpu-doctor bundle (schema "
-                                f"{doc.get('schema') if isinstance(doc, dict) else None!r}, "
-                                f"expected {SCHEMA})")
-    rep = doc.get("report")
-    if not isinstance(rep, dict) or not isinstance(rep.get("findings"), list) or \
-            not isinstance(rep.get("checks"), list) or not isinstance(rep.get("target"), dict):
-        raise errors.UsageError(f"{path}: the bundle's report is missing or malformed")
+                                f"{terminal_safe(repr(schema))[:80]}, expected {SCHEMA})")
+    try:
+        bundle_io.check_report(doc.get("report"))
+    except bundle_io.Malformed as exc:
+        raise errors.UsageError(f"{path}: the bundle's report is missing or malformed "
+                                f"({exc})") from None
     return doc
 
 
@@ -316,20 +283,24 @@ def replay(doc: Mapping[str, Any], fmt: str, fail_on: str | None = None,
     rep = doc["report"]
     saved_fail_on = rep.get("fail_on") or "warning"
     fail_on = fail_on or saved_fail_on
-    out = Output(fmt, fail_on, rep["target"], out=stdout, err=stderr, progress=False,
+    # what the report shows around the findings comes from the file: escaped for a terminal
+    target = {k: terminal_safe(v) if isinstance(v, str) else v
+              for k, v in rep["target"].items()}
+    out = Output(fmt, fail_on, target, out=stdout, err=stderr, progress=False,
                  details=details)
     r = out.report
-    r.version = rep.get("version") or r.version
+    r.version = terminal_safe(rep.get("version") or r.version)
     try:
         r.started_at = float(rep.get("started_at") or r.started_at)
-        for rec in rep["findings"]:
-            r.add_finding(Finding.from_record(rec))
+        for rec in rep["findings"]:  # a bundle is hostile: its advice is labelled as ours are
+            r.add_finding(Finding.from_record(catalog.label_foreign_remediation(rec)))
         for c in rep["checks"]:
             r.checks.append(CheckResult(c.get("id", "?"), c.get("status", "?"),
                                         float(c.get("duration_s", 0.0)), c.get("message", ""),
                                         c.get("reason", "")))
-    except (ValueError, TypeError, KeyError, AttributeError) as exc:
-        raise errors.UsageError(f"the bundle's report is malformed: {exc}") from None
+    except (ValueError, TypeError, KeyError, AttributeError, ProtocolError) as exc:
+        raise errors.UsageError(f"the bundle's report is malformed: "
+                                f"{terminal_safe(str(exc))[:200]}") from None
     r.summary_record = rep.get("summary_record")
     r.extra_incomplete_reason = rep.get("incomplete_reason") or ""
     out.api_only = r.summary_record is None
@@ -338,13 +309,14 @@ def replay(doc: Mapping[str, Any], fmt: str, fail_on: str | None = None,
         code = int(rep["exit_code"])
     else:
         code = int(out.exit_status(ExitStatus(err["exit_status"]) if err else None))
+    message = None if err is None else terminal_safe(" ".join(err["message"].split()))
     if err is None or r.findings or fmt != "table":
-        out.finish(code, pre_table=str(rep.get("preamble") or ""),
-                   error=None if err is None else {"type": err.get("type"),
-                                                   "message": err.get("message")})
+        out.finish(code, pre_table="\n".join(terminal_safe(line) for line in
+                                          (rep.get("preamble") or "").split("\n")),
+                   error=None if err is None else {"type": terminal_safe(err.get("type") or ""),
+                                                   "message": message})
     if err is not None:
-        (stderr or sys.stderr).write(f"kubectl gpu-doctor: (replayed) error: "
-                                     f"{err.get('message')}\n")
+        (stderr or sys.stderr).write(f"kubectl gpu-doctor: (replayed) error: {message}\n")
     return code
 
 
@@ -355,12 +327,7 @@ class Saver:
 
     def __init__(self, path: str, kube: Any, out: Any, image: str | None,
                  argv: Sequence[str] | None = None) -> None:
-        directory = os.path.dirname(os.path.abspath(path))
-        if not os.path.isdir(directory) or not os.access(directory, os.W_OK):
-            raise errors.UsageError(f"--save {path}: directory {directory} does not exist or "
-                                    f"is not writable")
-        if os.path.isdir(path):
-            raise errors.UsageError(f"--save {path}: is a directory")
+        bundle_io.check_target(path)
         self.path = path
         self.out = out
         self.image = image
@@ -371,10 +338,39 @@ class Saver:
 
     def save(self, code: int, error: errors.GpuDoctorError | None,
              preamble: Callable[[], str] = lambda: "") -> None:
+        """Build and write the bundle. Ctrl-C (or SIGTERM) while saving stops the save -- the
+        run's end holds those signals (cli._end) so pod deletions are never cut short, but a
+        bundle is not worth waiting for: the file is left as it was and the report goes on."""
         try:
-            pre = preamble() if self.out.fmt == "table" else ""
-            write(self.path, build(self.out, code, error, self.recorder, self.argv,
-                                   image=self.image, preamble=pre))
+            with _interruptible():
+                pre = preamble() if self.out.fmt == "table" else ""
+                write(self.path, build(self.out, code, error, self.recorder, self.argv,
+                                       image=self.image, preamble=pre))
+        except KeyboardInterrupt:
+            sys.stderr.write(f"kubectl gpu-doctor: warning: interrupted: the bundle "
+                             f"{terminal_safe(self.path)} was not written\n")
         except (OSError, errors.GpuDoctorError) as exc:
             sys.stderr.write(f"kubectl gpu-doctor: warning: could not write the bundle "
-                             f"{self.path}: {getattr(exc, 'strerror', None) or exc}\n")
+                             f"{terminal_safe(self.path)}: "
+                             f"{terminal_safe(getattr(exc, 'strerror', None) or exc)}\n")
+
+
+class _interruptible:
+    """SIGINT and SIGTERM raise KeyboardInterrupt inside the block (main thread only: Python
+    runs handlers there), whatever handler or SIG_IGN was set; the old ones come back after."""
+
+    SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
+    def __enter__(self) -> None:
+        self.old = None
+        if threading.current_thread() is threading.main_thread():
+            self.old = {s: signal.signal(s, _raise_interrupt) for s in self.SIGNALS}
+
+    def __exit__(self, *exc: Any) -> None:
+        if self.old is not None:
+            for sig, handler in self.old.items():
+                signal.signal(sig, handler)
+
+
+def _raise_interrupt(signum: int, frame: Any) -> None:
+    raise KeyboardInterrupt

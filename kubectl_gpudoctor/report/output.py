@@ -209,9 +209,7 @@ class Output:
                 json.dump(doc, self.out, indent=2, default=str)
                 self.out.write("\n")
             else:
-                import yaml  # PyYAML ships with the kubernetes client; only for -o yaml
-                self.out.write(yaml.safe_dump(doc, sort_keys=False, default_flow_style=False,
-                                              allow_unicode=True))
+                self.out.write(yaml_dump(doc))
         else:
             doc = r.document(self.fail_on, code)
             s = doc["summary"]
@@ -225,3 +223,19 @@ class Output:
                 summ["verdict"] = v
             self.jsonl(summ)
         self.out.flush()
+
+
+def yaml_dump(doc: Any, *, all_documents: bool = False) -> str:
+    """YAML as kubectl writes it: block style, keys in order, and never an anchor or alias
+    (`&id001`/`*id001`, which PyYAML emits for an object that appears twice and which
+    kubectl, GitOps tools and humans do not expect). PyYAML ships with the kubernetes client;
+    imported here only when YAML is asked for."""
+    import yaml
+
+    class NoAliases(yaml.SafeDumper):
+        def ignore_aliases(self, data: Any) -> bool:
+            return True
+
+    kw = dict(Dumper=NoAliases, sort_keys=False, default_flow_style=False,
+              allow_unicode=True)
+    return yaml.dump_all(doc, **kw) if all_documents else yaml.dump(doc, **kw)

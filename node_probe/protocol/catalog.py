@@ -112,3 +112,19 @@ def make(id: str, severity: Severity | str, subject: str, title: str,
         raise UnknownFindingId(f"finding id {id!r} is not in node_probe/catalog.py")
     return Finding(id=id, severity=Severity(severity), subject=subject, title=title,
                    evidence=dict(evidence or {}), remediation=remediation, refs=tuple(refs))
+
+
+# Remediation is advice someone will follow. A record from a node (debug pod, agent) or a bundle
+# is hostile input: its remediation is shown as gpu-doctor's only for a finding id of this
+# catalog; any other id's remediation is shown as what the node said, never as ours.
+NODE_REPORTED = "Reported by the node, not from gpu-doctor's catalog: "
+
+
+def label_foreign_remediation(rec: Mapping[str, Any]) -> Mapping[str, Any]:
+    """The finding record, with its remediation labelled as the node's when its id is not in
+    the catalog (applied where node records and bundles are decoded, never by renderers)."""
+    rem = rec.get("remediation")
+    if not isinstance(rem, str) or not rem or rec.get("id") in CATALOG or \
+            rem.startswith(NODE_REPORTED):
+        return rec
+    return {**rec, "remediation": NODE_REPORTED + rem}

@@ -49,14 +49,27 @@ NAMESPACES = "/api/v1/namespaces"
 NAMESPACE = re.compile(r"^/api/v1/namespaces/([^/]+)$")
 QUOTAS = re.compile(r"^/api/v1/namespaces/([^/]+)/resourcequotas$")
 QUOTA = re.compile(r"^/api/v1/namespaces/([^/]+)/resourcequotas/([^/]+)$")
+ADMISSION = re.compile(r"^/apis/admissionregistration\.k8s\.io/v1/"
+                       r"(validatingadmissionpolicies|validatingadmissionpolicybindings)"
+                       r"(?:/([^/]+))?$")
 # the watching agent's identity: kept as plain objects by path (create 409s on a duplicate)
 IDENTITY = re.compile(r"^(/api/v1/namespaces/[^/]+/serviceaccounts|/apis/rbac\.authorization"
                       r"\.k8s\.io/v1/clusterroles|/apis/rbac\.authorization\.k8s\.io/v1/"
-                      r"clusterrolebindings|/apis/admissionregistration\.k8s\.io/v1/"
-                      r"validatingadmissionpolicies|/apis/admissionregistration\.k8s\.io/v1/"
-                      r"validatingadmissionpolicybindings)(?:/([^/]+))?$")
+                      r"clusterrolebindings)(?:/([^/]+))?$")
 STDOUT, STDERR, ERROR = 1, 2, 3
 PROBE_NS = "gpu-doctor.io/probe-namespace"  # the label gpu-doctor's own namespace carries
+
+
+def image_id(image: str) -> str:
+    """containerStatuses[].imageID as containerd reports it: <repo>@<manifest digest> for an
+    image pulled by digest; the image's config digest for one imported locally (the captures'
+    pods)."""
+    if "@sha256:" in image:
+        name, digest = image.split("@", 1)
+        head, _, last = name.rpartition("/")
+        repo = f"{head}/{last.split(':')[0]}" if head else last.split(":")[0]
+        return f"{repo}@{digest}"
+    return "sha256:" + uuid.uuid5(uuid.NAMESPACE_URL, image).hex * 2
 
 
 def success_status() -> dict:
@@ -82,6 +95,9 @@ class _Handler(kmock.RawHandler):
             return await self.cluster._exec(raw_request, m.group(1), m.group(2))
         if raw_request.path == NAMESPACES:  # kmock's path parser cannot take this one
             return await self.cluster._namespaces(raw_request)
+        m = ADMISSION.match(raw_request.path)
+        if m:  # nor these (cluster-scoped, another API group)
+            return await self.cluster._admission(raw_request, m.group(1), m.group(2))
         return await super().__call__(raw_request)
 
 
@@ -99,7 +115,10 @@ class ExecCluster(FakeCluster):
         self.execs: list[dict] = []          # what each exec asked for, and what it got
         self.exec_procs: list[asyncio.subprocess.Process] = []
         self.daemonsets: dict[tuple[str, str], dict] = {}
-        self.objects: dict[str, dict] = {}   # path -> ServiceAccount, RBAC, policy objects
+        self.objects: dict[str, dict] = {}   # path -> ServiceAccount, RBAC objects
+        self.dry_runs: list[tuple[str, str]] = []  # writes answered with dryRun=All
+        self.admission: dict[tuple[str, str], dict] = {}  # (resource, name): policy/binding
+        self.serves_admission_v1 = True      # False: an API server before 1.30
         self.agent_pod_phase = "Running"     # the phase of pods the fake DS controller makes
 
     def _make_handler(self) -> kmock.RawHandler:
@@ -136,20 +155,28 @@ class ExecCluster(FakeCluster):
         if image is not None:
             spec["containers"][0]["image"] = image
         name = f"{agent_manifests.AGENT_NAME}-{uuid.uuid4().hex[:5]}"
+        # the pod's controller: the DaemonSet (created here when a test adds agent pods alone)
+        ds = self.daemonsets.get((namespace, agent_manifests.AGENT_NAME))
+        if ds is None:
+            ds = agent_manifests.daemonset(namespace, spec["containers"][0]["image"])
+            self.daemonsets[(namespace, agent_manifests.AGENT_NAME)] = ds
+        ds["metadata"].setdefault("uid", str(uuid.uuid4()))
         now = ts(__import__("datetime").datetime.now(__import__("datetime").timezone.utc))
         c = spec["containers"][0]
         status: dict = {"phase": phase, "hostIP": "10.188.52.1"}
         if phase == "Running":
             status.update({"startTime": now, "containerStatuses": [{
                 "name": c["name"], "ready": True, "restartCount": 0, "image": c["image"],
-                "imageID": "sha256:" + "ab" * 32, "state": {"running": {"startedAt": now}}}]})
+                "imageID": image_id(c["image"]), "state": {"running": {"startedAt": now}}}]})
         pod = {"kind": "Pod", "apiVersion": "v1",
                "metadata": {"name": name, "namespace": namespace, "uid": str(uuid.uuid4()),
                             "labels": labels, "creationTimestamp": now,
                             "resourceVersion": "1",
                             "ownerReferences": [{"apiVersion": "apps/v1", "kind": "DaemonSet",
                                                  "name": agent_manifests.AGENT_NAME,
-                                                 "uid": str(uuid.uuid4()), "controller": True}]},
+                                                 "uid": ds["metadata"]["uid"],
+                                                 "controller": True,
+                                                 "blockOwnerDeletion": True}]},
                "spec": spec, "status": status}
         self.pods[(namespace, name)] = pod
         self.list_cache.clear()
@@ -181,8 +208,12 @@ class ExecCluster(FakeCluster):
                     return self._status(404, "NotFound", f'namespaces "{ns}" not found')
                 if (ns, name) in store:
                     return self._status(409, "AlreadyExists", f'{kind} "{name}" already exists')
+                if q.get("dryRun") == "All":  # validated and admitted, never persisted
+                    self.dry_runs.append((method, path))
+                    return self._json(body)
                 store[(ns, name)] = body
                 if store is self.daemonsets:
+                    body["metadata"]["uid"] = str(uuid.uuid4())
                     self._run_daemonset(ns, body)
                 return self._json(body)
             m = one_rx.match(path)
@@ -196,6 +227,12 @@ class ExecCluster(FakeCluster):
                 if method == "PUT":
                     if key not in store:
                         return self._status(404, "NotFound", f'{kind} "{key[1]}" not found')
+                    if q.get("dryRun") == "All":
+                        self.dry_runs.append((method, path))
+                        return self._json(body)
+                    if store is self.daemonsets:  # same object, same uid
+                        body["metadata"]["uid"] = store[key]["metadata"].get("uid") or \
+                            str(uuid.uuid4())
                     store[key] = body
                     if store is self.daemonsets:
                         self._run_daemonset(key[0], body)
@@ -218,6 +255,9 @@ class ExecCluster(FakeCluster):
         return super()._route(method, path, q, request)
 
     def _identity(self, method: str, coll: str, name: str | None, body, q: dict) -> Any:
+        if method in ("POST", "PUT") and q.get("dryRun") == "All":
+            self.dry_runs.append((method, coll if name is None else f"{coll}/{name}"))
+            return self._json(body)
         if name is None and method == "POST":
             key = f"{coll}/{body['metadata']['name']}"
             if key in self.objects:
@@ -259,8 +299,35 @@ class ExecCluster(FakeCluster):
         name = body["metadata"]["name"]
         if name in self.namespaces:
             return self._refuse(409, "AlreadyExists", f'namespaces "{name}" already exists')
+        if req.query.get("dryRun") == "All":
+            self.dry_runs.append(("POST", req.path))
+            return aiohttp.web.json_response(body, status=201)
         self.namespaces[name] = body["metadata"].get("labels") or {}
         return aiohttp.web.json_response(body, status=201)
+
+    async def _admission(self, req: aiohttp.web.BaseRequest, res: str, name: str | None
+                         ) -> aiohttp.web.StreamResponse:
+        """Cluster-scoped admission policies and bindings: create, get, replace, delete."""
+        if not self.serves_admission_v1:  # what a 1.29 API server answers for a v1 resource
+            return self._refuse(404, "NotFound", "the server could not find the requested "
+                                                 "resource")
+        body = await req.json() if req.method in ("POST", "PUT") else None
+        key = (res, name or (body or {}).get("metadata", {}).get("name"))
+        if req.method in ("POST", "PUT") and req.query.get("dryRun") == "All":
+            self.dry_runs.append((req.method, req.path))  # admitted, never persisted
+            return aiohttp.web.json_response(body, status=201 if req.method == "POST" else 200)
+        if req.method == "POST" and name is None:
+            if key in self.admission:
+                return self._refuse(409, "AlreadyExists", f'{res} "{key[1]}" already exists')
+            self.admission[key] = body
+            return aiohttp.web.json_response(body, status=201)
+        if key not in self.admission:
+            return self._refuse(404, "NotFound", f'{res} "{key[1]}" not found')
+        if req.method == "PUT":
+            self.admission[key] = body
+        elif req.method == "DELETE":
+            return aiohttp.web.json_response(self.admission.pop(key))
+        return aiohttp.web.json_response(self.admission[key])
 
     def _run_daemonset(self, ns: str, ds: dict) -> None:
         """The DaemonSet controller: one pod per matching node, replacing older pods."""

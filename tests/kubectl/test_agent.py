@@ -199,7 +199,7 @@ def test_install_forbidden_says_who_may(xc, kube):
     xc.namespaces["gpu-doctor"] = {PROBE_NS: "true"}
     with pytest.raises(errors.Forbidden) as ei:
         agent.install(kube, agent_manifests.manifests("gpu-doctor", PINNED))
-    assert "cluster admin" in ei.value.one_line() and "--dry-run -o yaml" in ei.value.one_line()
+    assert "cluster admin" in ei.value.one_line() and "--dry-run=client -o yaml" in ei.value.one_line()
 
 
 def test_idle_agent_sleeps_cheaply_and_stops_on_sigterm():
@@ -259,7 +259,7 @@ def test_agent_rbac_grants_exec_only_in_the_agent_namespace():
 
 def test_example_podmonitor_selects_the_agent_and_its_metrics_port():
     import yaml
-    with open(os.path.join(REPO, "deploy", "agent-podmonitor.yaml")) as f:
+    with open(os.path.join(REPO, "deploy", "examples", "agent-podmonitor.yaml")) as f:
         pm = yaml.safe_load(f)
     assert pm["kind"] == "PodMonitor" and pm["apiVersion"] == "monitoring.coreos.com/v1"
     assert pm["spec"]["selector"]["matchLabels"] == agent_manifests.SELECTOR

@@ -49,23 +49,26 @@ def test_install_dry_run_prints_valid_manifests():
                 "--node-selector", "nvidia.com/gpu.present=true")
     assert r.returncode == 0, r.stderr
     docs = [d for d in yaml.safe_load_all(r.stdout) if d]
-    # watching by default: the agent's own identity and the policies that keep it to its node
+    # watching by default: the agent's own identity and the policies that keep it to its
+    # node, then the probe namespace's admission policy (issue 21)
     assert [d["kind"] for d in docs] == [
         "Namespace", "ResourceQuota", "ValidatingAdmissionPolicy",
         "ValidatingAdmissionPolicyBinding", "ValidatingAdmissionPolicy",
         "ValidatingAdmissionPolicyBinding", "ServiceAccount", "ClusterRole",
-        "ClusterRoleBinding", "DaemonSet"]
+        "ClusterRoleBinding", "DaemonSet", "ValidatingAdmissionPolicy",
+        "ValidatingAdmissionPolicyBinding"]
     for d in docs:
         kubernetes_validate.validate(d, kubernetes_validate.latest_version(), strict=True)
-    ds = docs[-1]
+    [ds] = [d for d in docs if d["kind"] == "DaemonSet"]
     assert "agent-watch" in ds["spec"]["template"]["spec"]["containers"][0]["command"]
     idle = run_cli("agent", "install", "--dry-run", "--no-watch")
     assert [d["kind"] for d in yaml.safe_load_all(idle.stdout) if d] == [
-        "Namespace", "ResourceQuota", "DaemonSet"]
+        "Namespace", "ResourceQuota", "DaemonSet", "ValidatingAdmissionPolicy",
+        "ValidatingAdmissionPolicyBinding"]
     assert ds["spec"]["template"]["spec"]["containers"][0]["image"] == PINNED
     assert ds["spec"]["template"]["spec"]["nodeSelector"] == {"nvidia.com/gpu.present": "true"}
     j = run_cli("agent", "install", "--dry-run", "-o", "json")
-    assert [i["kind"] for i in json.loads(j.stdout)["items"]][-1] == "DaemonSet"
+    assert "DaemonSet" in [i["kind"] for i in json.loads(j.stdout)["items"]]
 
 
 def test_install_status_uninstall_through_the_cli(xc, kc):
@@ -77,6 +80,9 @@ def test_install_status_uninstall_through_the_cli(xc, kc):
     r = run_cli("agent", "install", "--kubeconfig", kc)
     assert r.returncode == 0, r.stderr
     assert "daemonset/gpu-doctor-agent created" in r.stdout
+    # the probe namespace's admission policy goes with it, pinned to the installed image
+    assert "validatingadmissionpolicy/gpu-doctor-probe-only created" in r.stdout
+    assert ("validatingadmissionpolicies", "gpu-doctor-probe-only") in xc.admission
     r = run_cli("agent", "status", "--kubeconfig", kc, "-o", "json")
     assert r.returncode == 0, r.stdout + r.stderr
     doc = json.loads(r.stdout)
@@ -357,16 +363,11 @@ def test_history_needs_an_agent_and_escapes_what_it_lists(xc, kc):
 def test_without_admission_policies_the_watching_agent_gets_no_grant(xc, kc):
     import re
     xc.add_node("gpu-a")
-    xc.forbid = []
-    orig = xc._identity
-
-    def no_vap(method, coll, name, body, q):  # an API server without the admission API
-        if "validatingadmissionpolic" in coll:
-            return xc._status(404, "NotFound", "the server could not find the requested resource")
-        return orig(method, coll, name, body, q)
-    xc._identity = no_vap
+    xc.serves_admission_v1 = False  # an API server before 1.30
     r = run_cli("agent", "install", "--kubeconfig", kc)
     assert r.returncode == 3 and r.stderr.count("\n") == 1
     assert "does not serve ValidatingAdmissionPolicy" in r.stderr and "--no-watch" in r.stderr
     assert not [k for k in xc.objects if re.search("clusterrole|serviceaccount", k)]
     assert not xc.daemonsets
+    r = run_cli("agent", "install", "--kubeconfig", kc, "--no-watch")  # the sleeping agent
+    assert r.returncode == 0 and xc.daemonsets

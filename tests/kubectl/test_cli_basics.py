@@ -115,7 +115,7 @@ def test_a_bug_is_its_own_exit_code_with_one_line(monkeypatch, capsys):
     from kubectl_gpudoctor import cli, errors
     from kubectl_gpudoctor.commands import version as programs
 
-    def broken(session):
+    def broken(session, *args):
         raise ZeroDivisionError("boom")
     monkeypatch.setattr(programs, "version", broken)
     monkeypatch.delenv("GPU_DOCTOR_DEBUG", raising=False)
@@ -147,7 +147,7 @@ def test_program_errors_keep_their_codes_through_main(monkeypatch, capsys):
     for exc, code in ((errors.UsageError("u"), 2), (errors.NotFound("node x not found"), 3),
                       (errors.api_error(503, "Unavailable", "", "/x"), 3),
                       (KeyboardInterrupt(), 130)):
-        def raising(session, exc=exc):
+        def raising(session, *args, exc=exc):
             raise exc
         monkeypatch.setattr(programs, "version", raising)
         assert cli.main(["version"]) == code, exc

@@ -186,15 +186,16 @@ def test_forbidden(cluster, kubeconfig):
 
 def test_pod_security_rejection(cluster, kubeconfig):
     healthy_node(cluster)
-    cluster.namespaces["restricted"] = {}
+    cluster.namespaces["ml"] = {"pod-security.kubernetes.io/enforce": "restricted"}
     cluster.pod_security_enforce["gpu-doctor"] = "baseline"
-    r = run_cli("node", "gpu-1", "--kubeconfig", str(kubeconfig), "-n", "restricted")
+    r = run_cli("pod", "train-0", "--kubeconfig", str(kubeconfig), "-n", "ml")
     line = one_error_line(r.stderr)
     assert r.returncode == 3
     assert "Pod Security" in line and "namespace gpu-doctor" in line
-    # the fix is the probe namespace's (deploy/rbac.yaml), never relaxing the -n namespace
-    assert "kubectl apply -f deploy/rbac.yaml" in line
-    assert "kubectl label ns" not in line and "restricted" not in line
+    # the fix is the probe namespace's (the packaged manifests: a krew user has no deploy/),
+    # never relaxing the -n namespace
+    assert "kubectl gpu-doctor rbac | kubectl apply -f -" in line and "deploy/" not in line
+    assert "kubectl label ns" not in line and "namespace ml" not in line
     assert cluster.deleted == []  # nothing was created, nothing to delete
 
 
@@ -238,7 +239,9 @@ def test_no_api_server(tmp_path):
         "contexts": [{"name": "x", "context": {"cluster": "x", "user": "u"}}]}))
     r = run_cli("node", "gpu-1", "--kubeconfig", str(kc))
     line = one_error_line(r.stderr)
-    assert r.returncode == 3 and "cannot reach the API server" in line
+    assert r.returncode == 3
+    assert line.endswith(f"error: The connection to the server 127.0.0.1:{port} was refused - "
+                         f"did you specify the right host or port?")
 
 
 def test_bad_kubeconfig_and_usage_errors(tmp_path):
@@ -301,10 +304,38 @@ def test_cleanup_deletes_leftovers_by_label(cluster, kubeconfig):
         body = debugpod.manifest("gpu-1", ns, rid)
         cluster.pods[(ns, body["metadata"]["name"])] = body
     cluster.add_pod("default", "unrelated", "gpu-1")
-    r = run_cli("cleanup", "--kubeconfig", str(kubeconfig))
+    r = run_cli("cleanup", "-A", "--kubeconfig", str(kubeconfig))
     assert r.returncode == 0, r.stderr
     assert "deleted 2 gpu-doctor debug pod(s) in all namespaces" in r.stdout
     assert ("default", "unrelated") in cluster.pods and len(cluster.pods) == 1
+
+
+def test_cleanup_is_scoped_like_kubectl_n_then_the_probe_namespace_a_for_all(cluster,
+                                                                              kubeconfig):
+    """-n NS cleans NS only; no -n cleans the probe namespace (where debug pods are made:
+    GPU_DOCTOR_NAMESPACE, else gpu-doctor), never every namespace; -A cleans all."""
+    from kubectl_gpudoctor.reach import debugpod
+    cluster.add_node("gpu-1")
+    for ns in ("gpu-doctor", "ops", "default"):
+        cluster.namespaces[ns] = {}
+    left = {}
+    for ns, rid in (("gpu-doctor", "aaaa0001"), ("ops", "bbbb0002"), ("default", "cccc0003")):
+        body = debugpod.manifest("gpu-1", ns, rid)
+        cluster.pods[(ns, body["metadata"]["name"])] = body
+        left[ns] = (ns, body["metadata"]["name"])
+    r = run_cli("cleanup", "--kubeconfig", str(kubeconfig))
+    assert r.returncode == 0, r.stderr
+    assert "deleted 1 gpu-doctor debug pod(s) in namespace gpu-doctor" in r.stdout
+    assert left["gpu-doctor"] not in cluster.pods and left["ops"] in cluster.pods
+    assert cluster.count("GET", r"^/api/v1/pods$") == 0  # never listed cluster-wide
+    r = run_cli("cleanup", "-n", "ops", "--kubeconfig", str(kubeconfig))
+    assert "deleted 1 gpu-doctor debug pod(s) in namespace ops" in r.stdout
+    assert left["ops"] not in cluster.pods and left["default"] in cluster.pods
+    # kubectl's flags before the command count too
+    r = run_cli("--kubeconfig", str(kubeconfig), "-n", "default", "cleanup")
+    assert r.returncode == 0 and "in namespace default" in r.stdout and not cluster.pods
+    r = run_cli("cleanup", "-A", "-n", "ops", "--kubeconfig", str(kubeconfig))
+    assert r.returncode == 2 and "exclude each other" in one_error_line(r.stderr)
 
 
 def test_kubectl_plugin_completion_protocol_lists_nodes(cluster, kubeconfig):

@@ -49,7 +49,7 @@ def test_cleanup_that_cannot_delete_is_a_cluster_error_line(cluster, kubeconfig)
     body = debugpod.manifest("gpu-1", "default", "cccc0003")
     cluster.pods[("default", body["metadata"]["name"])] = body
     cluster.forbid.append(("DELETE", re.compile(r"/pods/gpu-doctor-")))
-    r = run_cli("cleanup", "--kubeconfig", str(kubeconfig))
+    r = run_cli("cleanup", "-A", "--kubeconfig", str(kubeconfig))
     assert r.returncode == 3
     assert "deleted 0 gpu-doctor debug pod(s)" in r.stdout
     assert "could not delete 1 gpu-doctor debug pod(s): default/gpu-doctor-" in \

@@ -124,6 +124,24 @@ def test_fill_rejects_a_plain_http_base_url(tmp_path: Path):
 
 def test_caveats_warn_about_the_privileged_pod_rbac_and_air_gap():
     caveats = template()["spec"]["caveats"]
-    for needle in ("privileged", "nodes/proxy", "deploy/rbac.yaml", "--image",
-                   f"gpu-doctor-probe:<plugin version>"):
+    for needle in ("privileged", "nodes/proxy", "--image", "gpu-doctor-probe:<plugin version>",
+                   "kubectl gpu-doctor rbac | kubectl apply -f -"):
         assert needle in caveats
+
+
+def test_caveats_say_what_the_code_does_and_name_what_a_krew_user_has():
+    """What users read at install time matches the pod spec and the RBAC the code uses: no
+    host network (the spec says hostNetwork: false), nodes/proxy only as the opt-in it is, and
+    no repository path (a krew install has no deploy/: the plugin prints its manifests)."""
+    from kubectl_gpudoctor.commands import rbac
+    from kubectl_gpudoctor.reach import podspec
+    caveats = " ".join(template()["spec"]["caveats"].split())
+    spec = podspec.node_pod_spec("img", ["true"])
+    assert "hostNetwork" not in caveats and "no host network" in caveats
+    assert spec["hostNetwork"] is False and spec["hostPID"] is True and "hostPID" in caveats
+    assert "deploy/" not in caveats
+    assert "Opt-in" in caveats and "nodes/proxy" in caveats
+    base = rbac.manifest_text("base")
+    assert "nodes/proxy" not in "".join(l for l in base.splitlines() if not l.startswith("#"))
+    for part in ("nodes-proxy", "agent"):
+        assert f"kubectl gpu-doctor rbac {part}" in caveats

@@ -157,3 +157,13 @@ def test_linux_arm64_archive(tmp_path: Path):
     r = kubectl(root, "gpu-doctor", "version", timeout_s=300, env={"QEMU_LD_PREFIX": str(sysroots[-1])})
     assert r.returncode == 0, r.stderr
     assert f"kubectl-gpu_doctor {__version__}" in r.stdout
+
+
+def test_frozen_plugin_prints_its_manifests(unpacked_plugin: Path):
+    """A krew user has no deploy/: `kubectl gpu-doctor rbac` prints them from the bundle."""
+    r = subprocess.run([str(unpacked_plugin / "kubectl-gpu_doctor"), "rbac", "all"],
+                       capture_output=True, text=True, timeout=60, cwd="/")
+    assert r.returncode == 0, r.stderr
+    for name in ("rbac.yaml", "rbac-nodes-proxy.yaml", "agent-rbac.yaml",
+                 "admission-policy.yaml"):
+        assert (REPO / "deploy" / name).read_text().strip() in r.stdout

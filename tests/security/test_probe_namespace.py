@@ -46,7 +46,9 @@ def test_missing_namespace_says_how_to_create_it(cluster, kubeconfig):  # noqa: 
     cluster.namespaces.pop("gpu-doctor")
     with pytest.raises(probens.NotProbeNamespace) as ei:
         probens.verify(Kube(str(kubeconfig)), "gpu-doctor")
-    assert re.search("does not exist.*kubectl apply -f deploy/rbac.yaml", ei.value.one_line())
+    # what a krew user has: the plugin's own manifests, not a file of the repository
+    assert re.search(r"does not exist.*kubectl gpu-doctor rbac \| kubectl apply -f -",
+                     ei.value.one_line())
 
 
 def test_unreadable_namespace_is_refused_not_assumed(cluster, kubeconfig):  # noqa: F811
@@ -58,7 +60,7 @@ def test_unreadable_namespace_is_refused_not_assumed(cluster, kubeconfig):  # no
 
 def test_pod_security_hint_never_relaxes_a_tenant_namespace():
     hint = probens.pod_security_hint("gpu-doctor")
-    assert "deploy/rbac.yaml" in hint
+    assert "kubectl gpu-doctor rbac | kubectl apply -f -" in hint and "deploy/" not in hint
     assert "kubectl label" not in hint
 
 
@@ -84,7 +86,7 @@ def test_context_namespace_is_not_where_the_probe_goes(cluster, kubeconfig, tmp_
     cluster.namespaces["team"] = {}
     kc = cluster.kubeconfig(tmp_path / "kc-team", namespace="team")
     cluster.log_chunks = [(DATA / "probe_stream.ndjson").read_bytes()]
-    r = run_cli("node", "gpu-1", "--kubeconfig", str(kc), "-n", "team", "-o", "json")
+    r = run_cli("node", "gpu-1", "--kubeconfig", str(kc), "-o", "json")
     assert r.returncode == 1, r.stderr
     assert [b["metadata"]["namespace"] for b in cluster.created] == ["gpu-doctor"]
 
