@@ -110,7 +110,7 @@ def install(kube: Kube, docs: Sequence[Mapping[str, Any]],
             if m["kind"] not in ADMISSION_PATHS:
                 raise exc.about(what, "create") from None
             if m["metadata"]["name"] in agent_policy.POLICY_NAMES:
-                raise errors.ClusterError(
+                raise NoAdmissionApi(
                     f"cannot create {what}: this API server does not serve "
                     f"ValidatingAdmissionPolicy (Kubernetes 1.30+), so the watching agent's "
                     f"node-status grant cannot be kept to its own node; nothing was granted. "
@@ -266,9 +266,26 @@ def agent_install(session: Session, o: dict) -> ExitStatus:
         else:
             echo(yaml_dump(docs, all_documents=True), nl=False)
         return ExitStatus.OK
-    for line in install(kube, docs, server_dry_run=o.get("dry_run") == "server"):
-        echo(line)
+    dry = o.get("dry_run") == "server"
+    try:
+        lines = install(kube, docs, echo, server_dry_run=dry)
+    except NoAdmissionApi:
+        if o.get("watch") is not None or o.get("interval") is not None or \
+                o.get("metrics_port"):
+            raise  # watching was asked for: refused, nothing granted
+        # the default on an API server before 1.30: the sleeping agent, said in one line
+        echo(f"the watching agent needs ValidatingAdmissionPolicy (Kubernetes 1.30+) to keep "
+             f"its node-status grant to its own node, and this API server does not serve it: "
+             f"installing the sleeping agent (as --no-watch)")
+        docs = install_documents(namespace, o.get("image") or DEFAULT_IMAGE,
+                                 agent_manifests.parse_selector(o.get("node_selector")), None)
+        install(kube, docs, echo, server_dry_run=dry)
     return ExitStatus.OK
+
+
+class NoAdmissionApi(errors.ClusterError):
+    """The API server does not serve ValidatingAdmissionPolicy: the watching agent's grant
+    could not be confined, so it was not created."""
 
 
 def _watch_mode(kube: Kube | None, namespace: str, o: dict):

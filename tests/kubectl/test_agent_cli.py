@@ -364,10 +364,14 @@ def test_without_admission_policies_the_watching_agent_gets_no_grant(xc, kc):
     import re
     xc.add_node("gpu-a")
     xc.serves_admission_v1 = False  # an API server before 1.30
-    r = run_cli("agent", "install", "--kubeconfig", kc)
+    r = run_cli("agent", "install", "--kubeconfig", kc, "--watch")  # asked for: refused
     assert r.returncode == 3 and r.stderr.count("\n") == 1
     assert "does not serve ValidatingAdmissionPolicy" in r.stderr and "--no-watch" in r.stderr
     assert not [k for k in xc.objects if re.search("clusterrole|serviceaccount", k)]
     assert not xc.daemonsets
-    r = run_cli("agent", "install", "--kubeconfig", kc, "--no-watch")  # the sleeping agent
-    assert r.returncode == 0 and xc.daemonsets
+    r = run_cli("agent", "install", "--kubeconfig", kc)  # the default: the sleeping agent
+    assert r.returncode == 0, r.stderr
+    assert "installing the sleeping agent" in r.stdout
+    [ds] = xc.daemonsets.values()
+    assert "agent-idle" in ds["spec"]["template"]["spec"]["containers"][0]["command"]
+    assert not [k for k in xc.objects if re.search("clusterrole|serviceaccount", k)]
