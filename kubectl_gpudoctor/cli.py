@@ -236,20 +236,31 @@ def _session(ctx: click.Context) -> Session:
 
 
 def _target_command(kind: str, name_type: click.ParamType, help: str,
-                    namespace_help: str | None = None, **argument: Any) -> click.Command:
+                    namespace_help: str | None = None, extra: Callable = lambda f: f,
+                    **argument: Any) -> click.Command:
     """`node NAME` and `pod NAME`: one named target, the same options, commands/node.<kind>."""
     @cli.command(kind, context_settings=CONTEXT_SETTINGS, help=help)
     @click.argument("name", type=name_type, **argument)
     @functools.partial(_common, namespace_help=namespace_help)
     @_cluster_options
+    @extra
     @click.pass_context
     def command(ctx: click.Context, name: str, **kw: Any) -> int:
         return getattr(node, kind)(_session(ctx), _opts(ctx, kw), name)
     return command
 
 
+def _history_option(f: Callable) -> Callable:
+    return click.option(
+        "--history", "history", type=click.IntRange(0), is_flag=False, flag_value=0,
+        default=None, metavar="[N]",
+        help="The evidence the watching agent kept on the node: without N, list the bundles; "
+             "--history N replays bundle N like `replay` (with --save FILE, also copies it "
+             "out). Read by exec in the agent pod; nothing runs on the node.")(f)
+
+
 node_cmd = _target_command(
-    "node", params.NODE_NAME, shell_complete=_complete_nodes,
+    "node", params.NODE_NAME, shell_complete=_complete_nodes, extra=_history_option,
     help="Diagnose node NAME (or node/NAME): API-side analysis, then the node probe (by "
          "exec in the standing agent, else in a debug pod).")
 pod_cmd = _target_command(
@@ -370,6 +381,16 @@ def _agent_cmd_options(f: Callable, image: bool = True) -> Callable:
 @click.option("--node-selector", default=None,
               help="Run the agent only on nodes with these labels (key=value[,key=value]); "
                    "default: every node (it tolerates every taint).")
+@click.option("--watch/--no-watch", "watch", default=None,
+              help="Watch mode: the agent checks its node every --interval and marks it "
+                   "with GpuDoctor* NodeConditions and Events, keeping evidence bundles "
+                   "(default for a new install; an installed agent keeps its mode). "
+                   "--no-watch: the agent only sleeps until `node X` execs into it.")
+@click.option("--interval", type=params.Duration(10), default=None,
+              help="Time between the watching agent's passes (default 30s; at least 10s).")
+@click.option("--metrics-port", type=click.IntRange(1024, 65535), default=None,
+              help="Serve Prometheus metrics on this pod port (default: off); see "
+                   "deploy/examples/agent-podmonitor.yaml.")
 @click.option("--dry-run", type=click.Choice(("none", "client", "server")), is_flag=False,
               flag_value="client", default="none",
               help="As kubectl: `client` (or bare --dry-run) prints the manifests without "
@@ -379,7 +400,9 @@ def _agent_cmd_options(f: Callable, image: bool = True) -> Callable:
               help="Format of --dry-run=client (default yaml).")
 @click.pass_context
 def agent_install_cmd(ctx: click.Context, **kw: Any) -> int:
-    """Install (or update) the agent DaemonSet, its namespace and priority quota."""
+    """Install (or update) the agent DaemonSet, its namespace and priority quota; watching,
+    also its ServiceAccount, RBAC (nodes/status patch, events create) and the admission
+    policies that keep it to its own node."""
     return agent.agent_install(_session(ctx), _with_group(ctx, kw))
 
 
@@ -400,7 +423,7 @@ def agent_status_cmd(ctx: click.Context, **kw: Any) -> int:
 @functools.partial(_agent_cmd_options, image=False)
 @click.pass_context
 def agent_uninstall_cmd(ctx: click.Context, **kw: Any) -> int:
-    """Delete the agent DaemonSet (its pods go with it) and its quota."""
+    """Delete the agent DaemonSet (its pods go with it), its quota and its identity."""
     return agent.agent_uninstall(_session(ctx), _with_group(ctx, kw))
 
 

@@ -6,6 +6,7 @@ spec builder); the exec path that uses a running agent is reach/agent_exec.py.
 """
 from __future__ import annotations
 
+import sys
 from typing import Any, Callable, Sequence
 
 from node_probe.protocol import ExitStatus
@@ -23,6 +24,7 @@ from .. import errors
 from ..api.kube import Kube
 from ..reach.agent_manifests import (AGENT_NAME, DS_PATH, INSTALL_COMMAND, VERSION_LABEL, daemonset,
                                      default_image, quota_manifest)
+from ..reach import agent_policy
 from ..reach.agent_exec import NodeAgent, list_agent_pods, not_the_agent, pod_ready
 from .cluster import connect
 
@@ -34,14 +36,14 @@ ADMISSION_PATHS = {
         "/apis/admissionregistration.k8s.io/v1/validatingadmissionpolicybindings"}
 
 
-def install_documents(namespace: str, image: str, node_selector: Mapping[str, str] | None
-                      ) -> list[dict]:
+def install_documents(namespace: str, image: str, node_selector: Mapping[str, str] | None,
+                      watch=None) -> list[dict]:
     """What `agent install` applies, in order: the agent's manifests, then the probe namespace's
     admission policy, admitting the image installed too (reach/admission.py) -- applied with the
     agent because it is what confines `system-node-critical` and the agent's labels to the
     DaemonSet's own pods."""
     from ..reach import admission, agent_manifests
-    return agent_manifests.manifests(namespace, image, node_selector) + \
+    return agent_manifests.manifests(namespace, image, node_selector, watch) + \
         admission.manifests(image)
 
 
@@ -54,11 +56,21 @@ def _path(m: Mapping[str, Any]) -> tuple[str, str]:
         return ADMISSION_PATHS[kind], f"{ADMISSION_PATHS[kind]}/{md['name']}"
     if kind == "ResourceQuota":
         coll = f"/api/v1/namespaces/{md['namespace']}/resourcequotas"
+    elif kind == "ServiceAccount":
+        coll = f"/api/v1/namespaces/{md['namespace']}/serviceaccounts"
     elif kind == "DaemonSet":
         coll = DS_PATH.format(ns=md["namespace"])
+    elif kind in _CLUSTER_KINDS:
+        coll = _CLUSTER_KINDS[kind]
     else:  # pragma: no cover - only the kinds above are generated
         raise ValueError(kind)
     return coll, f"{coll}/{md['name']}"
+
+
+_CLUSTER_KINDS = {  # the watching agent's grant (its policies are ADMISSION_PATHS kinds)
+    "ClusterRole": "/apis/rbac.authorization.k8s.io/v1/clusterroles",
+    "ClusterRoleBinding": "/apis/rbac.authorization.k8s.io/v1/clusterrolebindings",
+}
 
 
 def install(kube: Kube, docs: Sequence[Mapping[str, Any]],
@@ -97,6 +109,13 @@ def install(kube: Kube, docs: Sequence[Mapping[str, Any]],
         except errors.NotFound as exc:
             if m["kind"] not in ADMISSION_PATHS:
                 raise exc.about(what, "create") from None
+            if m["metadata"]["name"] in agent_policy.POLICY_NAMES:
+                raise NoAdmissionApi(
+                    f"cannot create {what}: this API server does not serve "
+                    f"ValidatingAdmissionPolicy (Kubernetes 1.30+), so the watching agent's "
+                    f"node-status grant cannot be kept to its own node; nothing was granted. "
+                    f"Install the sleeping agent instead: `{INSTALL_COMMAND} --no-watch`"
+                ) from None
             # an API server before 1.30 serves no ValidatingAdmissionPolicy (v1): the agent
             # still works; say that nothing confines the probe namespace
             done.append(f"{what} not installed: this API server does not serve "
@@ -130,10 +149,12 @@ def refuse_foreign_namespace(kube: Kube, namespace: str) -> None:
 
 
 def uninstall(kube: Kube, namespace: str) -> list[str]:
-    """Delete the DaemonSet (its pods go with it) and the quota; the namespace stays (the
-    debug pod's RBAC of `kubectl gpu-doctor rbac` lives there too)."""
+    """Delete the DaemonSet (its pods go with it), the quota and the watching agent's identity
+    (ServiceAccount, RBAC, admission policies); the namespace stays (the debug pod's RBAC of
+    `kubectl gpu-doctor rbac` lives there too)."""
     done = []
-    for m in (daemonset(namespace, default_image()), quota_manifest(namespace)):
+    ident = agent_policy.manifests(namespace, {})
+    for m in (daemonset(namespace, default_image()), quota_manifest(namespace), *ident):
         _, obj = _path(m)
         what = f"{m['kind'].lower()}/{m['metadata']['name']}"
         try:
@@ -232,9 +253,11 @@ def _agent_kube(o: dict):
 def agent_install(session: Session, o: dict) -> ExitStatus:
     from ..reach import agent_manifests
     from ..reach.podspec import DEFAULT_IMAGE
-    docs = install_documents(o.get("namespace") or agent_manifests.DEFAULT_NAMESPACE,
-                             o.get("image") or DEFAULT_IMAGE,
-                             agent_manifests.parse_selector(o.get("node_selector")))
+    namespace = o.get("namespace") or agent_manifests.DEFAULT_NAMESPACE
+    kube = None if o.get("dry_run") in ("client", True) else _agent_kube(o)
+    watch = _watch_mode(kube, namespace, o)
+    docs = install_documents(namespace, o.get("image") or DEFAULT_IMAGE,
+                             agent_manifests.parse_selector(o.get("node_selector")), watch)
     if o.get("dry_run") in ("client", True):
         import json
         from ..report.output import yaml_dump
@@ -243,9 +266,53 @@ def agent_install(session: Session, o: dict) -> ExitStatus:
         else:
             echo(yaml_dump(docs, all_documents=True), nl=False)
         return ExitStatus.OK
-    for line in install(_agent_kube(o), docs, server_dry_run=o.get("dry_run") == "server"):
-        echo(line)
+    dry = o.get("dry_run") == "server"
+    try:
+        lines = install(kube, docs, echo, server_dry_run=dry)
+    except NoAdmissionApi:
+        if o.get("watch") is not None or o.get("interval") is not None or \
+                o.get("metrics_port"):
+            raise  # watching was asked for: refused, nothing granted
+        # the default on an API server before 1.30: the sleeping agent, said in one line
+        echo(f"the watching agent needs ValidatingAdmissionPolicy (Kubernetes 1.30+) to keep "
+             f"its node-status grant to its own node, and this API server does not serve it: "
+             f"installing the sleeping agent (as --no-watch)")
+        docs = install_documents(namespace, o.get("image") or DEFAULT_IMAGE,
+                                 agent_manifests.parse_selector(o.get("node_selector")), None)
+        install(kube, docs, echo, server_dry_run=dry)
     return ExitStatus.OK
+
+
+class NoAdmissionApi(errors.ClusterError):
+    """The API server does not serve ValidatingAdmissionPolicy: the watching agent's grant
+    could not be confined, so it was not created."""
+
+
+def _watch_mode(kube: Kube | None, namespace: str, o: dict):
+    """--watch / --no-watch; neither: watch for a new install, keep what an installed agent
+    does (an upgrade never turns a sleeping agent into a writing one unasked)."""
+    from ..reach import agent_manifests
+    want = o.get("watch")
+    if want is None and kube is not None:
+        try:
+            ds = kube.get_json(f"{DS_PATH.format(ns=namespace)}/{AGENT_NAME}", timeout=10)
+            want = agent_manifests.is_watching(ds)
+            if not want:
+                sys.stderr.write(f"daemonset/{AGENT_NAME}: keeps the sleeping agent it runs "
+                                 f"now (--watch turns watching on)\n")
+        except errors.NotFound:
+            want = True
+        except errors.ApiError as exc:
+            raise exc.about(f"daemonset {namespace}/{AGENT_NAME}") from None
+    if want is False:
+        if o.get("interval") is not None or o.get("metrics_port"):
+            raise errors.UsageError("--interval and --metrics-port need the watching agent "
+                                    "(not --no-watch)")
+        return None
+    interval = 30.0 if o.get("interval") is None else float(o["interval"])
+    if interval < 10:
+        raise errors.UsageError(f"--interval {interval:g}s: the agent looks at most every 10s")
+    return agent_manifests.Watch(interval, int(o.get("metrics_port") or 0))
 
 
 def agent_status(session: Session, o: dict) -> ExitStatus:

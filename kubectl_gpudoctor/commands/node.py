@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import concurrent.futures as cf
 import time
+
+import click
 from typing import Any, Callable, Mapping
 
 from node_probe.protocol import catalog
@@ -19,7 +21,7 @@ from .. import analysis, errors
 from ..api import extra_lists
 from . import pending
 from ..analysis import admission, dra, goroutines, kubelet_config, pod_status
-from ..analysis import wedge
+from ..analysis import agent_seen, wedge
 from ..analysis.common import pod_ref
 from ..api.kube import Kube, seg, worker_pool
 from ..report.output import Output
@@ -151,6 +153,8 @@ def collect_node(kube: Kube, name: str, settings: Settings, out: Output,
         findings.append(goroutines.unavailable(name, gr_err.status, gr_err.message, health))
     # the likely root cause from GPU Feature Discovery labels (no node access needed)
     findings += wedge.known_bad_driver(node, findings)
+    # what the watching agent marked on the node, now or within the hour (even if cleared)
+    findings += agent_seen.analyze(node, now)
     return NodeView(node, pods, lease, cfg, findings, events=node_events)
 
 
@@ -298,6 +302,8 @@ def diagnose_pod(kube: Kube, namespace: str, name: str, settings: Settings, out:
         run_probe(kube, view, settings, out, focus_pods=(uid,) if uid else (),
                   cancelled=cancelled, on_pod=on_pod)
 def node(session: Session, o: dict, name: str) -> ExitStatus:
+    if o.get("history") is not None:
+        return history(session, o, name, o["history"])
     return run_cluster(session, o, {"kind": "node", "name": name, "node": name},
                     lambda kube, out, s, reg: diagnose_node(kube, name, s, out,
                                                                      on_pod=reg))
@@ -309,4 +315,62 @@ def pod(session: Session, o: dict, name: str) -> ExitStatus:
                                                                     out, on_pod=reg),
                     pod_target=True)
 
+
+def history(session: Session, o: dict, name: str, n: int) -> ExitStatus:
+    """`node X --history`: the evidence bundles the watching agent kept on the node (read by
+    exec of the read-only `agent-history` in its pod); `--history N` replays bundle N with the
+    same renderer as `replay`; with `--save FILE` it is also copied out."""
+    import json
+
+    from ..reach import agent_exec
+    from ..report import bundle
+    from .cluster import connect
+
+    kube = connect(o)
+    ns = o.get("agent_namespace") or "gpu-doctor"
+    pod, why = agent_exec.find_agent_pod(kube, ns, name)
+    if pod is None:
+        raise errors.ClusterError(
+            f"no evidence history for node {name}: {why} (the watching agent keeps it: "
+            f"`kubectl gpu-doctor agent install`)")
+    if n == 0:
+        raw = agent_exec.agent_history(kube, pod, ["list"], agent_exec.HISTORY_LIST_MAX)
+        rows = []
+        for line in raw.decode("utf-8", "replace").splitlines()[:100]:
+            try:
+                r = json.loads(line)
+            except ValueError:
+                continue
+            if isinstance(r, dict) and isinstance(r.get("n"), int):
+                rows.append({"n": r["n"], "captured_at": _utc(r.get("time")),
+                             "condition": _cell(r.get("class")), "bytes": r.get("bytes")})
+        if o.get("output") in ("json", "jsonl"):
+            click.echo(json.dumps({"node": name, "bundles": rows}, indent=2))
+            return ExitStatus.OK
+        if not rows:
+            click.echo(f"no evidence kept on {name}: the agent captured no problem yet")
+            return ExitStatus.OK
+        from tabulate import tabulate
+        click.echo(tabulate([[r["n"], r["captured_at"], r["condition"], r["bytes"]]
+                             for r in rows], headers=["N", "CAPTURED (UTC)", "CONDITION",
+                                                      "BYTES"],
+                            tablefmt="plain", disable_numparse=True))
+        click.echo(f"`kubectl gpu-doctor node {name} --history N` replays one "
+                   f"(--save FILE keeps it)")
+        return ExitStatus.OK
+    raw = agent_exec.agent_history(kube, pod, ["get", str(n)], bundle.MAX_BUNDLE_BYTES + 1)
+    doc = bundle.parse(raw, f"bundle {n} of {name}")
+    if o.get("save"):
+        bundle.write(o["save"], bundle.keep_node_bundle(doc))
+        click.echo(f"bundle {n} of {name} saved to {o['save']}", err=True)
+    return ExitStatus(bundle.replay(doc, o.get("output") or "table", None))
+
+
+def _utc(t: Any) -> str:
+    ok = isinstance(t, (int, float)) and 0 <= t < 1e11
+    return time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(t)) if ok else "?"
+
+
+def _cell(v: Any) -> str:
+    return "".join(ch if ch.isalnum() else "?" for ch in str(v or ""))[:64]
 

@@ -229,3 +229,41 @@ def _why_no_summary(kube: Kube, ns: str, name: str, end: Any) -> str:
     except errors.GpuDoctorError:
         pass
     return "; ".join(parts)
+
+
+# -- the watching agent's evidence ring --------------------------------------------------------
+
+HISTORY_COMMAND = ("python3", "-m", "node_probe", "agent-history")
+HISTORY_LIST_MAX = 256 * 1024      # agent-history lists at most 100 one-line entries
+
+
+def agent_history(kube: Kube, agent_pod: Mapping[str, Any], args: Sequence[str], limit: int,
+                  deadline_s: float = 60.0) -> bytes:
+    """Run the read-only `python3 -m node_probe agent-history ARGS` in the agent pod; its
+    stdout, at most `limit` bytes. A refusal by the agent (no such bundle, no ring) is one
+    UsageError with its message; a broken exec is a ClusterError."""
+    from . import execstream
+
+    md = agent_pod.get("metadata") or {}
+    ns, name = md.get("namespace") or DEFAULT_NAMESPACE, md.get("name") or ""
+    ex = execstream.ExecStream(kube, ns, name, podspec.CONTAINER,
+                               [*HISTORY_COMMAND, *args], connect_timeout_s=10.0,
+                               deadline_s=deadline_s)
+    ex.open()
+    buf = bytearray()
+    for chunk in ex.chunks():
+        buf += chunk
+        if len(buf) > limit:
+            ex.close()
+            raise errors.StreamBroken(f"the agent in {ns}/{name} sent more than {limit} bytes "
+                                      f"for `agent-history {' '.join(args)}`")
+    end = ex.end
+    if end is not None and end.exit_code not in (0, None):
+        tail = end.stderr_tail.decode("utf-8", "replace").strip().splitlines()
+        why = " ".join((tail[-1] if tail else f"exit code {end.exit_code}").split())[:300]
+        why = "".join(ch if ch.isprintable() else "?" for ch in why)
+        if end.exit_code == 2:
+            raise errors.UsageError(f"agent {ns}/{name}: {why}")
+        raise errors.ClusterError(f"agent {ns}/{name}: {why}")
+    return bytes(buf)
+

@@ -26,6 +26,7 @@ import time
 from typing import Any, Callable, Mapping, Sequence
 
 from node_probe.protocol import CheckResult, ExitStatus, Finding, ProtocolError, catalog
+from node_probe.protocol import bundle as protocol_bundle
 from node_probe.protocol.render import terminal_safe
 from node_probe.protocol.version import __version__
 
@@ -33,7 +34,7 @@ from .. import errors
 from . import bundle_io, bundle_keep
 from .bundle_keep import REDACTED  # noqa: F401 - bundle.REDACTED, what redaction leaves
 
-SCHEMA = "gpu-doctor-bundle/v1"
+SCHEMA = protocol_bundle.SCHEMA  # one layout, shared with the watching agent
 REDACTION_NOTICE = (
     "No secrets: no Secret object is read; of API objects only an allow-list of fields is kept "
     "(names, owners, node, resources, phases, states, conditions, events' reasons and "
@@ -177,23 +178,13 @@ def goroutine_excerpt(text: str, limit: int = GOROUTINE_EXCERPT_BYTES) -> str:
 
 def build(out: Any, code: int, error: errors.GpuDoctorError | None, recorder: Recorder,
           argv: Sequence[str], image: str | None = None, preamble: str = "") -> dict:
-    r = out.report
-    report = {
-        "target": r.target, "version": r.version, "started_at": r.started_at,
-        "duration_s": round(time.time() - r.started_at, 3),
-        "fail_on": out.fail_on,
-        "findings": [f.to_record() for f in r.findings],
-        "checks": [c.to_dict() for c in r.checks],
-        "summary_record": r.summary_record,
-        "incomplete_reason": r.extra_incomplete_reason,
-        "error": None if error is None else {"type": type(error).__name__,
-                                             "message": error.one_line(),
-                                             "exit_status": int(errors.exit_status_of(error))},
-        "exit_code": int(code),
-        "preamble": preamble,
-        # for readers of the bundle; replay decides the verdict again from the findings
-        "verdict": out.verdict(),
-    }
+    report = protocol_bundle.report_block(
+        out.report, out.fail_on, code, preamble=preamble,
+        error=None if error is None else {"type": type(error).__name__,
+                                          "message": error.one_line(),
+                                          "exit_status": int(errors.exit_status_of(error))})
+    # for readers of the bundle; replay decides the verdict again from the findings
+    report["verdict"] = out.verdict()
     try:
         from importlib.metadata import version as _v
         client = _v("kubernetes")
@@ -234,6 +225,24 @@ def keep_report(report: Mapping[str, Any]) -> dict:
             "preamble": k.scrub(str(report.get("preamble") or ""), k.MAX_BIG_TEXT)}
 
 
+def keep_node_bundle(doc: Mapping[str, Any]) -> dict:
+    """A bundle the watching agent kept on a node, as `--save` keeps the client's own: the
+    report and the probe records by the allow-list, free text scrubbed, nothing else."""
+    ev = doc.get("evidence") if isinstance(doc.get("evidence"), Mapping) else {}
+    recs = ev.get("probe_ndjson") if isinstance(ev.get("probe_ndjson"), list) else []
+    return {"schema": SCHEMA, "redaction": REDACTION_NOTICE,
+            "created_at": bundle_keep.scrub(str(doc.get("created_at") or ""), 64),
+            "command_line": bundle_keep.scrub_argv(list(doc.get("command_line") or ())[:64]),
+            "tool": bundle_keep.keep(doc.get("tool"), bundle_keep.KEEP),
+            "image": bundle_keep.keep(doc.get("image"), bundle_keep.KEEP),
+            "report": keep_report(doc["report"]),
+            "evidence": {"api": [],
+                         "probe_ndjson": [bundle_keep.keep_record(r)
+                                          for r in recs[:MAX_RECORDS]],
+                         "probe_records_dropped": max(0, len(recs) - MAX_RECORDS)},
+            "agent": bundle_keep.keep(doc.get("agent"), bundle_keep.KEEP)}
+
+
 def write(path: str, doc: Mapping[str, Any]) -> None:
     """Atomically, owner-readable, only over a regular file (report/bundle_io.py)."""
     bundle_io.write(path, doc)
@@ -243,7 +252,16 @@ def write(path: str, doc: Mapping[str, Any]) -> None:
 
 def load(path: str) -> dict:
     """Read and check a bundle; a bad file is one usage error, never a traceback or a hang."""
-    doc = bundle_io.parse(path, bundle_io.read(path))
+    return parse(bundle_io.read(path), path)
+
+
+def parse(data: bytes, path: str) -> dict:
+    """Check a bundle's bytes (from a file, or from the watching agent's ring); `path` names
+    where they came from in the one-line error."""
+    if len(data) > MAX_BUNDLE_BYTES:
+        raise errors.UsageError(f"{path} is larger than {MAX_BUNDLE_BYTES // 2**20} MiB; not a "
+                                f"gpu-doctor bundle")
+    doc = bundle_io.parse(path, data)
     if not isinstance(doc, dict) or doc.get("schema") != SCHEMA:
         schema = doc.get("schema") if isinstance(doc, dict) else None
         raise errors.UsageError(f"{path} is not a gpu-doctor bundle (schema "

@@ -95,6 +95,9 @@ def _probe_plugin(ctx, p: _PluginProbe) -> None:
                              else "GetDevicePluginOptions did not answer")
         elif not lw.ok:
             p.gpa_skipped = "no device list to build a request from"
+        elif not ctx.options.provoke_plugin:
+            p.gpa_skipped = ("not provoked in this watch pass (only after a cheaper signal "
+                             "points at the plugin)")
         else:
             req = rpc.plausible_request(p.devices or [])
             if req is None:

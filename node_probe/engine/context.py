@@ -38,6 +38,8 @@ class ProbeOptions:
     skip: tuple[str, ...] = ()        # check ids to skip
     plugin_log: Path | None = None    # a device plugin's log file to scan (HAMi)
     trace_pids: tuple[int, ...] = ()  # extra pids for the eBPF futex/NVML probes (--trace-pid)
+    # call a plugin's GetPreferredAllocation (the watching agent does only on a cheap signal)
+    provoke_plugin: bool = True
 
     @property
     def cgroup_dir(self) -> Path:

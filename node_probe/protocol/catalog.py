@@ -94,6 +94,8 @@ CATALOG: dict[str, str] = {
     "cdi.unresolvable_devices": "The runtime could not resolve the CDI devices a pod was given",
     "dra.claim_unallocated": "A pod waits on ResourceClaims that are not allocated, and why",
     "dra.device_unhealthy": "Pod status reports allocated devices as unhealthy",
+    # the watching agent (issue 23), read from the node's conditions
+    "agent.problem_seen": "The watching agent marks this node with a problem, now or within the last hour",
     "kubelet.blocked_in_dra_plugin": "kubelet goroutines are parked in DRA NodePrepareResources calls",
     # the watching agent's node conditions, read by `nodes` (issue 23)
     "agent.heartbeat_stale": "The node's gpu-doctor agent stopped refreshing its node conditions",

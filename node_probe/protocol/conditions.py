@@ -74,5 +74,16 @@ def sanitize_message(text: str, limit: int = MESSAGE_MAX) -> str:
     return raw[:limit - 3].decode("utf-8", "ignore") + "..."
 
 
+def quiet_reason(ctype: str) -> str:
+    """`reason` of a class that has been False since the agent started: `NoXidErrors`."""
+    return "No" + ctype[len(TYPE_PREFIX):]
+
+
+def cleared_reason(ctype: str) -> str:
+    """`reason` of a class that went False after a problem: `XidErrorsCleared` (its message
+    says what the problem was and when it was last seen)."""
+    return ctype[len(TYPE_PREFIX):] + "Cleared"
+
+
 def is_owned(condition: Mapping[str, object]) -> bool:
     return str(condition.get("type", "")).startswith(TYPE_PREFIX)

@@ -32,3 +32,10 @@ def test_owned_types():
     assert conditions.is_owned({"type": "GpuDoctorXidErrors"})
     assert not conditions.is_owned({"type": "KernelDeadlock"})
     assert conditions.WATCHING_TYPE in conditions.OWNED_TYPES
+
+
+def test_quiet_and_cleared_reasons_differ_and_are_camel_case():
+    for ct in conditions.CLASSES:
+        q, c = conditions.quiet_reason(ct), conditions.cleared_reason(ct)
+        assert q != c and q.isalnum() and c.isalnum() and q[0].isupper() and c[0].isupper()
+    assert conditions.cleared_reason("GpuDoctorXidErrors") == "XidErrorsCleared"

@@ -52,6 +52,10 @@ QUOTA = re.compile(r"^/api/v1/namespaces/([^/]+)/resourcequotas/([^/]+)$")
 ADMISSION = re.compile(r"^/apis/admissionregistration\.k8s\.io/v1/"
                        r"(validatingadmissionpolicies|validatingadmissionpolicybindings)"
                        r"(?:/([^/]+))?$")
+# the watching agent's identity: kept as plain objects by path (create 409s on a duplicate)
+IDENTITY = re.compile(r"^(/api/v1/namespaces/[^/]+/serviceaccounts|/apis/rbac\.authorization"
+                      r"\.k8s\.io/v1/clusterroles|/apis/rbac\.authorization\.k8s\.io/v1/"
+                      r"clusterrolebindings)(?:/([^/]+))?$")
 STDOUT, STDERR, ERROR = 1, 2, 3
 PROBE_NS = "gpu-doctor.io/probe-namespace"  # the label gpu-doctor's own namespace carries
 
@@ -111,6 +115,7 @@ class ExecCluster(FakeCluster):
         self.execs: list[dict] = []          # what each exec asked for, and what it got
         self.exec_procs: list[asyncio.subprocess.Process] = []
         self.daemonsets: dict[tuple[str, str], dict] = {}
+        self.objects: dict[str, dict] = {}   # path -> ServiceAccount, RBAC objects
         self.dry_runs: list[tuple[str, str]] = []  # writes answered with dryRun=All
         self.admission: dict[tuple[str, str], dict] = {}  # (resource, name): policy/binding
         self.serves_admission_v1 = True      # False: an API server before 1.30
@@ -189,6 +194,9 @@ class ExecCluster(FakeCluster):
             return self._json({"kind": "Namespace", "apiVersion": "v1",
                                "metadata": {"name": m.group(1),
                                             "labels": self.namespaces[m.group(1)]}})
+        m = IDENTITY.match(path)
+        if m:
+            return self._identity(method, m.group(1), m.group(2), body, q)
         quotas = _ListStore(self.quotas)  # FakeCluster lists them; POST/GET/PUT/DELETE here
         for coll_rx, one_rx, store, kind in ((DAEMONSETS, DAEMONSET, self.daemonsets,
                                               "daemonsets.apps"),
@@ -245,6 +253,33 @@ class ExecCluster(FakeCluster):
                     return self._json({"kind": "Status", "apiVersion": "v1", "metadata": {},
                                        "status": "Success"})
         return super()._route(method, path, q, request)
+
+    def _identity(self, method: str, coll: str, name: str | None, body, q: dict) -> Any:
+        if method in ("POST", "PUT") and q.get("dryRun") == "All":
+            self.dry_runs.append((method, coll if name is None else f"{coll}/{name}"))
+            return self._json(body)
+        if name is None and method == "POST":
+            key = f"{coll}/{body['metadata']['name']}"
+            if key in self.objects:
+                return self._status(409, "AlreadyExists",
+                                    f'"{body["metadata"]["name"]}" already exists')
+            self.objects[key] = body
+            return self._json(body)
+        key = f"{coll}/{name}"
+        if name is not None and method in ("GET", "PUT", "DELETE"):
+            if key not in self.objects:
+                if method == "DELETE":
+                    self.deleted.append(("", key, q))
+                return self._status(404, "NotFound", f'"{name}" not found')
+            if method == "PUT":
+                self.objects[key] = body
+            elif method == "DELETE":
+                self.deleted.append(("", key, q))
+                del self.objects[key]
+                return self._json({"kind": "Status", "apiVersion": "v1", "metadata": {},
+                                   "status": "Success"})
+            return self._json(self.objects[key])
+        return self._status(405, "MethodNotAllowed", f"{method} {coll}")
 
     async def _namespaces(self, req: aiohttp.web.BaseRequest) -> aiohttp.web.StreamResponse:
         for m, rx in self.forbid:

@@ -65,6 +65,51 @@ def test_agent_has_the_debug_pods_privileges_and_nothing_more():
     assert q["values"] == ["system-node-critical"]
 
 
+@pytest.mark.parametrize("k8s", ["1.30", kubernetes_validate.latest_version()])
+def test_watch_manifests_are_schema_valid(k8s):
+    docs = agent_manifests.manifests("gpu-doctor", PINNED, None,
+                                     agent_manifests.Watch(30, 9400))
+    for d in docs:
+        kubernetes_validate.validate(d, k8s, strict=True)
+
+
+def test_watching_adds_exactly_its_identity_token_node_name_evidence_and_port():
+    """The pod-spec fields watch mode adds to the sleeping agent (the probe namespace's
+    admission policy must admit exactly these): serviceAccountName, the projected token +
+    CA volume and its mount, the evidence hostPath and its mount, NODE_NAME, the port."""
+    idle = agent_manifests.daemonset("gpu-doctor", PINNED)["spec"]["template"]["spec"]
+    w = agent_manifests.daemonset("gpu-doctor", PINNED, None,
+                                  agent_manifests.Watch(30, 9400))["spec"]["template"]["spec"]
+    assert set(w) - set(idle) == {"serviceAccountName"}
+    assert w["serviceAccountName"] == "gpu-doctor-agent"
+    assert w["automountServiceAccountToken"] is False  # only the projected, bound token
+    new_vols = [v for v in w["volumes"] if v not in idle["volumes"]]
+    assert [v["name"] for v in new_vols] == ["agent-token", "evidence"]
+    srcs = new_vols[0]["projected"]["sources"]
+    assert srcs[0] == {"serviceAccountToken": {"path": "token", "expirationSeconds": 3600}}
+    assert new_vols[1]["hostPath"] == {"path": "/var/lib/gpu-doctor/evidence",
+                                       "type": "DirectoryOrCreate"}
+    c, ci = w["containers"][0], idle["containers"][0]
+    assert set(c) - set(ci) == {"ports"}
+    assert [m for m in c["volumeMounts"] if m not in ci["volumeMounts"]] == [
+        {"name": "agent-token", "mountPath": "/var/run/secrets/kubernetes.io/serviceaccount",
+         "readOnly": True},
+        {"name": "evidence", "mountPath": "/var/lib/gpu-doctor/evidence", "readOnly": False}]
+    assert [e for e in c["env"] if e not in ci["env"]] == [
+        {"name": "NODE_NAME", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}}]
+    for key in ("securityContext", "image", "name"):
+        assert c[key] == ci[key]
+    assert c["resources"]["limits"] == ci["resources"]["limits"]
+    assert c["command"][:4] == ["python3", "-m", "node_probe", "agent-watch"]
+    # the flags the command passes exist in the agent's parser
+    from node_probe.watch.loop import build_parser
+    a = build_parser().parse_args(c["command"][4:])
+    assert (a.interval, a.metrics_port, str(a.evidence_dir)) == (
+        30.0, 9400, "/var/lib/gpu-doctor/evidence")
+    from node_probe.watch.ring import DEFAULT_RING
+    assert str(DEFAULT_RING) == agent_manifests.EVIDENCE_DIR  # agent-history's default
+
+
 def test_node_selector_parsing():
     assert agent_manifests.parse_selector("a=b, c=d") == {"a": "b", "c": "d"}
     with pytest.raises(errors.UsageError):
@@ -132,8 +177,10 @@ def test_install_status_uninstall(xc, kube):
     assert "3 node(s): 2 with a Running agent, 1 without; 1 with version skew" in table
     assert agent_exec.find_agent_pod(kube, "gpu-doctor", "gpu-c") == (None, "no agent pod on this node")
 
-    assert agent.uninstall(kube, "gpu-doctor") == [f"daemonset/{agent_manifests.AGENT_NAME} deleted",
-                                                   f"resourcequota/{agent_manifests.QUOTA_NAME} deleted"]
+    gone = agent.uninstall(kube, "gpu-doctor")
+    assert gone[:2] == [f"daemonset/{agent_manifests.AGENT_NAME} deleted",
+                        f"resourcequota/{agent_manifests.QUOTA_NAME} deleted"]
+    assert all(x.endswith(" not found") for x in gone[2:])  # a sleeping agent has no identity
     assert not [k for k, p in xc.pods.items() if k[0] == "gpu-doctor"
                 and p["metadata"].get("ownerReferences")]
     assert agent.uninstall(kube, "gpu-doctor")[0] == f"daemonset/{agent_manifests.AGENT_NAME} not found"
@@ -208,3 +255,31 @@ def test_agent_rbac_grants_exec_only_in_the_agent_namespace():
     for d in base:
         for rule in (d or {}).get("rules") or ():
             assert "pods/exec" not in rule["resources"]
+
+
+def test_example_podmonitor_selects_the_agent_and_its_metrics_port():
+    import yaml
+    with open(os.path.join(REPO, "deploy", "examples", "agent-podmonitor.yaml")) as f:
+        pm = yaml.safe_load(f)
+    assert pm["kind"] == "PodMonitor" and pm["apiVersion"] == "monitoring.coreos.com/v1"
+    assert pm["spec"]["selector"]["matchLabels"] == agent_manifests.SELECTOR
+    assert pm["spec"]["namespaceSelector"]["matchNames"] == [agent_manifests.DEFAULT_NAMESPACE]
+    ds = agent_manifests.daemonset("gpu-doctor", PINNED, None, agent_manifests.Watch(30, 9400))
+    ports = ds["spec"]["template"]["spec"]["containers"][0]["ports"]
+    assert [e["port"] for e in pm["spec"]["podMetricsEndpoints"]] == [p["name"] for p in ports]
+
+
+def test_agent_history_reads_at_most_its_limit(xc, kube):
+    import sys
+    xc.namespaces["gpu-doctor"] = {PROBE_NS: "true"}
+    pod = xc.add_agent_pod("gpu-a")
+    xc.exec_argv = lambda cmd: [sys.executable, "-c", "print('x' * 5000)"]
+    with pytest.raises(errors.StreamBroken, match="more than 1000 bytes"):
+        agent_exec.agent_history(kube, pod, ["list"], 1000)
+    assert agent_exec.agent_history(kube, pod, ["list"], 10000).strip() == b"x" * 5000
+    xc.exec_argv = lambda cmd: [sys.executable, "-c",
+                                "import sys; sys.stderr.write('error: no bundle 3\\x1b[31m\\n');"
+                                " sys.exit(2)"]
+    with pytest.raises(errors.UsageError) as ei:
+        agent_exec.agent_history(kube, pod, ["get", "3"], 1000)
+    assert "no bundle 3" in ei.value.one_line() and "\x1b" not in ei.value.one_line()

@@ -50,16 +50,26 @@ def test_install_dry_run_prints_valid_manifests():
                 "--node-selector", "nvidia.com/gpu.present=true")
     assert r.returncode == 0, r.stderr
     docs = [d for d in yaml.safe_load_all(r.stdout) if d]
-    assert [d["kind"] for d in docs] == ["Namespace", "ResourceQuota", "DaemonSet",
-                                         "ValidatingAdmissionPolicy",
-                                         "ValidatingAdmissionPolicyBinding"]
+    # watching by default: the agent's own identity and the policies that keep it to its
+    # node, then the probe namespace's admission policy (issue 21)
+    assert [d["kind"] for d in docs] == [
+        "Namespace", "ResourceQuota", "ValidatingAdmissionPolicy",
+        "ValidatingAdmissionPolicyBinding", "ValidatingAdmissionPolicy",
+        "ValidatingAdmissionPolicyBinding", "ServiceAccount", "ClusterRole",
+        "ClusterRoleBinding", "DaemonSet", "ValidatingAdmissionPolicy",
+        "ValidatingAdmissionPolicyBinding"]
     for d in docs:
         kubernetes_validate.validate(d, kubernetes_validate.latest_version(), strict=True)
-    ds = docs[2]
+    [ds] = [d for d in docs if d["kind"] == "DaemonSet"]
+    assert "agent-watch" in ds["spec"]["template"]["spec"]["containers"][0]["command"]
+    idle = run_cli("agent", "install", "--dry-run", "--no-watch")
+    assert [d["kind"] for d in yaml.safe_load_all(idle.stdout) if d] == [
+        "Namespace", "ResourceQuota", "DaemonSet", "ValidatingAdmissionPolicy",
+        "ValidatingAdmissionPolicyBinding"]
     assert ds["spec"]["template"]["spec"]["containers"][0]["image"] == PINNED
     assert ds["spec"]["template"]["spec"]["nodeSelector"] == {"nvidia.com/gpu.present": "true"}
     j = run_cli("agent", "install", "--dry-run", "-o", "json")
-    assert [i["kind"] for i in json.loads(j.stdout)["items"]][2] == "DaemonSet"
+    assert "DaemonSet" in [i["kind"] for i in json.loads(j.stdout)["items"]]
 
 
 def test_install_status_uninstall_through_the_cli(xc, kc):
@@ -82,6 +92,45 @@ def test_install_status_uninstall_through_the_cli(xc, kc):
     r = run_cli("agent", "uninstall", "--kubeconfig", kc)
     assert r.returncode == 0 and "daemonset/gpu-doctor-agent deleted" in r.stdout
     r = run_cli("agent", "install", "--kubeconfig", kc, "--node-selector", "bad")
+    assert r.returncode == 2 and r.stderr.count("\n") == 1
+
+
+def test_watch_install_creates_the_identity_and_uninstall_removes_it(xc, kc):
+    xc.add_node("gpu-a")
+    r = run_cli("agent", "install", "--kubeconfig", kc, "--interval", "45s",
+                "--metrics-port", "9400")
+    assert r.returncode == 0, r.stderr
+    for line in ("serviceaccount/gpu-doctor-agent created",
+                 "clusterrole/gpu-doctor-agent-node-status created",
+                 "validatingadmissionpolicy/gpu-doctor-agent-own-node created",
+                 "validatingadmissionpolicybinding/gpu-doctor-agent-own-events created"):
+        assert line in r.stdout
+    [ds] = xc.daemonsets.values()
+    c = ds["spec"]["template"]["spec"]["containers"][0]
+    assert c["command"][3:] == ["agent-watch", "--host-root", "/host", "--interval", "45s",
+                                "--evidence-dir", "/var/lib/gpu-doctor/evidence",
+                                "--metrics-port", "9400"]
+    assert c["ports"] == [{"name": "metrics", "containerPort": 9400, "protocol": "TCP"}]
+    r = run_cli("agent", "uninstall", "--kubeconfig", kc)
+    assert r.returncode == 0
+    assert "validatingadmissionpolicy/gpu-doctor-agent-own-node deleted" in r.stdout
+    assert not xc.objects
+
+
+def test_an_installed_sleeping_agent_keeps_sleeping_unless_asked(xc, kc):
+    xc.add_node("gpu-a")
+    assert run_cli("agent", "install", "--kubeconfig", kc, "--no-watch").returncode == 0
+    r = run_cli("agent", "install", "--kubeconfig", kc)   # an upgrade, no flag
+    assert r.returncode == 0 and "keeps the sleeping agent" in r.stderr
+    [ds] = xc.daemonsets.values()
+    assert "agent-idle" in ds["spec"]["template"]["spec"]["containers"][0]["command"]
+    assert not xc.objects
+    assert run_cli("agent", "install", "--kubeconfig", kc, "--watch").returncode == 0
+    [ds] = xc.daemonsets.values()
+    assert "agent-watch" in ds["spec"]["template"]["spec"]["containers"][0]["command"]
+    r = run_cli("agent", "install", "--kubeconfig", kc, "--no-watch", "--metrics-port", "9400")
+    assert r.returncode == 2 and "need the watching agent" in r.stderr
+    r = run_cli("agent", "install", "--kubeconfig", kc, "--interval", "2s")
     assert r.returncode == 2 and r.stderr.count("\n") == 1
 
 
@@ -294,3 +343,37 @@ def test_agent_namespace_from_the_environment_is_checked_too(monkeypatch):
     monkeypatch.setenv("GPU_DOCTOR_AGENT_NAMESPACE", "Bad_NS")
     r = run_cli("agent", "install", "--dry-run", "-o", "yaml")
     assert r.returncode == 2 and "namespace name 'Bad_NS' is not valid" in r.stderr
+
+
+def test_history_needs_an_agent_and_escapes_what_it_lists(xc, kc):
+    import sys
+    xc.namespaces["gpu-doctor"] = {PROBE_NS: "true"}
+    xc.add_node("gpu-1")
+    r = run_cli("node", "gpu-1", "--history", "--kubeconfig", kc)
+    assert r.returncode == 3 and "agent install" in r.stderr and r.stderr.count("\n") == 1
+    xc.add_agent_pod("gpu-1")
+    # a hostile agent: an escape sequence in a listed class, a time out of range
+    line = '{"n": 1, "time": 1.0e30, "class": "Gpu\\u001b[31mDoctor", "bytes": 5}'
+    xc.exec_argv = lambda cmd: [sys.executable, "-c", f"print({line!r})"]
+    r = run_cli("node", "gpu-1", "--history", "--kubeconfig", kc)
+    assert r.returncode == 0 and "\x1b" not in r.stdout and "Gpu??31mDoctor" in r.stdout
+    xc.exec_argv = lambda cmd: [sys.executable, "-c", "print('{\"schema\": \"other\"}')"]
+    r = run_cli("node", "gpu-1", "--history", "1", "--kubeconfig", kc)
+    assert r.returncode == 2 and "not a gpu-doctor bundle" in r.stderr
+
+
+def test_without_admission_policies_the_watching_agent_gets_no_grant(xc, kc):
+    import re
+    xc.add_node("gpu-a")
+    xc.serves_admission_v1 = False  # an API server before 1.30
+    r = run_cli("agent", "install", "--kubeconfig", kc, "--watch")  # asked for: refused
+    assert r.returncode == 3 and r.stderr.count("\n") == 1
+    assert "does not serve ValidatingAdmissionPolicy" in r.stderr and "--no-watch" in r.stderr
+    assert not [k for k in xc.objects if re.search("clusterrole|serviceaccount", k)]
+    assert not xc.daemonsets
+    r = run_cli("agent", "install", "--kubeconfig", kc)  # the default: the sleeping agent
+    assert r.returncode == 0, r.stderr
+    assert "installing the sleeping agent" in r.stdout
+    [ds] = xc.daemonsets.values()
+    assert "agent-idle" in ds["spec"]["template"]["spec"]["containers"][0]["command"]
+    assert not [k for k in xc.objects if re.search("clusterrole|serviceaccount", k)]

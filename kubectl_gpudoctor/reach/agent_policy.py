@@ -1,0 +1,118 @@
+"""Least privilege for the watching agent: its ServiceAccount, RBAC and admission policies.
+
+Why: a watching agent writes to the API server, and `nodes/status patch` alone would let it
+rewrite any node's status (capacity, addresses, the kubelet's Ready) or relabel nodes through the
+status subresource. RBAC cannot name "my own node", so two ValidatingAdmissionPolicies narrow it
+(the shape of the one verified on a 1.35 API server, captures k8s-1.35/node-status-writes):
+the agent's account may update only the status of the node its bound token names
+(`request.userInfo.extra["authentication.kubernetes.io/node-name"]`), may change only condition
+types starting with GpuDoctor (every other condition, every other status field and the node's
+labels, annotations, owners and finalizers stay as they were), and may create only Events about
+that node under its own component name. A denial is 422 `Invalid` (the writer backs off).
+"""
+from __future__ import annotations
+
+from node_probe.protocol import conditions
+
+SA_NAME = "gpu-doctor-agent"
+ROLE_NAME = "gpu-doctor-agent-node-status"
+NODE_POLICY = "gpu-doctor-agent-own-node"
+EVENT_POLICY = "gpu-doctor-agent-own-events"
+POLICY_NAMES = (NODE_POLICY, EVENT_POLICY)
+NODE_NAME_EXTRA = "authentication.kubernetes.io/node-name"
+EVENT_COMPONENT = "gpu-doctor-agent"  # node_probe/watch/writer.py COMPONENT
+PREFIX = conditions.TYPE_PREFIX
+# Node.status fields other than conditions: none may change in the agent's requests
+STATUS_FIELDS = ("capacity", "allocatable", "phase", "addresses", "daemonEndpoints", "nodeInfo",
+                 "images", "volumesInUse", "volumesAttached", "config", "runtimeHandlers",
+                 "features")
+META_FIELDS = ("labels", "annotations", "ownerReferences", "finalizers")
+
+
+def _same(path: str) -> str:
+    return (f"has(object.{path}) == has(oldObject.{path}) && "
+            f"(!has(object.{path}) || object.{path} == oldObject.{path})")
+
+
+BOUND = (f"'{NODE_NAME_EXTRA}' in request.userInfo.extra && "
+         f"size(request.userInfo.extra['{NODE_NAME_EXTRA}']) == 1")
+OWN_NODE = f"{BOUND} && request.userInfo.extra['{NODE_NAME_EXTRA}'][0] == object.metadata.name"
+FOREIGN = f"!c.type.startsWith('{PREFIX}')"
+OWN_CONDITIONS_ONLY = (
+    f"has(oldObject.status.conditions) ? (has(object.status.conditions) && "
+    f"object.status.conditions.filter(c, {FOREIGN}) == "
+    f"oldObject.status.conditions.filter(c, {FOREIGN})) : "
+    f"(!has(object.status.conditions) || "
+    f"object.status.conditions.all(c, c.type.startsWith('{PREFIX}')))")
+OTHER_STATUS_UNCHANGED = " && ".join(_same(f"status.{f}") for f in STATUS_FIELDS)
+METADATA_UNCHANGED = " && ".join(_same(f"metadata.{f}") for f in META_FIELDS)
+EVENT_ABOUT_OWN_NODE = (
+    f"{BOUND} && object.involvedObject.kind == 'Node' && "
+    f"object.involvedObject.name == request.userInfo.extra['{NODE_NAME_EXTRA}'][0] && "
+    f"has(object.source) && object.source.component == '{EVENT_COMPONENT}'")
+
+
+def username(namespace: str) -> str:
+    return f"system:serviceaccount:{namespace}:{SA_NAME}"
+
+
+def manifests(namespace: str, labels: dict) -> list[dict]:
+    """The two policies with their bindings, then the ServiceAccount, the ClusterRole
+    (nodes/status patch, events create) and its binding: everything the watching agent's
+    identity needs, no more."""
+    meta = {"labels": dict(labels)}
+    is_agent = [{"name": "is-the-gpu-doctor-agent",
+                 "expression": f"request.userInfo.username == '{username(namespace)}'"}]
+    # the policies first: the grant never exists on a cluster without them (an API server
+    # that does not serve ValidatingAdmissionPolicy fails the install before any grant)
+    return [
+        {"apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingAdmissionPolicy",
+         "metadata": {"name": NODE_POLICY, **meta},
+         "spec": {"failurePolicy": "Fail",
+                  "matchConstraints": {"resourceRules": [{
+                      "apiGroups": [""], "apiVersions": ["v1"], "operations": ["UPDATE"],
+                      "resources": ["nodes", "nodes/status"]}]},
+                  "matchConditions": is_agent,
+                  "validations": [
+                      {"expression": OWN_NODE,
+                       "message": "the gpu-doctor agent may only patch the status of the node "
+                                  "its token is bound to"},
+                      {"expression": OWN_CONDITIONS_ONLY,
+                       "message": f"the gpu-doctor agent may only write {PREFIX}* conditions"},
+                      {"expression": OTHER_STATUS_UNCHANGED,
+                       "message": "the gpu-doctor agent may not change node status other than "
+                                  "its conditions"},
+                      {"expression": METADATA_UNCHANGED,
+                       "message": "the gpu-doctor agent may not change node labels, "
+                                  "annotations, owners or finalizers"}]}},
+        {"apiVersion": "admissionregistration.k8s.io/v1",
+         "kind": "ValidatingAdmissionPolicyBinding",
+         "metadata": {"name": NODE_POLICY, **meta},
+         "spec": {"policyName": NODE_POLICY, "validationActions": ["Deny"]}},
+        {"apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingAdmissionPolicy",
+         "metadata": {"name": EVENT_POLICY, **meta},
+         "spec": {"failurePolicy": "Fail",
+                  "matchConstraints": {"resourceRules": [{
+                      "apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE"],
+                      "resources": ["events"]}]},
+                  "matchConditions": is_agent,
+                  "validations": [{"expression": EVENT_ABOUT_OWN_NODE,
+                                   "message": "the gpu-doctor agent may only post Events about "
+                                              "the node its token is bound to"}]}},
+        {"apiVersion": "admissionregistration.k8s.io/v1",
+         "kind": "ValidatingAdmissionPolicyBinding",
+         "metadata": {"name": EVENT_POLICY, **meta},
+         "spec": {"policyName": EVENT_POLICY, "validationActions": ["Deny"]}},
+        {"apiVersion": "v1", "kind": "ServiceAccount",
+         "metadata": {"name": SA_NAME, "namespace": namespace, **meta},
+         "automountServiceAccountToken": False},
+        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
+         "metadata": {"name": ROLE_NAME, **meta},
+         "rules": [{"apiGroups": [""], "resources": ["nodes/status"], "verbs": ["patch"]},
+                   {"apiGroups": [""], "resources": ["events"], "verbs": ["create"]}]},
+        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
+         "metadata": {"name": ROLE_NAME, **meta},
+         "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole",
+                     "name": ROLE_NAME},
+         "subjects": [{"kind": "ServiceAccount", "name": SA_NAME, "namespace": namespace}]},
+    ]

@@ -1,0 +1,136 @@
+"""Condition state with hysteresis: which problem class is True, since when, and when it flips.
+
+Why: a condition that flaps with every pass (a Xid burst, PSI around a threshold) wakes people
+up for nothing and makes auto-repair thrash. A class goes True on the first pass that sees its
+problem and False only after `clear_after` consecutive passes saw it absent; a pass whose
+detector for the class could not look (timeout, error, stuck from an earlier pass) counts as
+neither present nor absent. `lastTransitionTime` moves only on a flip (node-problem-detector's
+rule), the message may change while the problem lasts.
+"""
+from __future__ import annotations
+
+import dataclasses
+import time
+from typing import Iterable, Mapping
+
+from node_probe.protocol import conditions
+
+# the checks whose verdicts decide each class: if one of them could not look in a pass, the
+# class's absence in that pass proves nothing
+CLASS_CHECKS: dict[str, tuple[str, ...]] = {
+    "GpuDoctorDevicePluginStuck": ("deviceplugin", "nvml"),
+    "GpuDoctorDeviceAccessLost": ("cgroup.devices", "deviceplugin"),
+    "GpuDoctorXidErrors": ("kmsg",),
+    "GpuDoctorKernelHungTask": ("kmsg",),
+    "GpuDoctorMemoryThrash": ("memory",),
+    "GpuDoctorGpuLost": ("gpu_lost",),
+    "GpuDoctorFabricNotReady": ("fabric",),
+}
+
+
+@dataclasses.dataclass(frozen=True)
+class Problem:
+    """One active finding, reduced to what a condition, an Event and a metric need."""
+
+    ctype: str
+    finding_id: str
+    severity: str
+    subject: str
+    title: str
+
+
+@dataclasses.dataclass
+class Condition:
+    type: str
+    status: str            # "True" | "False"
+    reason: str
+    message: str
+    transition: float      # lastTransitionTime, seconds since epoch
+    absent: int = 0        # consecutive passes without the problem while True
+
+    def to_api(self, heartbeat: float) -> dict:
+        return {"type": self.type, "status": self.status, "reason": self.reason,
+                "message": self.message, "lastHeartbeatTime": rfc3339(heartbeat),
+                "lastTransitionTime": rfc3339(self.transition)}
+
+
+@dataclasses.dataclass(frozen=True)
+class Transition:
+    ctype: str
+    status: str            # the new status
+    reason: str
+    message: str
+    problems: tuple[Problem, ...]
+
+
+def rfc3339(t: float) -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(t))
+
+
+_SEV = {"critical": 0, "warning": 1}
+
+
+def describe(problems: Iterable[Problem]) -> tuple[str, str]:
+    """(reason, message) for a class from its problems: the worst one names it (the plugin
+    blocked in NVML before the NVML hang that explains it, as CLASSES orders them)."""
+    def rank(p: Problem) -> tuple:  # worst first; within a class, its most specific id first
+        ids = conditions.CLASSES.get(p.ctype, ())
+        return (_SEV.get(p.severity, 2), ids.index(p.finding_id) if p.finding_id in ids
+                else len(ids), p.finding_id, p.subject)
+    ps = sorted(problems, key=rank)
+    top = ps[0]
+    more = f" (+{len(ps) - 1} more)" if len(ps) > 1 else ""
+    msg = f"{top.finding_id}: {top.subject}: {top.title}{more}"
+    return conditions.reason_of(top.finding_id), conditions.sanitize_message(msg)
+
+
+class ConditionState:
+    def __init__(self, clear_after: int = 2, now: float | None = None) -> None:
+        if clear_after < 1:
+            raise ValueError("clear_after must be >= 1")
+        self.clear_after = clear_after
+        t = time.time() if now is None else now
+        self.conds: dict[str, Condition] = {
+            ct: Condition(ct, "False", conditions.quiet_reason(ct), "no problem seen", t)
+            for ct in conditions.CLASSES}
+        self.watching = Condition(conditions.WATCHING_TYPE, "True", "AgentWatching",
+                                  "the gpu-doctor agent is watching this node", t)
+        self.last_seen: dict[str, float] = {}  # class -> last time a pass saw the problem
+
+    def update(self, problems: Mapping[str, list[Problem]], unsure: Iterable[str] = (),
+               now: float | None = None) -> list[Transition]:
+        """Apply one pass. `unsure`: classes whose detectors could not look this pass."""
+        t = time.time() if now is None else now
+        unsure = set(unsure)
+        out: list[Transition] = []
+        for ct, c in self.conds.items():
+            found = problems.get(ct) or []
+            if found:
+                self.last_seen[ct] = t
+                reason, message = describe(found)
+                c.absent = 0
+                c.reason, c.message = reason, message
+                if c.status != "True":
+                    c.status, c.transition = "True", t
+                    out.append(Transition(ct, "True", reason, message, tuple(found)))
+            elif c.status == "True" and ct not in unsure:
+                c.absent += 1
+                if c.absent >= self.clear_after:
+                    # the message keeps what it was, so `node X` can say so after it cleared
+                    was = f"was {c.reason}: {c.message[:400]}"
+                    c.status, c.transition, c.absent = "False", t, 0
+                    c.reason = conditions.cleared_reason(ct)
+                    c.message = conditions.sanitize_message(
+                        f"cleared after {self.clear_after} pass(es) without it, last seen "
+                        f"{rfc3339(self.last_seen.get(ct, t))}; {was}")
+                    out.append(Transition(ct, "False", c.reason, c.message, ()))
+        return out
+
+    def signature(self) -> tuple:
+        """What a PATCH would change (heartbeats aside): unchanged means no write is due."""
+        return tuple((c.type, c.status, c.reason, c.message, c.transition)
+                     for c in (self.watching, *self.conds.values()))
+
+    def api_conditions(self, heartbeat: float) -> list[dict]:
+        return [self.watching.to_api(heartbeat)] + [c.to_api(heartbeat)
+                                                    for c in self.conds.values()]

@@ -1,0 +1,281 @@
+"""Writes the agent's conditions and Events to the API server: stdlib, bounded, never blocking.
+
+Why stdlib: the probe image carries no Kubernetes client (DESIGN.md section 2). Why a thread:
+the API server may be slow, unreachable or refusing; the watch loop hands the latest state over
+and goes on looking, and this writer catches up. What a real 1.35 API server accepts (captures
+k8s-1.35/node-status-writes): `PATCH /api/v1/nodes/<node>/status` with
+`application/strategic-merge-patch+json` merges `status.conditions` by `type` (a JSON merge
+patch would replace the kubelet's conditions: never used), `POST .../events` answers 201, a
+denial by the admission policy is 422 `Invalid` and one by RBAC is 403. Every request has a
+deadline and a bounded answer; failures back off exponentially with jitter; the projected token
+is re-read for every request because the kubelet rotates it.
+"""
+from __future__ import annotations
+
+import collections
+import http.client
+import json
+import os
+import random
+import socket
+import ssl
+import threading
+import time
+from pathlib import Path
+from typing import Callable
+
+from node_probe.protocol import conditions
+
+SA_DIR = Path("/var/run/secrets/kubernetes.io/serviceaccount")
+PATCH_TYPE = "application/strategic-merge-patch+json"
+REQUEST_TIMEOUT_S = 10.0
+MAX_RESPONSE = 4 * 1024 * 1024     # a Node object with its images list fits many times over
+MAX_TOKEN = 64 * 1024
+BACKOFF_MIN_S = 1.0
+BACKOFF_MAX_S = 300.0
+EVENT_QUEUE = 64                   # oldest transitions' Events dropped beyond this
+COMPONENT = "gpu-doctor-agent"
+
+
+class ConfigError(Exception):
+    pass
+
+
+class ApiAnswer:
+    def __init__(self, status: int, body: bytes) -> None:
+        self.status = status
+        self.body = body
+
+    def json(self) -> dict:
+        try:
+            doc = json.loads(self.body)
+        except (ValueError, RecursionError):
+            return {}
+        return doc if isinstance(doc, dict) else {}
+
+    def why(self) -> str:
+        doc = self.json()
+        msg = doc.get("message") or self.body[:200].decode("utf-8", "replace")
+        return conditions.sanitize_message(f"HTTP {self.status} {doc.get('reason', '')}: {msg}",
+                                           300)
+
+
+class ApiClient:
+    """HTTPS to the API server with the pod's service-account token (re-read per request)."""
+
+    def __init__(self, host: str, port: int, token_file: Path, ca_file: Path,
+                 timeout_s: float = REQUEST_TIMEOUT_S) -> None:
+        self.host = host.strip("[]")
+        self.port = port
+        self.token_file = Path(token_file)
+        self.timeout_s = timeout_s
+        try:
+            self.ctx = ssl.create_default_context(cafile=str(ca_file))
+        except (OSError, ssl.SSLError) as exc:
+            raise ConfigError(f"cannot load the API server CA {ca_file}: {exc}") from None
+
+    @classmethod
+    def in_cluster(cls, env: dict | None = None, token_file: Path | None = None,
+                   ca_file: Path | None = None) -> "ApiClient":
+        env = os.environ if env is None else env
+        host, port = env.get("KUBERNETES_SERVICE_HOST"), env.get("KUBERNETES_SERVICE_PORT")
+        if not host or not port or not port.isdigit():
+            raise ConfigError("not in a cluster: KUBERNETES_SERVICE_HOST/PORT are not set")
+        return cls(host, int(port), token_file or SA_DIR / "token", ca_file or SA_DIR / "ca.crt")
+
+    def _token(self) -> str:
+        try:
+            fd = os.open(self.token_file, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+            try:
+                raw = os.read(fd, MAX_TOKEN + 1)
+            finally:
+                os.close(fd)
+        except OSError as exc:
+            raise ConfigError(f"cannot read the token {self.token_file}: {exc.strerror}") from None
+        token = raw.decode("ascii", "replace").strip()
+        if not token or len(raw) > MAX_TOKEN or any(c in token for c in "\r\n "):
+            raise ConfigError(f"the token in {self.token_file} is empty or malformed")
+        return token
+
+    def request(self, method: str, path: str, body: dict, content_type: str) -> ApiAnswer:
+        """One request with a deadline on connect and on every read; the answer is cut at
+        MAX_RESPONSE. OSError/ssl errors propagate (the caller backs off)."""
+        data = json.dumps(body, separators=(",", ":")).encode()
+        conn = http.client.HTTPSConnection(self.host, self.port, timeout=self.timeout_s,
+                                           context=self.ctx)
+        deadline = time.monotonic() + 3 * self.timeout_s
+        try:
+            conn.request(method, path, body=data, headers={
+                "Authorization": f"Bearer {self._token()}", "Content-Type": content_type,
+                "Accept": "application/json", "User-Agent": f"{COMPONENT}"})
+            resp = conn.getresponse()
+            chunks, size = [], 0
+            while size < MAX_RESPONSE:
+                if time.monotonic() > deadline:  # a trickle that never ends
+                    raise socket.timeout("answer not complete within its deadline")
+                chunk = resp.read(min(65536, MAX_RESPONSE - size))
+                if not chunk:
+                    break
+                chunks.append(chunk)
+                size += len(chunk)
+            return ApiAnswer(resp.status, b"".join(chunks))
+        finally:
+            conn.close()
+
+
+def event_body(node: str, node_uid: str | None, namespace: str, reason: str, message: str,
+               warning: bool, now: float) -> dict:
+    stamp = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(now))
+    obj = {"kind": "Node", "name": node}
+    if node_uid:
+        obj["uid"] = node_uid
+    return {"apiVersion": "v1", "kind": "Event",
+            "metadata": {"generateName": f"{node}.gpu-doctor.", "namespace": namespace},
+            "involvedObject": obj, "reason": reason,
+            "message": conditions.sanitize_message(message),
+            "source": {"component": COMPONENT, "host": node},
+            "firstTimestamp": stamp, "lastTimestamp": stamp, "count": 1,
+            "type": "Warning" if warning else "Normal"}
+
+
+class Writer:
+    """Background writer. `publish()` never blocks: it replaces the desired conditions and
+    queues Events; the thread PATCHes when they changed or a heartbeat is due."""
+
+    def __init__(self, client: ApiClient, node: str, events_namespace: str = "default",
+                 heartbeat_s: float = conditions.HEARTBEAT_S,
+                 log: Callable[[str], None] = lambda m: None) -> None:
+        self.client = client
+        self.node = node
+        self.events_namespace = events_namespace
+        self.heartbeat_s = heartbeat_s
+        self.log = log
+        self._cond = threading.Condition()
+        self._conditions: Callable[[float], list[dict]] | None = None
+        self._dirty = False
+        self._events: collections.deque = collections.deque(maxlen=EVENT_QUEUE)
+        self._stop = False
+        self._failures = 0
+        self._retry_at = 0.0
+        self._last_patch = 0.0
+        self.node_uid: str | None = None
+        self.last_ok: float | None = None
+        self.last_error: str | None = None
+        self.patches = 0
+        self.events_posted = 0
+        self.errors = 0
+        self._thread = threading.Thread(target=self._run, name="watch-writer", daemon=True)
+
+    def start(self) -> "Writer":
+        self._thread.start()
+        return self
+
+    def publish(self, conds: Callable[[float], list[dict]], events=()) -> None:
+        """`conds(heartbeat_time)` builds the conditions; `events`: (reason, message, warning)."""
+        with self._cond:
+            self._conditions = conds
+            self._dirty = True
+            self._events.extend(events)
+            self._cond.notify()
+
+    def stop(self, timeout: float = 5.0) -> None:
+        with self._cond:
+            self._stop = True
+            self._cond.notify()
+        self._thread.join(timeout)
+
+    def flush(self, timeout: float) -> bool:
+        """Wait until nothing is pending (tests, shutdown)."""
+        end = time.monotonic() + timeout
+        while time.monotonic() < end:
+            with self._cond:
+                if not self._dirty and not self._events:
+                    return True
+            time.sleep(0.05)
+        return False
+
+    # -- the thread ------------------------------------------------------------------------
+    def _backoff(self, why: str) -> None:
+        self._failures += 1
+        self.errors += 1
+        self.last_error = why
+        base = min(BACKOFF_MAX_S, BACKOFF_MIN_S * 2 ** min(self._failures - 1, 16))
+        self._retry_at = time.monotonic() + base * random.uniform(0.5, 1.0)
+        self.log(f"API write failed ({why}); next try in {self._retry_at - time.monotonic():.0f}s")
+
+    def _run(self) -> None:
+        while True:
+            with self._cond:
+                while not self._stop:
+                    now = time.monotonic()
+                    due = self._conditions is not None and \
+                        (self._dirty or now - self._last_patch >= self.heartbeat_s)
+                    if (due or self._events) and now >= self._retry_at:
+                        break
+                    waits = [self._retry_at - now] if now < self._retry_at else []
+                    if self._conditions is not None:
+                        waits.append(self._last_patch + self.heartbeat_s - now)
+                    self._cond.wait(max(0.05, min(waits)) if waits else None)
+                if self._stop:
+                    return
+                build, dirty = self._conditions, self._dirty
+                self._dirty = False
+            try:
+                ok = self._write(build, dirty)
+            except Exception as exc:  # noqa: BLE001 - the writer thread must never die
+                ok = False
+                self._backoff(f"{type(exc).__name__}: {exc}")
+            if not ok:
+                with self._cond:
+                    self._dirty = self._dirty or dirty
+
+    def _write(self, build, dirty: bool) -> bool:
+        now = time.time()
+        if build is not None and (dirty or time.monotonic() - self._last_patch
+                                  >= self.heartbeat_s):
+            try:
+                ans = self.client.request(
+                    "PATCH", f"/api/v1/nodes/{self.node}/status",
+                    {"status": {"conditions": build(now)}}, PATCH_TYPE)
+            except (OSError, ConfigError, http.client.HTTPException) as exc:
+                self._backoff(f"PATCH node status: {type(exc).__name__}: {exc}")
+                return False
+            if ans.status != 200:
+                # 422 (admission policy) and 403 (RBAC) are not fixed by retrying soon, but the
+                # policy or token may be fixed later: the backoff grows to its cap
+                self._backoff(f"PATCH node status: {ans.why()}")
+                return False
+            uid = (ans.json().get("metadata") or {}).get("uid")
+            if isinstance(uid, str) and len(uid) <= 64:
+                self.node_uid = uid
+            self._last_patch = time.monotonic()
+            self.patches += 1
+        while True:
+            with self._cond:
+                if not self._events:
+                    break
+                reason, message, warning = self._events[0]
+            body = event_body(self.node, self.node_uid, self.events_namespace, reason, message,
+                              warning, time.time())
+            try:
+                ans = self.client.request(
+                    "POST", f"/api/v1/namespaces/{self.events_namespace}/events", body,
+                    "application/json")
+            except (OSError, ConfigError, http.client.HTTPException) as exc:
+                self._backoff(f"POST event: {type(exc).__name__}: {exc}")
+                return False
+            if ans.status not in (200, 201):
+                self._backoff(f"POST event: {ans.why()}")
+                if ans.status in (400, 403, 404, 422):  # this one will never be taken
+                    with self._cond:
+                        if self._events:
+                            self._events.popleft()
+                return False
+            with self._cond:
+                if self._events:
+                    self._events.popleft()
+            self.events_posted += 1
+        self._failures = 0
+        self.last_ok = time.time()
+        self.last_error = None
+        return True

@@ -1,0 +1,80 @@
+"""`node X` mentions what the watching agent marked on the node (its GpuDoctor conditions):
+a problem True now, or cleared within the last hour; older ones and foreign conditions stay
+quiet; hostile condition text is bounded and one line."""
+from __future__ import annotations
+
+import datetime as dt
+
+from kubectl_gpudoctor.analysis import agent_seen
+from node_probe.protocol import conditions
+from node_probe.watch.state import ConditionState, Problem
+
+NOW = dt.datetime(2026, 11, 26, 12, 0, tzinfo=dt.timezone.utc)
+T0 = NOW.timestamp()
+
+
+def _node(conds):
+    return {"metadata": {"name": "gpu-1"}, "status": {"conditions": [
+        {"type": "Ready", "status": "True", "reason": "KubeletReady"}, *conds]}}
+
+
+def _agent_conditions(clear: bool, cleared_ago_s: float = 600.0):
+    """The conditions exactly as the agent's own state writes them."""
+    s = ConditionState(clear_after=1, now=T0 - 7200)
+    s.update({"GpuDoctorDevicePluginStuck": [Problem(
+        "GpuDoctorDevicePluginStuck", "deviceplugin.blocked_in_nvml", "critical",
+        "nvidia.com/gpu plugin (pid 42)", "thread 43 of pid 42 entered nvmlInit_v2")]},
+        now=T0 - 3600)
+    if clear:
+        s.update({}, now=T0 - cleared_ago_s)
+    return s.api_conditions(T0)
+
+
+def test_a_problem_marked_now_is_a_warning_naming_it():
+    (f,) = agent_seen.analyze(_node(_agent_conditions(clear=False)), NOW)
+    assert f.id == "agent.problem_seen" and f.severity.value == "warning"
+    assert f.subject == "GpuDoctorDevicePluginStuck"
+    assert "deviceplugin.blocked_in_nvml" in f.title and "60m ago" in f.title
+    assert f.evidence["finding_id"] == "deviceplugin.blocked_in_nvml"
+    assert "--history" in f.remediation
+
+
+def test_a_problem_cleared_within_the_hour_is_still_mentioned_with_what_it_was():
+    (f,) = agent_seen.analyze(_node(_agent_conditions(clear=True)), NOW)
+    assert f.severity.value == "info" and "cleared since" in f.title
+    assert "DevicepluginBlockedInNvml" in f.title  # the cleared message keeps what it was
+    assert "10m ago" in f.title
+
+
+def test_old_cleared_problems_and_a_quiet_agent_stay_silent():
+    assert agent_seen.analyze(_node(_agent_conditions(clear=True, cleared_ago_s=7000)), NOW) \
+        == []
+    quiet = ConditionState(now=T0 - 60).api_conditions(T0)
+    assert agent_seen.analyze(_node(quiet), NOW) == []
+    assert agent_seen.analyze({"metadata": {"name": "x"}}, NOW) == []
+    foreign = [{"type": "KernelDeadlock", "status": "True"},
+               {"type": "GpuDoctorSomethingNew", "status": "True"}]
+    assert agent_seen.analyze(_node(foreign), NOW) == []
+
+
+def test_hostile_condition_text_is_bounded_and_one_line():
+    c = {"type": "GpuDoctorXidErrors", "status": "True", "reason": "GpuXid\x1b[31m",
+         "message": "a\nb\x07" + "x" * 100000, "lastTransitionTime": "not a time"}
+    (f,) = agent_seen.analyze(_node([c]), NOW)
+    assert "\n" not in f.title and "\x1b" not in f.title and len(f.title) < 600
+    assert "unknown time" in f.title
+    assert conditions.finding_id_of(f.evidence["reason"]) is None
+
+
+def test_the_verdict_names_the_probe_finding_not_the_agents_mark():
+    from kubectl_gpudoctor.analysis import verdict
+    from node_probe.protocol import catalog
+    (seen,) = agent_seen.analyze(_node(_agent_conditions(clear=False)), NOW)
+    assert seen.evidence["caused_by"] == ["deviceplugin.blocked_in_nvml"]
+    probe = catalog.make("deviceplugin.blocked_in_nvml", "critical", "nvidia.com/gpu plugin",
+                         "thread 43 entered nvmlInit_v2", {"pid": 42})
+    v = verdict.decide([seen, probe], {"kind": "node", "name": "gpu-1", "node": "gpu-1"})
+    assert v.root_cause == "deviceplugin.blocked_in_nvml"
+    assert "agent.problem_seen" in v.chain
+    (cleared,) = agent_seen.analyze(_node(_agent_conditions(clear=True)), NOW)
+    assert cleared.evidence["finding_id"] == "deviceplugin.blocked_in_nvml"

@@ -1,0 +1,145 @@
+"""The agent's API writer against the fake API server (real TLS, real http.client), checking
+the exact requests a real 1.35 API server accepts (captures k8s-1.35/node-status-writes)."""
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from node_probe.protocol import conditions
+from node_probe.watch.state import ConditionState, Problem
+from node_probe.watch.writer import PATCH_TYPE, ApiClient, ConfigError, Writer, event_body
+from tests.watch.fakeapi import capture
+
+NODE = "gpu-node-a"
+
+
+def _client(api):
+    return ApiClient.in_cluster(api.env(), token_file=api.token_file, ca_file=api.ca)
+
+
+def _wait(pred, timeout=30.0):
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        if pred():
+            return True
+        time.sleep(0.05)
+    return False
+
+
+def test_patch_merges_conditions_by_type_and_keeps_the_kubelets(api):
+    api.cluster.add_capture_node(NODE)
+    api.bind("tok-a", NODE)
+    state = ConditionState(clear_after=2, now=1000.0)
+    tr = state.update({"GpuDoctorXidErrors": [Problem("GpuDoctorXidErrors", "gpu.xid",
+                                                      "critical", "pci 0000:3b:00.0",
+                                                      "Xid 95 x4000")]}, now=1000.0)
+    w = Writer(_client(api), NODE).start()
+    try:
+        w.publish(state.api_conditions, [(t.reason, t.message, True) for t in tr])
+        assert w.flush(30)
+    finally:
+        w.stop()
+    (p,) = api.cluster.patches
+    assert p["content_type"] == PATCH_TYPE == "application/strategic-merge-patch+json"
+    assert list(p["body"]) == ["status"] and list(p["body"]["status"]) == ["conditions"]
+    sent = p["body"]["status"]["conditions"]
+    assert {c["type"] for c in sent} == set(conditions.OWNED_TYPES)
+    for c in sent:  # the captured request's fields, nothing else
+        assert set(c) == {"type", "status", "reason", "message", "lastHeartbeatTime",
+                          "lastTransitionTime"}
+    have = api.cluster.conditions(NODE)
+    assert have["Ready"]["reason"] == "KubeletReady"  # merged by type: the kubelet's stay
+    assert have["GpuDoctorXidErrors"]["status"] == "True"
+    assert have["GpuDoctorXidErrors"]["reason"] == "GpuXid"
+    assert have["GpuDoctorWatching"]["status"] == "True"
+    assert have["GpuDoctorMemoryThrash"]["status"] == "False"
+    assert w.node_uid == api.cluster.nodes[NODE]["metadata"]["uid"]
+    (ev,) = api.cluster.posted_events
+    want = capture("event-create.201.json")
+    for k in ("involvedObject", "reason", "message", "source", "type", "count"):
+        assert type(ev[k]) is type(want[k]), k
+    assert ev["involvedObject"] == {"kind": "Node", "name": NODE, "uid": w.node_uid}
+    assert ev["metadata"]["generateName"] == f"{NODE}.gpu-doctor."
+    assert ev["metadata"]["namespace"] == "default" and ev["type"] == "Warning"
+    assert ev["source"] == {"component": "gpu-doctor-agent", "host": NODE}
+
+
+def test_other_node_is_refused_with_422_and_the_writer_backs_off(api):
+    api.cluster.add_capture_node(NODE)
+    api.cluster.add_capture_node("gpu-node-other")
+    api.bind("tok-a", NODE)
+    state = ConditionState()
+    w = Writer(_client(api), "gpu-node-other").start()
+    try:
+        w.publish(state.api_conditions)
+        assert _wait(lambda: w.errors >= 1)
+        time.sleep(1.5)
+        # exponential backoff: 1 s (with jitter) after the first failure, then 2 s: at most 2
+        assert len(api.cluster.patches) <= 2
+    finally:
+        w.stop()
+    assert "422" in w.last_error and "Invalid" in w.last_error
+    assert "may only patch the status of the node its token is bound to" in w.last_error
+    assert not any(c.startswith("GpuDoctor") for c in api.cluster.conditions("gpu-node-other"))
+
+
+def test_token_is_reread_for_each_request(api):
+    api.cluster.add_capture_node(NODE)
+    api.bind("tok-1", NODE)
+    c = _client(api)
+    body = {"status": {"conditions": ConditionState().api_conditions(time.time())}}
+    assert c.request("PATCH", f"/api/v1/nodes/{NODE}/status", body, PATCH_TYPE).status == 200
+    api.bind("tok-2", NODE)          # the kubelet rotated the projected token
+    del api.cluster.tokens["tok-1"]  # and the old one expired
+    assert c.request("PATCH", f"/api/v1/nodes/{NODE}/status", body, PATCH_TYPE).status == 200
+    assert [p["token"] for p in api.cluster.patches] == ["tok-1", "tok-2"]
+
+
+def test_server_errors_are_retried_and_events_are_not_lost(api):
+    api.cluster.add_capture_node(NODE)
+    api.bind("tok-a", NODE)
+    api.cluster.fail_next = [503, 503]
+    w = Writer(_client(api), NODE).start()
+    try:
+        w.publish(ConditionState().api_conditions, [("AgentWatching", "started", False)])
+        assert w.flush(30)
+    finally:
+        w.stop()
+    assert w.errors == 2 and w.last_error is None
+    assert len(api.cluster.posted_events) == 1
+    assert api.cluster.conditions(NODE)["GpuDoctorWatching"]["status"] == "True"
+
+
+def test_a_silent_api_server_does_not_block_publish(api, monkeypatch):
+    api.cluster.add_capture_node(NODE)
+    api.bind("tok-a", NODE)
+    api.front.paused.set()
+    c = _client(api)
+    c.timeout_s = 0.5
+    w = Writer(c, NODE).start()
+    try:
+        t0 = time.monotonic()
+        for _ in range(100):
+            w.publish(ConditionState().api_conditions, [("X", "y", False)])
+        assert time.monotonic() - t0 < 1.0  # never waits on the network
+        assert _wait(lambda: w.errors >= 1, 10)
+        assert "timed out" in w.last_error or "Timeout" in w.last_error
+    finally:
+        w.stop()
+    assert len(w._events) <= 64  # bounded queue, oldest dropped
+
+
+def test_bad_in_cluster_env_is_one_clear_error(tmp_path, api):
+    with pytest.raises(ConfigError, match="KUBERNETES_SERVICE_HOST"):
+        ApiClient.in_cluster({}, token_file=api.token_file, ca_file=api.ca)
+    c = _client(api)  # token file missing
+    with pytest.raises(ConfigError, match="cannot read the token"):
+        c.request("PATCH", "/api/v1/nodes/x/status", {}, PATCH_TYPE)
+
+
+def test_event_message_is_bounded_and_one_line():
+    ev = event_body("n", None, "default", "GpuXid", "a\nb\x1b[31m" + "x" * 5000, True, 0.0)
+    assert "\n" not in ev["message"] and "\x1b" not in ev["message"]
+    assert len(ev["message"].encode()) <= conditions.MESSAGE_MAX
+    assert "uid" not in ev["involvedObject"]
