@@ -22,13 +22,17 @@ def node_objects(node: Mapping[str, Any], pods_on_node: Sequence[Mapping[str, An
                  kubelet_cfg: Mapping[str, Any] | None = None,
                  events_known: bool = True,
                  extra: Mapping[str, Any] | None = None,
-                 node_events: Sequence[Mapping[str, Any]] = ()) -> tuple[list[Finding], list[str]]:
+                 node_events: Sequence[Mapping[str, Any]] = (),
+                 agent_marks: bool = True) -> tuple[list[Finding], list[str]]:
     """Every list-based analysis of one node. Returns (findings, errors of analyses).
     The one place both `node X` (commands/node.py collect_node) and `nodes` (commands/nodes.py
     scan) judge a node from its objects: a verdict added here is in both, so they never
     disagree.
     `node_events`: events about the Node object itself (other monitors' reports); `nodes`
     does not list them, so there only the conditions and taints are read.
+    `agent_marks`: the watching agent's current marks as findings (`nodes`); `node X` reads
+    them itself with what cleared within the hour (agent_seen), so it passes False and each
+    mark is reported once.
     `extra`: lists beyond the core ones (kubectl_gpudoctor.extra_lists.fetch): runtimeclasses,
     resourceclaims, resourceslices, deviceclasses; a list that could not be read is None."""
     findings: list[Finding] = []
@@ -43,7 +47,8 @@ def node_objects(node: Mapping[str, Any], pods_on_node: Sequence[Mapping[str, An
             errs.append(f"analysis {label} failed: {type(exc).__name__}: {exc}")
 
     run("readiness", lambda: [f for f in (readiness.not_ready(node, lease, now),) if f])
-    run("agent", agent_conditions.analyze, node, now)  # the watching agent's conditions
+    if agent_marks:
+        run("agent", agent_conditions.analyze, node, now)  # the watching agent's conditions
     run("admission", lambda: admission.analyze_node(node, pods_on_node, events, lease, now,
                                                     threshold_s, events_known))
     run("capacity", capacity.analyze_node, node)

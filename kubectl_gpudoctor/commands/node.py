@@ -143,7 +143,8 @@ def collect_node(kube: Kube, name: str, settings: Settings, out: Output,
     findings, errs = analysis.node_objects(node, pods, index, lease, now,
                                            threshold_s=settings.stall_threshold_s,
                                            kubelet_cfg=cfg, events_known=events_known,
-                                           extra=extra, node_events=node_events)
+                                           extra=extra, node_events=node_events,
+                                           agent_marks=False)  # agent_seen below reads them
     for e in errs:
         out.log("warning" if "failed" in e else "debug", e)
     findings += kubelet_config.analyze(name, cfg)

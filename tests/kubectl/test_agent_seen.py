@@ -78,3 +78,26 @@ def test_the_verdict_names_the_probe_finding_not_the_agents_mark():
     assert "agent.problem_seen" in v.chain
     (cleared,) = agent_seen.analyze(_node(_agent_conditions(clear=True)), NOW)
     assert cleared.evidence["finding_id"] == "deviceplugin.blocked_in_nvml"
+
+
+def test_node_reports_the_agents_current_mark_once(cluster, kubeconfig):
+    """`node X` on a node the agent marks now: one finding for the mark (agent.problem_seen,
+    linked to the probe's id), not a second one for the same condition from the fleet reader."""
+    import json
+
+    from .conftest import run_cli
+    from .kubelet_dump import healthy_kubelet_dump
+    node = cluster.add_node("gpu-1")
+    now = dt.datetime.now(dt.timezone.utc)
+    s = ConditionState(clear_after=1, now=now.timestamp() - 600)
+    s.update({"GpuDoctorDevicePluginStuck": [Problem(
+        "GpuDoctorDevicePluginStuck", "deviceplugin.blocked_in_nvml", "critical",
+        "nvidia.com/gpu plugin (pid 42)", "thread 43 of pid 42 entered nvmlInit_v2")]},
+        now=now.timestamp() - 300)
+    node["status"]["conditions"] += s.api_conditions(now.timestamp())
+    cluster.goroutines["gpu-1"] = healthy_kubelet_dump()
+    r = run_cli("node", "gpu-1", "--kubeconfig", str(kubeconfig), "--no-probe", "-o", "json")
+    doc = json.loads(r.stdout)
+    about = [f for f in doc["findings"] if f["id"] in ("agent.problem_seen",
+                                                        "deviceplugin.blocked_in_nvml")]
+    assert [f["id"] for f in about] == ["agent.problem_seen"], about
