@@ -20,6 +20,7 @@ from node_probe.protocol import conditions
 CLASS_CHECKS: dict[str, tuple[str, ...]] = {
     "GpuDoctorDevicePluginStuck": ("deviceplugin", "nvml"),
     "GpuDoctorDeviceAccessLost": ("cgroup.devices", "deviceplugin"),
+    "GpuDoctorGpuUnhealthy": ("nvml", "deviceplugin"),
     "GpuDoctorXidErrors": ("kmsg",),
     "GpuDoctorKernelHungTask": ("kmsg",),
     "GpuDoctorMemoryThrash": ("memory",),
