@@ -1,0 +1,153 @@
+"""A hostile API server cannot grow the CLI without bound, hold it past its deadline, loop it
+forever or make an incomplete run look complete (issue 21, items 5 and 8).
+
+The server is tests/kubectl/hostile.py (the fake API server, real HTTP on 127.0.0.1); the CLI a
+real process, whose peak RSS and CPU time come from the kernel's accounting of that process
+(wait4). Each hostile answer would go on for minutes and gigabytes: the CLI must end it.
+"""
+from __future__ import annotations
+
+import datetime as dt
+import json
+
+import pytest
+
+from .conftest import one_error_line
+from .hostile import (HostileCluster, endless, endless_pages, repeated_token, run_measured,
+                      status)
+from .kubelet_dump import healthy_kubelet_dump
+
+RSS_LIMIT_MIB = 512
+NODE = "gpu-1"
+
+
+@pytest.fixture
+def hc():
+    fc = HostileCluster()
+    fc.add_node(NODE, gpus=1)
+    fc.goroutines[NODE] = healthy_kubelet_dump()
+    fc.configz[NODE] = {"cpuManagerPolicy": "none", "cgroupDriver": "systemd"}
+    fc.start()
+    try:
+        yield fc
+    finally:
+        fc.stop()
+
+
+@pytest.fixture
+def kc(hc, tmp_path):
+    return str(hc.kubeconfig(tmp_path / "kc"))
+
+
+def _bounded(m, what: str) -> None:
+    print(f"{what}: {m}")
+    assert m.max_rss_mib < RSS_LIMIT_MIB, f"{what}: {m}"
+    assert "Traceback" not in m.stderr, m.stderr[-3000:]
+
+
+def test_endless_node_object_is_one_error_line(hc, kc):
+    hc.hostile[f"/api/v1/nodes/{NODE}"] = endless(b'{"kind": "Node", "metadata": {"name": "')
+    m = run_measured("node", NODE, "--kubeconfig", kc, "--no-probe", "--request-timeout", "20s")
+    _bounded(m, "endless node object")
+    line = one_error_line(m.stderr)
+    assert m.returncode == 3 and f"node {NODE}" in line and "MiB" in line, line
+
+
+def test_endless_goroutine_dump_is_skipped_not_kept(hc, kc):
+    hc.hostile[f"/api/v1/nodes/{NODE}/proxy/debug/pprof/goroutine"] = endless(
+        b"goroutine 1 [running]:\n", b"main.main()\n\t/x.go:1 +0x1\n" * 2048,
+        content_type="text/plain")
+    m = run_measured("node", NODE, "--kubeconfig", kc, "--no-probe", "-o", "json",
+                     "--kubelet-timeout", "20s")
+    _bounded(m, "endless goroutine dump")
+    assert m.returncode in (0, 1), m.stderr
+    checks = {c["id"]: c for c in json.loads(m.stdout)["checks"]}
+    assert checks["api.kubelet_goroutines"]["status"] == "skipped"
+    assert "MiB" in checks["api.kubelet_goroutines"]["message"]
+
+
+def test_endless_healthz_is_bounded(hc, kc):
+    hc.hostile[f"/api/v1/nodes/{NODE}/proxy/healthz"] = endless(b"[+]ping ok\n",
+                                                                b"[+]log ok\n" * 4096,
+                                                                content_type="text/plain")
+    m = run_measured("node", NODE, "--kubeconfig", kc, "--no-probe", "-o", "json",
+                     "--kubelet-timeout", "20s")
+    _bounded(m, "endless healthz")
+    assert m.returncode in (0, 1), m.stderr
+    checks = {c["id"]: c for c in json.loads(m.stdout)["checks"]}
+    assert "MiB" in checks["api.kubelet_healthz"]["message"]
+
+
+def test_endless_node_list_body_is_one_error_line(hc, kc):
+    hc.hostile["/api/v1/nodes"] = endless(b'{"kind": "NodeList", "metadata": {}, "items": [',
+                                          b'{"metadata": {"name": "n"}}, ' * 2048)
+    m = run_measured("nodes", "--kubeconfig", kc, "--request-timeout", "60s", timeout=180)
+    _bounded(m, "endless node list page")
+    line = one_error_line(m.stderr)
+    assert m.returncode == 3 and "nodes" in line and "MiB" in line, line
+
+
+def pod_items(n: int, start: int) -> list[dict]:
+    return [{"metadata": {"name": f"p-{start + i:07d}", "namespace": "ml",
+                          "uid": f"u-{start + i}"},
+             "spec": {"nodeName": NODE, "containers": [{"name": "c", "image": "x"}]},
+             "status": {"phase": "Running"}} for i in range(n)]
+
+
+@pytest.mark.parametrize("what", ["nodes", "pods"])
+def test_a_list_that_never_ends_is_one_error_line(hc, kc, what):
+    if what == "nodes":
+        hc.hostile["/api/v1/nodes"] = endless_pages(per_page=1000)
+    else:
+        hc.hostile["/api/v1/pods"] = endless_pages("PodList", 1000, pod_items)
+    m = run_measured("nodes", "--kubeconfig", kc, timeout=300)
+    _bounded(m, f"endless {what} list pages")
+    line = one_error_line(m.stderr)
+    assert m.returncode == 3 and what in line and "pages" in line, line
+
+
+def test_a_repeated_continue_token_is_an_error_not_a_loop(hc, kc):
+    hc.hostile["/api/v1/nodes"] = repeated_token()
+    m = run_measured("nodes", "--kubeconfig", kc, timeout=120)
+    _bounded(m, "repeated continue token")
+    line = one_error_line(m.stderr)
+    assert m.returncode == 3 and "continue" in line, line
+    assert hc.hostile["/api/v1/nodes"].served[0] <= 3
+
+
+# -- item 8: a read that failed makes the run incomplete ------------------------------------
+
+@pytest.mark.parametrize("path", ["/api/v1/pods",
+                                  f"/apis/coordination.k8s.io/v1/namespaces/kube-node-lease/"
+                                  f"leases/{NODE}"], ids=["pods", "lease"])
+def test_node_with_pods_or_lease_answering_500_is_incomplete(hc, kc, path):
+    hc.leases[NODE] = {"metadata": {"name": NODE}, "spec": {
+        "holderIdentity": NODE, "renewTime": dt.datetime.now(dt.timezone.utc).strftime(
+            "%Y-%m-%dT%H:%M:%S.000000Z"), "leaseDurationSeconds": 40}}
+    hc.hostile[path] = status(500)
+    m = run_measured("node", NODE, "--kubeconfig", kc, "--no-probe", "-o", "json")
+    doc = json.loads(m.stdout)
+    assert m.returncode == 4, (m.returncode, m.stderr)
+    assert doc["summary"]["complete"] is False
+
+
+def test_nodes_with_leases_answering_500_is_incomplete(hc, kc):
+    hc.hostile["/apis/coordination.k8s.io/v1/namespaces/kube-node-lease/leases"] = status(500)
+    m = run_measured("nodes", "--kubeconfig", kc, "-o", "json")
+    assert m.returncode == 4, (m.returncode, m.stderr)
+    assert json.loads(m.stdout)["summary"]["complete"] is False
+
+
+# -- linear work on tenant input ------------------------------------------------------------
+
+def test_30000_warning_events_of_one_pod_are_deduplicated_in_linear_time(hc, kc):
+    pod = hc.add_pod("ml", "train-0", NODE, gpus=1)
+    when = dt.datetime.now(dt.timezone.utc)
+    for i in range(30000):
+        hc.add_event(pod, "Warning", "FailedMount", f"mount failed {i}", "kubelet", when)
+    hc.cache_lists = True
+    m = run_measured("node", NODE, "--kubeconfig", kc, "--no-probe", "-o", "json",
+                     timeout=300)
+    _bounded(m, "30,000 Warning events of one pod")
+    assert m.returncode in (0, 1), m.stderr
+    assert m.cpu_s < 30, m  # quadratic: ~130 s of CPU; linear: a few seconds
