@@ -48,7 +48,10 @@ class Reader:
 
     # -- bytes off the socket ------------------------------------------------------------
     def _recv(self, n: int, deadline: float) -> bytes:
-        """Up to `n` (>0) bytes: from what was over-read, else one read of the socket."""
+        """Up to `n` (>0) bytes: from what was over-read, else one read of the socket.
+        Past the deadline it raises, also while bytes keep coming (a flood never waits)."""
+        if time.monotonic() >= deadline:
+            raise DeadlinePassed()
         if self._buf:
             piece = bytes(self._buf[:n])
             del self._buf[:n]
