@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from tests.beyond.conftest import chrooted, healthy_gpus, make_host  # noqa: F401
+from tests.beyond.conftest import healthy_gpus, make_host
 from tests.cgroups.conftest import new_cid, new_uid, v1_tree  # noqa: F401 (fixture)
 from tests.deviceplugin.conftest import host, start_plugin  # noqa: F401 (fixtures)
 from tests.fakes.nvml import FakeGpu

@@ -13,7 +13,7 @@ import os
 
 import pytest
 
-from tests.beyond.conftest import chrooted, healthy_gpus, make_host  # noqa: F401
+from tests.beyond.conftest import healthy_gpus, make_host
 from tests.probe_run import run_probe
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="chroot needs root")

@@ -27,10 +27,12 @@ from dataclasses import dataclass
 from typing import Any, Awaitable, Callable
 
 import aiohttp.web
+import pytest
 
 from .conftest import REPO, cli_env
 from .fakecluster import status_body
 from .fakeexec import ExecCluster, _Handler
+from .kubelet_dump import healthy_kubelet_dump
 
 HOSTILE_MAX_BYTES = 8 << 30   # what one hostile answer sends at most
 HOSTILE_MAX_S = 180.0         # and for how long at most
@@ -215,3 +217,26 @@ while time.monotonic() - t0 < {seconds}:
     os.write(1, unit)
 """
     return [sys.executable, "-c", code]
+
+
+NODE = "gpu-1"
+
+
+@pytest.fixture
+def hc():
+    """A HostileCluster with one healthy GPU node (goroutine dump, configz) and gpu-doctor's
+    probe namespace, started; nothing hostile until a test says so."""
+    fc = HostileCluster()
+    fc.add_node(NODE, gpus=1)
+    fc.goroutines[NODE] = healthy_kubelet_dump()
+    fc.configz[NODE] = {"cpuManagerPolicy": "none", "cgroupDriver": "systemd"}
+    fc.start()
+    try:
+        yield fc
+    finally:
+        fc.stop()
+
+
+@pytest.fixture
+def kc(hc, tmp_path):
+    return str(hc.kubeconfig(tmp_path / "kc"))

@@ -14,31 +14,12 @@ import time
 
 import pytest
 
-from kubectl_gpudoctor.api.kube import Kube
 from kubectl_gpudoctor.reach import agent_exec
 from kubectl_gpudoctor.report.output import Output
 
-from .fakeexec import PROBE_NS, ExecCluster
+from .test_exec import NODE, kube, xc  # noqa: F401 (fixtures)
 
-NODE = "gpu-0001"
 PROTOCOLS = [("v5.channel.k8s.io", "v4.channel.k8s.io"), ("v4.channel.k8s.io",)]
-
-
-@pytest.fixture
-def xc():
-    fc = ExecCluster()
-    fc.namespaces["gpu-doctor"] = {PROBE_NS: "true"}
-    fc.add_node(NODE)
-    fc.start()
-    try:
-        yield fc
-    finally:
-        fc.stop()
-
-
-@pytest.fixture
-def kube(xc, tmp_path):
-    return Kube(str(xc.kubeconfig(tmp_path / "kc")))
 
 
 def probe_output(n: int) -> bytes:

@@ -14,13 +14,11 @@ import pytest
 
 from kubectl_gpudoctor.reach import records
 
-from .fakeexec import PROBE_NS
-from .hostile import (FLOOD_UNIT, GIANT_LINE_MIB, HostileCluster, endless, finding_line,
-                      flooding_agent, run_measured)
-from .kubelet_dump import healthy_kubelet_dump
+from .hostile import (FLOOD_UNIT, GIANT_LINE_MIB, NODE, endless, finding_line, flooding_agent,
+                      run_measured)
+from .hostile import hc, kc  # noqa: F401 (fixtures)
 
 RSS_LIMIT_MIB = 512
-NODE = "gpu-1"
 TIMEOUT_S = 1
 DEADLINE_S = TIMEOUT_S + 30  # what the CLI gives the exec / the log stream
 
@@ -57,25 +55,6 @@ def test_decoder_caps_the_bytes_of_raw_lines_too():
 
 
 # -- the CLI against a flooding agent / debug pod ------------------------------------------------
-
-@pytest.fixture
-def hc():
-    fc = HostileCluster()
-    fc.namespaces["gpu-doctor"] = {PROBE_NS: "true",
-                                   "pod-security.kubernetes.io/enforce": "privileged"}
-    fc.add_node(NODE, gpus=1)
-    fc.goroutines[NODE] = healthy_kubelet_dump()
-    fc.configz[NODE] = {"cpuManagerPolicy": "none", "cgroupDriver": "systemd"}
-    fc.start()
-    try:
-        yield fc
-    finally:
-        fc.stop()
-
-
-@pytest.fixture
-def kc(hc, tmp_path):
-    return str(hc.kubeconfig(tmp_path / "kc"))
 
 
 def _held(m, what: str) -> None:

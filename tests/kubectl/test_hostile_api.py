@@ -13,30 +13,10 @@ import json
 import pytest
 
 from .conftest import one_error_line
-from .hostile import (HostileCluster, endless, endless_pages, repeated_token, run_measured,
-                      status)
-from .kubelet_dump import healthy_kubelet_dump
+from .hostile import NODE, endless, endless_pages, repeated_token, run_measured, status
+from .hostile import hc, kc  # noqa: F401 (fixtures)
 
 RSS_LIMIT_MIB = 512
-NODE = "gpu-1"
-
-
-@pytest.fixture
-def hc():
-    fc = HostileCluster()
-    fc.add_node(NODE, gpus=1)
-    fc.goroutines[NODE] = healthy_kubelet_dump()
-    fc.configz[NODE] = {"cpuManagerPolicy": "none", "cgroupDriver": "systemd"}
-    fc.start()
-    try:
-        yield fc
-    finally:
-        fc.stop()
-
-
-@pytest.fixture
-def kc(hc, tmp_path):
-    return str(hc.kubeconfig(tmp_path / "kc"))
 
 
 def _bounded(m, what: str) -> None:
