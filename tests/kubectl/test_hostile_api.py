@@ -13,7 +13,8 @@ import json
 import pytest
 
 from .conftest import one_error_line
-from .hostile import NODE, endless, endless_pages, repeated_token, run_measured, status
+from .hostile import (NODE, endless, endless_pages, repeated_token, run_measured, status,
+                      trickle)
 from .hostile import hc, kc  # noqa: F401 (fixtures)
 
 RSS_LIMIT_MIB = 512
@@ -109,6 +110,18 @@ def test_node_with_pods_or_lease_answering_500_is_incomplete(hc, kc, path):
     doc = json.loads(m.stdout)
     assert m.returncode == 4, (m.returncode, m.stderr)
     assert doc["summary"]["complete"] is False
+
+
+def test_a_trickling_pod_list_holds_node_only_for_its_deadline(hc, kc):
+    hc.hostile["/api/v1/pods"] = trickle(b'{"kind": "PodList", "items": [', b" ", 0.2)
+    m = run_measured("node", NODE, "--kubeconfig", kc, "--no-probe", "-o", "json",
+                     "--request-timeout", "3s")
+    _bounded(m, "trickling pod list")
+    assert m.wall_s < 30, m  # a 10x hang guard: the list trickles for minutes
+    assert m.returncode == 4, (m.returncode, m.stderr)
+    doc = json.loads(m.stdout)
+    assert doc["summary"]["complete"] is False
+    assert {c["id"]: c["status"] for c in doc["checks"]}["api.pods"] == "error"
 
 
 def test_nodes_with_leases_answering_500_is_incomplete(hc, kc):
