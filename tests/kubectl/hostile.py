@@ -19,7 +19,6 @@ import asyncio
 import json
 import os
 import re
-import resource
 import subprocess
 import sys
 import time
@@ -150,45 +149,51 @@ class Measured:
                 f"{self.cpu_s:.1f}s, wall {self.wall_s:.1f}s")
 
 
+# A small parent that starts the CLI and reads the kernel's accounting of it (wait4). Not the
+# test process itself: a forked child's ru_maxrss starts at its parent's peak RSS (Linux keeps
+# the pre-exec high-water mark), and pytest's grows over a session; this launcher's is ~10 MiB.
+_LAUNCHER = """
+import json, os, resource, sys
+report, limit, argv = sys.argv[1], int(sys.argv[2]), sys.argv[3:]
+pid = os.fork()
+if pid == 0:
+    resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
+    os.execv(argv[0], argv)
+_, status, ru = os.wait4(pid, 0)
+with open(report, "w") as f:
+    json.dump({"status": status, "maxrss_kib": ru.ru_maxrss,
+               "cpu_s": ru.ru_utime + ru.ru_stime}, f)
+"""
+
+
 def run_measured(*args: str, timeout: float = 120) -> Measured:
     """The CLI in a real process; its peak RSS and CPU time as the kernel accounted them."""
+    import signal
     import tempfile
 
-    def limit() -> None:
-        resource.setrlimit(resource.RLIMIT_AS, (CLI_AS_LIMIT, CLI_AS_LIMIT))
-
-    with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
+    with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err, \
+            tempfile.TemporaryDirectory() as tmp:
+        report = os.path.join(tmp, "rusage.json")
         t0 = time.monotonic()
-        p = subprocess.Popen([sys.executable, "-m", "kubectl_gpudoctor", *args],
+        p = subprocess.Popen([sys.executable, "-c", _LAUNCHER, report, str(CLI_AS_LIMIT),
+                              sys.executable, "-m", "kubectl_gpudoctor", *args],
                              stdout=out, stderr=err, env=cli_env(), cwd=str(REPO),
-                             preexec_fn=limit)
-        deadline = t0 + timeout
-        while True:
-            pid, st, ru = os.wait4(p.pid, os.WNOHANG)
-            if pid:
-                break
-            if time.monotonic() > deadline:
-                p.kill()
-                pid, st, ru = os.wait4(p.pid, 0)
-                break
-            time.sleep(0.05)
-        p.returncode = os.waitstatus_to_exitcode(st)
+                             start_new_session=True)
+        try:
+            p.wait(timeout)
+        except subprocess.TimeoutExpired:
+            os.killpg(p.pid, signal.SIGKILL)  # the CLI ran past every deadline: kill it
+            p.wait()
         wall = time.monotonic() - t0
+        assert os.path.exists(report), f"the CLI was still running after {timeout:g}s: killed"
+        with open(report) as f:
+            ru = json.load(f)
         out.seek(0)
         err.seek(0)
-        return Measured(p.returncode, out.read().decode("utf-8", "replace"),
-                        err.read().decode("utf-8", "replace"), ru.ru_maxrss / 1024.0,
-                        ru.ru_utime + ru.ru_stime, wall)
-
-
-def healthy_node_doc(name: str) -> dict:
-    return {"kind": "Node", "apiVersion": "v1", "metadata": {"name": name, "uid": "u-" + name},
-            "status": {"capacity": {"nvidia.com/gpu": "1"}, "allocatable": {"nvidia.com/gpu": "1"},
-                       "conditions": [{"type": "Ready", "status": "True"}]}}
-
-
-def json_lines(n: int) -> bytes:
-    return b"".join(json.dumps({"n": i}).encode() + b"\n" for i in range(n))
+        return Measured(os.waitstatus_to_exitcode(ru["status"]),
+                        out.read().decode("utf-8", "replace"),
+                        err.read().decode("utf-8", "replace"), ru["maxrss_kib"] / 1024.0,
+                        ru["cpu_s"], wall)
 
 
 def finding_line(i: int) -> bytes:

@@ -1,7 +1,8 @@
 """A page-parser child that answers garbage, or claims a 1 GiB (or 2**63-byte) answer, costs
 one BrokenChild and the page is parsed in the CLI: no thread traceback, no giant allocation
 (issue 21, item 8). The scenario runs in a child Python process whose peak RSS comes from the
-kernel's accounting (its own getrusage at the end); the hostile 'children' are real processes answering on the pipes.
+kernel's accounting (its own VmHWM: the peak RSS of its memory since exec, without the
+high-water mark a forked child inherits from pytest); the hostile 'children' are real processes answering on the pipes.
 """
 from __future__ import annotations
 
@@ -38,7 +39,7 @@ sys.stdout.buffer.write({answer}); sys.stdout.buffer.flush()
 """
 
 DRIVER = """
-import json, resource, sys, threading
+import json, sys, threading
 from kubectl_gpudoctor.api import pageparse, slim
 hooked = []
 threading.excepthook = lambda args: hooked.append(repr(args.exc_value))
@@ -49,7 +50,8 @@ with pageparse.ParsePool(1) as pp:
     fut = pp.submit(page, pageparse.KIND_SLIM)
     items, token = pp.result(fut, lambda: page, slim.slim)
     broken = type(fut.exception(timeout=5)).__name__
-rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+rss = next(int(l.split()[1]) for l in open("/proc/self/status")
+           if l.startswith("VmHWM:")) / 1024
 print(json.dumps({{"items": len(items), "token": token, "broken": broken, "hooked": hooked,
                   "rss_mib": rss}}))
 """
