@@ -16,6 +16,7 @@ kernel's accounting of that one process (wait4), never from wall-clock speed.
 from __future__ import annotations
 
 import asyncio
+import gc
 import json
 import os
 import re
@@ -30,7 +31,7 @@ import pytest
 
 from .conftest import REPO, cli_env
 from .fakecluster import status_body
-from .fakeexec import ExecCluster, _Handler
+from .fakeexec import ExecCluster, _Handler, _kill
 from .kubelet_dump import healthy_kubelet_dump
 
 HOSTILE_MAX_BYTES = 8 << 30   # what one hostile answer sends at most
@@ -239,7 +240,35 @@ def hc():
     try:
         yield fc
     finally:
+        _settle(fc)
         fc.stop()
+
+
+def _settle(fc: HostileCluster) -> None:
+    """Kill the agent processes still flooding, and let their pipe transports be collected
+    while the server's loop still runs: collected after it closed, their __del__ raises
+    'Event loop is closed' from inside whatever runs the GC then (seen: pytest's ast.parse,
+    which CPython 3.11 then fails with 'AST constructor recursion depth mismatch')."""
+    async def settle() -> None:
+        # the exec handlers of a client that hung up mid-flood: end them in this loop
+        me = asyncio.current_task()
+        tasks = [t for t in asyncio.all_tasks() if t is not me and
+                 any(n in getattr(t.get_coro(), "__qualname__", "")
+                     for n in ("_exec", "pump", "watch_client", "_handle"))]
+        for t in tasks:
+            t.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        for p in list(fc.exec_procs):
+            _kill(p)
+            p._transport.close()  # its pipes too, now, in the loop that owns them
+        await asyncio.sleep(0.1)
+        gc.collect()
+        await asyncio.sleep(0.1)
+    if fc._loop is not None and fc.exec_procs:
+        try:
+            asyncio.run_coroutine_threadsafe(settle(), fc._loop).result(20)
+        except Exception:  # noqa: BLE001 - stop() reaps what is left
+            pass
 
 
 @pytest.fixture
