@@ -42,11 +42,12 @@ CLI_AS_LIMIT = 6 << 30        # address-space limit of the CLI under test: a saf
 Behaviour = Callable[[aiohttp.web.BaseRequest], Awaitable[aiohttp.web.StreamResponse]]
 
 
-def endless(prefix: bytes = b"", unit: bytes = b" " * 65536, every_s: float = 0.0,
+def endless(prefix: bytes = b"", unit: bytes | Callable[[int], bytes] = b" " * 65536,
+            every_s: float = 0.0,
             content_type: str = "application/json",
             first: tuple[bytes, int] = (b"", 0)) -> Behaviour:
     """A 200 answer whose chunked body starts with `prefix`, then `first[0]` `first[1]` times
-    (e.g. one giant line), then repeats `unit` forever."""
+    (e.g. one giant line), then repeats `unit` forever (or unit(0), unit(1)... if callable)."""
     async def answer(req: aiohttp.web.BaseRequest) -> aiohttp.web.StreamResponse:
         resp = aiohttp.web.StreamResponse(status=200, headers={"Content-Type": content_type})
         resp.enable_chunked_encoding()
@@ -56,9 +57,11 @@ def endless(prefix: bytes = b"", unit: bytes = b" " * 65536, every_s: float = 0.
             await resp.write(prefix)
             for _ in range(first[1]):
                 await resp.write(first[0])
+            n = 0
             while sent < HOSTILE_MAX_BYTES and time.monotonic() - t0 < HOSTILE_MAX_S:
-                await resp.write(unit)
-                sent += len(unit)
+                data = unit(n) if callable(unit) else unit
+                await resp.write(data)
+                sent, n = sent + len(data), n + 1
                 await asyncio.sleep(every_s)
         except (ConnectionError, RuntimeError):  # the client hung up: what we want
             pass
@@ -197,14 +200,20 @@ def run_measured(*args: str, timeout: float = 120) -> Measured:
                         ru["cpu_s"], wall)
 
 
-def finding_line(i: int) -> bytes:
+def finding_line(i: int, n: int = 0) -> bytes:
     return json.dumps({"schema": "gpu-doctor/v1", "kind": "finding", "id": "nvml.init_hang",
-                       "severity": "warning", "subject": f"gpu-{i}", "title": "flood " * 20,
+                       "severity": "warning", "subject": f"gpu-{n}-{i}", "title": "flood " * 20,
                        "evidence": {"i": i}, "remediation": "r", "refs": [],
                        "check": "nvml"}).encode() + b"\n"
 
 
-FLOOD_UNIT = b"".join(finding_line(i) for i in range(200))   # ~80 KiB of valid records
+def flood_unit(n: int) -> bytes:
+    """~60 KiB of records no two alike (a report keeps each: findings by (id, subject), logs
+    all): 100 valid findings and 100 lines of noise, numbered `n`."""
+    return b"".join(finding_line(i, n) + b"noise %d %d " % (n, i) + b"z" * 300 + b"\n"
+                    for i in range(100))
+
+
 GIANT_LINE_MIB = 200
 
 
@@ -217,10 +226,15 @@ chunk = b"x" * (1 << 20)
 for _ in range({GIANT_LINE_MIB}):
     os.write(1, chunk)
 os.write(1, b"\\n")
-unit = {FLOOD_UNIT!r}
-t0 = time.monotonic()
+import json
+t0, n = time.monotonic(), 0
 while time.monotonic() - t0 < {seconds}:
-    os.write(1, unit)
+    os.write(1, b"".join(json.dumps({{"schema": "gpu-doctor/v1", "kind": "finding",
+        "id": "nvml.init_hang", "severity": "warning", "subject": "gpu-%d-%d" % (n, i),
+        "title": "flood " * 20, "evidence": {{"i": i}}, "remediation": "r", "refs": [],
+        "check": "nvml"}}).encode() + b"\\n" + b"noise %d %d " % (n, i) + b"z" * 300 + b"\\n"
+        for i in range(100)))
+    n += 1
 """
     return [sys.executable, "-c", code]
 

@@ -14,8 +14,8 @@ import pytest
 
 from kubectl_gpudoctor.reach import records
 
-from .hostile import (FLOOD_UNIT, GIANT_LINE_MIB, NODE, endless, finding_line, flooding_agent,
-                      run_measured)
+from .hostile import (GIANT_LINE_MIB, NODE, endless, finding_line, flood_unit,
+                      flooding_agent, run_measured)
 from .hostile import hc, kc  # noqa: F401 (fixtures)
 
 RSS_LIMIT_MIB = 512
@@ -81,7 +81,7 @@ def test_a_flooding_agent_is_bounded_and_the_exec_deadline_holds(hc, kc):
 
 def test_a_flooding_debug_pod_log_is_bounded_and_its_deadline_holds(hc, kc):
     hc.hostile[re.compile(r"/api/v1/namespaces/[^/]+/pods/[^/]+/log")] = endless(
-        b"", FLOOD_UNIT, content_type="text/plain", first=(b"x" * (1 << 20), GIANT_LINE_MIB))
+        b"", flood_unit, content_type="text/plain", first=(b"x" * (1 << 20), GIANT_LINE_MIB))
     m = run_measured("node", NODE, "--kubeconfig", kc, "-o", "json", "--no-agent",
                      "--timeout", str(TIMEOUT_S), "--trace-seconds", "0",
                      "--start-timeout", "20", timeout=240)
