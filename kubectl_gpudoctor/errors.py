@@ -195,6 +195,19 @@ class ClientTimeout(GatewayTimeout):
                                     f"no complete answer to {verb} {what} within", 1)
 
 
+class BadAnswer(ApiError):
+    """A 2xx answer no API server gives: endless, or a list whose `continue` token repeats
+    or whose pages never end. Not an HTTP status: `status` stays 0; the message says what."""
+
+    def describe(self, what: str, verb: str) -> str:
+        return f"cannot {verb} {what}: {self.message}"
+
+
+class TooLarge(BadAnswer):
+    """An answer longer than the call can need (api/kube.py caps every body): not read
+    further."""
+
+
 _BY_STATUS: dict[int, type[ApiError]] = {
     c.status: c for c in (BadRequest, Unauthorized, Forbidden, NotFound, Conflict, Gone,
                           Invalid, TooManyRequests, InternalServerError, ServiceUnavailable,

@@ -12,6 +12,10 @@ Why this module exists:
   never look at status numbers.
 - Every request has a wall-clock deadline (deadline.py), not only per-read timeouts: a server
   that trickles a byte every few seconds cannot hold a call past its budget.
+- Every answer has a size cap, sized to what the call reads (`max_bytes_for(path)`: an object,
+  a list page, a goroutine dump, healthz): a server that sends an endless body fails the call as one
+  errors.TooLarge as soon as the cap is passed, instead of growing the CLI until its deadline
+  (16.7 GiB seen). An error answer's body is read up to ERROR_BODY_BYTES, the rest dropped.
 """
 from __future__ import annotations
 
@@ -30,6 +34,17 @@ from .. import errors
 from . import deadline
 
 DEFAULT_REQUEST_TIMEOUT_S = 15.0
+
+MiB = 1 << 20
+# What one answer may hold. etcd stores objects of at most 1.5 MiB; a list page of PAGE_SIZE
+# pods is ~3.5 MiB (at most ~50 MiB with the biggest real pods); a kubelet's goroutine dump
+# (debug=2) is 1-10 MiB even when wedged; healthz and configz are a few KiB.
+OBJECT_MAX_BYTES = 8 * MiB
+LIST_MAX_BYTES = 64 * MiB       # the default: a list page, or an unpaged list of one node's pods
+DUMP_MAX_BYTES = 32 * MiB       # a goroutine dump
+SMALL_MAX_BYTES = 1 * MiB       # healthz, configz, a Lease, a namespace
+ERROR_BODY_BYTES = 64 * 1024    # of a non-2xx answer (a Status, a failing healthz's lines)
+_READ_BYTES = 256 * 1024
 
 
 class Kube:
@@ -124,16 +139,35 @@ class Kube:
                 raise _no_answer(timeout, path) from None
             raise unreachable(self.host, exc) from None
         if not 200 <= raw.status <= 299:
+            whole = False
             try:
-                body_text = _text(self._read_all(raw, ticket, path))
+                data, whole = self._read_all(raw, ticket, path, ERROR_BODY_BYTES, cut=True)
+                body_text = _text(data)
             finally:
-                _release(raw, ticket)
+                _release(raw, ticket, reuse=whole)
             raise errors.api_error(raw.status, str(raw.reason or ""), body_text, path)
         return raw
 
-    def _read_all(self, raw: Any, ticket: deadline.Ticket, path: str) -> bytes:
+    def _read_all(self, raw: Any, ticket: deadline.Ticket, path: str, max_bytes: int,
+                  cut: bool = False) -> tuple[bytes, bool]:
+        """(the body, whether it was read to its end). Past `max_bytes` the read stops:
+        errors.TooLarge, or with `cut` the first `max_bytes` (the rest is never read)."""
+        length = str(raw.headers.get("Content-Length") or "")
+        if not cut and length.isdigit() and int(length) > max_bytes:
+            raise _too_large(path, max_bytes)  # said so up front: not one byte read
+        parts: list[bytes] = []
+        total = 0
         try:
-            data = raw.data
+            while True:
+                chunk = raw.read(min(_READ_BYTES, max_bytes + 1 - total))
+                if not chunk:
+                    break
+                parts.append(chunk)
+                total += len(chunk)
+                if total > max_bytes:
+                    if not cut:
+                        raise _too_large(path, max_bytes)
+                    return b"".join(parts)[:max_bytes], False
         except (self._exc_types["read_timeout"], *self._exc_types["transport"]) as exc:
             if ticket.expired or isinstance(exc, self._exc_types["read_timeout"]):
                 raise _too_slow(ticket, path) from None
@@ -141,29 +175,35 @@ class Kube:
                 f"the answer from {self.host} broke off: {_short(exc)}") from None
         if ticket.expired:  # a body without a length ends at the shut socket, cut short
             raise _too_slow(ticket, path)
-        return data
+        return b"".join(parts), True
 
     def request(self, method: str, path: str, query: Sequence[tuple[str, Any]] | None = None,
                 body: Any = None, timeout: float | None = None,
-                accept: str = "application/json") -> bytes:
+                accept: str = "application/json",
+                max_bytes: int | None = None) -> bytes:
         """One request, bounded by `timeout` seconds of wall-clock time in all (connect,
-        headers and body), and by the same per read."""
+        headers and body), by the same per read, and by `max_bytes` of answer
+        (default: what `path` can need, max_bytes_for): errors.TooLarge past it."""
         budget = timeout or self.timeout_s
+        max_bytes = max_bytes or max_bytes_for(path)
         with self._watchdog.arm(budget) as ticket:
             raw = self._send(method, path, query, body, budget, accept, ticket)
+            whole = False
             try:
-                return self._read_all(raw, ticket, path)
+                data, whole = self._read_all(raw, ticket, path, max_bytes)
+                return data
             finally:
-                _release(raw, ticket)
+                _release(raw, ticket, reuse=whole)
 
     def get_json(self, path: str, query: Sequence[tuple[str, Any]] | None = None,
-                 timeout: float | None = None) -> dict:
-        return _loads(self.request("GET", path, query, timeout=timeout), path)
+                 timeout: float | None = None, max_bytes: int | None = None) -> dict:
+        return _loads(self.request("GET", path, query, timeout=timeout, max_bytes=max_bytes),
+                      path)
 
     def get_text(self, path: str, query: Sequence[tuple[str, Any]] | None = None,
-                 timeout: float | None = None) -> str:
-        return self.request("GET", path, query, timeout=timeout, accept="*/*").decode(
-            "utf-8", "replace")
+                 timeout: float | None = None, max_bytes: int | None = None) -> str:
+        return self.request("GET", path, query, timeout=timeout, accept="*/*",
+                            max_bytes=max_bytes).decode("utf-8", "replace")
 
     def post_json(self, path: str, body: Mapping[str, Any],
                   timeout: float | None = None) -> dict:
@@ -205,15 +245,38 @@ class Kube:
                 raw.close()
 
 
-def _release(raw: Any, ticket: deadline.Ticket) -> None:
-    """Back to the pool, unless the watchdog shut its socket (then it is closed). The ticket
-    is finished first: a connection back in the pool may serve another thread's request,
-    and this ticket's deadline must not shut it then."""
+def _release(raw: Any, ticket: deadline.Ticket, reuse: bool = True) -> None:
+    """Back to the pool, unless the watchdog shut its socket or the body was not read to
+    its end (then it is closed: the rest of an answer must not become the next one's). The
+    ticket is finished first: a connection back in the pool may serve another thread's
+    request, and this ticket's deadline must not shut it then."""
     ticket.finish()
-    if ticket.expired:
+    if ticket.expired or not reuse:
         raw.close()
     else:
         raw.release_conn()
+
+
+_SMALL_ENDPOINTS = ("healthz", "livez", "readyz", "configz")
+
+
+def max_bytes_for(path: str) -> int:
+    """The most an answer to GET `path` can need: a kubelet's goroutine dump, its healthz or
+    configz, one object (.../RESOURCE/NAME, also under namespaces/NS), or a list (page)."""
+    parts = [p for p in path.split("?", 1)[0].split("/") if p]
+    if parts[-3:] == ["debug", "pprof", "goroutine"]:
+        return DUMP_MAX_BYTES
+    if parts and parts[-1] in _SMALL_ENDPOINTS:
+        return SMALL_MAX_BYTES
+    rest = parts[2:] if parts[:1] == ["api"] else parts[3:]  # after api/v1 or apis/G/V
+    if len(rest) > 2 and rest[0] == "namespaces":
+        rest = rest[2:]  # namespaces/NS/RESOURCE...: NS/... is about RESOURCE
+    return OBJECT_MAX_BYTES if len(rest) == 2 else LIST_MAX_BYTES
+
+
+def _too_large(path: str, max_bytes: int) -> "errors.TooLarge":
+    return errors.TooLarge(f"the answer to {path} is over {max_bytes / MiB:g} MiB; "
+                           f"not read further", path=path)
 
 
 def _stream_over(ticket: deadline.Ticket) -> errors.StreamBroken:

@@ -8,7 +8,10 @@ keeps threads from sharing that work, so `nodes` hands raw pages to a few child 
 and gets back only the reduced items, marshalled (~0.5 MiB a page, ~5 ms to load). Children
 are our own code, start in their own session (Ctrl-C goes to the CLI, which closes them),
 exit when their stdin closes (so also when the CLI dies), and a child that breaks, stalls or
-cannot start costs nothing but speed: the page is parsed in the CLI instead.
+cannot start costs nothing but speed: the page is parsed in the CLI instead. A child's answer
+is checked before it is believed: a status we do not know, a length past what the page can
+reduce to (answer_cap: never a buffer of the claimed 1 GiB), or a result that is not
+(list of objects, token) is a broken child, like any other failure of its thread.
 
 Run as `python -m kubectl_gpudoctor.api.pageparse` (the child); `ParsePool` is the CLI's side.
 """
@@ -152,22 +155,26 @@ class _Child:
             if not fut.set_running_or_notify_cancel():
                 continue
             try:
-                self.proc.stdin.write(_HEAD.pack(kind, len(raw)))
+                size = len(raw)
+                self.proc.stdin.write(_HEAD.pack(kind, size))
                 self.proc.stdin.write(raw)
                 self.proc.stdin.flush()
                 del raw
                 head = _read_exact(self.proc.stdout, _HEAD.size)
                 status, n = _HEAD.unpack(head)
+                if status not in (_OK, _NOT_JSON) or n > answer_cap(size):
+                    raise ValueError(f"answer of status {status}, {n} bytes, to a page of "
+                                     f"{size} bytes")
                 body = _read_exact(self.proc.stdout, n)
                 if status == _NOT_JSON:
                     fut.set_exception(NotJson("not JSON"))
                     continue
-                result = marshal.loads(body)
+                result = _checked(marshal.loads(body))
                 del body
                 self.pages += 1
                 fut.set_result(result)
-            except (OSError, EOFError, ValueError, TypeError, struct.error) as exc:
-                fut.set_exception(BrokenChild(str(exc) or type(exc).__name__))
+            except Exception as exc:  # noqa: BLE001 - whatever it sent: this child is done
+                fut.set_exception(BrokenChild(f"{type(exc).__name__}: {exc}"[:200]))
                 self.kill()
                 self._fail_rest()
                 return
@@ -287,6 +294,21 @@ def default_workers() -> int:
     except (AttributeError, OSError):
         cpus = os.cpu_count() or 1
     return 0 if cpus < 2 else min(2, cpus)
+
+
+def answer_cap(page_bytes: int) -> int:
+    """The longest answer a child may give to a page of `page_bytes`: its reduced items,
+    marshalled, are smaller than the page's JSON (~0.5 MiB for 7 MiB); twice it, plus room."""
+    return 2 * page_bytes + (1 << 20)
+
+
+def _checked(result: Any) -> tuple[list, str | None]:
+    """A child's (items, token), or ValueError for anything else it could have sent."""
+    if not (isinstance(result, tuple) and len(result) == 2 and isinstance(result[0], list)
+            and (result[1] is None or isinstance(result[1], str))
+            and all(isinstance(i, dict) for i in result[0])):
+        raise ValueError("the answer is not (list of objects, continue token)")
+    return result
 
 
 def _read_exact(f: Any, n: int) -> bytes:

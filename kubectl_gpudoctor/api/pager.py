@@ -9,6 +9,10 @@ consistent read (no resourceVersion=0: a watch cache that predates ListFromCache
 ignores `limit`), and an expired token (410 Gone, the list outlived etcd's compaction) restarts
 the list once from the beginning. Pages are parsed item by item (pageparse.parse_page: never a
 whole page as one tree), in child processes when `nodes` gives a pageparse.ParsePool.
+A list is bounded like every read: a `continue` token the server already gave is an error (a
+list that would go round forever), and so are more items than a cluster has (max_items_for:
+10x the 5,000 nodes a cluster supports, 200,000 items of another list, 4/3 of the 150,000 pods
+the budgets are made for) or MAX_LIST_BYTES of pages: a list that never ends.
 """
 from __future__ import annotations
 
@@ -21,6 +25,11 @@ from .kube import Kube
 from .slim import PodCompactor, slim
 
 PAGE_SIZE = 1000  # ~3.5 MiB of pod JSON per page: bounded memory (in the CLI and each page
+
+
+MAX_NODES = 50_000     # a slimmed node is ~2.5 KiB in memory: 125 MiB
+MAX_ITEMS = 200_000    # of any other list (pods share skeletons: far less per item)
+MAX_LIST_BYTES = 2 << 30
 
 
 _CONTINUE = re.compile(rb'"continue"\s*:\s*"([^"]*)"')
@@ -82,6 +91,9 @@ def _walk(kube: Kube, path: str, query: list, page_size: int, timeout: float,
         ahead = parsers.workers
     items: list[dict] = []
     pages = 0
+    seen: set[str] = set()  # continue tokens given so far
+    fetched = 0             # bytes of pages so far
+    most = max_items_for(path)
     # (raw page, or None once a child has it; its parse in a child or None; the token that
     # fetched it; the token read from its head)
     inflight: collections.deque = collections.deque()
@@ -93,8 +105,10 @@ def _walk(kube: Kube, path: str, query: list, page_size: int, timeout: float,
                 if nxt is not None and len(inflight) < ahead:
                     raw, this = nxt.result(), asked
                     pages += 1
+                    fetched += len(raw)
                     m = _CONTINUE.search(raw, 0, 4096)
                     token = m.group(1).decode() if m and m.group(1) else None
+                    _bounded(path, token, seen, pages, fetched, len(items), most)
                     asked, nxt = token, pool.submit(fetch, token) if token else None
                     if pages == 1 and parsers is not None and not _worth_children(
                             raw, token, page_size):
@@ -117,12 +131,36 @@ def _walk(kube: Kube, path: str, query: list, page_size: int, timeout: float,
                 del raw, fut
                 items.extend(got)
                 del got
+                if len(items) > most:
+                    raise _endless(path, pages, len(items))
                 if real != token:  # the head scan disagreed with the parsed page: trust the
                     inflight.clear()  # page; what was fetched after it came from a wrong token
                     if nxt is not None:
                         nxt.cancel()
+                    _bounded(path, real, seen, pages, fetched, len(items), most)
                     asked, nxt = real, pool.submit(fetch, real) if real else None
         finally:
             if nxt is not None:
                 nxt.cancel()
     return items, pages
+
+
+def max_items_for(path: str) -> int:
+    return MAX_NODES if path.rstrip("/").endswith("/nodes") else MAX_ITEMS
+
+
+def _bounded(path: str, token: str | None, seen: set[str], pages: int, fetched: int,
+             items: int, most: int) -> None:
+    """Raise errors.BadAnswer for a token given before, or a list past its bounds."""
+    if token is not None:
+        if token in seen:
+            raise errors.BadAnswer(f"the API server gave the same continue token twice for "
+                                   f"{path} (after {pages} pages): the list would never end")
+        seen.add(token)
+    if fetched > MAX_LIST_BYTES or items > most:
+        raise _endless(path, pages, items)
+
+
+def _endless(path: str, pages: int, items: int) -> errors.BadAnswer:
+    return errors.BadAnswer(f"the list {path} did not end after {pages} pages ({items} items); "
+                            f"not read further")

@@ -97,8 +97,12 @@ def collect_node(kube: Kube, name: str, settings: Settings, out: Output,
                             [("fieldSelector", f"involvedObject.kind=Node,involvedObject.name={name}")],
                             30)
         pods = _result(out, "api.pods", f_pods, t0)
+        if pods is None:  # the verdict below would judge a node without its pods
+            out.mark_incomplete(f"the pods of node {name} could not be read")
         pods = list((pods or {}).get("items") or ())
         lease = _result(out, "api.lease", f_lease, t0, quiet_404=True)
+        if lease is None and not isinstance(f_lease.exception(), errors.NotFound):
+            out.mark_incomplete(f"the Lease of node {name} could not be read")
         # events only for pods that look untouched or overdue: a handful of calls at most
         candidates = [p for p in pods
                       if admission.untouched_pending(p, (), now) is not None
@@ -114,13 +118,15 @@ def collect_node(kube: Kube, name: str, settings: Settings, out: Output,
                 out.log("warning", f"cannot read events of {pod_ref(p)}: {_why(exc)}")
         warn = _result(out, "api.warning_events", f_warn, t0, quiet=True)
         uids = {(p.get("metadata") or {}).get("uid") for p in pods}
+        # by event name, in one pass (a pod with 30,000 Warning events: linear, not quadratic)
+        names = {(uid, (e.get("metadata") or {}).get("name"))
+                 for uid, evs in index.items() for e in evs}
         for ev in (warn or {}).get("items") or ():
             uid = (ev.get("involvedObject") or {}).get("uid")
-            if uid in uids:
-                have = index.setdefault(uid, [])
-                if all(e.get("metadata", {}).get("name") != ev.get("metadata", {}).get("name")
-                       for e in have):
-                    have.append(ev)
+            key = (uid, (ev.get("metadata") or {}).get("name"))
+            if uid in uids and key not in names:
+                names.add(key)
+                index.setdefault(uid, []).append(ev)
         configz = _result(out, "api.kubelet_configz", f_configz, t0, quiet=True)
         cfg = kubelet_config.extract(configz)
         health_text = _result(out, "api.kubelet_healthz", f_health, t0, quiet=True,

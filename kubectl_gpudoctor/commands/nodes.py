@@ -106,6 +106,7 @@ def scan(kube: Kube, selector: str | None, settings: Settings, out: Output,
         out.log("warning", "events not readable; stalled pods judged from their status only")
     if leases is None:
         out.log("warning", "node Leases not readable; cannot tell whether kubelets renew them")
+        out.mark_incomplete("the node Leases could not be read")
     ev_index = events_by_uid(events or ())
     by_node: dict[str, list[dict]] = {n: [] for n in names}
     ev_by_node: dict[str, dict] = {}  # node -> {uid: events} of its pods that have events

@@ -7,8 +7,9 @@ agent's pod instead of creating a debug pod. This is the official client's webso
 `Status`), wrapped so that it can never hang and fails as one clear error:
 - the connect (TCP, TLS, upgrade) runs in a daemon thread we stop waiting for at a deadline:
   the client's create_websocket has no timeout of its own;
-- reads wait with poll() for at most the time left, and the socket itself gets a timeout so a
-  half-received frame cannot block;
+- frames are read by reach/frames.py, not by the client's WSClient: every wait is bounded by
+  the time left, also while an agent keeps sending, payloads come in pieces of at most 64 KiB
+  whatever size a frame announces, and every stdout byte sent before the close is yielded;
 - refusals before the upgrade (403 RBAC, 404 pod gone, 400 container not running) are the
   typed errors.ApiError of that status with the API server's message, so the caller can fall
   back to a debug pod;
@@ -28,9 +29,11 @@ import time
 from typing import Any, Iterator, Sequence
 
 from .. import errors
+from . import frames
 
 STDOUT, STDERR, ERROR = 1, 2, 3
 STDERR_KEEP = 16 * 1024  # bytes of the command's stderr kept for the report
+STATUS_KEEP = 64 * 1024  # the final Status is ~300 bytes; more is not read into memory
 
 
 @dataclasses.dataclass
@@ -109,50 +112,46 @@ class ExecStream:
     # -- read ----------------------------------------------------------------------------
     def chunks(self) -> Iterator[bytes]:
         """Stdout bytes as they arrive. Ends when the server closes the stream; `end` then
-        holds the exit status. Raises errors.StreamBroken on a cut stream or the deadline."""
-        import websocket
+        holds the exit status. Raises errors.StreamBroken on a cut stream or the deadline.
 
+        Frames are read here (frames.py), not by the client's WSClient.update(): that one
+        keeps every byte in memory twice (capture_all), concatenates a channel's data
+        quadratically, loops for as long as frames keep coming (no deadline while data flows)
+        and, through read_channel()'s own update(), buffers output that is then dropped when
+        the close frame is seen (issue 21: 174 of 400 records lost behind a slow consumer).
+        Here every byte sent before the close is yielded, at most READ_SIZE at a time."""
         c = self.client
         assert c is not None, "open() first"
         deadline = self._t0 + self.deadline_s
         stderr = bytearray()
-        status_raw = b""
+        status_raw = bytearray()
+        closed = False
         try:
-            while True:
-                left = deadline - time.monotonic()
-                if left <= 0:
-                    raise errors.StreamBroken(
-                        f"the command in {self.namespace}/{self.pod} did not finish within "
-                        f"{self.deadline_s:g}s")
-                try:
-                    c.update(timeout=min(left, 1.0))
-                except (websocket.WebSocketException, OSError, ValueError) as exc:
-                    # update() reads every frame already waiting before it meets the cut:
-                    # output that came in with the cut is still the command's output
-                    try:
-                        out = c.read_channel(STDOUT)
-                    except (websocket.WebSocketException, OSError, ValueError):
-                        out = b""
-                    if out:
-                        yield bytes(out)
-                    raise errors.StreamBroken(
-                        f"the exec stream from {self.namespace}/{self.pod} broke: "
-                        f"{_short(exc)}") from None
-                out = c.read_channel(STDOUT)
-                if out:
-                    yield bytes(out)
-                err = c.read_channel(STDERR)
-                if err:
-                    stderr += err
-                    del stderr[:-STDERR_KEEP]
-                st = c.read_channel(ERROR)
-                if st:
-                    status_raw += st
-                if not c.is_open():
+            for channel, data in frames.Reader(c.sock).events(deadline):
+                if channel == frames.CLOSE:
+                    closed = True
                     break
+                if channel == STDOUT:
+                    yield data
+                elif channel == STDERR:
+                    stderr += data
+                    del stderr[:-STDERR_KEEP]
+                elif channel == ERROR and len(status_raw) < STATUS_KEEP:
+                    status_raw += data[:STATUS_KEEP - len(status_raw)]
+                if time.monotonic() > deadline:  # a slow consumer or a flood: still bounded
+                    raise frames.DeadlinePassed()
+        except frames.DeadlinePassed:
+            raise errors.StreamBroken(
+                f"the command in {self.namespace}/{self.pod} did not finish within "
+                f"{self.deadline_s:g}s") from None
+        except frames.Broken as exc:
+            if not status_raw.strip():
+                raise errors.StreamBroken(
+                    f"the exec stream from {self.namespace}/{self.pod} broke: {exc}") from None
+            closed = True  # the Status came; a connection dropped after it lost nothing
         finally:
-            self.close()
-        status = _parse_status(status_raw)
+            self.close(polite=closed)
+        status = _parse_status(bytes(status_raw))
         self.end = ExecEnd(_exit_code(status), status, bytes(stderr),
                            getattr(c, "subprotocol", None))
         if status is None:
@@ -160,11 +159,18 @@ class ExecStream:
                 f"the exec stream from {self.namespace}/{self.pod} ended without an exit "
                 f"status (connection cut)")
 
-    def close(self) -> None:
-        c = self.client
+    def close(self, polite: bool = False) -> None:
+        """Shut the socket at once (the client's own close() reads on for up to 3 s, whole
+        frames of any size); after the server's close frame, answer it first."""
+        c, self.client = self.client, None
         if c is not None:
+            ws = getattr(c, "sock", None)
             try:
-                c.close()
+                c._connected = False
+                if ws is not None:
+                    if polite and ws.connected:
+                        ws.send_close()
+                    ws.shutdown()
             except Exception:  # noqa: BLE001 - closing a dead socket
                 pass
         api_client, self._api_client = getattr(self, "_api_client", None), None

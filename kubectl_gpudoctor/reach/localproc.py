@@ -6,9 +6,13 @@ child prints gpu-doctor/v1 NDJSON, which we render with the same code as `node X
 plugin is frozen by PyInstaller there is no interpreter to run `-m node_probe` with, so the
 frozen executable re-enters itself with a hidden first argument (`__probe`) that `cli.
 entrypoint` dispatches to `run_probe_here`, i.e. straight to node_probe.cli.main.
+The child dies with us: the kernel sends it SIGTERM when the CLI dies, however it dies
+(PR_SET_PDEATHSIG; SIGKILL of the CLI used to leave the probe tracing for its whole window).
+SIGTERM, not SIGKILL: the probe's handler then kills its own helpers and detaches its probes.
 """
 from __future__ import annotations
 
+import ctypes
 import os
 import select
 import signal
@@ -49,7 +53,8 @@ class ProbeProcess:
         env = dict(os.environ)
         env["PYTHONUNBUFFERED"] = "1"
         self.proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stdin=subprocess.DEVNULL,
-                                     env=env, start_new_session=True)
+                                     env=env, start_new_session=True,
+                                     preexec_fn=_die_with(os.getpid()))
         self.deadline_s = _timeout_arg(args) + GRACE_S
 
     def chunks(self) -> Iterator[bytes]:
@@ -97,6 +102,26 @@ class ProbeProcess:
                 return
             if self.wait(grace) is not None:
                 return
+
+
+PR_SET_PDEATHSIG = 1
+
+
+def _die_with(parent: int):
+    """preexec_fn: SIGTERM this child when `parent` dies (Linux). prctl is looked up here,
+    before the fork: the child only calls it. Kept by execve; if the parent is already gone
+    when it is set, the child ends itself. The kernel sends it when the *thread* that forked
+    dies: ProbeProcess is made on the main thread (`local`)."""
+    try:
+        prctl = ctypes.CDLL(None, use_errno=True).prctl
+    except (OSError, AttributeError):  # not Linux: the probe's own --timeout still ends it
+        return None
+
+    def set_in_child() -> None:
+        prctl(PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
+        if os.getppid() != parent:
+            os.kill(os.getpid(), signal.SIGTERM)
+    return set_in_child
 
 
 def _timeout_arg(args: Sequence[str]) -> float:

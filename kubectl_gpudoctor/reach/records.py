@@ -11,7 +11,11 @@ a 100 MB line) must not crash the client or throw away what the API side already
   problem, not the content;
 - a finding whose id is not in our catalog keeps its remediation only labelled as the node's
   (catalog.label_foreign_remediation): the client never shows a node's advice as its own;
-- either makes the run incomplete: the probe's summary, when it comes, is passed on with
+- the whole stream is capped too (MAX_RECORDS records, MAX_RECORD_BYTES bytes of lines passed
+  on): an agent or debug pod that floods (50 MB/s of records or log lines until the deadline)
+  cannot grow the report without bound; past the cap only the summary is still decoded;
+- a skipped line, a record that does not validate or a stream past its cap makes the run
+  incomplete: the probe's summary, when it comes, is passed on with
   `complete: false` and `incomplete_reason`, and `Decoder.incomplete_reason` says the same to a
   caller that saw no summary.
 `Decoder.feed()` / `finish()` and `records()` never raise on any input.
@@ -30,6 +34,9 @@ MAX_LINE_BYTES = 4 * 1024 * 1024   # a real record is a few KiB; the biggest see
 MAX_DEPTH = 32                      # evidence is at most a few levels deep
 MAX_ID_LEN = 128
 MAX_RAW_CHARS = 8192                # a non-JSON line is shown as a log, at most this much
+MAX_RECORDS = 50_000                # a real run: a few hundred; 20,000 findings on a big node
+MAX_RECORD_BYTES = 32 * 1024 * 1024  # of lines passed on as records (~10x in Python objects)
+_SUMMARY_LINE_BYTES = 64 * 1024     # past the caps, a line this short may still be the summary
 _ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:/-]*$")
 _SEVERITIES = tuple(s.value for s in protocol.Severity)
 
@@ -142,6 +149,9 @@ class Decoder:
         self.oversize_lines = 0
         self.invalid_records = 0
         self.saw_summary = False
+        self.records_out = 0     # records passed on, and the bytes of their lines
+        self.bytes_out = 0
+        self.dropped_lines = 0   # lines skipped past the caps
 
     # -- the verdict -----------------------------------------------------------------------
     @property
@@ -152,6 +162,10 @@ class Decoder:
         if self.oversize_lines:
             parts.append(f"{self.oversize_lines} probe output line(s) over "
                          f"{self.max_line} bytes were skipped")
+        if self.dropped_lines:
+            parts.append(f"the probe's output went past {MAX_RECORDS} records or "
+                         f"{MAX_RECORD_BYTES >> 20} MiB: {self.dropped_lines} further line(s) "
+                         f"were skipped")
         return "; ".join(parts)
 
     # -- bytes in --------------------------------------------------------------------------
@@ -211,9 +225,23 @@ class Decoder:
             line = line[:-1]
         if not line.strip():
             return
+        size = min(len(line), MAX_RAW_CHARS) if not line.lstrip().startswith(b"{") else len(line)
+        if self.records_out >= MAX_RECORDS or self.bytes_out + size > MAX_RECORD_BYTES:
+            if len(line) > _SUMMARY_LINE_BYTES or b'"summary"' not in line:
+                self._drop(out)
+                return
         rec = self._decode(line)
         if rec is not None:
+            self.records_out += 1
+            self.bytes_out += size
             out.append(rec)
+
+    def _drop(self, out: list[dict]) -> None:
+        self.dropped_lines += 1
+        if self.dropped_lines == 1:
+            out.append(protocol.log(
+                "warning", f"the probe's output went past {MAX_RECORDS} records or "
+                f"{MAX_RECORD_BYTES >> 20} MiB; further lines are skipped", flood=True))
 
     def _decode(self, line: bytes) -> dict | None:
         text = line.decode("utf-8", "replace")

@@ -3,7 +3,8 @@
 Why: without either, the driver tears the GPUs down when the last client closes them and
 initialises them again on the next open. Every container start then pays the init (seconds
 per GPU on large boards), and nvidia-container-cli fails with "driver rpc error: timed out"
-under load.
+under load. The daemon counts only when it runs on the host (or in the GPU Operator's driver
+container): a tenant can name any process nvidia-persistenced (daemons.on_host).
 """
 from __future__ import annotations
 
@@ -25,8 +26,10 @@ def persistence_check(ctx):
     off = [g for g in gpus if not g["persistence_mode"]]
     if not off:
         return
-    daemon = daemons.find(("nvidia-persistenced",), ctx.options.proc_root)
-    if daemon:
+    named = daemons.find(("nvidia-persistenced",), ctx.options.proc_root)
+    host = [d for d in named if daemons.on_host(d.pid, ctx.options.proc_root,
+                                                 ctx.options.host_root)]
+    if host:
         return
     yield catalog.make(
         "persistence.off", "warning", "node",
@@ -34,7 +37,9 @@ def persistence_check(ctx):
         "not running: the driver re-initialises the GPUs on every container start",
         {"gpus_persistence_off": [{"uuid": g.get("uuid"), "pci_bus_id": g.get("pci_bus_id")}
                                   for g in off],
-         "gpus": len(gpus), "nvidia_persistenced_pids": []},
+         "gpus": len(gpus), "nvidia_persistenced_pids": [],
+         # processes of that name in a container: not the host's daemon
+         "not_host_pids": [d.pid for d in named]},
         "Run nvidia-persistenced on the host (`systemctl enable --now nvidia-persistenced`; the "
         "GPU Operator's driver container runs it) rather than `nvidia-smi -pm 1`, which NVIDIA "
         "deprecates. Expect slow container starts and `nvidia-container-cli: driver rpc "

@@ -51,6 +51,26 @@ def find(names: tuple[str, ...] | list[str], proc: Path = procfs.PROC,
     return out
 
 
+def on_host(pid: int, proc: Path, host_root: Path,
+            subroots: tuple[str, ...] = DRIVER_ROOTS) -> bool:
+    """Whether process `pid` runs in the host's filesystem: its root is the host root, or
+    one of `subroots` of it (the GPU Operator's driver container, whose root the operator
+    mounts at run/nvidia/driver). A name is what a tenant chooses; a root is not: a container
+    process called nvidia-persistenced has its own root and keeps no host driver initialised."""
+    try:
+        st = os.stat(proc / str(pid) / "root")
+    except OSError:
+        return False
+    for sub in subroots:
+        try:
+            want = os.stat(host_root / sub if sub else host_root)
+        except OSError:
+            continue
+        if (st.st_dev, st.st_ino) == (want.st_dev, want.st_ino):
+            return True
+    return False
+
+
 def process_root(pid: int, proc: Path, host_root: Path) -> Path:
     """The filesystem root a process sees, as a path the probe can read under: --host-root for
     a process whose root is the probe's own / (probe and process share the host's root, as in

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -66,3 +67,31 @@ def daemon(tmp_path):
 def healthy_gpus(n=2, **kw) -> list[FakeGpu]:
     return [FakeGpu(f"GPU-{i:08d}-aaaa-bbbb-cccc-000000000000", "NVIDIA H100 80GB HBM3", i, **kw)
             for i in range(n)]
+
+
+_CHROOTED = """
+import os, sys, time
+open("/proc/self/comm", "w").write("nvidia-persistenced")
+os.chroot(sys.argv[1]); os.chdir("/")
+os.write(1, b"in\\n")
+time.sleep(300)
+"""
+
+
+@pytest.fixture
+def chrooted():
+    """chrooted(root) -> pid of a live process named nvidia-persistenced (comm and argv[0])
+    whose root is `root`: the host's daemon when `root` is the test's host root."""
+    procs: list[subprocess.Popen] = []
+
+    def start(root) -> int:
+        root.mkdir(parents=True, exist_ok=True)
+        p = subprocess.Popen(["nvidia-persistenced", "-c", _CHROOTED, str(root)],
+                             executable=sys.executable, stdout=subprocess.PIPE)
+        procs.append(p)
+        assert p.stdout.readline() == b"in\n"
+        return p.pid
+    yield start
+    for p in procs:
+        p.kill()
+        p.wait(timeout=10)

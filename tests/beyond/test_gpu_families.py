@@ -96,9 +96,9 @@ def test_persistence_off_without_daemon(tmp_path):
     assert [g["uuid"] for g in f[0]["evidence"]["gpus_persistence_off"]] == [g.uuid for g in gpus]
 
 
-def test_persistence_off_but_persistenced_running_is_quiet(tmp_path, daemon):
+def test_persistence_off_but_persistenced_running_is_quiet(tmp_path, chrooted):
     root, kfile = make_host(tmp_path, healthy_gpus(2, persistence=False))
-    daemon("nvidia-persistenced")
+    chrooted(root)  # the host's daemon: its root is the host root (daemons.on_host)
     run = probe(root, kfile, "persistence")
     assert not run.findings("persistence.off")
 
