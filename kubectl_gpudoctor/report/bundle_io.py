@@ -20,6 +20,7 @@ import tempfile
 from typing import Any, Mapping
 
 from node_probe.protocol import FAIL_ON, ExitStatus, Severity
+from node_probe.protocol.bundle import NotRegularFile, TooLargeFile, read_capped
 
 from .. import errors
 
@@ -100,24 +101,17 @@ def read(path: str) -> bytes:
     except OSError as exc:
         raise errors.UsageError(f"cannot read bundle {path}: {exc.strerror}") from None
     try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            raise errors.UsageError(f"{path} is not a regular file (a FIFO, device or "
-                                    f"directory); replay reads a bundle file")
-        chunks, size = [], 0
-        while size <= MAX_BUNDLE_BYTES:
-            chunk = os.read(fd, min(1 << 20, MAX_BUNDLE_BYTES + 1 - size))
-            if not chunk:
-                break
-            chunks.append(chunk)
-            size += len(chunk)
+        return read_capped(fd, MAX_BUNDLE_BYTES, path)
+    except TooLargeFile:
+        raise errors.UsageError(f"{path} is larger than {MAX_BUNDLE_BYTES // 2**20} MiB; "
+                                f"not a gpu-doctor bundle") from None
+    except NotRegularFile:
+        raise errors.UsageError(f"{path} is not a regular file (a FIFO, device or "
+                                f"directory); replay reads a bundle file") from None
     except OSError as exc:
         raise errors.UsageError(f"cannot read bundle {path}: {exc.strerror}") from None
     finally:
         os.close(fd)
-    if size > MAX_BUNDLE_BYTES:
-        raise errors.UsageError(f"{path} is larger than {MAX_BUNDLE_BYTES // 2**20} MiB; not a "
-                                f"gpu-doctor bundle")
-    return b"".join(chunks)
 
 
 def parse(path: str, data: bytes) -> Any:

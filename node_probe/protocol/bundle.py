@@ -7,7 +7,9 @@ this stdlib-only module so the two writers cannot drift apart.
 """
 from __future__ import annotations
 
+import os
 import platform
+import stat
 import time
 from typing import Any, Iterable, Mapping, Sequence
 
@@ -18,6 +20,36 @@ SCHEMA = "gpu-doctor-bundle/v1"
 REDACTION_NOTICE_NODE = (
     "Node-side evidence only: the probe's own records as its report shows them (the probe "
     "reads only NVIDIA_*, CUDA_* and HAMi environment keys; no Kubernetes object is read).")
+
+
+class NotABundleFile(ValueError):
+    """The file cannot be a bundle: see the two kinds below."""
+
+
+class NotRegularFile(NotABundleFile):
+    pass
+
+
+class TooLargeFile(NotABundleFile):
+    pass
+
+
+def read_capped(fd: int, limit: int, name: str = "bundle") -> bytes:
+    """The bytes of the regular file open at `fd`, at most `limit`: never blocks on a FIFO or a
+    device (the caller opens with O_NONBLOCK), never holds more than `limit` + 1 MiB. Both
+    readers of bundles use it: `replay` on the laptop, `agent-history` on the node."""
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        raise NotRegularFile(f"{name} is not a regular file (a FIFO, device or directory)")
+    chunks, size = [], 0
+    while size <= limit:
+        chunk = os.read(fd, min(1 << 20, limit + 1 - size))
+        if not chunk:
+            break
+        chunks.append(chunk)
+        size += len(chunk)
+    if size > limit:
+        raise TooLargeFile(f"{name} is larger than {limit} bytes")
+    return b"".join(chunks)
 
 
 def report_block(report: Report, fail_on: str, exit_code: int, *, error: dict | None = None,

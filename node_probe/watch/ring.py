@@ -18,6 +18,8 @@ import threading
 import time
 from pathlib import Path
 
+from node_probe.protocol.bundle import NotABundleFile, read_capped
+
 NAME_RE = re.compile(r"^bundle-(\d{13})-(\d{3})-([A-Za-z0-9]{1,64})\.json$")
 DEFAULT_RING = Path("/var/lib/gpu-doctor/evidence")
 DEFAULT_MAX_COUNT = 20
@@ -151,17 +153,8 @@ class Ring:
         finally:
             os.close(fd)
         try:
-            if not stat.S_ISREG(os.fstat(bfd).st_mode):
-                raise RingError(f"{name} is not a regular file")
-            chunks, size = [], 0
-            while size <= limit:
-                chunk = os.read(bfd, min(1 << 20, limit + 1 - size))
-                if not chunk:
-                    break
-                chunks.append(chunk)
-                size += len(chunk)
-            if size > limit:
-                raise RingError(f"{name} is larger than {limit} bytes")
-            return b"".join(chunks)
+            return read_capped(bfd, limit, name)
+        except NotABundleFile as exc:
+            raise RingError(str(exc)) from None
         finally:
             os.close(bfd)
