@@ -7,20 +7,13 @@ spec builder); the exec path that uses a running agent is reach/agent_exec.py.
 from __future__ import annotations
 
 import sys
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 from node_probe.protocol import ExitStatus
 from node_probe.protocol.version import __version__
 
 from .. import errors
 from ..session import Session, echo
-
-
-from typing import Any, Callable, Mapping, Sequence
-
-from node_probe.protocol.version import __version__
-
-from .. import errors
 from ..api.kube import Kube
 from ..reach.agent_manifests import (AGENT_NAME, DS_PATH, INSTALL_COMMAND, VERSION_LABEL, daemonset,
                                      default_image, quota_manifest)
@@ -29,22 +22,29 @@ from ..reach.agent_exec import NodeAgent, list_agent_pods, not_the_agent, pod_re
 from .cluster import connect
 
 
-ADMISSION_PATHS = {
+# cluster-scoped kinds `agent install` applies: the admission policies (the probe namespace's
+# and the watching agent's own) and the watching agent's grant
+CLUSTER_PATHS = {
     "ValidatingAdmissionPolicy":
         "/apis/admissionregistration.k8s.io/v1/validatingadmissionpolicies",
     "ValidatingAdmissionPolicyBinding":
-        "/apis/admissionregistration.k8s.io/v1/validatingadmissionpolicybindings"}
+        "/apis/admissionregistration.k8s.io/v1/validatingadmissionpolicybindings",
+    "ClusterRole": "/apis/rbac.authorization.k8s.io/v1/clusterroles",
+    "ClusterRoleBinding": "/apis/rbac.authorization.k8s.io/v1/clusterrolebindings",
+}
+ADMISSION_KINDS = ("ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding")
 
 
 def install_documents(namespace: str, image: str, node_selector: Mapping[str, str] | None,
                       watch=None) -> list[dict]:
-    """What `agent install` applies, in order: the agent's manifests, then the probe namespace's
-    admission policy, admitting the image installed too (reach/admission.py) -- applied with the
-    agent because it is what confines `system-node-critical` and the agent's labels to the
-    DaemonSet's own pods."""
+    """What `agent install` applies, in order: the agent's manifests with the probe namespace's
+    admission policy (admitting the image installed too, reach/admission.py) placed before the
+    DaemonSet -- the policy is what confines `system-node-critical` and the agent's labels to
+    the DaemonSet's own pods, so it is in force before the first agent pod is created."""
     from ..reach import admission, agent_manifests
-    return agent_manifests.manifests(namespace, image, node_selector, watch) + \
-        admission.manifests(image)
+    docs = agent_manifests.manifests(namespace, image, node_selector, watch)
+    at = next(i for i, d in enumerate(docs) if d["kind"] == "DaemonSet")
+    return docs[:at] + admission.manifests(image) + docs[at:]
 
 
 def _path(m: Mapping[str, Any]) -> tuple[str, str]:
@@ -52,25 +52,17 @@ def _path(m: Mapping[str, Any]) -> tuple[str, str]:
     kind, md = m["kind"], m["metadata"]
     if kind == "Namespace":
         return "/api/v1/namespaces", f"/api/v1/namespaces/{md['name']}"
-    if kind in ADMISSION_PATHS:
-        return ADMISSION_PATHS[kind], f"{ADMISSION_PATHS[kind]}/{md['name']}"
+    if kind in CLUSTER_PATHS:
+        return CLUSTER_PATHS[kind], f"{CLUSTER_PATHS[kind]}/{md['name']}"
     if kind == "ResourceQuota":
         coll = f"/api/v1/namespaces/{md['namespace']}/resourcequotas"
     elif kind == "ServiceAccount":
         coll = f"/api/v1/namespaces/{md['namespace']}/serviceaccounts"
     elif kind == "DaemonSet":
         coll = DS_PATH.format(ns=md["namespace"])
-    elif kind in _CLUSTER_KINDS:
-        coll = _CLUSTER_KINDS[kind]
     else:  # pragma: no cover - only the kinds above are generated
         raise ValueError(kind)
     return coll, f"{coll}/{md['name']}"
-
-
-_CLUSTER_KINDS = {  # the watching agent's grant (its policies are ADMISSION_PATHS kinds)
-    "ClusterRole": "/apis/rbac.authorization.k8s.io/v1/clusterroles",
-    "ClusterRoleBinding": "/apis/rbac.authorization.k8s.io/v1/clusterrolebindings",
-}
 
 
 def install(kube: Kube, docs: Sequence[Mapping[str, Any]],
@@ -107,7 +99,7 @@ def install(kube: Kube, docs: Sequence[Mapping[str, Any]],
                     kube.request("PUT", obj, query, body=dict(m))
                     done.append(f"{what} configured{tag}")
         except errors.NotFound as exc:
-            if m["kind"] not in ADMISSION_PATHS:
+            if m["kind"] not in ADMISSION_KINDS:
                 raise exc.about(what, "create") from None
             if m["metadata"]["name"] in agent_policy.POLICY_NAMES:
                 raise NoAdmissionApi(
@@ -268,15 +260,15 @@ def agent_install(session: Session, o: dict) -> ExitStatus:
         return ExitStatus.OK
     dry = o.get("dry_run") == "server"
     try:
-        lines = install(kube, docs, echo, server_dry_run=dry)
+        install(kube, docs, echo, server_dry_run=dry)
     except NoAdmissionApi:
         if o.get("watch") is not None or o.get("interval") is not None or \
                 o.get("metrics_port"):
             raise  # watching was asked for: refused, nothing granted
         # the default on an API server before 1.30: the sleeping agent, said in one line
-        echo(f"the watching agent needs ValidatingAdmissionPolicy (Kubernetes 1.30+) to keep "
-             f"its node-status grant to its own node, and this API server does not serve it: "
-             f"installing the sleeping agent (as --no-watch)")
+        echo("the watching agent needs ValidatingAdmissionPolicy (Kubernetes 1.30+) to keep "
+             "its node-status grant to its own node, and this API server does not serve it: "
+             "installing the sleeping agent (as --no-watch)")
         docs = install_documents(namespace, o.get("image") or DEFAULT_IMAGE,
                                  agent_manifests.parse_selector(o.get("node_selector")), None)
         install(kube, docs, echo, server_dry_run=dry)

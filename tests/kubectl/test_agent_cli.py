@@ -56,16 +56,16 @@ def test_install_dry_run_prints_valid_manifests():
         "Namespace", "ResourceQuota", "ValidatingAdmissionPolicy",
         "ValidatingAdmissionPolicyBinding", "ValidatingAdmissionPolicy",
         "ValidatingAdmissionPolicyBinding", "ServiceAccount", "ClusterRole",
-        "ClusterRoleBinding", "DaemonSet", "ValidatingAdmissionPolicy",
-        "ValidatingAdmissionPolicyBinding"]
+        "ClusterRoleBinding", "ValidatingAdmissionPolicy",
+        "ValidatingAdmissionPolicyBinding", "DaemonSet"]  # the policy in force before pods
     for d in docs:
         kubernetes_validate.validate(d, kubernetes_validate.latest_version(), strict=True)
     [ds] = [d for d in docs if d["kind"] == "DaemonSet"]
     assert "agent-watch" in ds["spec"]["template"]["spec"]["containers"][0]["command"]
     idle = run_cli("agent", "install", "--dry-run", "--no-watch")
     assert [d["kind"] for d in yaml.safe_load_all(idle.stdout) if d] == [
-        "Namespace", "ResourceQuota", "DaemonSet", "ValidatingAdmissionPolicy",
-        "ValidatingAdmissionPolicyBinding"]
+        "Namespace", "ResourceQuota", "ValidatingAdmissionPolicy",
+        "ValidatingAdmissionPolicyBinding", "DaemonSet"]
     assert ds["spec"]["template"]["spec"]["containers"][0]["image"] == PINNED
     assert ds["spec"]["template"]["spec"]["nodeSelector"] == {"nvidia.com/gpu.present": "true"}
     j = run_cli("agent", "install", "--dry-run", "-o", "json")

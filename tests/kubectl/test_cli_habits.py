@@ -114,9 +114,16 @@ def test_agent_install_dry_run_client_server_and_bare(tmp_path):
     assert bare.stdout == client.stdout
     assert "&id" not in client.stdout and "*id" not in client.stdout  # no YAML anchors
     docs = [d for d in yaml.safe_load_all(client.stdout) if d]
-    assert [d["kind"] for d in docs] == ["Namespace", "ResourceQuota", "DaemonSet",
+    # the watching agent's own policies and grant, then the probe namespace's admission policy
+    # in force before the DaemonSet creates the first agent pod
+    assert [d["kind"] for d in docs] == ["Namespace", "ResourceQuota",
                                          "ValidatingAdmissionPolicy",
-                                         "ValidatingAdmissionPolicyBinding"]
+                                         "ValidatingAdmissionPolicyBinding",
+                                         "ValidatingAdmissionPolicy",
+                                         "ValidatingAdmissionPolicyBinding",
+                                         "ServiceAccount", "ClusterRole", "ClusterRoleBinding",
+                                         "ValidatingAdmissionPolicy",
+                                         "ValidatingAdmissionPolicyBinding", "DaemonSet"]
     r = run_cli("agent", "install", "--dry-run=sometimes")
     assert r.returncode == 2
 
