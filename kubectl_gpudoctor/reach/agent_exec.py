@@ -182,7 +182,7 @@ def run_probe(kube: Kube, node: str, agent_pod: Mapping[str, Any], out: Any, *,
     cmd = podspec.probe_args(timeout_s, trace_s, node, focus_pods, extra_args)
     ex = execstream.ExecStream(kube, ns, name, podspec.CONTAINER, cmd,
                                connect_timeout_s=min(10.0, timeout_s),
-                               deadline_s=timeout_s + 30)
+                               deadline_s=timeout_s + stream.PROBE_GRACE_S)
     t0 = time.monotonic()
     try:
         ex.open()

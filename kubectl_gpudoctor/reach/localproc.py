@@ -23,9 +23,11 @@ from typing import Iterator, NoReturn, Sequence
 
 from node_probe.protocol import duration
 
+from .stream import PROBE_GRACE_S
+
 PROBE_ARGV0 = "__probe"
 DEFAULT_TIMEOUT_S = 30.0   # the probe's own --timeout default
-GRACE_S = 10.0             # past its --timeout the probe is stuck (or a child holds stdout)
+GRACE_S = PROBE_GRACE_S    # past its --timeout the probe is stuck (or a child holds stdout)
 TERM_GRACE_S = 2.0         # after SIGTERM: time for its incomplete summary
 
 

@@ -147,10 +147,11 @@ def run_probe(kube: Kube, view: NodeView, settings: Settings, out: Output,
         for note in pod.notes:   # fallbacks taken to start it (e.g. no mount propagation)
             out.log("info", note)
         out.say(f"probe running on {name}; following its output")
-        deadline = time.monotonic() + settings.timeout_s + 30
+        deadline = time.monotonic() + settings.timeout_s + stream.PROBE_GRACE_S
         got_summary = False
         try:
-            for rec in stream.records(pod.follow_log(read_timeout_s=settings.timeout_s + 30)):
+            for rec in stream.records(pod.follow_log(
+                    read_timeout_s=settings.timeout_s + stream.PROBE_GRACE_S)):
                 out.node_record(subjects.name_record(rec, names),
                                 node=name if fleet else None)
                 if rec.get("kind") == "summary":

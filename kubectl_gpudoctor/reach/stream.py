@@ -9,6 +9,11 @@ that only need lines.
 """
 from __future__ import annotations
 
+# How long past its own --timeout a probe may still talk before the client calls it stuck, on
+# every path (local child, agent exec, debug pod log): it ends its run at its deadline and prints
+# its (incomplete) summary at once, so a probe still sending after this is stuck or hostile.
+PROBE_GRACE_S = 10.0
+
 from typing import Iterable, Iterator
 
 

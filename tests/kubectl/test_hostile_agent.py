@@ -3,7 +3,7 @@
 
 Through the real CLI process: the agent path (exec, tests/kubectl/fakeexec.py) and the debug
 pod path (its log, tests/kubectl/hostile.py); peak RSS and CPU from the kernel's accounting of
-the CLI process (wait4). The exec and log deadlines are the probe's --timeout + 30 s.
+the CLI process (wait4). The exec and log deadlines are the probe's --timeout + PROBE_GRACE_S.
 """
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ import re
 import pytest
 
 from kubectl_gpudoctor.reach import records
+from kubectl_gpudoctor.reach.stream import PROBE_GRACE_S
 
 from .hostile import (GIANT_LINE_MIB, NODE, endless, finding_line, flood_unit,
                       flooding_agent, run_measured)
@@ -20,7 +21,7 @@ from .hostile import hc, kc  # noqa: F401 (fixtures)
 
 RSS_LIMIT_MIB = 512
 TIMEOUT_S = 1
-DEADLINE_S = TIMEOUT_S + 30  # what the CLI gives the exec / the log stream
+DEADLINE_S = TIMEOUT_S + PROBE_GRACE_S  # what the CLI gives the exec / the log stream
 
 
 # -- the decoder's caps (no process needed) --------------------------------------------------
