@@ -139,6 +139,7 @@ def child_argv() -> list[str]:
 class _Child:
     def __init__(self) -> None:
         self.pages = 0  # pages this child parsed
+        self.closing = False  # close() asked: a page in flight fails as PoolClosed, not broken
         self.proc = subprocess.Popen(child_argv(), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                      stderr=subprocess.DEVNULL, start_new_session=True)
         self.jobs: queue.Queue = queue.Queue()
@@ -174,7 +175,10 @@ class _Child:
                 self.pages += 1
                 fut.set_result(result)
             except Exception as exc:  # noqa: BLE001 - whatever it sent: this child is done
-                fut.set_exception(BrokenChild(f"{type(exc).__name__}: {exc}"[:200]))
+                # the child closed under a page (the pool is ending): the walk stops too,
+                # instead of fetching that page again to parse it here
+                fut.set_exception(PoolClosed("the page parsers were closed") if self.closing
+                                  else BrokenChild(f"{type(exc).__name__}: {exc}"[:200]))
                 self.kill()
                 self._fail_rest()
                 return
@@ -195,6 +199,7 @@ class _Child:
             pass
 
     def close(self) -> None:
+        self.closing = True
         self.jobs.put(None)
         try:
             self.proc.stdin.close()  # the child exits at EOF
