@@ -20,7 +20,7 @@ from __future__ import annotations
 import dataclasses
 import re
 import shlex
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Any, Mapping, Sequence
 
 from node_probe.protocol import Finding, Severity
 from node_probe.protocol.catalog import CATALOG
@@ -432,9 +432,3 @@ def decide(findings: Sequence[Finding], target: Mapping[str, Any], *,
     severity = max((best[i].severity for i in chain), key=lambda s: s.rank).value
     return Verdict(_headline(root, chain, names, impact, findings), root_id, names.label,
                    severity, impact, _actions(root, chain, names, findings), tuple(chain))
-
-
-def verdict_of(findings: Iterable[Finding], target: Mapping[str, Any],
-               complete: bool = True) -> dict:
-    """decide() as the JSON object the gpu-doctor/v1 document carries under `verdict`."""
-    return decide(list(findings), target, complete=complete).to_dict()

@@ -26,7 +26,7 @@ from ..analysis.common import pod_ref
 from ..api.kube import Kube, seg, worker_pool
 from ..report.output import Output
 from node_probe.protocol import ExitStatus
-from ..reach.probe_run import PROXY_TIMEOUT_S, NodeView, Settings, now_utc, run_probe  # noqa: F401
+from ..reach.probe_run import NodeView, Settings, now_utc, run_probe
 from ..session import Session
 from .cluster import run_cluster
 

@@ -148,7 +148,6 @@ class Decoder:
         self._skipping = False
         self.oversize_lines = 0
         self.invalid_records = 0
-        self.saw_summary = False
         self.records_out = 0     # records passed on, and the bytes of their lines
         self.bytes_out = 0
         self.dropped_lines = 0   # lines skipped past the caps
@@ -281,7 +280,6 @@ class Decoder:
         if rec["kind"] == "finding":  # advice from a node is never shown as ours
             rec = dict(catalog.label_foreign_remediation(rec))
         if rec["kind"] == "summary":
-            self.saw_summary = True
             reason = self.incomplete_reason
             if reason:
                 rec = dict(rec, complete=False, incomplete_reason=reason)

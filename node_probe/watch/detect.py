@@ -12,7 +12,6 @@ from __future__ import annotations
 import dataclasses
 import threading
 import time
-from typing import Mapping
 
 from node_probe.engine import registry
 from node_probe.engine.context import ProbeOptions
