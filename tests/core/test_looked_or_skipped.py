@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import pathlib
 import subprocess
 import sys
 
@@ -112,11 +113,31 @@ def test_memory_on_the_real_proc_looks():
 
 # -- hami ---------------------------------------------------------------------------------------
 
+@pytest.fixture
+def nobody_pythonpath():
+    """A PYTHONPATH from which user nobody can import node_probe: the checkout itself, or a copy
+    in a directory of its own when a parent of the checkout is closed to others (a clone in
+    `mktemp -d`, mode 0700)."""
+    if all(os.stat(d).st_mode & 0o001 for d in (REPO, *REPO.parents)):
+        yield str(REPO)
+        return
+    import shutil
+    import tempfile
+    d = pathlib.Path(tempfile.mkdtemp(prefix="gpu-doctor-nobody-"))
+    try:
+        shutil.copytree(REPO / "node_probe", d / "node_probe",
+                        ignore=shutil.ignore_patterns("__pycache__"))
+        os.chmod(d, 0o755)
+        yield str(d)
+    finally:
+        shutil.rmtree(d, ignore_errors=True)
+
+
 @pytest.mark.root
-def test_hami_without_access_to_process_environments_is_skipped():
+def test_hami_without_access_to_process_environments_is_skipped(nobody_pythonpath):
     if os.geteuid() != 0:
         pytest.skip("needs root to drop to nobody")
-    env = dict(os.environ, PYTHONPATH=str(REPO))
+    env = dict(os.environ, PYTHONPATH=nobody_pythonpath)
     p = subprocess.run(["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups",
                         sys.executable, "-m", "node_probe", "-o", "json",
                         "--only", "hami", "--trace-seconds", "0"],
