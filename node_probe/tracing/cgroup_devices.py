@@ -30,6 +30,7 @@ TRACEPOINTS = (
     ("sys_enter_bpf", "cgdev_enter_bpf"), ("sys_exit_bpf", "cgdev_exit_bpf"),
 )
 REQUIRED = ("sys_enter_write", "sys_exit_write")
+MAX_WAITING = 4096      # distinct opens whose writes wait for the open's event
 _DEVICES_ROOT_RE = re.compile(r"/cgroup/(?:[^/]*,)?devices(?:,[^/]*)?(?=/|$)")
 
 
@@ -93,6 +94,9 @@ class CgroupDevices(LoaderBase):
                          C.CGDEV_BPF_LINK_CREATE: "BPF_LINK_CREATE"}
         self.opens: dict[tuple[int, int], dict] = {}   # (pid, open_id) -> open
         self.writes: list[dict] = []
+        # writes whose open is still in the fd tracker's ring: the two rings are drained in no
+        # fixed order, so a write can be read before the open that names its file
+        self.waiting: dict[tuple[int, int], list[dict]] = {}
         self.attaches: list[dict] = []
         self.gpu_cgroups_at_attach: dict[str, str] = {}
         fds.subscribe(self.which, self._on_open)
@@ -119,29 +123,43 @@ class CgroupDevices(LoaderBase):
         self.opens[(e.pid, e.ts)] = {
             "pid": e.pid, "comm": cstr(e.comm), "path": path, "resolved": resolved,
             "which": self.which.get(e.kind, "?"), "ret": e.ret, "ts": mono_to_wall(e.ts)}
+        for rec in self.waiting.pop((e.pid, e.ts), ()):
+            self._place(rec, path)
+
+    def _place(self, rec: dict, path: str) -> None:
+        """Give a write its file and target cgroup, then report it."""
+        path = path or rec.pop("_fd_path", "")
+        rec.pop("_fd_path", None)
+        rec["path"] = path
+        rec["cgroup"] = devices_relpath(os.path.dirname(path)) if path else None
+        self.emit("write", rec)
 
     def _on_ring(self, ctx, data, size) -> None:
         e = self.b[b"cgdev_events"].event(data)
         if e.kind == C.CGDEV_EV_WRITE:
-            op = self.opens.get((e.pid, e.open_id)) or {}
-            path = op.get("path", "")
-            if not path:  # open not seen (fd seeded before attach): try the fd itself
-                try:
-                    path = os.readlink(self.proc / str(e.pid) / "fd" / str(e.fd))
-                except OSError:
-                    path = ""
             text = bytes(e.text)[:min(e.len, len(e.text))].decode("utf-8", "replace")
             err = -e.ret if e.ret < 0 else 0
-            cg = devices_relpath(os.path.dirname(path)) if path else None
-            rec = {**who(e), "path": path,
+            rec = {**who(e), "path": "",
                    "which": self.which.get(e.which, "?"), "text": text.rstrip("\n"),
                    "ret": e.ret, "errno": err,
                    "errno_name": errno_mod.errorcode.get(err) if err else None,
-                   "cgroup": cg,
+                   "cgroup": None,
                    "writer_cgroup": procfs.read_cgroups(e.pid, self.proc).get("devices"),
                    "ts": mono_to_wall(e.ts)}
             self.writes.append(rec)   # ring buffer order: the order the writes were made
-            self.emit("write", rec)
+            key = (e.pid, e.open_id)
+            op = self.opens.get(key)
+            if op is not None:
+                self._place(rec, op["path"])
+                return
+            try:     # the open not seen (yet, or seeded before attach): the fd, while it lasts
+                rec["_fd_path"] = os.readlink(self.proc / str(e.pid) / "fd" / str(e.fd))
+            except OSError:
+                rec["_fd_path"] = ""
+            if e.open_id and len(self.waiting) < MAX_WAITING:
+                self.waiting.setdefault(key, []).append(rec)
+            else:
+                self._place(rec, "")
         elif e.kind == C.CGDEV_EV_BPF:
             try:
                 target = os.readlink(self.proc / str(e.pid) / "fd" / str(e.fd))
@@ -156,5 +174,9 @@ class CgroupDevices(LoaderBase):
             self.emit("bpf_attach", rec)
 
     def collect(self, out: dict, now_ns: int) -> None:
+        for recs in self.waiting.values():    # opens never read: what the fd said at the time
+            for rec in recs:
+                self._place(rec, "")
+        self.waiting.clear()
         out.update({"cgroup_writes": list(self.writes), "bpf_attaches": list(self.attaches),
                     "cgroup_devices": {"gpu_cgroups_at_attach": sorted(self.gpu_cgroups_at_attach)}})
