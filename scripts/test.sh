@@ -1,7 +1,26 @@
 #!/usr/bin/env bash
-# Set up (idempotently) and run the whole test suite, as CI does. Extra args go to pytest,
-# e.g. `scripts/test.sh -m "not image"` or `scripts/test.sh tests/core`.
+# Set up (idempotently) and run the whole test suite, as CI does.
+#
+# With no arguments: the tests that may share the machine run on GPU_DOCTOR_TEST_WORKERS
+# workers (default 2, one per core here; whole files per worker), then the `serial` ones alone
+# (eBPF, image and build tests: tests/conftest.py says which and why). Both phases always run;
+# the exit code is the first failing phase's. GPU_DOCTOR_TEST_WORKERS=1 runs everything in one
+# process. Extra args go to one plain pytest run, e.g. `scripts/test.sh -m "not image"` or
+# `scripts/test.sh tests/core`.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 GPU_DOCTOR_SETUP_TESTS=1 bash scripts/setup.sh
-exec .venv/bin/python -m pytest -p no:cacheprovider "$@"
+PYTEST=(.venv/bin/python -m pytest -p no:cacheprovider)
+workers=${GPU_DOCTOR_TEST_WORKERS:-2}
+if [ "$#" -gt 0 ] || [ "$workers" -le 1 ]; then
+  exec "${PYTEST[@]}" "$@"
+fi
+# a short base dir: tests bind unix sockets under it (108-byte limit), and xdist adds a level
+base=$(mktemp -d /tmp/gdt.XXXXXX)
+trap 'rm -rf "$base"' EXIT
+rc=0
+echo "== phase 1: tests that may share the machine, on $workers workers"
+"${PYTEST[@]}" -n "$workers" --dist loadfile --basetemp "$base/p" -m "not serial" || rc=$?
+echo "== phase 2: tests that run alone (eBPF, image and build tests)"
+"${PYTEST[@]}" --basetemp "$base/s" -m serial || { r=$?; [ "$rc" -ne 0 ] || rc=$r; }
+exit "$rc"

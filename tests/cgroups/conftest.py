@@ -3,7 +3,7 @@ and a temp host root with mknod'ed NVIDIA device nodes and the proc files the pr
 
 Everything a test creates is removed even when it fails: processes are killed and reaped,
 then the cgroups are removed bottom-up. Each tree lives under a test-unique prefix
-(kubepods-gdtest-<random>) so concurrent runs and other engineers' tests never collide, and a
+(kubepods-gdtest-<pid>-<random>) so concurrent runs and other engineers' tests never collide, and a
 session-start sweep removes empty leftovers of crashed runs with that prefix only.
 """
 from __future__ import annotations
@@ -52,9 +52,16 @@ def _rm_tree(top: Path) -> None:
             pass
 
 
+def _owner_alive(name: str) -> bool:
+    """kubepods-gdtest-<pid>-<hex>: is the test process that made it still running? (Parallel
+    workers share the hierarchy: a tree just made, with no process in it yet, is not litter.)"""
+    pid = name[len(PREFIX):].split("-", 1)[0]
+    return pid.isdigit() and os.path.exists(f"/proc/{pid}")
+
+
 def _sweep(root: Path) -> None:
     try:
-        names = [n for n in os.listdir(root) if n.startswith(PREFIX)]
+        names = [n for n in os.listdir(root) if n.startswith(PREFIX) and not _owner_alive(n)]
     except OSError:
         return
     for n in names:
@@ -78,7 +85,7 @@ class CgroupTree:
 
     def __init__(self, hroot: Path) -> None:
         self.hroot = hroot
-        self.top = hroot / f"{PREFIX}{secrets.token_hex(4)}"
+        self.top = hroot / f"{PREFIX}{os.getpid()}-{secrets.token_hex(4)}"
         self.top.mkdir()
         self.procs: list[subprocess.Popen] = []
 

@@ -79,6 +79,7 @@ def procs(cg: Path) -> list[int]:
     return [int(x) for x in (cg / "cgroup.procs").read_text().split()]
 
 
+@pytest.mark.serial    # asserts that no gpu-doctor-devnodes-* dir is left in the machine's /tmp
 def test_helper_reports_eperm_for_denied_and_enxio_for_allowed(v2_tree, deny195, tmp_path):
     host = make_host_root(tmp_path)
     cg = v2_tree.container(new_uid(), new_cid())

@@ -7,6 +7,7 @@ node. Built once per source hash; behaviour is chosen per process through FAKE_C
 from __future__ import annotations
 
 import hashlib
+import os
 import shutil
 import subprocess
 import tempfile
@@ -22,10 +23,10 @@ def build_fake_libcuda(dest_dir: Path) -> Path:
     built = _CACHE / digest / "libcuda.so.1"
     if not built.exists():
         built.parent.mkdir(parents=True, exist_ok=True)
-        tmp = built.with_suffix(".tmp")
+        tmp = built.with_suffix(f".tmp{os.getpid()}")
         subprocess.run(["gcc", "-shared", "-fPIC", "-O1", "-g", "-fno-omit-frame-pointer", "-Wall",
                         "-o", str(tmp), str(SRC)], check=True, capture_output=True, timeout=60)
-        tmp.rename(built)
+        tmp.replace(built)
     dest_dir.mkdir(parents=True, exist_ok=True)
     out = dest_dir / "libcuda.so.1"
     shutil.copyfile(built, out)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import os
 import shutil
 import subprocess
 import tempfile
@@ -56,11 +57,11 @@ def compiled_library() -> Path:
     out = _CACHE / digest / "libnvidia-ml.so.1"
     if not out.exists():
         out.parent.mkdir(parents=True, exist_ok=True)
-        tmp = out.with_suffix(".tmp")
+        tmp = out.with_suffix(f".tmp{os.getpid()}")
         subprocess.run(["gcc", "-shared", "-fPIC", "-O1", "-g", "-fno-omit-frame-pointer",
                         "-Wall", "-Wno-unused-result", "-o", str(tmp), str(SRC), "-ldl"],
                        check=True, capture_output=True, timeout=60)
-        tmp.rename(out)
+        tmp.replace(out)
     return out
 
 

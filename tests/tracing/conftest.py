@@ -81,10 +81,10 @@ def build_helper(name: str, *libs: str) -> Path:
     out = _BUILD / f"{name}-{digest}"
     if not out.exists():
         _BUILD.mkdir(parents=True, exist_ok=True)
-        tmp = out.with_suffix(".tmp")
+        tmp = out.with_suffix(f".tmp{os.getpid()}")
         subprocess.run(["gcc", "-O1", "-Wall", "-o", str(tmp), str(src), *libs], check=True,
                        capture_output=True, timeout=60)
-        tmp.rename(out)
+        tmp.replace(out)
     return out
 
 
