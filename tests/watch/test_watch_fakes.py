@@ -177,13 +177,16 @@ def test_device_rules_rewritten_under_a_running_container(v1_tree, tmp_path):
 
 
 def test_healthy_node_stays_quiet(tmp_path):
-    """Nothing wrong (an empty host root): no problem, no condition True."""
+    """Nothing wrong (an empty host root and an empty /proc: the machine's own /proc holds
+    the daemons and GPU containers other tests start beside this one): no problem, no
+    condition True."""
     root = tmp_path / "root"
     root.mkdir()
+    (tmp_path / "proc").mkdir()
     kmsg = tmp_path / "kmsg.txt"
     kmsg.write_text("[1.0] Linux version 6.1\n")
     res = detect.run_pass(ProbeOptions(host_root=root, cgroup_root=tmp_path / "cg",
-                                       kmsg_file=kmsg), 20.0)
+                                       proc_root=tmp_path / "proc", kmsg_file=kmsg), 20.0)
     probs = {k: v for k, v in res.problems.items() if k != "GpuDoctorMemoryThrash"}
     assert probs == {}  # memory pressure depends on the shared machine's load
     assert res.stuck == ()
