@@ -283,8 +283,9 @@ def discover(proc: Path, known: Iterable[containers.Container] | None,
             g = groups[key] = {"pids": [], "env": env, "meta": dict(meta) if meta else None,
                                "pod_uid": uid}
         g["pids"].append(pid)
-        if g["meta"] is None and pid in by_pid:
+        if g["meta"] is None and pid in by_pid:   # the first pid seen joined after the fact
             g["meta"] = dict(by_pid[pid])
+            g["pod_uid"] = g["meta"].get("pod_uid") or g["pod_uid"]
     out = list(groups.values())
     if focus_pods:
         out = [g for g in out if g["pod_uid"] in set(focus_pods)]

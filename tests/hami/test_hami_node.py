@@ -187,3 +187,26 @@ def test_containers_fact_labels_and_focus(container_root, chrooted):
             if p.pid in g["pids"]] == []
     assert [g for g in hami.discover(Path("/proc"), fact, focus_pods=(uid,))
             if p.pid in g["pids"]]
+
+
+def test_a_container_whose_first_pid_joined_after_the_fact_keeps_its_pod(tmp_path):
+    """Two processes share one root; the first (lowest pid) started after the containers fact
+    was taken and its cgroup names no pod. The group still gets the pod of the pid the fact
+    knows, so `pod Y` (focus) keeps it."""
+    proc, rootfs = tmp_path / "proc", tmp_path / "rootfs"
+    rootfs.mkdir()
+    env = b"\0".join(f"{k}={v}".encode() for k, v in HAMI_ENV.items()) + b"\0"
+    for pid in (100, 200):
+        d = proc / str(pid)
+        d.mkdir(parents=True)
+        (d / "environ").write_bytes(env)
+        (d / "root").symlink_to(rootfs)
+        (d / "cgroup").write_text("0::/\n")
+    uid = "6f1c0a6e-1b2c-4d3e-8f90-123456789abc"
+    ref = containers.parse_cgroup_path(f"/kubepods/burstable/pod{uid}/{'c0ffee' * 10}abcd")
+    fact = [containers.Container(ref=ref, cgroup_path=Path("/sys/fs/cgroup/devices" + ref.rel),
+                                 cgroup_version=1, pids=[200],
+                                 meta={"namespace": "ml", "pod": "infer-0", "container": "main"})]
+    (g,) = hami.discover(proc, fact)
+    assert sorted(g["pids"]) == [100, 200] and g["pod_uid"] == uid
+    assert hami.discover(proc, fact, focus_pods=(uid,)) != []
