@@ -310,8 +310,24 @@ def _watch_mode(kube: Kube | None, namespace: str, o: dict):
 def agent_status(session: Session, o: dict) -> ExitStatus:
     from ..reach import agent_manifests
     from ..reach.podspec import DEFAULT_IMAGE
-    doc = status(_agent_kube(o), o.get("namespace") or agent_manifests.DEFAULT_NAMESPACE,
-                       o.get("image") or DEFAULT_IMAGE, o.get("selector"))
+    namespace = o.get("namespace") or agent_manifests.DEFAULT_NAMESPACE
+    image = o.get("image") or DEFAULT_IMAGE
+    try:
+        doc = status(_agent_kube(o), namespace, image, o.get("selector"))
+    except errors.GpuDoctorError as exc:
+        # as `node`/`nodes`: a bot asking for a document gets one, with the error in it
+        if o.get("output") in ("json", "yaml") and not isinstance(
+                exc, (errors.UsageError, errors.Interrupted)):
+            _print_status(o, {"installed": None, "namespace": namespace, "image": image,
+                              "plugin_version": __version__, "daemonset": None, "nodes": [],
+                              "error": {"type": type(exc).__name__, "message": exc.one_line()},
+                              "exit_code": int(errors.exit_status_of(exc))})
+        raise
+    _print_status(o, doc)
+    return ExitStatus.OK if status_ok(doc) else ExitStatus.FINDINGS
+
+
+def _print_status(o: dict, doc: Mapping[str, Any]) -> None:
     if o.get("output") == "json":
         import json
         echo(json.dumps(doc, indent=2))
@@ -320,7 +336,6 @@ def agent_status(session: Session, o: dict) -> ExitStatus:
         echo(yaml_dump(doc), nl=False)
     else:
         echo(status_table(doc), nl=False)
-    return ExitStatus.OK if status_ok(doc) else ExitStatus.FINDINGS
 
 
 def agent_uninstall(session: Session, o: dict) -> ExitStatus:

@@ -377,3 +377,33 @@ def test_without_admission_policies_the_watching_agent_gets_no_grant(xc, kc):
     [ds] = xc.daemonsets.values()
     assert "agent-idle" in ds["spec"]["template"]["spec"]["containers"][0]["command"]
     assert not [k for k in xc.objects if re.search("clusterrole|serviceaccount", k)]
+
+
+@pytest.mark.parametrize("fmt", ["json", "yaml"])
+def test_agent_status_document_on_a_cluster_error(fmt, tmp_path):
+    """`agent status -o json|yaml` prints its document with the error in it, as node/nodes do:
+    a missing kubeconfig and an API server that refuses the connection are both exit 3."""
+    import socket
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()        # nothing listens there any more: the connection is refused
+    refused = tmp_path / "refused.kubeconfig"
+    refused.write_text(yaml.safe_dump({
+        "apiVersion": "v1", "kind": "Config", "current-context": "c",
+        "clusters": [{"name": "c", "cluster": {"server": f"http://127.0.0.1:{port}"}}],
+        "contexts": [{"name": "c", "context": {"cluster": "c", "user": "u"}}],
+        "users": [{"name": "u", "user": {"token": "t"}}]}))
+    for kubeconfig in (str(tmp_path / "missing"), str(refused)):
+        r = run_cli("agent", "status", "-o", fmt, "--kubeconfig", kubeconfig,
+                    "--request-timeout", "5s")
+        assert r.returncode == 3, r.stderr
+        doc = json.loads(r.stdout) if fmt == "json" else yaml.safe_load(r.stdout)
+        assert doc["exit_code"] == 3 and doc["nodes"] == [] and doc["installed"] is None
+        assert doc["error"]["type"] and doc["error"]["message"] in r.stderr
+        assert len(r.stderr.strip().splitlines()) == 1
+
+
+def test_agent_status_usage_error_prints_no_document():
+    r = run_cli("agent", "status", "-o", "json", "--request-timeout", "bogus")
+    assert r.returncode == 2 and r.stdout == ""
