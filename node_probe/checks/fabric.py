@@ -13,7 +13,7 @@ import re
 
 from node_probe.checks import _gpufacts
 from node_probe.engine.registry import check
-from node_probe.host import daemons, hostfs, layout
+from node_probe.host import daemons, hostfs
 from node_probe.protocol import catalog
 
 FM_NAMES = ("nv-fabricmanager",)
@@ -60,8 +60,7 @@ def fabric_check(ctx):
                                    for d in fm))[:MAX_ROOTS]
         where = ("",)
     else:
-        drv = layout.driver_root(root, ctx.options.proc_root).root   # the shared answer
-        roots, where = [root], tuple(dict.fromkeys(("", drv or "", *daemons.DRIVER_ROOTS)))
+        roots, where = [root], daemons.driver_roots(root, ctx.options.proc_root)
     pkgs: dict[str, str] = {}
     logs: list[tuple[str, str]] = []
     for r in roots:

@@ -3,8 +3,10 @@
 Why: without either, the driver tears the GPUs down when the last client closes them and
 initialises them again on the next open. Every container start then pays the init (seconds
 per GPU on large boards), and nvidia-container-cli fails with "driver rpc error: timed out"
-under load. The daemon counts only when it runs on the host (or in the GPU Operator's driver
-container): a tenant can name any process nvidia-persistenced (daemons.on_host).
+under load. The daemon counts only when it runs where this node's driver lives -- the host, the
+driver root host.layout resolved (GKE's installer directory, Talos's extension service, the GPU
+Operator's driver container) -- decided by its root, not its name: a tenant can name any
+process nvidia-persistenced (daemons.of_driver).
 """
 from __future__ import annotations
 
@@ -13,6 +15,7 @@ from node_probe.engine.registry import check
 from node_probe.host import daemons
 from node_probe.protocol import catalog
 
+DAEMON = "nvidia-persistenced"   # its binary, and on Talos its extension service's name
 REFS = ("https://docs.nvidia.com/deploy/driver-persistence/index.html",
         "https://github.com/NVIDIA/nvidia-container-toolkit/issues/202",
         "https://github.com/NVIDIA/nvidia-docker/issues/1648")
@@ -26,10 +29,10 @@ def persistence_check(ctx):
     off = [g for g in gpus if not g["persistence_mode"]]
     if not off:
         return
-    named = daemons.find(("nvidia-persistenced",), ctx.options.proc_root)
-    host = [d for d in named if daemons.on_host(d.pid, ctx.options.proc_root,
-                                                 ctx.options.host_root)]
-    if host:
+    named = daemons.find((DAEMON,), ctx.options.proc_root)
+    theirs, roots = daemons.of_driver(named, ctx.options.proc_root, ctx.options.host_root,
+                                      service=DAEMON)
+    if theirs:
         return
     yield catalog.make(
         "persistence.off", "warning", "node",
@@ -38,8 +41,10 @@ def persistence_check(ctx):
         {"gpus_persistence_off": [{"uuid": g.get("uuid"), "pci_bus_id": g.get("pci_bus_id")}
                                   for g in off],
          "gpus": len(gpus), "nvidia_persistenced_pids": [],
-         # processes of that name in a container: not the host's daemon
-         "not_host_pids": [d.pid for d in named]},
+         # processes of that name in a container: not the driver's daemon
+         "not_host_pids": [d.pid for d in named],
+         # where the daemon would have counted (host paths; "/" = the host)
+         "daemon_roots": ["/" + r for r in roots]},
         "Run nvidia-persistenced on the host (`systemctl enable --now nvidia-persistenced`; the "
         "GPU Operator's driver container runs it) rather than `nvidia-smi -pm 1`, which NVIDIA "
         "deprecates. Expect slow container starts and `nvidia-container-cli: driver rpc "

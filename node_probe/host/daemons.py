@@ -13,15 +13,19 @@ import os
 import re
 from pathlib import Path
 
-from node_probe.host import hostfs, procfs
+from node_probe.host import hostfs, layout, procfs
 
 COMM_LEN = 15  # the kernel truncates /proc/PID/comm to 15 characters
 MAX_DPKG_BYTES = 16 << 20
 MAX_LOG_TAIL = 256 << 10
 MAX_PACKAGES = 16      # matching packages kept per call (a container's dpkg database is its own)
 MAX_FIELD = 128        # characters of a package name or version kept
-# Where the driver's user space may live: the host itself, or the GPU Operator's driver container.
+# Where the driver's user space may live on any node: the host itself, or the GPU Operator's
+# driver container. driver_roots() adds the one host.layout resolved for this node.
 DRIVER_ROOTS = ("", "run/nvidia/driver")
+# Talos runs each extension service (nvidia-persistenced, nvidia-fabricmanager) as a container
+# whose root is /usr/local/lib/containers/<service name>, inside Talos's read-only rootfs.
+TALOS_SERVICES = "usr/local/lib/containers"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -54,21 +58,49 @@ def find(names: tuple[str, ...] | list[str], proc: Path = procfs.PROC,
 def on_host(pid: int, proc: Path, host_root: Path,
             subroots: tuple[str, ...] = DRIVER_ROOTS) -> bool:
     """Whether process `pid` runs in the host's filesystem: its root is the host root, or
-    one of `subroots` of it (the GPU Operator's driver container, whose root the operator
-    mounts at run/nvidia/driver). A name is what a tenant chooses; a root is not: a container
-    process called nvidia-persistenced has its own root and keeps no host driver initialised."""
+    one of `subroots` of it (by default the GPU Operator's driver container, whose root the
+    operator mounts at run/nvidia/driver; driver_roots() gives this node's). A name is what a
+    tenant chooses; a root is not: a container process called nvidia-persistenced has its own
+    root and keeps no host driver initialised."""
     try:
         st = os.stat(proc / str(pid) / "root")
     except OSError:
         return False
     for sub in subroots:
+        # resolved inside the host root, as the host follows its own symlinks (/home -> /var/home)
+        where = hostfs.resolve(host_root, sub) if sub else host_root
+        if where is None:
+            continue
         try:
-            want = os.stat(host_root / sub if sub else host_root)
+            want = os.stat(where)
         except OSError:
             continue
         if (st.st_dev, st.st_ino) == (want.st_dev, want.st_ino):
             return True
     return False
+
+
+def driver_roots(host_root: Path, proc: Path = procfs.PROC,
+                 service: str | None = None) -> tuple[str, ...]:
+    """Sub-roots of the host root ("" = the host) that hold the NVIDIA driver's user space on
+    this node, and so its daemons, packages and logs: the host, the driver root host.layout
+    resolved (the one answer nvml, runtime_cdi and fabric use: GKE's installer directory,
+    Talos's glibc subroot, what the device plugin was told), and the GPU Operator's driver
+    container. On Talos the daemon itself runs in its extension service's root, so `service`
+    (that service's name) adds /usr/local/lib/containers/<service> there."""
+    drv = layout.driver_root(host_root, proc).root
+    talos = (f"{TALOS_SERVICES}/{service}",) if service and drv == layout.TALOS_DRIVER_ROOT \
+        else ()
+    return tuple(dict.fromkeys(("", drv or "", *DRIVER_ROOTS, *talos)))
+
+
+def of_driver(found: list[Daemon], proc: Path, host_root: Path,
+              service: str | None = None) -> tuple[list[Daemon], tuple[str, ...]]:
+    """(the processes of `found` that are the driver's daemon, the roots that counted): a
+    process whose root is one of driver_roots(). Anything else that bears the name runs in
+    some container root a tenant chose and keeps no driver state."""
+    roots = driver_roots(host_root, proc, service)
+    return [d for d in found if on_host(d.pid, proc, host_root, roots)], roots
 
 
 def process_root(pid: int, proc: Path, host_root: Path) -> Path:

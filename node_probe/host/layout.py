@@ -77,13 +77,14 @@ LIB = "libnvidia-ml.so.1"
 LIB_SUBDIRS = ("usr/lib/x86_64-linux-gnu", "usr/lib/aarch64-linux-gnu", "usr/lib64", "usr/lib",
                "lib/x86_64-linux-gnu", "lib/aarch64-linux-gnu", "lib64",
                "usr/local/nvidia/lib64")
+GKE_DRIVER_ROOT = "home/kubernetes/bin/nvidia"
+TALOS_DRIVER_ROOT = "usr/local/glibc"
 DRIVER_ROOTS = (
     ("", "the host"),
     ("run/nvidia/driver", "the GPU Operator's driver container"),
-    ("home/kubernetes/bin/nvidia", "GKE's driver installer"),
-    ("usr/local/glibc", "Talos's NVIDIA extension (its glibc subroot)"),
+    (GKE_DRIVER_ROOT, "GKE's driver installer"),
+    (TALOS_DRIVER_ROOT, "Talos's NVIDIA extension (its glibc subroot)"),
 )
-GKE_DRIVER_ROOT = "home/kubernetes/bin/nvidia"
 BOTTLEROCKET_LIBS = "usr/lib/nvidia/tesla"    # <version>/libnvidia-ml.so.1
 MAX_VERSIONS = 8
 PLUGIN_ROOT_ENV = "NVIDIA_DRIVER_ROOT"

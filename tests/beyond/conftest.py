@@ -17,12 +17,13 @@ LIBDIR = "usr/lib/x86_64-linux-gnu"
 
 
 def make_host(tmp_path: Path, gpus, *, driver_version="570.172.08", kmod_version=None,
-              procfs_gpus=None, nvswitches=0, kmsg="", root: Path | None = None
-              ) -> tuple[Path, Path]:
+              procfs_gpus=None, nvswitches=0, kmsg="", root: Path | None = None,
+              libdir: str = LIBDIR) -> tuple[Path, Path]:
     """(host root, kmsg file). procfs_gpus: bus ids under /proc/driver/nvidia/gpus (default:
-    those of `gpus`). root: use this host root instead of <tmp_path>/host."""
+    those of `gpus`). root: use this host root instead of <tmp_path>/host. libdir: where the
+    driver's libnvidia-ml.so.1 is under the host root (a distribution's driver root)."""
     root = root or tmp_path / "host"
-    build_fake_nvml(root / LIBDIR, driver_version=driver_version, gpus=gpus)
+    build_fake_nvml(root / libdir, driver_version=driver_version, gpus=gpus)
     drv = root / "proc/driver/nvidia"
     drv.mkdir(parents=True, exist_ok=True)
     (drv / "version").write_text(
