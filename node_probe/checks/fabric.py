@@ -5,7 +5,9 @@ Why: on a board whose GPUs talk through NVSwitches, the driver will not let CUDA
 nv-fabricmanager has trained the fabric and registered the GPU. If the daemon is not running,
 refuses to start because its version differs from the driver's, or has not finished, every
 CUDA program on the node fails with error 802 "system not yet initialized" while nvidia-smi
-looks healthy. Only nodes with NVSwitches (or GPUs reporting a fabric state) are judged.
+looks healthy. Only nodes with NVSwitches (or GPUs reporting a fabric state) are judged. The
+daemon counts only where this node's driver lives (daemons.of_driver, as for persistence): a
+tenant's process named nv-fabricmanager must not hide a fabric manager that is not running.
 """
 from __future__ import annotations
 
@@ -17,6 +19,7 @@ from node_probe.host import daemons, hostfs
 from node_probe.protocol import catalog
 
 FM_NAMES = ("nv-fabricmanager",)
+TALOS_SERVICE = "nvidia-fabricmanager"   # Talos's extension service runs it in its own root
 REFS = ("https://docs.nvidia.com/datacenter/tesla/fabric-manager-user-guide/index.html",
         "https://github.com/NVIDIA/gpu-operator/issues/544",
         "https://github.com/NVIDIA/gpu-operator/issues/2781",
@@ -52,7 +55,10 @@ def fabric_check(ctx):
                      f"{ctx.options.host('dev')}, and {why}")
         return  # not an NVSwitch/NVLink-fabric system: nothing to judge
     driver = ((nv or {}).get("driver_version") or (nv or {}).get("kernel_module_version"))
-    fm = daemons.find(FM_NAMES, ctx.options.proc_root)
+    named = daemons.find(FM_NAMES, ctx.options.proc_root)
+    # only a fabric manager where this node's driver lives counts: a tenant can name any
+    # process nv-fabricmanager, and one in its container configures no fabric
+    fm, fm_roots = daemons.of_driver(named, ctx.options.proc_root, root, service=TALOS_SERVICE)
     # the running fabric manager's version comes from its own root (host, or the driver
     # container); without one, from what the host and the driver container have installed
     if fm:
@@ -78,6 +84,9 @@ def fabric_check(ctx):
                 if g["fabric"].get("state") != "completed" or g["fabric"].get("status")]
     evidence = {"nvswitches": switches[:16], "nvswitch_count": len(switches),
                 "fabricmanager_pids": [d.pid for d in fm], "fabricmanager_versions": fm_versions,
+                # processes of that name elsewhere (a container): not the node's fabric manager
+                "not_host_pids": [d.pid for d in named if d not in fm][:16],
+                "daemon_roots": ["/" + r for r in fm_roots],
                 "fabricmanager_packages": pkgs, "fabricmanager_log": log_path,
                 "driver_version": driver, "gpus_not_registered": not_done,
                 "gpus_with_fabric_state": len(fabric_gpus)}

@@ -72,7 +72,7 @@ def healthy_gpus(n=2, **kw) -> list[FakeGpu]:
 
 _CHROOTED = """
 import os, sys, time
-open("/proc/self/comm", "w").write("nvidia-persistenced")
+open("/proc/self/comm", "w").write(sys.argv[2])
 os.chroot(sys.argv[1]); os.chdir("/")
 os.write(1, b"in\\n")
 time.sleep(300)
@@ -81,13 +81,13 @@ time.sleep(300)
 
 @pytest.fixture
 def chrooted():
-    """chrooted(root) -> pid of a live process named nvidia-persistenced (comm and argv[0])
-    whose root is `root`: the host's daemon when `root` is the test's host root."""
+    """chrooted(root, name="nvidia-persistenced") -> pid of a live process named `name` (comm
+    and argv[0]) whose root is `root`: the host's daemon when `root` is the test's host root."""
     procs: list[subprocess.Popen] = []
 
-    def start(root) -> int:
+    def start(root, name: str = "nvidia-persistenced") -> int:
         root.mkdir(parents=True, exist_ok=True)
-        p = subprocess.Popen(["nvidia-persistenced", "-c", _CHROOTED, str(root)],
+        p = subprocess.Popen([name, "-c", _CHROOTED, str(root), name],
                              executable=sys.executable, stdout=subprocess.PIPE)
         procs.append(p)
         assert p.stdout.readline() == b"in\n"

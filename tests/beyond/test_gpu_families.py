@@ -35,13 +35,13 @@ def warnings(run):
     return [f for f in run.findings() if f["severity"] in ("warning", "critical")]
 
 
-def test_healthy_hgx_node_is_quiet(tmp_path, daemon):
+def test_healthy_hgx_node_is_quiet(tmp_path, chrooted):
     gpus = healthy_gpus(2, fabric_state=3, fabric_status=0)
     root, kfile = make_host(tmp_path, gpus, nvswitches=4)
     (root / "var/log").mkdir(parents=True)
     (root / "var/log/fabricmanager.log").write_text(
         "[Jun 10 2025 11:08:01] [INFO] [tid 1] Fabric Manager version is : 570.172.08\n")
-    daemon("nv-fabricmanager")
+    chrooted(root, "nv-fabricmanager")   # the host's daemon: its root is the host root
     run = probe(root, kfile)
     assert not warnings(run), warnings(run)
     assert run.returncode == 0, run.stderr
@@ -62,7 +62,7 @@ def test_fabric_manager_not_running_on_nvswitch_board(tmp_path):
     assert "802" in f[0]["title"] and "not running" in f[0]["title"]
 
 
-def test_fabric_manager_version_differs_from_driver(tmp_path, daemon):
+def test_fabric_manager_version_differs_from_driver(tmp_path, chrooted):
     gpus = healthy_gpus(1, fabric_state=2, fabric_status=0)
     root, kfile = make_host(tmp_path, gpus, nvswitches=2)
     status = root / "var/lib/dpkg/status"
@@ -70,7 +70,7 @@ def test_fabric_manager_version_differs_from_driver(tmp_path, daemon):
     status.write_text("Package: bash\nStatus: install ok installed\nVersion: 5.2\n\n"
                       "Package: nvidia-fabricmanager-570\nStatus: install ok installed\n"
                       "Version: 570.158.01-1\nArchitecture: amd64\n")
-    daemon("nv-fabricmanager")
+    chrooted(root, "nv-fabricmanager")
     run = probe(root, kfile, "fabric")
     f = run.findings("fabric.not_ready")
     # it failed once under load with no finding at all: say what the run saw
@@ -79,6 +79,20 @@ def test_fabric_manager_version_differs_from_driver(tmp_path, daemon):
     assert ev["fabricmanager_versions"] == ["570.158.01"] and ev["driver_version"] == "570.172.08"
     assert ev["fabricmanager_packages"] == {"nvidia-fabricmanager-570": "570.158.01-1"}
     assert "differs from driver 570.172.08" in f[0]["title"]
+
+
+def test_a_tenant_process_named_nv_fabricmanager_does_not_hide_a_missing_one(tmp_path, chrooted):
+    """A container's process may bear any name: only a fabric manager rooted where this node's
+    driver lives counts (as for nvidia-persistenced)."""
+    gpus = healthy_gpus(2, fabric_state=1, fabric_status=0)
+    root, kfile = make_host(tmp_path, gpus, nvswitches=4)
+    pid = chrooted(tmp_path / "tenant-container-rootfs", "nv-fabricmanager")
+    run = probe(root, kfile, "fabric")
+    (f,) = run.findings("fabric.not_ready")
+    assert f["severity"] == "critical" and "nv-fabricmanager is not running" in f["title"]
+    ev = f["evidence"]
+    assert ev["fabricmanager_pids"] == [] and pid in ev["not_host_pids"]
+    assert "/" in ev["daemon_roots"] and "/run/nvidia/driver" in ev["daemon_roots"]
 
 
 def test_no_nvswitch_no_fabric_finding(tmp_path):
@@ -254,7 +268,9 @@ def test_lost_gpu_names_the_nvidia_device_plugin_it_breaks(host, start_plugin):
 def test_fabric_manager_in_a_driver_container_judged_by_its_own_root(tmp_path):
     """The fabric manager runs in its own root (as in the GPU Operator's driver container): its
     version is what that root has installed, not what the host's dpkg says."""
-    ctr = tmp_path / "driver-ctr"
+    gpus = healthy_gpus(1, fabric_state=2)
+    root, kfile = make_host(tmp_path, gpus, nvswitches=2)
+    ctr = root / "run/nvidia/driver"    # where the GPU Operator mounts its driver container
     (ctr / "usr/bin").mkdir(parents=True)
     src = tmp_path / "pause.c"
     src.write_text("#include <unistd.h>\nint main(void){for(;;)pause();}\n")
@@ -264,8 +280,6 @@ def test_fabric_manager_in_a_driver_container_judged_by_its_own_root(tmp_path):
     (ctr / "var/lib/dpkg").mkdir(parents=True)
     (ctr / "var/lib/dpkg/status").write_text(
         "Package: nvidia-fabricmanager-570\nStatus: install ok installed\nVersion: 570.124.06-1\n")
-    gpus = healthy_gpus(1, fabric_state=2)
-    root, kfile = make_host(tmp_path, gpus, nvswitches=2)
     (root / "var/lib/dpkg").mkdir(parents=True)  # the host has the right one installed
     (root / "var/lib/dpkg/status").write_text(
         "Package: nvidia-fabricmanager-570\nStatus: install ok installed\nVersion: 570.172.08-1\n")
