@@ -4,7 +4,6 @@ libnvidia-ml.so.1, the driver's procfs GPU directories, NVSwitch devices, and re
 thing). Every process started here is killed and reaped when the test ends."""
 from __future__ import annotations
 
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -44,25 +43,6 @@ def make_host(tmp_path: Path, gpus, *, driver_version="570.172.08", kmod_version
     kfile.parent.mkdir(parents=True, exist_ok=True)
     kfile.write_text(kmsg)
     return root, kfile
-
-
-@pytest.fixture
-def daemon(tmp_path):
-    """daemon(name) -> pid of a live process whose executable is named `name`."""
-    procs: list[subprocess.Popen] = []
-
-    def start(name: str) -> int:
-        exe = tmp_path / "bin" / name
-        exe.parent.mkdir(parents=True, exist_ok=True)
-        shutil.copy("/bin/sleep", exe)
-        p = subprocess.Popen([str(exe), "300"])
-        procs.append(p)
-        return p.pid
-
-    yield start
-    for p in procs:
-        p.kill()
-        p.wait(timeout=10)
 
 
 def healthy_gpus(n=2, **kw) -> list[FakeGpu]:
