@@ -74,6 +74,9 @@ def one_line(value: Any, limit: int) -> str:
     """A string field as one printable line of at most `limit` bytes; a non-string is ""."""
     if not isinstance(value, str):
         return ""
+    if (len(value) <= limit and value.isascii() and value.isprintable() and "  " not in value
+            and value == value.strip()):
+        return value  # already one short line (the agent's usual text): nothing to change
     return conditions.sanitize_message(value[:limit * _RAW_PER_BYTE], limit)
 
 

@@ -203,3 +203,13 @@ def test_node_and_nodes_read_the_same_conditions_of_the_same_node(cluster, kubec
     assert fleet == {STUCK: "deviceplugin.blocked_in_nvml", XID: "agent.condition",
                      "GpuDoctorGpuLost": "gpu.lost"}
     assert doc["nodes"][0]["agent"]["state"] == "watching"
+
+
+def test_one_line_is_the_contracts_sanitiser_with_a_shortcut_for_clean_text():
+    """one_line returns clean short text as is: the same result sanitize_message gives."""
+    samples = ["", "ok", " lead", "trail ", "two  spaces", "tab\there", "é accent", "x" * 300,
+               "x" * 301, "\x7fdel", "a\x1b[0mb", "line\nbreak", "\u202eflip", "  "]
+    for text in samples:
+        for limit in (4, 128, 300):
+            assert agent_marks.one_line(text, limit) == conditions.sanitize_message(text, limit)
+    assert agent_marks.one_line(None, 10) == agent_marks.one_line(42, 10) == ""
