@@ -6,22 +6,22 @@ heartbeat. Those conditions arrive with the node list `nodes` already fetches, s
 health of every watched node is known with no exec and no debug pod; and a GPU node whose
 agent heartbeat is missing or stale is a node whose next wedge nobody sees.
 
-Everything read here was written by a process on the node: reasons are only mapped to ids the
-contract knows, messages are cut to one bounded line, nothing is executed or trusted as a fix.
-Pure function over the raw node dict; no I/O.
+The conditions are read by agent_marks, the one reader `node X` (agent_seen) shares: at most a
+bounded number of entries, the contract's types only, each field one bounded line, reasons
+mapped only to ids of their own class; nothing is executed or trusted as a fix. This module
+only turns the marks into findings. Pure function over the raw node dict; no I/O.
 """
 from __future__ import annotations
 
-import dataclasses
 import datetime as dt
 from typing import Any, Mapping
 
 from node_probe.protocol import Finding, catalog, conditions
 
-from .common import age_s, fmt_duration, node_is_ready
+from .agent_marks import read_marks, watch_from
+from .common import fmt_duration, node_is_ready
 
 SOURCE = "gpu-doctor agent"
-MESSAGE_SHOWN = 300   # characters of the agent's message kept in a title / evidence
 # how bad each problem class is when the agent reports it (the condition carries no severity)
 SEVERITY = {
     "GpuDoctorDevicePluginStuck": "critical",
@@ -36,57 +36,22 @@ REFS = ("https://kubernetes.io/docs/concepts/architecture/nodes/#condition",
         "https://github.com/kubernetes/node-problem-detector")
 
 
-@dataclasses.dataclass(frozen=True)
-class Watch:
-    """The agent's presence on one node: `state` is "watching", "stale" or "none"."""
-    state: str
-    heartbeat_age_s: float | None = None
-
-    def to_dict(self) -> dict:
-        return {"state": self.state, "heartbeat_age_s":
-                None if self.heartbeat_age_s is None else round(self.heartbeat_age_s)}
-
-
-def _one_line(value: Any, limit: int = MESSAGE_SHOWN) -> str:
-    text = conditions.sanitize_message(str(value or ""), limit * 4)
-    return text if len(text) <= limit else text[:limit - 3] + "..."
-
-
-def watch_of(node: Mapping[str, Any], now: dt.datetime) -> Watch:
-    """Whether a gpu-doctor agent watches this node: its conditions' newest heartbeat."""
-    owned = [c for c in (node.get("status") or {}).get("conditions") or ()
-             if isinstance(c, Mapping) and conditions.is_owned(c)]
-    if not owned:
-        return Watch("none")
-    ages = [a for a in (age_s(c.get("lastHeartbeatTime"), now) for c in owned) if a is not None]
-    newest = min(ages) if ages else None
-    watching = next((c for c in owned if c.get("type") == conditions.WATCHING_TYPE), None)
-    alive = (watching is not None and watching.get("status") == "True" and newest is not None
-             and newest <= conditions.STALE_AFTER_S)
-    return Watch("watching" if alive else "stale", newest)
-
-
 def analyze(node: Mapping[str, Any], now: dt.datetime) -> list[Finding]:
     """One finding per problem the agent marks on the node (status True), with its age; and
     agent.heartbeat_stale when the agent's marks are older than the contract allows."""
     name = str((node.get("metadata") or {}).get("name") or "")
     subject = f"node/{name}"
-    watch = watch_of(node, now)
+    marks = read_marks(node, now)
+    watch = watch_from(marks)
     if watch.state == "none":
         return []
     stale = watch.state == "stale"
     out: list[Finding] = []
-    for c in (node.get("status") or {}).get("conditions") or ():
-        if not isinstance(c, Mapping):
+    for m in marks:
+        if not m.active:
             continue
-        ctype = str(c.get("type") or "")
-        if ctype not in conditions.CLASSES or c.get("status") != "True":
-            continue
-        reason = _one_line(c.get("reason"), 128)
-        fid = conditions.finding_id_of(reason, conditions.CLASSES[ctype])
-        since = age_s(c.get("lastTransitionTime"), now)
-        beat = age_s(c.get("lastHeartbeatTime"), now)
-        message = _one_line(c.get("message"))
+        ctype, reason, fid, message = m.type, m.reason, m.finding_id, m.message
+        since, beat = m.since_s, m.heartbeat_age_s
         evidence = {"source": SOURCE, "condition": ctype, "reason": reason,
                     "message": message or None,
                     "since_s": None if since is None else round(since),

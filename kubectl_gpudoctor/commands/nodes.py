@@ -23,7 +23,7 @@ from ..api import extra_lists
 from ..api import pageparse
 from ..api import pager
 from ..api import slim
-from ..analysis import agent_conditions, capacity, fit, goroutines, verdict, wedge
+from ..analysis import agent_marks, capacity, fit, goroutines, verdict, wedge
 from ..analysis.common import events_by_uid, node_is_ready
 from ..reach.probe_run import Settings, now_utc
 from .node import _extra_lists
@@ -333,7 +333,7 @@ def _row(node: Mapping[str, Any], pods: list[dict], lease, fs, now) -> dict:
            "admits_pods": None,
            "pods": len(pods),
            "lease_age_s": None if age is None else round(age),
-           "agent": agent_conditions.watch_of(node, now).to_dict(),
+           "agent": agent_marks.watch_of(node, now).to_dict(),
            "critical": 0, "warning": 0, "info": 0, "findings": [], "verdict": None,
            "root_cause": None,
            "top": None, "top_sev": None}

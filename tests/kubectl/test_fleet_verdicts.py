@@ -6,7 +6,7 @@ from __future__ import annotations
 import datetime as dt
 
 from kubectl_gpudoctor import analysis
-from kubectl_gpudoctor.analysis import admission, agent_conditions, fit
+from kubectl_gpudoctor.analysis import admission, agent_conditions, agent_marks, fit
 from node_probe.protocol import conditions
 
 from .fakecluster import FakeCluster
@@ -18,7 +18,7 @@ def test_captured_node_with_a_foreign_condition_is_not_ours():
     """The captured node carries a condition another writer set (GPUDevicePluginHealthy=False):
     not a GpuDoctor type, so no agent, no finding (issue 25 reads foreign ones)."""
     node = captured_node()
-    assert agent_conditions.watch_of(node, NOW).state == "none"
+    assert agent_marks.watch_of(node, NOW).state == "none"
     assert agent_conditions.analyze(node, NOW) == []
 
 
@@ -26,7 +26,7 @@ def test_a_watching_agent_with_nothing_to_report_is_quiet():
     node = captured_node()
     node["status"]["conditions"] += watching(heartbeat_age_s=30)
     now = dt.datetime.now(dt.timezone.utc)
-    assert agent_conditions.watch_of(node, now).state == "watching"
+    assert agent_marks.watch_of(node, now).state == "watching"
     assert agent_conditions.analyze(node, now) == []
     fs, errs = analysis.node_objects(node, [], [], None, now)
     assert errs == [] and not [f for f in fs if f.id.startswith("agent.")]
