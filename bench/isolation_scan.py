@@ -17,7 +17,9 @@ system time; getrusage of the children for the NVML child), median of --repeat p
          watch already runs that produce its facts (containers, deviceplugin for pod-resources,
          nvml and its child), with and without gpu.isolation; the difference of the medians.
 Per-pass CPU / the 30 s default interval is the share of one CPU it adds to the agent
-(budget 1% in total; bench/agent_watch.py measured the agent at 0.45-1.06% without it).
+(budget 1% in total; bench/agent_watch.py measured the agent at 0.45-1.06% without it). The
+watch cuts a run at detect.ISOLATION_MAX_FDS descriptors and paces runs to ISOLATION_SHARE of
+one CPU (detect.IsolationPacer): `watch_runs_every_s` is how often it would run such a node.
 
 Cases: 10x10 and 50x20 with K=32 (a CUDA process holds ~10-40), and the worst case the caps
 allow per container: containers.MAX_PIDS pids x gpu_holders.MAX_FDS descriptors (measured on 2
@@ -49,6 +51,7 @@ from node_probe.engine import registry  # noqa: E402
 from node_probe.engine.context import ProbeOptions  # noqa: E402
 from node_probe.engine.runner import Runner  # noqa: E402
 from node_probe.host import containers, gpu_holders  # noqa: E402
+from node_probe.watch import detect  # noqa: E402
 from tests.cgroups.conftest import (GPU0_UUID, GPU1_UUID, V1_DEVICES, CgroupTree,  # noqa: E402
                                     new_cid, new_uid)
 from tests.cgroups.test_gpu_isolation import MAJOR, MINORS, bundle, host_root  # noqa: E402
@@ -162,6 +165,11 @@ def main() -> int:
             r = measure(root, a.repeat)
             r["fds_per_pass"] = n * m * k
             r["scan_us_per_fd"] = round(1e6 * r["scan_cpu_s"] / (n * m * k), 2)
+            # the watch: cut at ISOLATION_MAX_FDS, then paced to ISOLATION_SHARE of one CPU
+            cut = min(1.0, detect.ISOLATION_MAX_FDS / (n * m * k))
+            r["watch_cut_at_cap"] = cut < 1.0
+            r["watch_runs_every_s"] = round(max(INTERVAL_S, cut * r["check_cpu_s"]
+                                                / detect.ISOLATION_SHARE), 1)
             out[case] = r
             print(f"{n} containers x {m} processes x {k} fds: {json.dumps(r)}", flush=True)
         finally:
