@@ -28,6 +28,7 @@ SEVERITY = {
     "GpuDoctorDeviceAccessLost": "critical",
     "GpuDoctorGpuLost": "critical",
     "GpuDoctorFabricNotReady": "critical",
+    "GpuDoctorIsolationBreach": "critical",
     "GpuDoctorXidErrors": "warning",
     "GpuDoctorKernelHungTask": "warning",
     "GpuDoctorMemoryThrash": "warning",

@@ -40,6 +40,9 @@ class ProbeOptions:
     trace_pids: tuple[int, ...] = ()  # extra pids for the eBPF futex/NVML probes (--trace-pid)
     # call a plugin's GetPreferredAllocation (the watching agent does only on a cheap signal)
     provoke_plugin: bool = True
+    # /proc/PID/fd entries the GPU isolation check may read in one run (0: no cap but its
+    # per-process and per-container ones and the deadline; the watching agent sets one)
+    isolation_max_fds: int = 0
 
     @property
     def cgroup_dir(self) -> Path:

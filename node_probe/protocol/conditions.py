@@ -31,6 +31,7 @@ CLASSES: dict[str, tuple[str, ...]] = {
     "GpuDoctorMemoryThrash": ("memory.pressure",),
     "GpuDoctorGpuLost": ("gpu.lost",),
     "GpuDoctorFabricNotReady": ("fabric.not_ready",),
+    "GpuDoctorIsolationBreach": ("gpu.isolation_breach",),
 }
 # the agent's own presence: True while it watches (its heartbeat says when it last looked)
 WATCHING_TYPE = "GpuDoctorWatching"

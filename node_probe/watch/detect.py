@@ -6,6 +6,12 @@ verdicts) rather than re-implement them, but only the cheap ones: no eBPF (trace
 says a cheaper signal points at the plugin. A check whose thread from an earlier pass is still
 stuck (a read on a dying node) is not started again: it costs one thread, not one per pass.
 Kernel-log reports count only while recent (the ring buffer keeps last week's Xid too).
+
+The GPU isolation check's /proc fd scan costs ~4-5 us of CPU per descriptor (bench/isolation_scan
+.py: 50 containers x 20 processes x 32 descriptors is 0.16 s, 0.5% of a CPU at 30 s; the caps'
+worst case 1 s per container), more than the agent's 1% budget leaves. So it reads at most
+ISOLATION_MAX_FDS descriptors a run and runs only as often as IsolationPacer allows: the CPU its
+last scan took, spread at ISOLATION_SHARE of one CPU. A pass without it is unsure for its class.
 """
 from __future__ import annotations
 
@@ -18,11 +24,14 @@ from node_probe.engine.context import ProbeOptions
 from node_probe.engine.runner import Runner
 from node_probe.protocol import CheckResult, Finding, conditions
 
-from .state import CLASS_CHECKS, Problem
+from .state import CLASS_CHECKS, LOOKED, Problem
 
 # cheap checks the watch runs each pass (their fact producers join through `needs`)
 WATCH_CHECKS = ("nvml", "deviceplugin", "containers", "kubelet", "cgroup.devices", "kmsg",
-                "memory", "gpu_lost", "fabric")
+                "memory", "gpu_lost", "fabric", "gpu.isolation")
+ISOLATION = "gpu.isolation"
+ISOLATION_MAX_FDS = 200_000     # ~1 s of CPU here: a node's scan, cut beyond (said, unsure)
+ISOLATION_SHARE = 0.001         # of one CPU, averaged: 0.1% of the agent's 1%
 RECENT_S = 600.0        # a kernel-log report older than this (since boot clock) is history
 PROVOKE_MIN_GAP_S = 600.0
 # findings that point at the device plugin without provoking it
@@ -39,6 +48,7 @@ class PassResult:
     unsure: set[str]                    # classes whose detectors could not look
     stuck: tuple[str, ...]              # checks not started: still stuck from before
     provoked: bool
+    isolation_cpu_s: float | None = None    # CPU the isolation check took (None: not run)
 
 
 def is_active(f: Finding, recent_s: float = RECENT_S) -> bool:
@@ -87,18 +97,56 @@ class Provoker:
         self.last = time.monotonic() if now is None else now
 
 
+class IsolationPacer:
+    """When the isolation scan may run again: after the CPU its last run took, divided by
+    `share`, has passed (a 0.02 s scan every pass, a 0.16 s one every ~3 min)."""
+
+    def __init__(self, share: float = ISOLATION_SHARE) -> None:
+        self.share = share
+        self.next_at: float | None = None
+
+    def want(self, now: float | None = None) -> bool:
+        t = time.monotonic() if now is None else now
+        return self.next_at is None or t >= self.next_at
+
+    def used(self, cpu_s: float, now: float | None = None) -> None:
+        t = time.monotonic() if now is None else now
+        self.next_at = t + max(0.0, cpu_s) / self.share
+
+
 def run_pass(base: ProbeOptions, timeout_s: float, provoke: bool = False,
-             recent_s: float = RECENT_S) -> PassResult:
+             recent_s: float = RECENT_S, isolation: bool = True) -> PassResult:
     stuck = stuck_checks()
-    skip = tuple(c for c in stuck if c in WATCH_CHECKS)
+    skip = tuple(c for c in stuck if c in WATCH_CHECKS) + (() if isolation else (ISOLATION,))
     only = tuple(c for c in WATCH_CHECKS if c not in skip)
     opts = dataclasses.replace(base, trace_s=0.0, timeout_s=timeout_s, only=only,
-                               skip=("trace", *skip), provoke_plugin=provoke, focus_pods=())
+                               skip=("trace", *skip), provoke_plugin=provoke, focus_pods=(),
+                               isolation_max_fds=base.isolation_max_fds or ISOLATION_MAX_FDS)
     checks = registry.select(opts.only, opts.skip)
     started = time.time()
-    result = Runner(checks, opts, lambda rec: None, fail_on="never").run()
+    scan_cpu: list[float] = []
+
+    def sink(rec: dict) -> None:   # the isolation check reports its scan's CPU
+        v = rec.get("isolation_scan_cpu_s") if rec.get("kind") == "progress" else None
+        if isinstance(v, (int, float)):
+            scan_cpu.append(float(v))
+
+    result = Runner(checks, opts, sink, fail_on="never").run()
     ran = {c.id: c.status for c in result.checks}
     unsure = {ct for ct, ids in CLASS_CHECKS.items()
-              if any(ran.get(cid) not in ("ok", "skipped") for cid in ids)}
+              if any(ran.get(cid) not in LOOKED.get(cid, ("ok", "skipped")) for cid in ids)}
     return PassResult(started, result.duration_s, result.findings, result.checks,
-                      problems_of(result.findings, recent_s), unsure, stuck, provoke)
+                      problems_of(result.findings, recent_s), unsure, stuck, provoke,
+                      _isolation_cost(result.checks, scan_cpu))
+
+
+def _isolation_cost(checks: list[CheckResult], reported: list[float]) -> float | None:
+    """CPU of the isolation check this pass: what its scan reported (thread CPU); a skip
+    before the scan cost next to nothing; a run that timed out or failed without reporting,
+    its wall time (its one thread used at most that)."""
+    r = next((c for c in checks if c.id == ISOLATION), None)
+    if r is None:
+        return None
+    if reported:
+        return sum(reported)
+    return 0.0 if r.status in ("ok", "skipped") else r.duration_s

@@ -1,6 +1,7 @@
 """`python -m node_probe agent-watch`: the watching agent's process.
 
-Every `--interval` it runs one pass of the cheap checks (detect.run_pass), applies hysteresis
+Every `--interval` it runs one pass of the cheap checks (detect.run_pass; the GPU isolation scan
+only as often as its CPU allows, detect.IsolationPacer), applies hysteresis
 (state), hands the conditions and the transitions' Events to the writer thread, starts an
 evidence capture for each transition to a problem, and updates the metrics. The pass has its own
 deadline below the interval, each check has its own inside it, and nothing here waits on the API
@@ -168,6 +169,7 @@ def main(argv: list[str] | None = None) -> int:
                         nvml_timeout_s=a.nvml_timeout)
     state = ConditionState(a.clear_after)
     provoker = detect.Provoker(a.provoke_min_gap)
+    pacer = detect.IsolationPacer()
     pass_timeout = max(5.0, min(a.interval * 0.8, 25.0)) if a.interval >= 6 else 20.0
     _log(f"watching node {node} every {a.interval:g}s"
          f"{'' if writer else ' (API writes off)'}")
@@ -180,7 +182,9 @@ def main(argv: list[str] | None = None) -> int:
             provoke = provoker.want()
             if provoke:
                 provoker.used()
-            res = detect.run_pass(base, pass_timeout, provoke)
+            res = detect.run_pass(base, pass_timeout, provoke, isolation=pacer.want())
+            if res.isolation_cpu_s is not None:
+                pacer.used(res.isolation_cpu_s)
             if stop.is_set():
                 break
             provoker.observe(res.findings)

@@ -26,7 +26,12 @@ CLASS_CHECKS: dict[str, tuple[str, ...]] = {
     "GpuDoctorMemoryThrash": ("memory",),
     "GpuDoctorGpuLost": ("gpu_lost",),
     "GpuDoctorFabricNotReady": ("fabric",),
+    "GpuDoctorIsolationBreach": ("gpu.isolation",),
 }
+# statuses meaning a check looked (default: ok and skipped, a skip saying there was nothing to
+# look at). The isolation check skips when it could not read what was allocated or was cut by
+# its deadline or descriptor cap: absence then proves nothing.
+LOOKED: dict[str, tuple[str, ...]] = {"gpu.isolation": ("ok",)}
 
 
 @dataclasses.dataclass(frozen=True)

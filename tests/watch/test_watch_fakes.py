@@ -210,3 +210,93 @@ def test_a_check_stuck_from_an_earlier_pass_is_not_started_again(tmp_path, monke
         assert {"GpuDoctorXidErrors", "GpuDoctorKernelHungTask"} <= res.unsure
     finally:
         gate.set()
+
+
+ISO = "GpuDoctorIsolationBreach"
+NS = "watch-iso"   # not another test's namespace: the scan sees every container here
+
+
+@pytest.fixture
+def iso_node(v1_tree):
+    """A node where pod-resources gives train-0 GPU0 and gives notebook-1 none, and each has a
+    real process in its kubepods cgroup holding GPU0 open (tests/cgroups/test_gpu_isolation's
+    host root: the driver's major is 1 there, so the kernel opens the mknod'ed nodes)."""
+    import shutil
+    import tempfile
+
+    from tests.cgroups.conftest import GPU0_UUID, new_cid, new_uid
+    from tests.cgroups.test_gpu_isolation import MINORS, bundle, holding, host_root
+    from tests.fakes.fake_podresources import serve
+
+    base = Path(tempfile.mkdtemp(prefix="gdw-", dir="/tmp"))   # unix socket paths: short
+    root = host_root(base)
+    gpu0 = root / f"dev/nvidia{MINORS[GPU0_UUID]}"
+    rows, procs = [], {}
+    for pod, given in (("train-0", [GPU0_UUID]), ("notebook-1", [])):
+        uid, cid = new_uid(), new_cid()
+        cg = v1_tree.container(uid, cid)
+        bundle(root, cid, NS, pod, uid, "main")
+        procs[pod] = holding(v1_tree, cg, [gpu0])
+        rows.append({"namespace": NS, "pod": pod, "container": "main",
+                     "resource": "nvidia.com/gpu" if given else "example.com/nic",
+                     "device_ids": given or ["nic-0"]})
+    server = serve(root / "var/lib/kubelet/pod-resources/kubelet.sock", rows)
+    try:
+        yield root, procs
+    finally:
+        server.stop(0)
+        shutil.rmtree(base, ignore_errors=True)
+
+
+def _mine(res):
+    """This test's breaches (other tests' containers on this machine are scanned too)."""
+    return [p for p in res.problems.get(ISO, ()) if p.subject.startswith(f"pod {NS}/")]
+
+
+@pytest.mark.root
+def test_isolation_breach_marks_the_node_and_clears_with_hysteresis(iso_node):
+    root, procs = iso_node
+    base = ProbeOptions(host_root=root, cgroup_root=Path("/sys/fs/cgroup"),
+                        kubelet_dir=root / "var/lib/kubelet")
+    state = ConditionState(clear_after=2)
+    res = detect.run_pass(base, 20.0)
+    (p,) = _mine(res)
+    assert p.finding_id == "gpu.isolation_breach" and p.severity == "critical"
+    assert p.subject == f"pod {NS}/notebook-1 container main"
+    assert res.isolation_cpu_s is not None and res.isolation_cpu_s >= 0
+    (tr,) = state.update({ISO: _mine(res)}, res.unsure)
+    assert (tr.ctype, tr.status, tr.reason) == (ISO, "True", "GpuIsolationBreach")
+    assert state.conds[ISO].message.startswith(f"gpu.isolation_breach: pod {NS}/notebook-1")
+    # a pass that does not run the scan (the pacer said wait) proves nothing
+    res = detect.run_pass(base, 20.0, isolation=False)
+    assert ISO in res.unsure and res.isolation_cpu_s is None
+    assert state.update({ISO: _mine(res)}, res.unsure) == []
+    procs["notebook-1"].kill()                 # the intruder is gone
+    procs["notebook-1"].wait(10)
+    res = detect.run_pass(base, 20.0)
+    assert _mine(res) == [] and ISO not in res.unsure
+    assert state.update({ISO: _mine(res)}, res.unsure) == []   # hysteresis: 1 of 2
+    res = detect.run_pass(base, 20.0)
+    (tr,) = state.update({ISO: _mine(res)}, res.unsure)
+    assert (tr.status, tr.reason) == ("False", "IsolationBreachCleared")
+    assert "was GpuIsolationBreach" in tr.message
+
+
+@pytest.mark.root
+def test_isolation_scan_cut_by_its_descriptor_cap_is_unsure_not_absent(iso_node):
+    root, _ = iso_node
+    base = ProbeOptions(host_root=root, cgroup_root=Path("/sys/fs/cgroup"),
+                        kubelet_dir=root / "var/lib/kubelet", isolation_max_fds=1)
+    res = detect.run_pass(base, 20.0)
+    (r,) = [c for c in res.checks if c.id == "gpu.isolation"]
+    assert r.status == "skipped" and "cap of 1 descriptors" in r.reason
+    assert ISO in res.unsure       # a breach it did not read cannot clear the condition
+
+
+def test_isolation_pacer_spreads_the_scans_cpu():
+    pacer = detect.IsolationPacer(share=0.001)
+    assert pacer.want(now=0.0)
+    pacer.used(0.16, now=0.0)                  # 0.16 s of CPU: next run 160 s later
+    assert not pacer.want(now=159.0) and pacer.want(now=160.0)
+    pacer.used(0.0, now=160.0)                 # skipped before scanning: again next pass
+    assert pacer.want(now=160.0)
