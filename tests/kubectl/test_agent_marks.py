@@ -17,7 +17,13 @@ from node_probe.protocol import conditions
 from .conftest import run_cli
 from .test_fleet_view import agent_condition, captured_node, run_nodes, watching
 
-NOW = dt.datetime.now(dt.timezone.utc)
+
+
+def now() -> dt.datetime:
+    """The clock when the test reads the node (the conditions' times are taken when the node
+    is built, from the clock of that moment: a time fixed at import drifts in a long run)."""
+    return dt.datetime.now(dt.timezone.utc)
+
 STUCK = "GpuDoctorDevicePluginStuck"
 XID = "GpuDoctorXidErrors"
 
@@ -39,9 +45,9 @@ def _printable(text: str) -> bool:
 def _seen_and_fleet(node: dict) -> tuple[dict, dict]:
     """What each view reports per condition type: agent_seen's finding_id (node X) and
     agent_conditions' finding id (nodes, agent.condition when the reason names none)."""
-    seen = {f.subject: f.evidence["finding_id"] for f in agent_seen.analyze(node, NOW)
+    seen = {f.subject: f.evidence["finding_id"] for f in agent_seen.analyze(node, now())
             if f.severity.value == "warning"}
-    fleet = {f.evidence["condition"]: f.id for f in agent_conditions.analyze(node, NOW)
+    fleet = {f.evidence["condition"]: f.id for f in agent_conditions.analyze(node, now())
              if f.id != "agent.heartbeat_stale"}
     return seen, fleet
 
@@ -49,7 +55,7 @@ def _seen_and_fleet(node: dict) -> tuple[dict, dict]:
 def test_marks_of_a_watching_agent_with_one_problem():
     node = _node(watching(problems={STUCK: (conditions.reason_of("deviceplugin.blocked_in_nvml"),
                                             "blocked in nvmlInit_v2", 700)}))
-    marks = agent_marks.read_marks(node, NOW)
+    marks = agent_marks.read_marks(node, now())
     assert [m.type for m in marks] == list(conditions.OWNED_TYPES)
     (m,) = [m for m in marks if m.active]
     assert (m.type, m.finding_id, m.message) == (STUCK, "deviceplugin.blocked_in_nvml",
@@ -63,8 +69,8 @@ def test_marks_of_a_watching_agent_with_one_problem():
 
 def test_healthy_watched_node_has_no_active_mark_and_both_views_stay_quiet():
     node = _node(watching())
-    assert not [m for m in agent_marks.read_marks(node, NOW) if m.active or m.cleared]
-    assert agent_seen.analyze(node, NOW) == [] and agent_conditions.analyze(node, NOW) == []
+    assert not [m for m in agent_marks.read_marks(node, now()) if m.active or m.cleared]
+    assert agent_seen.analyze(node, now()) == [] and agent_conditions.analyze(node, now()) == []
 
 
 def test_huge_and_escaped_text_is_one_bounded_printable_line():
@@ -73,7 +79,7 @@ def test_huge_and_escaped_text_is_one_bounded_printable_line():
                   {"type": conditions.WATCHING_TYPE, "status": "True", "reason": csi,
                    "message": "x" * 10 ** 6, "lastHeartbeatTime": "y" * 10 ** 6,
                    "lastTransitionTime": csi}])
-    marks = agent_marks.read_marks(node, NOW)
+    marks = agent_marks.read_marks(node, now())
     assert len(marks) == 2
     for m in marks:
         for text in (m.reason, m.message, m.last_transition_time, m.last_heartbeat_time):
@@ -82,7 +88,7 @@ def test_huge_and_escaped_text_is_one_bounded_printable_line():
         assert len(m.message.encode()) <= agent_marks.MESSAGE_MAX
         assert len(m.last_heartbeat_time) <= agent_marks.TIME_MAX
     assert marks[0].finding_id is None and marks[1].heartbeat_age_s is None
-    for f in agent_seen.analyze(node, NOW) + agent_conditions.analyze(node, NOW):
+    for f in agent_seen.analyze(node, now()) + agent_conditions.analyze(node, now()):
         assert _printable(f.title) and len(f.title) < 800
         assert all(_printable(v) for v in f.evidence.values() if isinstance(v, str))
 
@@ -94,9 +100,9 @@ def test_a_reason_naming_no_id_of_its_class_maps_to_none_in_both_views():
     node = _node(watching(problems={
         XID: (conditions.reason_of("deviceplugin.blocked_in_nvml"), "odd", 60),
         "GpuDoctorGpuLost": ("SomethingNewer", "newer agent", 60)}))
-    by = {m.type: m for m in agent_marks.read_marks(node, NOW)}
+    by = {m.type: m for m in agent_marks.read_marks(node, now())}
     assert by[XID].finding_id is None and by["GpuDoctorGpuLost"].finding_id is None
-    seen = {f.subject: f for f in agent_seen.analyze(node, NOW)}
+    seen = {f.subject: f for f in agent_seen.analyze(node, now())}
     assert seen[XID].evidence["finding_id"] is None and "caused_by" not in seen[XID].evidence
     assert _seen_and_fleet(node) == ({XID: None, "GpuDoctorGpuLost": None},
                                      {XID: "agent.condition",
@@ -105,10 +111,10 @@ def test_a_reason_naming_no_id_of_its_class_maps_to_none_in_both_views():
     cleared = agent_condition(XID, "False", conditions.cleared_reason(XID),
                               "cleared after 1 pass(es); was DevicepluginBlockedInNvml: x", 20,
                               60)
-    (m,) = agent_marks.read_marks(_node([cleared]), NOW)
+    (m,) = agent_marks.read_marks(_node([cleared]), now())
     assert m.cleared and m.finding_id is None
     cleared["message"] = "cleared after 1 pass(es); was GpuXid: Xid 79"
-    (m,) = agent_marks.read_marks(_node([cleared]), NOW)
+    (m,) = agent_marks.read_marks(_node([cleared]), now())
     assert m.finding_id == "gpu.xid"
 
 
@@ -118,13 +124,13 @@ def test_entries_that_are_no_condition_of_ours_are_skipped():
             {"type": "GpuDoctorSomethingNew", "status": "True"},
             {"type": "KernelDeadlock", "status": "True"}]
     node = _node(junk + [_mark(STUCK, "DevicepluginRpcTimeout")])
-    assert [m.type for m in agent_marks.read_marks(node, NOW)] == [STUCK]
+    assert [m.type for m in agent_marks.read_marks(node, now())] == [STUCK]
     for conds in (None, {"type": STUCK}, "GpuDoctorXidErrors", 7):
-        assert agent_marks.read_marks({"status": {"conditions": conds}}, NOW) == ()
-    assert agent_marks.read_marks({}, NOW) == () and agent_marks.read_marks([], NOW) == ()
-    assert agent_marks.watch_of(_node(junk), NOW).state == "none"
+        assert agent_marks.read_marks({"status": {"conditions": conds}}, now()) == ()
+    assert agent_marks.read_marks({}, now()) == () and agent_marks.read_marks([], now()) == ()
+    assert agent_marks.watch_of(_node(junk), now()).state == "none"
     # a status that is no string is no "True"
-    (m,) = agent_marks.read_marks(_node([dict(_mark(XID, "GpuXid"), status=True)]), NOW)
+    (m,) = agent_marks.read_marks(_node([dict(_mark(XID, "GpuXid"), status=True)]), now())
     assert m.status == "" and not m.active
 
 
@@ -133,13 +139,13 @@ def test_a_type_the_agent_never_writes_is_not_read_by_either_view():
     `node X` used to clean it up into the real type and report it, `nodes` did not."""
     for odd in ("GpuDoctorXidErrors\n", "GpuDoctorXidErrors ", "GpuDoctorXidErrors\t"):
         node = _node(watching() + [_mark(odd, "GpuXid")])
-        assert not [m for m in agent_marks.read_marks(node, NOW) if m.active]
+        assert not [m for m in agent_marks.read_marks(node, now()) if m.active]
         assert _seen_and_fleet(node) == ({}, {})
 
 
 def test_the_first_condition_of_a_type_counts_once():
     node = _node(watching() + [_mark("GpuDoctorMemoryThrash", "MemoryPressure")])
-    assert [m.type for m in agent_marks.read_marks(node, NOW)].count(
+    assert [m.type for m in agent_marks.read_marks(node, now())].count(
         "GpuDoctorMemoryThrash") == 1
     assert _seen_and_fleet(node) == ({}, {})
 
@@ -155,7 +161,7 @@ def test_many_conditions_are_read_up_to_the_bound_and_the_same_by_both_views():
     # past the bound nothing is read: a list as long as the API lets through stays cheap
     past = _node([agent_condition("Example", "False", "F", "f", 20, 600)] *
                  agent_marks.MAX_SCANNED + watching(problems={STUCK: ("X", "m", 60)}) * 400)
-    assert agent_marks.read_marks(past, NOW) == ()
+    assert agent_marks.read_marks(past, now()) == ()
     assert _seen_and_fleet(past) == ({}, {})
 
 
@@ -164,15 +170,15 @@ def test_bad_times_are_unknown_not_an_error():
                 "2026-13-45T99:99:99Z", "\x1b[2J"):
         c = dict(_mark(STUCK, "DevicepluginRpcTimeout"), lastTransitionTime=bad,
                  lastHeartbeatTime=bad)
-        (m,) = agent_marks.read_marks(_node([c]), NOW)
+        (m,) = agent_marks.read_marks(_node([c]), now())
         assert (m.since_s, m.heartbeat_age_s) == (None, None), bad
         assert _printable(m.last_transition_time) and len(m.last_transition_time) <= 64
-        (seen,) = agent_seen.analyze(_node([c]), NOW)
+        (seen,) = agent_seen.analyze(_node([c]), now())
         assert "unknown time" in seen.title
-        assert agent_marks.watch_of(_node([c]), NOW).state == "stale"
+        assert agent_marks.watch_of(_node([c]), now()).state == "stale"
     future = dict(_mark(STUCK, "DevicepluginRpcTimeout"),
                   lastTransitionTime="9999-12-31T23:59:59-14:00")
-    (m,) = agent_marks.read_marks(_node([future]), NOW)
+    (m,) = agent_marks.read_marks(_node([future]), now())
     assert m.since_s == 0.0
 
 
