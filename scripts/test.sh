@@ -9,9 +9,12 @@
 # `scripts/test.sh tests/core`.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+workers=${GPU_DOCTOR_TEST_WORKERS:-2}
+case "$workers" in
+  ''|*[!0-9]*) echo "scripts/test.sh: GPU_DOCTOR_TEST_WORKERS=$workers: want a whole number of workers" >&2; exit 2 ;;
+esac
 GPU_DOCTOR_SETUP_TESTS=1 bash scripts/setup.sh
 PYTEST=(.venv/bin/python -m pytest -p no:cacheprovider)
-workers=${GPU_DOCTOR_TEST_WORKERS:-2}
 if [ "$#" -gt 0 ] || [ "$workers" -le 1 ]; then
   exec "${PYTEST[@]}" "$@"
 fi
