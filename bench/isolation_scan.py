@@ -40,7 +40,6 @@ import os
 import resource
 import shutil
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -64,16 +63,6 @@ INTERVAL_S = 30.0
 BUDGET_PCT = 1.0
 
 
-def join_cgroup(cgroup: Path):
-    procs = str(cgroup / "cgroup.procs")
-
-    def join():
-        fd = os.open(procs, os.O_WRONLY)
-        os.write(fd, str(os.getpid()).encode())
-        os.close(fd)
-    return join
-
-
 def build(tree: CgroupTree, root: Path, n: int, m: int, k: int, filler: Path) -> list[dict]:
     """n containers of m processes holding k descriptors each; their pod-resources rows."""
     rows = []
@@ -91,10 +80,7 @@ def build(tree: CgroupTree, root: Path, n: int, m: int, k: int, filler: Path) ->
         fds += [os.dup(base) for _ in range(k - 2)]
         try:
             for _ in range(m):
-                tree.procs.append(subprocess.Popen(
-                    ["/bin/sleep", "3600"], env={"PATH": "/bin:/usr/bin"}, pass_fds=fds,
-                    stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                    stderr=subprocess.DEVNULL, preexec_fn=join_cgroup(cg)))
+                tree.spawn(cg, pass_fds=tuple(fds), seconds=3600)
         finally:
             for fd in fds:
                 os.close(fd)

@@ -102,8 +102,10 @@ class CgroupTree:
         p.mkdir(parents=True)
         return p
 
-    def spawn(self, cgroup: Path, env: dict | None = None) -> subprocess.Popen:
-        """A real long-running process placed in `cgroup` before it execs."""
+    def spawn(self, cgroup: Path, env: dict | None = None, pass_fds: tuple[int, ...] = (),
+              seconds: int = 120) -> subprocess.Popen:
+        """A real long-running process placed in `cgroup` before it execs (holding `pass_fds`
+        open, alive for `seconds`)."""
         procs_file = str(cgroup / "cgroup.procs")
 
         def join():
@@ -111,7 +113,8 @@ class CgroupTree:
             os.write(fd, str(os.getpid()).encode())
             os.close(fd)
 
-        p = subprocess.Popen(["/bin/sleep", "120"], env={"PATH": "/bin:/usr/bin", **(env or {})},
+        p = subprocess.Popen(["/bin/sleep", str(seconds)],
+                             env={"PATH": "/bin:/usr/bin", **(env or {})}, pass_fds=pass_fds,
                              stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
                              stderr=subprocess.DEVNULL, preexec_fn=join)
         self.procs.append(p)
