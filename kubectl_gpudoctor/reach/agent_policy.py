@@ -65,44 +65,37 @@ def manifests(namespace: str, labels: dict) -> list[dict]:
                  "expression": f"request.userInfo.username == '{username(namespace)}'"}]
     # the policies first: the grant never exists on a cluster without them (an API server
     # that does not serve ValidatingAdmissionPolicy fails the install before any grant)
+    def policy(name: str, operation: str, resources: list[str],
+               validations: list[tuple[str, str]]) -> list[dict]:
+        """A Deny policy on the agent's own requests, and its binding."""
+        return [
+            {"apiVersion": "admissionregistration.k8s.io/v1",
+             "kind": "ValidatingAdmissionPolicy",
+             "metadata": {"name": name, **meta},
+             "spec": {"failurePolicy": "Fail",
+                      "matchConstraints": {"resourceRules": [{
+                          "apiGroups": [""], "apiVersions": ["v1"], "operations": [operation],
+                          "resources": resources}]},
+                      "matchConditions": is_agent,
+                      "validations": [{"expression": e, "message": m}
+                                      for e, m in validations]}},
+            {"apiVersion": "admissionregistration.k8s.io/v1",
+             "kind": "ValidatingAdmissionPolicyBinding",
+             "metadata": {"name": name, **meta},
+             "spec": {"policyName": name, "validationActions": ["Deny"]}}]
+
     return [
-        {"apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingAdmissionPolicy",
-         "metadata": {"name": NODE_POLICY, **meta},
-         "spec": {"failurePolicy": "Fail",
-                  "matchConstraints": {"resourceRules": [{
-                      "apiGroups": [""], "apiVersions": ["v1"], "operations": ["UPDATE"],
-                      "resources": ["nodes", "nodes/status"]}]},
-                  "matchConditions": is_agent,
-                  "validations": [
-                      {"expression": OWN_NODE,
-                       "message": "the gpu-doctor agent may only patch the status of the node "
-                                  "its token is bound to"},
-                      {"expression": OWN_CONDITIONS_ONLY,
-                       "message": f"the gpu-doctor agent may only write {PREFIX}* conditions"},
-                      {"expression": OTHER_STATUS_UNCHANGED,
-                       "message": "the gpu-doctor agent may not change node status other than "
-                                  "its conditions"},
-                      {"expression": METADATA_UNCHANGED,
-                       "message": "the gpu-doctor agent may not change node labels, "
-                                  "annotations, owners or finalizers"}]}},
-        {"apiVersion": "admissionregistration.k8s.io/v1",
-         "kind": "ValidatingAdmissionPolicyBinding",
-         "metadata": {"name": NODE_POLICY, **meta},
-         "spec": {"policyName": NODE_POLICY, "validationActions": ["Deny"]}},
-        {"apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingAdmissionPolicy",
-         "metadata": {"name": EVENT_POLICY, **meta},
-         "spec": {"failurePolicy": "Fail",
-                  "matchConstraints": {"resourceRules": [{
-                      "apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE"],
-                      "resources": ["events"]}]},
-                  "matchConditions": is_agent,
-                  "validations": [{"expression": EVENT_ABOUT_OWN_NODE,
-                                   "message": "the gpu-doctor agent may only post Events about "
-                                              "the node its token is bound to"}]}},
-        {"apiVersion": "admissionregistration.k8s.io/v1",
-         "kind": "ValidatingAdmissionPolicyBinding",
-         "metadata": {"name": EVENT_POLICY, **meta},
-         "spec": {"policyName": EVENT_POLICY, "validationActions": ["Deny"]}},
+        *policy(NODE_POLICY, "UPDATE", ["nodes", "nodes/status"], [
+            (OWN_NODE, "the gpu-doctor agent may only patch the status of the node its token "
+                       "is bound to"),
+            (OWN_CONDITIONS_ONLY, f"the gpu-doctor agent may only write {PREFIX}* conditions"),
+            (OTHER_STATUS_UNCHANGED, "the gpu-doctor agent may not change node status other "
+                                     "than its conditions"),
+            (METADATA_UNCHANGED, "the gpu-doctor agent may not change node labels, "
+                                 "annotations, owners or finalizers")]),
+        *policy(EVENT_POLICY, "CREATE", ["events"], [
+            (EVENT_ABOUT_OWN_NODE, "the gpu-doctor agent may only post Events about the node "
+                                   "its token is bound to")]),
         {"apiVersion": "v1", "kind": "ServiceAccount",
          "metadata": {"name": SA_NAME, "namespace": namespace, **meta},
          "automountServiceAccountToken": False},
