@@ -16,7 +16,11 @@ path on its own disagrees with the next one (`nvml` found the GPU Operator's dri
   then kubepods.slice vs kubepods/).
 
 Processes are identified by the sockets they serve (socket inode, deviceplugin.discovery), never
-by name alone. Results are cached per (host root, /proc, override) for the run.
+by name alone, and what a tenant can write never counts as the host's (host.host_owned): a
+kubelet's --root-dir is believed only from a process that is the host's own (its root is the host
+root, it runs in no pod's cgroup), and a driver library is loaded only from a path that is the
+host's own (in no pod volume, container root or runtime dir; root-owned, not writable by others,
+from the host root down). Results are cached per (host root, /proc, override) for the run.
 
 Documented paths: https://docs.k0sproject.io/head/directories/ and
 https://raw.githubusercontent.com/k0sproject/k0s/main/docs/runtime.md (k0s),
@@ -40,7 +44,7 @@ import tomllib
 from pathlib import Path
 
 from node_probe.deviceplugin.discovery import find_owners
-from node_probe.host import hostfs, procfs
+from node_probe.host import host_owned, hostfs, procfs
 
 # --- kubelet dir ---------------------------------------------------------------------------
 KUBELET_DEFAULTS = (
@@ -52,6 +56,7 @@ KUBELET_SOCKETS = ("device-plugins/kubelet.sock", "pod-resources/kubelet.sock")
 # processes that run a kubelet: kubelet itself, microk8s's kubelite, k3s/k0s agents
 KUBELET_COMMS = ("kubelet", "kubelite", "k3s-server", "k3s-agent", "k3s", "k0s")
 MAX_PROCS_SEEN = 16
+MAX_SHOWN = 200          # characters of a tenant-chosen path kept in `tried`
 
 # --- runtime -------------------------------------------------------------------------------
 CONTAINERD_SOCKETS = (
@@ -146,6 +151,7 @@ class DriverRoot:
     kernel_module: bool = False     # proc/driver/nvidia/version exists
     device_nodes: bool = False      # dev/nvidiactl under the host or the driver root
     tried: tuple[str, ...] = ()
+    refused: tuple[tuple[str, str], ...] = ()   # (library, why it is not the host's own)
 
     @property
     def present(self) -> bool:
@@ -156,7 +162,8 @@ class DriverRoot:
         return {"root": None if self.root is None else "/" + self.root,
                 "library": str(self.library) if self.library else None, "how": self.how,
                 "kernel_module": self.kernel_module, "device_nodes": self.device_nodes,
-                "tried": list(self.tried)}
+                "tried": list(self.tried),
+                "refused": [{"library": lib, "why": why} for lib, why in self.refused]}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -217,6 +224,8 @@ def resolve_kubelet_dir(host_root: Path, proc: Path = procfs.PROC,
         return KubeletDir(Path(override), "given with --kubelet-dir")
     host_root = Path(host_root)
     cands: list[tuple[str, str, int | None]] = []      # (rel, why, pid that named it)
+    refused: list[str] = []
+    areas = host_owned.tenant_areas(host_root, proc)
     for pid, argv in _procs(KUBELET_COMMS, proc):
         d = _flag(argv, "--root-dir", "--kubelet-root-dir")
         if d is None:   # k3s/RKE2: --kubelet-arg=root-dir=/x
@@ -225,13 +234,17 @@ def resolve_kubelet_dir(host_root: Path, proc: Path = procfs.PROC,
                 if v and v.startswith("root-dir="):
                     d = v.split("=", 1)[1]
         if d and d.startswith("/"):
-            cands.append((d.strip("/"), f"--root-dir of pid {pid} ({argv[0] if argv else '?'})",
-                          pid))
+            why = f"--root-dir of pid {pid} ({(argv[0] if argv else '?')[:MAX_SHOWN]})"
+            no = _kubelet_dir_refusal(d, pid, host_root, proc, areas)
+            if no:
+                refused.append(f"{d[:MAX_SHOWN]} ({why}: not believed: {no})")
+                continue
+            cands.append((d.strip("/"), why, pid))
     cands += [(rel, why, None) for rel, why in KUBELET_DEFAULTS]
     seen: dict[str, tuple[str, int | None]] = {}
     for rel, why, pid in cands:
         seen.setdefault(rel, (why, pid))
-    tried = tuple("/" + rel for rel in seen)
+    tried = tuple("/" + rel for rel in seen) + tuple(refused)
     socks = {rel: [host_root / rel / s for s in KUBELET_SOCKETS
                    if _is_socket(host_root / rel / s)] for rel in seen}
     owners = find_owners([s for ss in socks.values() for s in ss], proc)
@@ -258,6 +271,17 @@ def resolve_kubelet_dir(host_root: Path, proc: Path = procfs.PROC,
                               "kubelet socket", None, False, tried)
     return KubeletDir(host_root / KUBELET_DEFAULTS[0][0], "no kubelet found: the default",
                       None, False, tried)
+
+
+def _kubelet_dir_refusal(d: str, pid: int, host_root: Path, proc: Path,
+                         areas: host_owned.TenantAreas) -> str | None:
+    """Why the --root-dir `d` of process `pid` is not the host kubelet's (None: it may be):
+    only a process of the host's own names the kubelet dir, and never one a tenant writes."""
+    no = host_owned.process_refusal(pid, proc, host_root)
+    if no:
+        return no
+    area = areas.holding(d)
+    return f"it lies in /{area}, {areas.why.get(area)}" if area else None
 
 
 def _containerd_dirs(root: Path, pid: int | None, proc: Path, default: tuple) -> Runtime:
@@ -335,18 +359,6 @@ def _library_under(root: Path, droot: str) -> Path | None:
     return None
 
 
-def _root_owned(p: Path) -> bool:
-    """The library and its directory belong to root and nobody else may write them: a driver
-    root named by a device plugin (a pod) is loaded into the NVML child only then."""
-    try:
-        for st in (os.stat(p), os.stat(p.parent)):
-            if st.st_uid != 0 or st.st_mode & 0o022:
-                return False
-    except OSError:
-        return False
-    return True
-
-
 def _plugin_driver_roots(proc: Path, plugin_pids) -> list[tuple[str, str]]:
     """(driver root, how) the NVIDIA device plugins were told (env or flag)."""
     out = []
@@ -361,36 +373,48 @@ def _plugin_driver_roots(proc: Path, plugin_pids) -> list[tuple[str, str]]:
     return out
 
 
-def resolve_driver_root(host_root: Path, proc: Path = procfs.PROC,
-                        plugin_pids=()) -> DriverRoot:
+def resolve_driver_root(host_root: Path, proc: Path = procfs.PROC, plugin_pids=(),
+                        areas: host_owned.TenantAreas | None = None) -> DriverRoot:
+    """The first driver root whose libnvidia-ml.so.1 is the host's own (host.host_owned); a
+    library found where a tenant can write is never loaded: it is listed in `refused`."""
     root = Path(host_root)
+    areas = areas if areas is not None else host_owned.tenant_areas(root, proc)
     kmod = hostfs.resolve(root, "proc/driver/nvidia/version") is not None
     told = _plugin_driver_roots(proc, plugin_pids)
     cands = told + list(DRIVER_ROOTS)
     tried: list[str] = []
+    refused: list[tuple[str, str]] = []
     devs = hostfs.resolve(root, "dev/nvidiactl") is not None
+
+    def trusted(lib: Path | None) -> Path | None:
+        no = None if lib is None else host_owned.path_refusal(lib, root, areas)
+        if no:
+            tried[-1] += f" ({LIB} there is not the host's own: not loaded)"
+            refused.append(("/" + str(lib.relative_to(root)).lstrip("/"), no))
+            return None
+        return lib
+
+    def found(droot: str, lib: Path, how: str) -> DriverRoot:
+        return DriverRoot(droot, lib, how, kmod, devs, tuple(tried), tuple(refused))
+
     for droot, why in cands:
-        tried.append("/" + droot)
-        lib = _library_under(root, droot)
-        if lib is not None and (droot, why) in told and not _root_owned(lib):
-            tried[-1] += f" ({LIB} there is not root-owned: not loaded)"
-            lib = None
+        tried.append("/" + droot[:MAX_SHOWN])
+        lib = trusted(_library_under(root, droot))
         if droot and hostfs.resolve(root, f"{droot}/dev/nvidiactl") is not None:
             devs = True
         if lib is not None:
-            return DriverRoot(droot, lib, f"{LIB} under /{droot} ({why})", kmod, devs,
-                              tuple(tried))
+            return found(droot, lib, f"{LIB} under /{droot} ({why})")
     bdir = hostfs.resolve(root, BOTTLEROCKET_LIBS)
     tried.append("/" + BOTTLEROCKET_LIBS + "/<version>")
     if bdir is not None and bdir.is_dir():
         for v in sorted(os.listdir(bdir), reverse=True)[:MAX_VERSIONS]:
             p = hostfs.resolve(root, f"{BOTTLEROCKET_LIBS}/{v}/{LIB}")
-            if p is not None and p.is_file():
-                return DriverRoot("", p, f"{LIB} in /{BOTTLEROCKET_LIBS}/{v} (Bottlerocket)",
-                                  kmod, devs, tuple(tried))
-    how = ("no " + LIB + " found" + ("; the kernel module is loaded" if kmod else "")
+            if p is not None and p.is_file() and trusted(p) is not None:
+                return found("", p, f"{LIB} in /{BOTTLEROCKET_LIBS}/{v} (Bottlerocket)")
+    how = ("no " + LIB + " found" + (" that is the host's own" if refused else "")
+           + ("; the kernel module is loaded" if kmod else "")
            + ("; NVIDIA device nodes exist" if devs else ""))
-    return DriverRoot(None, None, how, kmod, devs, tuple(tried))
+    return DriverRoot(None, None, how, kmod, devs, tuple(tried), tuple(refused))
 
 
 def resolve_cgroups(cgroup_dir: Path, kubelet_cfg: dict | None = None,
@@ -437,6 +461,21 @@ def _cached(key: tuple, fn):
         return val
 
 
+def tenant_areas(host_root: Path, proc: Path = procfs.PROC,
+                 kubelet: Path | None = None) -> host_owned.TenantAreas:
+    """The areas tenants write on this node (host.host_owned), with this node's own kubelet
+    dir and runtime state and storage dirs added to the known ones."""
+    def resolve() -> host_owned.TenantAreas:
+        kdir = kubelet or kubelet_dir(host_root, proc).path
+        try:
+            krel = str(Path(kdir).relative_to(host_root))
+        except ValueError:
+            krel = None
+        rt = runtime(host_root, proc)
+        return host_owned.tenant_areas(host_root, proc, (krel,), (rt.state_dir, rt.root_dir))
+    return _cached(("areas", str(host_root), str(proc), str(kubelet)), resolve)
+
+
 def kubelet_dir(host_root: Path, proc: Path = procfs.PROC,
                 override: Path | None = None) -> KubeletDir:
     return _cached(("kubelet", str(host_root), str(proc), str(override)),
@@ -456,5 +495,5 @@ def driver_root(host_root: Path, proc: Path = procfs.PROC,
         kdir = kubelet or kubelet_dir(host_root, proc).path
         owners = find_owners(list_sockets(kdir), proc)
         pids = sorted({o[0] for o in owners.values()})
-        return resolve_driver_root(host_root, proc, pids)
+        return resolve_driver_root(host_root, proc, pids, tenant_areas(host_root, proc, kdir))
     return _cached(("driver", str(host_root), str(proc), str(kubelet)), resolve)

@@ -15,7 +15,8 @@ def test_kubelet_root_dir_from_the_running_kubelet(tmp_path, daemons):
     root = tmp_path / "host"
     kdir = root / "srv/kubelet"                        # a custom --root-dir
     write(root, "var/lib/kubelet/pods/.keep")          # the default exists but is unused
-    k = daemons("kubelet", [kdir / "device-plugins/kubelet.sock"], "--root-dir=/srv/kubelet")
+    k = daemons("kubelet", [kdir / "device-plugins/kubelet.sock"], "--root-dir=/srv/kubelet",
+                root=root)                             # the host's kubelet: its root is /
     got = layout.resolve_kubelet_dir(root)
     assert got.path == kdir and got.pid == k.pid and got.served
     assert f"--root-dir of pid {k.pid}" in got.how
@@ -127,7 +128,10 @@ def test_a_driver_root_from_a_plugin_is_loaded_only_when_root_owned(tmp_path, da
     libdir = root / "usr/lib/x86_64-linux-gnu"
     libdir.chmod(0o777)                                # anyone could have put it there
     got = layout.driver_root(tmp_path / "host", kubelet=kdir)
-    assert got.library is None and "not root-owned" in " ".join(got.tried)
+    assert got.library is None and "not the host's own" in " ".join(got.tried)
+    assert got.refused == (("/opt/drv/usr/lib/x86_64-linux-gnu/libnvidia-ml.so.1",
+                            "/opt/drv/usr/lib/x86_64-linux-gnu is writable by group or others "
+                            "(mode 777)"),)
 
 
 def test_bundle_paths_from_a_config_with_braces_do_not_break_formatting():
