@@ -19,10 +19,6 @@ from node_probe.engine.facts import NVML, NvmlInventory
 from node_probe.engine.registry import check
 
 LIB = layout.LIB
-# Where a driver's libraries live, as paths under the host root (tracing/libs looks for other
-# driver libraries here): every driver root's library dirs, from host.layout.
-LIB_DIRS = tuple(f"{r}/{d}".lstrip("/") for r, _why in layout.DRIVER_ROOTS
-                 for d in layout.LIB_SUBDIRS + (("lib64",) if r else ()))
 SEED_REFS = ("https://github.com/NVIDIA/go-nvml/issues/152",
              "https://github.com/kubernetes/kubernetes/issues/117435")
 _VERSION_RE = re.compile(r"libnvidia-ml\.so\.(\d+\.\d+(?:\.\d+)?)$")

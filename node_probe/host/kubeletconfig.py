@@ -16,7 +16,7 @@ import re
 import stat
 from pathlib import Path
 
-from node_probe.deviceplugin.discovery import find_owners
+from node_probe.host.unix_sockets import find_owners
 from node_probe.host import hostfs, procfs
 
 KUBELET_SOCKETS = ("device-plugins/kubelet.sock", "pod-resources/kubelet.sock")
@@ -189,7 +189,7 @@ def find_kubelets(proc: Path = procfs.PROC) -> list[tuple[int, list[str]]]:
 
 def kubelet_pid(kubelet_dir: Path, proc: Path = procfs.PROC) -> int | None:
     """The kubelet serving this kubelet dir: the process listening on its registration or
-    pod-resources socket, matched by socket inode (deviceplugin.discovery.find_owners). Never by
+    pod-resources socket, matched by socket inode (host.unix_sockets.find_owners). Never by
     process name: a tenant process named `kubelet` with `--root-dir` and `--config` flags would
     otherwise hand the probe a config of its choosing. None when nobody serves them (the
     kubelet is down): the kubelet dir's config.yaml is read instead."""

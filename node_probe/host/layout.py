@@ -43,7 +43,7 @@ import time
 import tomllib
 from pathlib import Path
 
-from node_probe.deviceplugin.discovery import find_owners
+from node_probe.host.unix_sockets import find_owners, list_sockets
 from node_probe.host import host_owned, hostfs, procfs
 
 # --- kubelet dir ---------------------------------------------------------------------------
@@ -90,6 +90,10 @@ DRIVER_ROOTS = (
     (GKE_DRIVER_ROOT, "GKE's driver installer"),
     (TALOS_DRIVER_ROOT, "Talos's NVIDIA extension (its glibc subroot)"),
 )
+# Where a driver's libraries live, as paths under a root: every driver root's library dirs
+# (checks/nvml, and tracing/libs for the libraries uprobes attach to in a process's root).
+LIB_DIRS = tuple(f"{r}/{d}".lstrip("/") for r, _why in DRIVER_ROOTS
+                 for d in LIB_SUBDIRS + (("lib64",) if r else ()))
 BOTTLEROCKET_LIBS = "usr/lib/nvidia/tesla"    # <version>/libnvidia-ml.so.1
 MAX_VERSIONS = 8
 PLUGIN_ROOT_ENV = "NVIDIA_DRIVER_ROOT"
@@ -257,7 +261,6 @@ def resolve_kubelet_dir(host_root: Path, proc: Path = procfs.PROC,
         if socks[rel]:
             return KubeletDir(host_root / rel, f"{why}; {socks[rel][0].name} there, but no "
                               "process serves it (the kubelet is down)", None, False, tried)
-    from node_probe.deviceplugin.discovery import list_sockets
     for rel, (why, _pid) in seen.items():         # a device plugin still serves its socket
         plugin_owners = find_owners(list_sockets(host_root / rel), proc)
         if plugin_owners:
@@ -491,7 +494,6 @@ def driver_root(host_root: Path, proc: Path = procfs.PROC,
                 kubelet: Path | None = None) -> DriverRoot:
     """The driver root; the device plugins serving sockets in the kubelet dir are asked first."""
     def resolve() -> DriverRoot:
-        from node_probe.deviceplugin.discovery import list_sockets
         kdir = kubelet or kubelet_dir(host_root, proc).path
         owners = find_owners(list_sockets(kdir), proc)
         pids = sorted({o[0] for o in owners.values()})

@@ -8,7 +8,7 @@ them (bounded, never leaving --host-root) and returns what they say, without jud
 
 Which config the runtime really loaded (`--config` on its command line) is read from the one
 process that serves the runtime's CRI socket under --host-root, identified by the socket's inode
-(deviceplugin.discovery.find_owners), never by a process name: any tenant can name a process
+(host.unix_sockets.find_owners), never by a process name: any tenant can name a process
 `containerd` and hand the probe another config to judge.
 """
 from __future__ import annotations
@@ -22,7 +22,7 @@ import tomllib
 from pathlib import Path
 from typing import Any
 
-from node_probe.deviceplugin.discovery import find_owners
+from node_probe.host.unix_sockets import find_owners
 from node_probe.host import hostfs, procfs
 
 MAX_CONFIG_BYTES = 1 << 20
