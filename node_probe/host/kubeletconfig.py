@@ -31,7 +31,7 @@ FLAG_KEYS = {
 }
 KEYS = ("cpuManagerPolicy", "cgroupDriver", "topologyManagerPolicy", "memoryManagerPolicy",
         "systemReserved", "kubeReserved", "evictionHard", "featureGates", "cpuManagerPolicyOptions",
-        "reservedSystemCPUs", "maxPods")
+        "reservedSystemCPUs", "maxPods", "containerRuntimeEndpoint")
 
 
 class YamlError(ValueError):

@@ -7,8 +7,11 @@ path on its own disagrees with the next one (`nvml` found the GPU Operator's dri
 
 - kubelet_dir: the running kubelet's --root-dir (a kubelet process whose socket in that dir it
   serves itself), then the documented defaults whose sockets exist.
-- runtime: containerd or CRI-O, from the process serving a CRI socket and its own --config /
-  --state / --root flags and config file, and where its OCI bundles (config.json) are.
+- runtime: containerd or CRI-O, from its own process (the host's own, serving the socket its
+  --address/--listen flag or its config's grpc.address / [crio.api] listen names, the kubelet's
+  --container-runtime-endpoint choosing among several), then the process serving a known CRI
+  socket; its own --config / --state / --root flags and config file (CRI-O's drop-ins too) say
+  where its OCI bundles (config.json) are.
 - driver_root: where libnvidia-ml.so.1 lives: what the NVIDIA device plugin was told
   (NVIDIA_DRIVER_ROOT / --nvidia-driver-root), the host, the GPU Operator's /run/nvidia/driver,
   GKE's /home/kubernetes/bin/nvidia, Bottlerocket's /usr/lib/nvidia/tesla/<version>.
@@ -75,6 +78,13 @@ CONTAINERD_SOCKETS = (
 RKE2_CONTAINERD_CONFIG = "var/lib/rancher/rke2/agent/etc/containerd/config.toml"
 CRIO_SOCKETS = ("run/crio/crio.sock", "var/run/crio/crio.sock")
 CRIO_DEFAULTS = ("var/lib/containers/storage", "run/containers/storage", "etc/crio/crio.conf")
+CRIO_CONFIG_DIR = "etc/crio/crio.conf.d"
+# the runtimes' own processes, and their compiled-in defaults when neither a flag nor the config
+# names a value: containerd's `containerd --help`/docs/man/containerd-config.toml.5.md
+# (/run/containerd/containerd.sock, /etc/containerd/config.toml), CRI-O's crio.conf(5)
+# ([crio.api] listen = /var/run/crio/crio.sock; --config-dir /etc/crio/crio.conf.d)
+RUNTIME_COMMS = {"containerd": "containerd", "crio": "cri-o"}
+MAX_DROPINS = 64
 MAX_CONFIG_BYTES = 1 << 20
 
 # --- driver root ---------------------------------------------------------------------------
@@ -123,6 +133,7 @@ class Runtime:
     state_dir: str | None = None    # containerd --state / CRI-O runroot (host path)
     root_dir: str | None = None
     tried: tuple[str, ...] = ()
+    config_dir: str | None = None   # CRI-O's drop-in dir (--config-dir), host path
 
     def bundle_configs(self) -> tuple[tuple[str, str], ...]:
         """(OCI config.json path under the host root with {id}, format) for this runtime."""
@@ -143,8 +154,8 @@ class Runtime:
 
     def to_dict(self) -> dict:
         return {"name": self.name, "how": self.how, "pid": self.pid, "socket": self.socket,
-                "config": self.config, "state_dir": self.state_dir, "root_dir": self.root_dir,
-                "tried": list(self.tried)}
+                "config": self.config, "config_dir": self.config_dir,
+                "state_dir": self.state_dir, "root_dir": self.root_dir, "tried": list(self.tried)}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -287,7 +298,12 @@ def _kubelet_dir_refusal(d: str, pid: int, host_root: Path, proc: Path,
     return f"it lies in /{area}, {areas.why.get(area)}" if area else None
 
 
-def _containerd_dirs(root: Path, pid: int | None, proc: Path, default: tuple) -> Runtime:
+def _str(v) -> str | None:
+    return v if isinstance(v, str) and v else None
+
+
+def _containerd_dirs(root: Path, pid: int | None, proc: Path, default: tuple,
+                     sock_how: str = "") -> Runtime:
     sock, state, croot, cfg = default
     argv = procfs.read_cmdline(pid, proc) if pid else []
     cfg_arg = _flag(argv, "--config", "-c")
@@ -295,38 +311,112 @@ def _containerd_dirs(root: Path, pid: int | None, proc: Path, default: tuple) ->
     if not cfg_arg and not (root / cfg).is_file() and (root / RKE2_CONTAINERD_CONFIG).is_file():
         cfg = RKE2_CONTAINERD_CONFIG
     doc = _toml(root, cfg)
-    state_v = _flag(argv, "--state") or doc.get("state")
-    root_v = _flag(argv, "--root") or doc.get("root")
+    state_v = _flag(argv, "--state") or _str(doc.get("state"))
+    root_v = _flag(argv, "--root") or _str(doc.get("root"))
     how = []
     if pid:
-        how.append(f"pid {pid} serves /{sock}")
+        how.append(f"pid {pid} serves /{sock}" + sock_how)
     how.append(f"config /{cfg}" + (" (--config)" if cfg_arg else ""))
     how.append("state " + ("from " + ("--state" if _flag(argv, "--state") else "config")
                            if state_v else "default"))
     return Runtime("containerd", "; ".join(how), pid, "/" + sock, "/" + cfg,
-                   str(state_v) if isinstance(state_v, str) and state_v else "/" + state,
-                   str(root_v) if isinstance(root_v, str) and root_v else "/" + croot)
+                   state_v or "/" + state, root_v or "/" + croot)
 
 
-def _crio(root: Path, pid: int | None, proc: Path, sock: str) -> Runtime:
-    sroot, runroot, cfg = CRIO_DEFAULTS
+def _crio_doc(root: Path, argv: list[str]) -> tuple[str, str, dict]:
+    """(config, drop-in dir, the [crio] table of the config with its drop-ins merged in name
+    order, as CRI-O merges them)."""
+    cfg = (_flag(argv, "--config", "-c") or CRIO_DEFAULTS[2]).lstrip("/")
+    cdir = (_flag(argv, "--config-dir", "-d") or CRIO_CONFIG_DIR).lstrip("/")
+    doc = dict(_toml(root, cfg).get("crio") or {})
+    real = hostfs.resolve(root, cdir)
+    names = sorted(os.listdir(real))[:MAX_DROPINS] if real is not None and real.is_dir() else []
+    for n in names:
+        if n.endswith(".conf"):
+            for k, v in (_toml(root, f"{cdir}/{n}").get("crio") or {}).items():
+                doc[k] = {**doc[k], **v} if isinstance(v, dict) and isinstance(doc.get(k), dict) \
+                    else v
+    return cfg, cdir, doc
+
+
+def _crio(root: Path, pid: int | None, proc: Path, sock: str, sock_how: str = "") -> Runtime:
+    sroot, runroot, _ = CRIO_DEFAULTS
     argv = procfs.read_cmdline(pid, proc) if pid else []
-    cfg_arg = _flag(argv, "--config", "-c")
-    cfg = cfg_arg.lstrip("/") if cfg_arg else cfg
-    doc = _toml(root, cfg).get("crio") or {}
-    runroot_v = _flag(argv, "--runroot") or doc.get("runroot")
-    root_v = _flag(argv, "--root") or doc.get("root")
-    how = (f"pid {pid} serves /{sock}; " if pid else "") + f"config /{cfg}"
-    return Runtime("cri-o", how, pid, "/" + sock, "/" + cfg,
-                   str(runroot_v) if isinstance(runroot_v, str) and runroot_v else "/" + runroot,
-                   str(root_v) if isinstance(root_v, str) and root_v else "/" + sroot)
+    cfg, cdir, doc = _crio_doc(root, argv)
+    runroot_v = _flag(argv, "--runroot") or _str(doc.get("runroot"))
+    root_v = _flag(argv, "--root") or _str(doc.get("root"))
+    how = (f"pid {pid} serves /{sock}{sock_how}; " if pid else "") + f"config /{cfg}"
+    return Runtime("cri-o", how, pid, "/" + sock, "/" + cfg, runroot_v or "/" + runroot,
+                   root_v or "/" + sroot, config_dir="/" + cdir)
+
+
+def _address(root: Path, name: str, argv: list[str]) -> tuple[str, str]:
+    """(the CRI socket a runtime process listens on, host-relative; how it was decided): its
+    flag, else its config (containerd `[grpc] address`, CRI-O `[crio.api] listen`), else the
+    runtime's own default."""
+    if name == "containerd":
+        a = _flag(argv, "--address", "-a")
+        if a:
+            return a.strip("/"), " (--address)"
+        cfg = (_flag(argv, "--config", "-c") or CONTAINERD_SOCKETS[0][3]).lstrip("/")
+        a = _str((_toml(root, cfg).get("grpc") or {}).get("address"))
+        if a:
+            return a.strip("/"), f" (grpc.address in /{cfg})"
+        return CONTAINERD_SOCKETS[0][0], " (containerd's default address)"
+    a = _flag(argv, "--listen")
+    if a:
+        return a.strip("/"), " (--listen)"
+    cfg, _cdir, doc = _crio_doc(root, argv)
+    a = _str((doc.get("api") or {}).get("listen"))
+    if a:
+        return a.strip("/"), f" ([crio.api] listen in /{cfg} or its drop-ins)"
+    return CRIO_SOCKETS[1], " (CRI-O's default listen)"
+
+
+def _kubelet_endpoint(root: Path, proc: Path) -> str | None:
+    """The CRI socket the kubelet uses (host-relative): its --container-runtime-endpoint, else
+    containerRuntimeEndpoint in its config (KubeletConfiguration, v1.27+)."""
+    from node_probe.host import kubeletconfig
+    kd = kubelet_dir(root, proc)
+    if kd.pid is None:
+        return None
+    ep = _flag(procfs.read_cmdline(kd.pid, proc), "--container-runtime-endpoint") or \
+        _str(kubeletconfig.load(root, kd.path, proc).get("containerRuntimeEndpoint"))
+    return ep.removeprefix("unix://").strip("/") if ep else None
+
+
+def _from_processes(root: Path, proc: Path) -> list[Runtime]:
+    """The containerd and CRI-O processes that are the host's own and serve the CRI socket their
+    own flags and config name: decided from the running process, wherever its socket is."""
+    out = []
+    for pid, argv in _procs(tuple(RUNTIME_COMMS), proc):
+        name = RUNTIME_COMMS.get(procfs.read_comm(pid, proc))
+        if name is None or host_owned.process_refusal(pid, proc, root):
+            continue
+        sock, why = _address(root, name, argv)
+        p = root / sock
+        if not _is_socket(p) or find_owners([p], proc).get(p, (None,))[0] != pid:
+            continue
+        out.append(_containerd_dirs(root, pid, proc, (sock, *CONTAINERD_SOCKETS[0][1:]), why)
+                   if name == "containerd" else _crio(root, pid, proc, sock, why))
+    return out
 
 
 def resolve_runtime(host_root: Path, proc: Path = procfs.PROC) -> Runtime:
     root = Path(host_root)
     cands = [("containerd", d[0], d) for d in CONTAINERD_SOCKETS] + \
             [("cri-o", s, None) for s in CRIO_SOCKETS]
-    tried = tuple("/" + c[1] for c in cands)
+    live = _from_processes(root, proc)
+    tried = tuple(dict.fromkeys([*(r.socket for r in live), *("/" + c[1] for c in cands)]))
+    if live:
+        ep = _kubelet_endpoint(root, proc) if len(live) > 1 else None
+        pick = next((r for r in live if ep and r.socket == "/" + ep), live[0])
+        why = (f"; the kubelet's runtime endpoint is /{ep}" if ep and pick.socket == "/" + ep
+               else "")
+        others = [f"{r.name} (pid {r.pid}, {r.socket})" for r in live if r is not pick]
+        return dataclasses.replace(
+            pick, how=pick.how + why + (f"; also running: {', '.join(others)}" if others else ""),
+            tried=tried)
     files = {c[1]: root / c[1] for c in cands if _is_socket(root / c[1])}
     owners = find_owners(list(dict.fromkeys(files.values())), proc)
     for served in (True, False):
