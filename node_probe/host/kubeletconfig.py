@@ -16,6 +16,7 @@ import re
 import stat
 from pathlib import Path
 
+from node_probe.host import host_owned
 from node_probe.host.unix_sockets import find_owners
 from node_probe.host import hostfs, procfs
 
@@ -205,17 +206,20 @@ def kubelet_pid(kubelet_dir: Path, proc: Path = procfs.PROC) -> int | None:
     return next((owners[f][0] for f in files if f in owners), None)
 
 
-def presence(kubelet_dir: Path, proc: Path = procfs.PROC) -> dict:
+def presence(kubelet_dir: Path, proc: Path = procfs.PROC, host_root: Path | None = None) -> dict:
     """Whether this host runs a kubelet at all: its registration socket
     (<kubelet-dir>/device-plugins/kubelet.sock, a stale one counts: the node's kubelet is down)
-    or a process named kubelet. Without either, the host is not a Kubernetes node and the
-    kubelet-facing checks have nothing to judge (a GPU workstation, a build host)."""
+    or a process named kubelet that is the host's own (host.host_owned; with `host_root`): a
+    container's process called kubelet (a tenant's decoy, a kind node) neither makes a host a
+    node nor hides that the node's kubelet is down. Without either, the host is not a
+    Kubernetes node and the kubelet-facing checks have nothing to judge (a workstation)."""
     sock = Path(kubelet_dir) / "device-plugins" / "kubelet.sock"
     try:
         has_sock = stat.S_ISSOCK(os.lstat(sock).st_mode)
     except OSError:
         has_sock = False
-    pids = [pid for pid, _ in find_kubelets(proc)]
+    pids = [pid for pid, _ in find_kubelets(proc)
+            if host_root is None or host_owned.process_refusal(pid, proc, host_root) is None]
     return {"kubelet": bool(has_sock or pids), "kubelet_sock": str(sock) if has_sock else None,
             "kubelet_pids": pids, "kubelet_dir": str(kubelet_dir)}
 
