@@ -74,6 +74,8 @@ _RULES: tuple[tuple[str, re.Pattern], ...] = (
 # an NVRM line we do not classify is shown (info) when it reads like an error
 _ERRORISH_RE = re.compile(r"fail|error|timed? ?out|assert|invalid|unable|cannot|can't|\blost\b|"
                           r"\bhung\b|\bstuck\b|fault|not responding|mismatch|\bbad\b", re.I)
+# the other NVIDIA modules' error lines (nvidia-modeset, nvidia-uvm, nvidia-drm)
+_OTHER_ERR_RE = re.compile(r"nvidia-(?:modeset|uvm|drm|peermem): ERROR")
 _SHAPE_RE = re.compile(r"0x[0-9a-fA-F]+|[0-9a-fA-F]{4,}:[0-9a-fA-F:.]+|[0-9]+")
 MAX_GROUPS = 64          # distinct GPUs x classes kept
 MAX_UNKNOWN = 20         # distinct shapes of unknown lines kept
@@ -148,6 +150,9 @@ class Reader:
         """Read one line; True when it was an NVIDIA driver line we classified or showed."""
         if "NVRM" not in msg:
             self._age()
+            if _OTHER_ERR_RE.search(msg):        # nvidia-modeset: ERROR: GPU:0: ...
+                self._unknown(ts, msg)
+                return True
             return False
         head = _OFF_HEAD_RE.search(msg)
         if head:
@@ -177,7 +182,8 @@ class Reader:
             self._off_head = (bus, n + 1) if n + 1 < OFF_BUS_WINDOW else None
 
     def _unknown(self, ts: float | None, msg: str) -> None:
-        text = msg[msg.find("NVRM"):]
+        at = msg.find("NVRM")
+        text = msg[at:] if at >= 0 else msg[msg.find("nvidia-"):]
         shape = _SHAPE_RE.sub("#", text[:MAX_LINE])
         d = self.unknown.get(shape)
         if d is None:

@@ -70,7 +70,8 @@ XIDS: dict[int, Xid] = {x.code: x for x in (
        "If many unrelated jobs hit it on one GPU, suspect the hardware."),
     _X(31, "ROBUST_CHANNEL_FIFO_ERROR_MMU_ERR_FLT", "GPU memory page fault", RESTART_APP,
        "RESTART_APP", "application",
-       "An illegal memory access by the application: run it under compute-sanitizer memcheck."),
+       "An illegal memory access by the application: run it under compute-sanitizer memcheck. "
+       "If unrelated jobs keep hitting it on one GPU, suspect the GPU (hardware)."),
     _X(32, "ROBUST_CHANNEL_PBDMA_ERROR", "Invalid or corrupted push buffer stream", RESTART_APP,
        "RESTART_APP", "system",
        "Restart the application; repeated 32s point at PCIe quality: check the link and "
