@@ -1,14 +1,14 @@
 """Every API-side artifact of the corpus (pod status, pod events, a GPU plugin pod's container
-status, node conditions), put into the fake API server the way the API server shows it and read
+status, node conditions, node capacity), put into the fake API server the way the API server shows it and read
 by `pod Y` / `node X` (API side, the real kubernetes client, in-process). Each must name the
 cause its source established (finding id, severity, a cause word not in the quote)."""
 import pytest
 
 from tests.kubectl.fakecluster import FakeCluster
-from tests.realworld import corpus_api
-from tests.realworld.feed import answers, diagnose, load_api
+from tests.realworld import corpus
+from tests.realworld.feed import API_CHANNELS, answers, diagnose, load_api
 
-API = corpus_api.ARTIFACTS
+API = corpus.artifacts(API_CHANNELS)
 
 
 @pytest.fixture(scope="module")
