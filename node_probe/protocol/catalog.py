@@ -27,6 +27,7 @@ CATALOG: dict[str, str] = {
     "kernel.hung_task": "The kernel reported tasks blocked for a long time",
     "gpu.driver_error": "The NVIDIA driver reports a GPU failure without an Xid number (off the bus, GSP timeout, init failure, reset required)",
     "gpu.driver_message": "NVIDIA driver error lines the tool does not recognise (shown, not judged)",
+    "nvswitch.sxid": "The kernel log has NVSwitch SXid errors (the NVLink fabric's switches)",
     # device plugin (node)
     "deviceplugin.missing": "No device plugin serves nvidia.com resources on a node with GPUs",
     "deviceplugin.rpc_timeout": "A device plugin RPC did not answer within its deadline",
