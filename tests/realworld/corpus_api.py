@@ -88,8 +88,9 @@ ARTIFACTS = [
         "nvsentinel#1270-condition-xid119",
         "https://github.com/NVIDIA/NVSentinel/pull/1270",
         "ErrorCode:119 PCI:0002:00:00 GPU_UUID:GPU-22222222-2222-2222-2222-222222222222 kernel: [16450076.435595] NVRM: Xid (PCI:0002:00:00): 119, pid=1582259, name=nvc:[driver], Timeout after 6s of waiting for RPC response from GPU1 GSP! Expected function 76 (GSP_RM_CONTROL) (0x20802a02 0x8). Recommended Action=COMPONENT_RESET;",
-        "node_condition", "NVSentinel's syslog monitor marks the node with the GSP timeout it read",
-        "NVSentinel's remediation (component reset)", "node.foreign_condition", "warning",
-        "monitor",
+        "node_condition", "NVSentinel's syslog monitor marks the node with the GSP timeout it read "
+        "(Xid 119: the GPU System Processor stopped answering)",
+        "NVSentinel's remediation (component reset)", "node.foreign_condition", "critical",
+        "drain",
         {"type": "SysLogsXIDError", "status": "True", "reason": "SysLogsXIDErrorIsNotHealthy"}),
 ]
