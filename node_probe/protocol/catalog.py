@@ -98,6 +98,7 @@ CATALOG: dict[str, str] = {
     "dra.claim_unallocated": "A pod waits on ResourceClaims that are not allocated, and why",
     "dra.device_unhealthy": "Pod status reports allocated devices as unhealthy",
     "dra.driver_not_registered": "The kubelet has no registered kubelet plugin for a DRA driver a pod's claims need",
+    "dra.prepare_failed": "A DRA driver's kubelet plugin refuses to prepare a claim's devices, and why",
     # the watching agent (issue 23), read from the node's conditions
     "agent.problem_seen": "The watching agent marks this node with a problem, now or within the last hour",
     "kubelet.blocked_in_dra_plugin": "kubelet goroutines are parked in DRA NodePrepareResources calls",
