@@ -128,7 +128,8 @@ def tools(opts: Options) -> dict[str, Tool]:
              + ("This server allows it." if opts.allow_node_probe else
                 "This server was started without it: refused."),
              {"node": {"type": "string", "description": _NAME.format(kind="node")},
-              "n": {"type": "integer", "minimum": 0, "default": 0, "description":
+              "n": {"type": "integer", "minimum": 0, "maximum": 1000, "default": 0,
+                    "description":
                     "Bundle number (1 is the newest); 0 or absent: the list."}}, ("node",)),
         Tool("replay", "Replay a saved evidence bundle",
              "Render an evidence bundle saved with `--save FILE` again: the saved run's "
@@ -177,19 +178,19 @@ def checked(t: Tool, args: Optional[Mapping[str, Any]]) -> dict[str, Any]:
         if isinstance(value, str) and len(value) > MAX_ARG_CHARS:
             raise BadArgument(f"Invalid value for {key!r}: longer than {MAX_ARG_CHARS} "
                               f"characters")
-        if isinstance(value, int) and value < spec.get("minimum", value):
-            raise BadArgument(f"Invalid value for {key!r}: {value} is below {spec['minimum']}")
+        if spec["type"] == "integer" and value is not None and \
+                not spec["minimum"] <= value <= spec["maximum"]:
+            raise BadArgument(f"Invalid value for {key!r}: not in {spec['minimum']}.."
+                              f"{spec['maximum']}")
         out[key] = value
     return out
 
 
-def _error(text: str) -> types.CallToolResult:
-    return types.CallToolResult(content=[types.TextContent(type="text", text=text)],
-                                is_error=True)
-
-
 def _usage(text: str) -> types.CallToolResult:
-    return _error(f"kubectl gpu-doctor: error: {text}")
+    """A failed call, worded as the CLI's one error line."""
+    return types.CallToolResult(
+        content=[types.TextContent(type="text", text=f"kubectl gpu-doctor: error: {text}")],
+        is_error=True)
 
 
 def _explain(fid: Optional[str]) -> types.CallToolResult:
