@@ -28,7 +28,8 @@ from node_probe.protocol import conditions
 
 SA_DIR = Path("/var/run/secrets/kubernetes.io/serviceaccount")
 PATCH_TYPE = "application/strategic-merge-patch+json"
-REQUEST_TIMEOUT_S = 10.0
+REQUEST_TIMEOUT_S = 10.0          # per read / connect
+REQUEST_TOTAL_S = 20.0            # the whole request: connect, headers and body (W-01/W-02)
 MAX_RESPONSE = 4 * 1024 * 1024     # a Node object with its images list fits many times over
 MAX_TOKEN = 64 * 1024
 BACKOFF_MIN_S = 1.0
@@ -64,11 +65,13 @@ class ApiClient:
     """HTTPS to the API server with the pod's service-account token (re-read per request)."""
 
     def __init__(self, host: str, port: int, token_file: Path, ca_file: Path,
-                 timeout_s: float = REQUEST_TIMEOUT_S) -> None:
+                 timeout_s: float = REQUEST_TIMEOUT_S,
+                 total_s: float = REQUEST_TOTAL_S) -> None:
         self.host = host.strip("[]")
         self.port = port
         self.token_file = Path(token_file)
         self.timeout_s = timeout_s
+        self.total_s = total_s
         try:
             self.ctx = ssl.create_default_context(cafile=str(ca_file))
         except (OSError, ssl.SSLError) as exc:
@@ -97,30 +100,88 @@ class ApiClient:
             raise ConfigError(f"the token in {self.token_file} is empty or malformed")
         return token
 
-    def request(self, method: str, path: str, body: dict, content_type: str) -> ApiAnswer:
-        """One request with a deadline on connect and on every read; the answer is cut at
-        MAX_RESPONSE. OSError/ssl errors propagate (the caller backs off)."""
-        data = json.dumps(body, separators=(",", ":")).encode()
+    def request(self, method: str, path: str, body: dict | list | None = None,
+                content_type: str = "application/json") -> ApiAnswer:
+        """One request within ONE total deadline (`total_s`: connect, TLS handshake, sending,
+        status line, headers and body together) and a per-read timeout; the answer is cut at
+        MAX_RESPONSE. A server that trickles a byte every few seconds -- in the headers or
+        the body -- is cut at the deadline: a watchdog shuts the socket down, which ends any
+        read or write in progress. OSError/ssl errors propagate (the caller backs off)."""
+        data = None if body is None else json.dumps(body, separators=(",", ":")).encode()
+        token = self._token()
+        guard = _Deadline(self.total_s)
         conn = http.client.HTTPSConnection(self.host, self.port, timeout=self.timeout_s,
                                            context=self.ctx)
-        deadline = time.monotonic() + 3 * self.timeout_s
         try:
-            conn.request(method, path, body=data, headers={
-                "Authorization": f"Bearer {self._token()}", "Content-Type": content_type,
-                "Accept": "application/json", "User-Agent": f"{COMPONENT}"})
+            raw = socket.create_connection((self.host, self.port),
+                                           timeout=min(self.timeout_s, guard.left()))
+            try:
+                conn.sock = self.ctx.wrap_socket(raw, server_hostname=self.host,
+                                                 do_handshake_on_connect=False)
+            except BaseException:
+                raw.close()
+                raise
+            guard.arm(conn.sock)  # the handshake too is within the deadline
+            conn.sock.do_handshake()
+            headers = {"Authorization": f"Bearer {token}", "Accept": "application/json",
+                       "User-Agent": COMPONENT}
+            if data is not None:
+                headers["Content-Type"] = content_type
+            conn.request(method, path, body=data, headers=headers)
             resp = conn.getresponse()
             chunks, size = [], 0
             while size < MAX_RESPONSE:
-                if time.monotonic() > deadline:  # a trickle that never ends
-                    raise socket.timeout("answer not complete within its deadline")
                 chunk = resp.read(min(65536, MAX_RESPONSE - size))
                 if not chunk:
                     break
                 chunks.append(chunk)
                 size += len(chunk)
+            if guard.fired:  # a cut body must not pass for a whole one
+                raise socket.timeout(f"answer not complete within {self.total_s:g}s")
             return ApiAnswer(resp.status, b"".join(chunks))
+        except (OSError, http.client.HTTPException, ValueError):
+            if guard.fired:
+                raise socket.timeout(f"answer not complete within {self.total_s:g}s") from None
+            raise
         finally:
+            guard.cancel()
             conn.close()
+
+
+class _Deadline:
+    """A request's one total deadline: when it passes, the armed socket is shut down, which
+    wakes a recv/send blocked in http.client or ssl at once (a per-socket timeout is per
+    call: a byte every few seconds would keep it alive for ever)."""
+
+    def __init__(self, total_s: float) -> None:
+        self.end = time.monotonic() + total_s
+        self.fired = False
+        self._sock: socket.socket | None = None
+        self._timer: threading.Timer | None = None
+
+    def left(self) -> float:
+        left = self.end - time.monotonic()
+        if left <= 0:
+            self.fired = True
+            raise socket.timeout("no time left for the request")
+        return left
+
+    def arm(self, sock: socket.socket) -> None:
+        self._sock = sock
+        self._timer = threading.Timer(self.left(), self._fire)
+        self._timer.daemon = True
+        self._timer.start()
+
+    def _fire(self) -> None:
+        self.fired = True
+        try:
+            self._sock.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
+
+    def cancel(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
 
 
 def event_body(node: str, node_uid: str | None, namespace: str, reason: str, message: str,
