@@ -139,6 +139,7 @@ def main(argv: list[str] | None = None) -> int:
         if not a.no_evidence:
             ring = Ring(a.evidence_dir, a.evidence_max_count, a.evidence_max_bytes)
             ring.entries()  # fails now, not at the first problem, on a bad directory
+            ring.sweep()    # what a write cut by a crash or a full disk left (W-13)
             capturer = Capturer(ring, _probe_args(a), a.capture_timeout, node,
                                 a.evidence_min_gap, log=_log)
     except (_Usage, ConfigError, RingError, ValueError) as exc:
