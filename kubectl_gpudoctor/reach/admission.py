@@ -125,7 +125,7 @@ WATCH = AgentExtras(
            "--capture-timeout", "--provoke-min-gap", "--nvml-timeout"),
     service_account="gpu-doctor-agent",
     token_volume="agent-token",
-    env_fields={"NODE_NAME": "spec.nodeName"},
+    env_fields={"NODE_NAME": "spec.nodeName", "POD_IP": "status.podIP"},
     host_mounts=(("evidence", EVIDENCE_DIR, EVIDENCE_DIR, False),),
     metrics_port=True,
 )

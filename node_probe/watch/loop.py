@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import ctypes
 import gc
+import ipaddress
 import os
 import re
 import signal
@@ -92,6 +93,9 @@ def build_parser() -> argparse.ArgumentParser:
                         "cheaper signal points at the plugin (default 10m)")
     p.add_argument("--metrics-port", type=int, default=0,
                    help="serve Prometheus text on this port (default 0: off)")
+    p.add_argument("--metrics-address", default=None, metavar="IP",
+                   help="address the metrics port binds (default: $POD_IP, from the downward "
+                        "API status.podIP; else 127.0.0.1)")
     p.add_argument("--passes", type=int, default=0, help=argparse.SUPPRESS)  # tests, bench
     p.add_argument("--host-root", type=Path, default=Path("/"))
     p.add_argument("--cgroup-root", type=Path, default=None)
@@ -131,6 +135,12 @@ def main(argv: list[str] | None = None) -> int:
             raise _Usage(f"--host-root {a.host_root}: not a directory")
         if not 0 <= a.metrics_port <= 65535:
             raise _Usage("--metrics-port must be 0..65535")
+        metrics_ip = a.metrics_address or os.environ.get("POD_IP") or "127.0.0.1"
+        try:
+            metrics_ip = str(ipaddress.ip_address(metrics_ip))
+        except ValueError:
+            raise _Usage(f"--metrics-address / POD_IP {metrics_ip[:64]!r}: not an IP "
+                         f"address") from None
         writer = None
         if not a.no_api:
             client = ApiClient.in_cluster(token_file=a.api_token_file, ca_file=a.api_ca_file)
@@ -149,9 +159,10 @@ def main(argv: list[str] | None = None) -> int:
     metrics = Metrics()
     if a.metrics_port:
         try:
-            serve(metrics, a.metrics_port)
+            serve(metrics, a.metrics_port, metrics_ip)
         except OSError as exc:
-            print(f"gpu-doctor-probe agent-watch: error: --metrics-port {a.metrics_port}: "
+            print(f"gpu-doctor-probe agent-watch: error: --metrics-port {a.metrics_port} on "
+                  f"{metrics_ip}: "
                   f"{exc.strerror}", file=sys.stderr)
             return 2
 

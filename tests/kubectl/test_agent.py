@@ -96,7 +96,9 @@ def test_watching_adds_exactly_its_identity_token_node_name_evidence_and_port():
          "readOnly": True},
         {"name": "evidence", "mountPath": "/var/lib/gpu-doctor/evidence", "readOnly": False}]
     assert [e for e in c["env"] if e not in ci["env"]] == [
-        {"name": "NODE_NAME", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}}]
+        {"name": "NODE_NAME", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}},
+        # the metrics port binds the pod IP (M-01)
+        {"name": "POD_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}}]
     for key in ("securityContext", "image", "name"):
         assert c[key] == ci[key]
     assert c["resources"]["limits"] == ci["resources"]["limits"]
