@@ -25,6 +25,7 @@ from pathlib import Path
 
 import kmock
 
+from tests.kubectl import apiwrites
 from tests.kubectl.fakecluster import FakeCluster
 
 CAPTURES = Path(__file__).resolve().parents[1] / "data/captures/k8s-1.35/node-status-writes"
@@ -32,6 +33,7 @@ NODE_STATUS = re.compile(r"^/api/v1/nodes/([^/]+)/status$")
 NODE = re.compile(r"^/api/v1/nodes/([^/]+)$")
 NS_EVENTS = re.compile(r"^/api/v1/namespaces/([^/]+)/events$")
 SA_USER = "system:serviceaccount:gpu-doctor:gpu-doctor-agent"
+ADMIN_TOKEN = "fake-token"   # FakeCluster.kubeconfig's user
 POLICY = "gpu-doctor-agent-own-node"
 
 
@@ -48,6 +50,7 @@ class NodeStatusCluster(FakeCluster):
         self.patches: list[dict] = []          # {"node", "content_type", "body", "token"}
         self.posted_events: list[dict] = []
         self.fail_next: list[int] = []         # statuses to answer before acting (503 ...)
+        self.user_agents: list[str] = []       # of each write (the field manager's name)
 
     def add_capture_node(self, name: str) -> dict:
         """The captured Node (its kubelet conditions), renamed, without foreign conditions."""
@@ -78,6 +81,8 @@ class NodeStatusCluster(FakeCluster):
             return super()._route(method, path, q, request)
         auth = request.headers.get("Authorization", "")
         token = auth[len("Bearer "):] if auth.startswith("Bearer ") else ""
+        if token == ADMIN_TOKEN:  # the CLI's kubeconfig (a cluster admin): no agent policy
+            return super()._route(method, path, q, request)
         if token not in self.tokens:
             return self._status(401, "Unauthorized", "Unauthorized")
         if self.fail_next:
@@ -86,6 +91,7 @@ class NodeStatusCluster(FakeCluster):
                                 "the server is currently unable to handle the request")
         body = json.loads(request.body or b"{}")
         ctype = request.headers.get("Content-Type", "")
+        self.user_agents.append(request.headers.get("User-Agent", ""))
         m = NODE_STATUS.match(path)
         if method == "PATCH" and m:
             return self._patch_status(m.group(1), ctype, body, token)
@@ -107,23 +113,10 @@ class NodeStatusCluster(FakeCluster):
         new = (body.get("status") or {}).get("conditions") or []
         if any(not str(c.get("type", "")).startswith("GpuDoctor") for c in new):
             return self._denied(name, "the agent may only write GpuDoctor* conditions")
-        node = self.nodes[name]
-        if ctype == "application/strategic-merge-patch+json":
-            merged = {c["type"]: c for c in node["status"].get("conditions") or ()}
-            for c in new:
-                merged[c["type"]] = {**merged.get(c["type"], {}), **c}
-            node["status"]["conditions"] = list(merged.values())
-        elif ctype == "application/merge-patch+json":  # replaces the whole list (capture)
-            node["status"]["conditions"] = new
-        else:
-            return self._status(415, "UnsupportedMediaType",
-                                f'the body of the request was in an unknown format - accepted '
-                                f'media types include: application/json-patch+json, '
-                                f'application/merge-patch+json, application/apply-patch+yaml, '
-                                f'application/strategic-merge-patch+json')
-        node["metadata"]["resourceVersion"] = str(int(node["metadata"].get(
-            "resourceVersion", "1")) + 1)
-        return self._json(node)
+        code, out = apiwrites.patch_node(self.nodes[name], ctype, body, apiwrites.manager_of(
+            self.user_agents[-1] if self.user_agents else ""), True)
+        return kmock.Response(status=code, payload=json.dumps(out).encode(),
+                              headers={"Content-Type": "application/json"})
 
     def _create_event(self, ns: str, body: dict):
         ev = copy.deepcopy(body)
