@@ -81,8 +81,9 @@ def manifests(namespace: str, labels: dict) -> list[dict]:
                validations: list[tuple[str, str]]) -> list[dict]:
         """A Deny policy on the agent's own requests, and its binding. matchPolicy Exact: the
         expressions are written against core/v1 (Equivalent would also type-check them
-        against events.k8s.io/v1 Event, whose `involvedObject`/`source` are `regarding`/
-        `deprecatedSource`: the warnings of capture b-status-gpu-doctor-agent-own-events).
+        against the Event of the newer events API group, whose `involvedObject`/`source` are
+        `regarding`/`deprecatedSource`: the warnings of capture b-status-gpu-doctor-agent-
+        own-events).
         Exact matches nothing the agent could use instead: its RBAC names the core group
         only."""
         return [
