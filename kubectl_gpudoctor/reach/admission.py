@@ -121,7 +121,7 @@ EVIDENCE_DIR = "/var/lib/gpu-doctor/evidence"
 WATCH = AgentExtras(
     commands=(tuple(agent_manifests.IDLE_COMMAND),),
     command_prefix=("python3", "-m", "node_probe", "agent-watch", "--host-root", "/host"),
-    flags=("--interval", "--evidence-dir", "--metrics-port", "--clear-after",
+    flags=("--interval", "--evidence-dir", "--metrics-port", "--clear-after", "--clear-quiet",
            "--events-namespace", "--evidence-max-count", "--evidence-max-bytes",
            "--evidence-min-gap", "--no-evidence", "--capture-trace-seconds",
            "--capture-timeout", "--provoke-min-gap", "--nvml-timeout"),

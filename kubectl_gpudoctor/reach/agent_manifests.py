@@ -150,8 +150,9 @@ def daemonset(namespace: str, image: str, node_selector: Mapping[str, str] | Non
     else:
         spec = podspec.node_pod_spec(image, watch_command(watch), requests=WATCH_REQUESTS)
         _add_watch(spec, watch)
+    # watching, the agent's last act on SIGTERM is to mark GpuDoctorWatching False (up to 6 s)
     spec.update({"priorityClassName": PRIORITY_CLASS, "restartPolicy": "Always",
-                 "terminationGracePeriodSeconds": 5})
+                 "terminationGracePeriodSeconds": 10 if watch else 5})
     if node_selector:
         spec["nodeSelector"] = dict(node_selector)
     return {

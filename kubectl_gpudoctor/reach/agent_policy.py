@@ -58,10 +58,16 @@ OWN_CONDITIONS_ONLY = (
     f"object.status.conditions.all(c, c.type.startsWith('{PREFIX}')))")
 OTHER_STATUS_UNCHANGED = " && ".join(_same(f"status.{f}") for f in STATUS_FIELDS)
 METADATA_UNCHANGED = " && ".join(_same(f"metadata.{f}") for f in META_FIELDS)
-EVENT_ABOUT_OWN_NODE = (
-    f"{BOUND} && object.involvedObject.kind == 'Node' && "
-    f"object.involvedObject.name == request.userInfo.extra['{NODE_NAME_EXTRA}'][0] && "
-    f"has(object.source) && object.source.component == '{EVENT_COMPONENT}'")
+def _own_event(obj: str) -> str:
+    return (f"{obj}.involvedObject.kind == 'Node' && "
+            f"{obj}.involvedObject.name == request.userInfo.extra['{NODE_NAME_EXTRA}'][0] && "
+            f"has({obj}.source) && {obj}.source.component == '{EVENT_COMPONENT}'")
+
+
+# a create, or a patch of its count/lastTimestamp/message (client-go's correlator does that,
+# node_probe/watch/events.py): both the Event and what it was are about its own node
+EVENT_ABOUT_OWN_NODE = (f"{BOUND} && {_own_event('object')} && "
+                        f"(request.operation == 'CREATE' || {_own_event('oldObject')})")
 
 
 def username(namespace: str) -> str:
@@ -70,8 +76,8 @@ def username(namespace: str) -> str:
 
 def manifests(namespace: str, labels: dict) -> list[dict]:
     """The two policies with their bindings, then the ServiceAccount, the ClusterRole
-    (nodes/status patch, events create) and its binding: everything the watching agent's
-    identity needs, no more."""
+    (nodes get, nodes/status patch, events create and patch) and its binding: everything the
+    watching agent's identity needs, no more."""
     meta = {"labels": dict(labels)}
     is_agent = [{"name": "is-the-gpu-doctor-agent",
                  "expression": f"request.userInfo.username == '{username(namespace)}'"}]
@@ -111,7 +117,7 @@ def manifests(namespace: str, labels: dict) -> list[dict]:
                                      "than its conditions"),
             (METADATA_UNCHANGED, "the gpu-doctor agent may not change node labels, "
                                  "annotations, owners or finalizers")]),
-        *policy(EVENT_POLICY, ["CREATE"], ["events"], [
+        *policy(EVENT_POLICY, ["CREATE", "UPDATE"], ["events"], [
             (EVENT_ABOUT_OWN_NODE, "the gpu-doctor agent may only post Events about the node "
                                    "its token is bound to")]),
         {"apiVersion": "v1", "kind": "ServiceAccount",
@@ -119,8 +125,11 @@ def manifests(namespace: str, labels: dict) -> list[dict]:
          "automountServiceAccountToken": False},
         {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
          "metadata": {"name": ROLE_NAME, **meta},
-         "rules": [{"apiGroups": [""], "resources": ["nodes/status"], "verbs": ["patch"]},
-                   {"apiGroups": [""], "resources": ["events"], "verbs": ["create"]}]},
+         # as node-problem-detector's ClusterRole: read its node (a new agent pod adopts the
+         # conditions it carries), patch its status, create and patch (correlate) Events
+         "rules": [{"apiGroups": [""], "resources": ["nodes"], "verbs": ["get"]},
+                   {"apiGroups": [""], "resources": ["nodes/status"], "verbs": ["patch"]},
+                   {"apiGroups": [""], "resources": ["events"], "verbs": ["create", "patch"]}]},
         {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
          "metadata": {"name": ROLE_NAME, **meta},
          "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole",

@@ -30,9 +30,14 @@ from . import detect
 from .capture import DEFAULT_MIN_GAP_S, Capturer
 from .metrics import Metrics, serve
 from .ring import DEFAULT_MAX_BYTES, DEFAULT_MAX_COUNT, DEFAULT_RING, Ring, RingError
-from .state import ConditionState
+from .state import STOPPED_REASON, ConditionState
 from .writer import ApiClient, ConfigError, Writer
 
+CLEAR_QUIET_S = 60.0
+# a reason/message change alone (the problem goes on) is written at most this often; a flip
+# of any condition is written at once, a heartbeat every conditions.HEARTBEAT_S
+MESSAGE_REFRESH_S = 60.0
+STOP_WRITE_S = 6.0   # the last write on SIGTERM (terminationGracePeriodSeconds is 10)
 NODE_NAME_RE = re.compile(r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$")
 
 
@@ -67,6 +72,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--clear-after", type=int, default=2, metavar="N",
                    help="passes a problem must be absent before its condition goes False "
                         "(default 2)")
+    p.add_argument("--clear-quiet", type=duration.argparse_type(0), default=CLEAR_QUIET_S,
+                   metavar="DURATION",
+                   help="and the time it must have been gone: a fault that comes and goes "
+                        "faster stays True instead of flapping (default 60s)")
     p.add_argument("--node-name", default=None,
                    help="this node's name (default: $NODE_NAME, from the downward API)")
     p.add_argument("--events-namespace", default="default",
@@ -179,7 +188,14 @@ def main(argv: list[str] | None = None) -> int:
     base = ProbeOptions(host_root=a.host_root, cgroup_root=a.cgroup_root,
                         kubelet_dir=a.kubelet_dir, kmsg_file=a.kmsg_file,
                         nvml_timeout_s=a.nvml_timeout)
-    state = ConditionState(a.clear_after)
+    state = ConditionState(a.clear_after, clear_quiet_s=a.clear_quiet)
+    if writer is not None:
+        node_doc = writer.read_node()
+        if node_doc is not None:
+            kept = state.adopt((node_doc.get("status") or {}).get("conditions"))
+            if kept:
+                _log(f"kept what node {node} carries: {', '.join(kept)}")
+        del node_doc
     provoker = detect.Provoker(a.provoke_min_gap)
     pacer = detect.IsolationPacer()
     pass_timeout = max(5.0, min(a.interval * 0.8, 25.0)) if a.interval >= 6 else 20.0
@@ -187,7 +203,8 @@ def main(argv: list[str] | None = None) -> int:
          f"{'' if writer else ' (API writes off)'}")
     n = 0
     first = True
-    last_sig = None
+    last_sig = last_flips = None
+    last_write = 0.0
     try:
         while not stop.is_set():
             t0 = time.monotonic()
@@ -201,16 +218,20 @@ def main(argv: list[str] | None = None) -> int:
                 break
             provoker.observe(res.findings)
             transitions = state.update(res.problems, res.unsure)
-            events = [(t.reason, f"{t.ctype} is {t.status}: {t.message}", t.status == "True")
-                      for t in transitions]
+            events = [(t.ctype, t.reason, f"{t.ctype} is {t.status}: {t.message}",
+                       t.status == "True") for t in transitions]
             if first:
-                events.insert(0, ("AgentWatching", f"gpu-doctor agent started watching node "
-                                                   f"{node} every {a.interval:g}s", False))
+                events.insert(0, ("agent", "AgentWatching", f"gpu-doctor agent started watching "
+                                                            f"node {node} every {a.interval:g}s",
+                                  False))
                 first = False
-            sig = state.signature()
-            if writer is not None and (events or sig != last_sig):  # else: heartbeat only
+            sig, flips = state.signature(), state.flips()
+            # flips and Events at once; a message-only change at most every MESSAGE_REFRESH_S
+            due = events or flips != last_flips or (
+                sig != last_sig and t0 - last_write >= MESSAGE_REFRESH_S)
+            if writer is not None and due:  # else: the writer's heartbeat only
                 writer.publish(state.api_conditions, events)
-            last_sig = sig
+                last_sig, last_flips, last_write = sig, flips, t0
             for t in transitions:
                 _log(f"{t.ctype} -> {t.status}: {t.message}")
                 if t.status == "True" and capturer is not None:
@@ -231,6 +252,14 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
         subproc.kill_all()
+    if stop.is_set() and writer is not None:
+        # the last word: this node is no longer watched (its marks stay for the next agent
+        # pod to adopt; `node`/`nodes` read them as not current)
+        why = f"the gpu-doctor agent on {node} stopped (SIGTERM or SIGINT)"
+        state.stopped(why)
+        writer.publish(state.api_conditions, [("agent", STOPPED_REASON, why, False)])
+        if not writer.flush(STOP_WRITE_S):
+            _log("the stop could not be written in time")
     if a.passes:  # tests and the bench: let the last write and capture land
         if capturer is not None:
             capturer.wait(a.capture_timeout + 10)

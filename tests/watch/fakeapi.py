@@ -32,6 +32,7 @@ CAPTURES = Path(__file__).resolve().parents[1] / "data/captures/k8s-1.35/node-st
 NODE_STATUS = re.compile(r"^/api/v1/nodes/([^/]+)/status$")
 NODE = re.compile(r"^/api/v1/nodes/([^/]+)$")
 NS_EVENTS = re.compile(r"^/api/v1/namespaces/([^/]+)/events$")
+NS_EVENT = re.compile(r"^/api/v1/namespaces/([^/]+)/events/([^/]+)$")
 SA_USER = "system:serviceaccount:gpu-doctor:gpu-doctor-agent"
 ADMIN_TOKEN = "fake-token"   # FakeCluster.kubeconfig's user
 POLICY = "gpu-doctor-agent-own-node"
@@ -49,6 +50,7 @@ class NodeStatusCluster(FakeCluster):
         self.tokens: dict[str, str] = {}       # bearer token -> node it is bound to
         self.patches: list[dict] = []          # {"node", "content_type", "body", "token"}
         self.posted_events: list[dict] = []
+        self.event_patches: list[dict] = []
         self.fail_next: list[int] = []         # statuses to answer before acting (503 ...)
         self.user_agents: list[str] = []       # of each write (the field manager's name)
 
@@ -77,7 +79,8 @@ class NodeStatusCluster(FakeCluster):
 
     def _route(self, method, path, q, request):
         if method not in ("PATCH", "POST") or not (NODE_STATUS.match(path) or NODE.match(path)
-                                                   or NS_EVENTS.match(path)):
+                                                   or NS_EVENTS.match(path)
+                                                   or NS_EVENT.match(path)):
             return super()._route(method, path, q, request)
         auth = request.headers.get("Authorization", "")
         token = auth[len("Bearer "):] if auth.startswith("Bearer ") else ""
@@ -101,6 +104,9 @@ class NodeStatusCluster(FakeCluster):
         m = NS_EVENTS.match(path)
         if method == "POST" and m:
             return self._create_event(m.group(1), body)
+        m = NS_EVENT.match(path)
+        if method == "PATCH" and m:
+            return self._patch_event(m.group(1), m.group(2), ctype, body)
         return self._status(405, "MethodNotAllowed", "method not allowed")
 
     def _patch_status(self, name: str, ctype: str, body: dict, token: str):
@@ -117,6 +123,19 @@ class NodeStatusCluster(FakeCluster):
             self.user_agents[-1] if self.user_agents else ""), True)
         return kmock.Response(status=code, payload=json.dumps(out).encode(),
                               headers={"Content-Type": "application/json"})
+
+    def _patch_event(self, ns: str, name: str, ctype: str, body: dict):
+        """A strategic merge patch of an Event (client-go's correlator: count, lastTimestamp,
+        message); 404 when it is gone (Events expire after the API server's --event-ttl)."""
+        self.event_patches.append({"namespace": ns, "name": name, "body": body})
+        ev = next((e for e in self.events if e["metadata"].get("namespace") == ns
+                   and e["metadata"].get("name") == name), None)
+        if ev is None:
+            return self._status(404, "NotFound", f'events "{name}" not found')
+        if ctype != "application/strategic-merge-patch+json":
+            return self._status(415, "UnsupportedMediaType", "unsupported patch type")
+        ev.update(body)
+        return self._json(ev)
 
     def _create_event(self, ns: str, body: dict):
         ev = copy.deepcopy(body)

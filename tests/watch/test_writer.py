@@ -36,7 +36,7 @@ def test_patch_merges_conditions_by_type_and_keeps_the_kubelets(api):
                                                       "Xid 95 x4000")]}, now=1000.0)
     w = Writer(_client(api), NODE).start()
     try:
-        w.publish(state.api_conditions, [(t.reason, t.message, True) for t in tr])
+        w.publish(state.api_conditions, [(t.ctype, t.reason, t.message, True) for t in tr])
         assert w.flush(30)
     finally:
         w.stop()
@@ -102,7 +102,7 @@ def test_server_errors_are_retried_and_events_are_not_lost(api):
     api.cluster.fail_next = [503, 503]
     w = Writer(_client(api), NODE).start()
     try:
-        w.publish(ConditionState().api_conditions, [("AgentWatching", "started", False)])
+        w.publish(ConditionState().api_conditions, [("agent", "AgentWatching", "started", False)])
         assert w.flush(30)
     finally:
         w.stop()
@@ -120,14 +120,14 @@ def test_a_silent_api_server_does_not_block_publish(api, monkeypatch):
     w = Writer(c, NODE).start()
     try:
         t0 = time.monotonic()
-        for _ in range(100):
-            w.publish(ConditionState().api_conditions, [("X", "y", False)])
+        for i in range(1000):
+            w.publish(ConditionState().api_conditions, [("c", f"X{i}", "y", False)])
         assert time.monotonic() - t0 < 1.0  # never waits on the network
         assert _wait(lambda: w.errors >= 1, 10)
         assert "timed out" in w.last_error or "Timeout" in w.last_error
     finally:
         w.stop()
-    assert len(w._events) <= 64  # bounded queue, oldest dropped
+    assert len(w.correlator.records) <= 256  # bounded: the oldest reasons forgotten
 
 
 def test_bad_in_cluster_env_is_one_clear_error(tmp_path, api):
