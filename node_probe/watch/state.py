@@ -141,7 +141,8 @@ class ConditionState:
                     out.append(Transition(ct, "True", reason, message, tuple(found)))
             elif c.status == "True" and ct not in unsure:
                 c.absent += 1
-                quiet = t - self.last_seen.get(ct, t) >= self.clear_quiet_s
+                quiet = self.clear_quiet_s <= 0 or \
+                    t - self.last_seen.get(ct, t) >= self.clear_quiet_s
                 if c.absent >= self.clear_after and quiet:
                     # the message keeps what it was, so `node X` can say so after it cleared
                     was = f"was {c.reason}: {c.message[:400]}"
