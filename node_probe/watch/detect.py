@@ -115,8 +115,12 @@ class IsolationPacer:
 
 
 def run_pass(base: ProbeOptions, timeout_s: float, provoke: bool = False,
-             recent_s: float = RECENT_S, isolation: bool = True) -> PassResult:
-    stuck = stuck_checks()
+             recent_s: float = RECENT_S, isolation: bool = True,
+             skip: tuple[str, ...] | None = None, emit=None) -> PassResult:
+    """One pass in this process. `skip`: checks known stuck (the forked pass gets them from
+    its parent, passchild.py); None: those whose threads from earlier passes still run here.
+    `emit` sees every record the runner writes (progress of each check)."""
+    stuck = stuck_checks() if skip is None else tuple(skip)
     skip = tuple(c for c in stuck if c in WATCH_CHECKS) + (() if isolation else (ISOLATION,))
     only = tuple(c for c in WATCH_CHECKS if c not in skip)
     opts = dataclasses.replace(base, trace_s=0.0, timeout_s=timeout_s, only=only,
@@ -130,6 +134,8 @@ def run_pass(base: ProbeOptions, timeout_s: float, provoke: bool = False,
         v = rec.get("isolation_scan_cpu_s") if rec.get("kind") == "progress" else None
         if isinstance(v, (int, float)):
             scan_cpu.append(float(v))
+        if emit is not None:
+            emit(rec)
 
     result = Runner(checks, opts, sink, fail_on="never").run()
     ran = {c.id: c.status for c in result.checks}

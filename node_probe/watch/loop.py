@@ -26,7 +26,10 @@ from node_probe.engine.context import ProbeOptions
 from node_probe.host import subproc
 from node_probe.protocol import duration
 
+from node_probe.engine import registry
+
 from . import detect
+from .passchild import PassRunner
 from .capture import DEFAULT_MIN_GAP_S, Capturer
 from .metrics import Metrics, serve
 from .ring import DEFAULT_MAX_BYTES, DEFAULT_MAX_COUNT, DEFAULT_RING, Ring, RingError
@@ -189,6 +192,10 @@ def main(argv: list[str] | None = None) -> int:
                         kubelet_dir=a.kubelet_dir, kmsg_file=a.kmsg_file,
                         nvml_timeout_s=a.nvml_timeout)
     state = ConditionState(a.clear_after, clear_quiet_s=a.clear_quiet)
+    # the checks' modules once, here (each forked pass shares them); grpc and protobuf only
+    # in the passes that use them (passchild.py)
+    registry.select(detect.WATCH_CHECKS, ())
+    passes = PassRunner()
     if writer is not None:
         node_doc = writer.read_node()
         if node_doc is not None:
@@ -211,7 +218,7 @@ def main(argv: list[str] | None = None) -> int:
             provoke = provoker.want()
             if provoke:
                 provoker.used()
-            res = detect.run_pass(base, pass_timeout, provoke, isolation=pacer.want())
+            res = passes.run(base, pass_timeout, provoke, isolation=pacer.want())
             if res.isolation_cpu_s is not None:
                 pacer.used(res.isolation_cpu_s)
             if stop.is_set():
