@@ -111,7 +111,11 @@ class PassRunner:
         problems: dict[str, list[Problem]] = {}
         for ct, ps in (final.get("problems") or {}).items():
             problems[str(ct)] = [Problem(str(ct), str(p[0]), str(p[1]), str(p[2])[:TITLE_MAX],
-                                         str(p[3])[:TITLE_MAX]) for p in ps[:MAX_PROBLEMS]]
+                                         str(p[3])[:TITLE_MAX],
+                                         tuple(str(u)[:800] for u in (p[4] if len(p) > 4 and
+                                                                      isinstance(p[4], list)
+                                                                      else ())[:detect.MAX_USERS]))
+                                 for p in ps[:MAX_PROBLEMS]]
         iso = final.get("isolation_cpu_s")
         return detect.PassResult(
             float(final.get("started") or started), float(final.get("duration_s") or 0.0),
@@ -150,7 +154,8 @@ def _child(w: int, base, timeout_s: float, provoke: bool, isolation: bool,
             keep = ps[:max(0, MAX_PROBLEMS - n)]
             n += len(keep)
             problems[ct] = [[p.finding_id, p.severity, p.subject[:TITLE_MAX],
-                             p.title[:TITLE_MAX]] for p in keep]
+                             p.title[:TITLE_MAX], list(p.pods[:detect.MAX_USERS])]
+                            for p in keep]
         out.write(json.dumps({
             "t": "result", "started": res.started, "duration_s": res.duration_s,
             "finding_ids": sorted({f.id for f in res.findings}),

@@ -48,6 +48,7 @@ class Problem:
     severity: str
     subject: str
     title: str
+    pods: tuple[str, ...] = ()   # "ns/pod/container" using the GPU it is about (pod-resources)
 
 
 @dataclasses.dataclass
@@ -79,6 +80,7 @@ def rfc3339(t: float) -> str:
 
 
 _SEV = {"critical": 0, "warning": 1}
+POD_NAMES = 5   # pods named in a condition's message and its Event; the rest counted
 
 
 def describe(problems: Iterable[Problem]) -> tuple[str, str]:
@@ -92,6 +94,11 @@ def describe(problems: Iterable[Problem]) -> tuple[str, str]:
     top = ps[0]
     more = f" (+{len(ps) - 1} more)" if len(ps) > 1 else ""
     msg = f"{top.finding_id}: {top.subject}: {top.title}{more}"
+    hit = list(dict.fromkeys(pod for p in ps for pod in p.pods))
+    if hit:  # which workloads the fault hit, first (the message is cut at its end)
+        msg = (f"pods on the GPU: {', '.join(hit[:POD_NAMES])}"
+               + (f" (+{len(hit) - POD_NAMES} more)" if len(hit) > POD_NAMES else "")
+               + f"; {msg}")
     return conditions.reason_of(top.finding_id), conditions.sanitize_message(msg)
 
 
