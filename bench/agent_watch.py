@@ -196,7 +196,8 @@ def tree_rss_kib(pid: int) -> dict[int, tuple[str, int]]:
         p = todo.pop()
         try:
             cmd = Path(f"/proc/{p}/cmdline").read_bytes().split(b"\0")
-            kids = [int(x) for x in Path(f"/proc/{p}/task/{p}/children").read_text().split()]
+            kids = [int(x) for t in Path(f"/proc/{p}/task").iterdir()  # per forking thread
+                    for x in (t / "children").read_text().split()]
             rss = rss_kib(p)
         except (OSError, ValueError):
             continue

@@ -210,11 +210,13 @@ def _descendants(pid: int) -> list[int]:
     out, todo = [], [pid]
     while todo and len(out) < 1000:
         p = todo.pop()
-        try:
-            with open(f"/proc/{p}/task/{p}/children") as f:
-                kids = [int(x) for x in f.read().split()]
+        kids = []
+        try:  # children are listed per thread that forked them (the checks' threads)
+            for tid in os.listdir(f"/proc/{p}/task")[:4096]:
+                with open(f"/proc/{p}/task/{tid}/children") as f:
+                    kids += [int(x) for x in f.read().split()]
         except (OSError, ValueError):
-            kids = []
+            pass
         out += kids
         todo += kids
     return out
