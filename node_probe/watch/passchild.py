@@ -61,8 +61,9 @@ class PassRunner:
                 del self.stuck[pid]
         return tuple(sorted({c for cs in self.stuck.values() for c in cs}))
 
-    def run(self, base, timeout_s: float, provoke: bool = False, isolation: bool = True
-            ) -> detect.PassResult:
+    def run(self, base, timeout_s: float, provoke: bool = False, isolation: bool = True,
+            skip: tuple[str, ...] = ()) -> detect.PassResult:
+        """`skip`: checks left out of this pass (their classes are unsure: no flip)."""
         stuck = self.stuck_checks()
         started = time.time()
         if len(self.stuck) >= MAX_STUCK_CHILDREN:  # bounded: no more processes, no pass
@@ -72,7 +73,7 @@ class PassRunner:
         pid = os.fork()
         if pid == 0:  # the child: never returns
             os.close(r)
-            _child(w, base, timeout_s, provoke, isolation, stuck)
+            _child(w, base, timeout_s, provoke, isolation, tuple(sorted({*stuck, *skip})))
         os.close(w)
         try:
             lines, complete = _read(r, pid, timeout_s + GRACE_S)
