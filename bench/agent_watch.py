@@ -218,19 +218,24 @@ def storm(agent_pid: int, kmsg: Path, lines: int, seconds: float) -> dict:
     with open(kmsg, "a") as f:
         f.write(text)
     peak: dict[str, int] = {}
-    total = 0
-    end = time.monotonic() + seconds
+    total, at_peak = 0, {}
+    t0 = time.monotonic()
+    end = t0 + seconds
     while time.monotonic() < end:
         t = tree_rss_kib(agent_pid)
         s = 0
         for role, kib in t.values():
             peak[role] = max(peak.get(role, 0), kib)
             s += kib
-        total = max(total, s)
+        if s > total:
+            total = s
+            at_peak = {"t_s": round(time.monotonic() - t0, 1),
+                       "processes": sorted((r, round(k / 1024, 1)) for r, k in t.values())}
         time.sleep(0.2)
     return {"lines": lines, "bytes": len(text), "window_s": seconds,
             "peak_rss_mib": {k: round(v / 1024, 1) for k, v in sorted(peak.items())},
-            "peak_tree_rss_mib": round(total / 1024, 1), "container_limit_mib": 384,
+            "peak_tree_rss_mib": round(total / 1024, 1), "at_the_peak": at_peak,
+            "container_limit_mib": 384,
             "agent_rss_mib_after": round(rss_kib(agent_pid) / 1024, 1)}
 
 

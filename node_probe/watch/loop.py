@@ -212,6 +212,7 @@ def main(argv: list[str] | None = None) -> int:
          f"{'' if writer else ' (API writes off)'}")
     n = 0
     first = True
+    pending: dict[str, dict] = {}   # transitions to True whose capture waits for a free turn
     last_sig = last_flips = None
     last_write = 0.0
     try:
@@ -251,9 +252,17 @@ def main(argv: list[str] | None = None) -> int:
             for t in transitions:
                 _log(f"{t.ctype} -> {t.status}: {t.message}")
                 if t.status == "True" and capturer is not None:
-                    capturer.trigger(t.ctype, {"condition": t.ctype, "reason": t.reason,
-                                               "message": t.message,
-                                               "findings": [p.finding_id for p in t.problems]})
+                    pending[t.ctype] = {"condition": t.ctype, "reason": t.reason,
+                                        "message": t.message,
+                                        "findings": [p.finding_id for p in t.problems]}
+                else:
+                    pending.pop(t.ctype, None)
+            # a capture starts only when no pass child lingers (one killed at its deadline may
+            # take seconds to free a storm's memory): never two big readers at once
+            if pending and not passes.alive():
+                ct = next(iter(pending))
+                if capturer.trigger(ct, pending[ct]) or not capturer.busy:
+                    del pending[ct]   # started, or not due (the class had one lately)
             metrics.update(res, state, writer, capturer)
             del res
             gc.collect()

@@ -51,6 +51,11 @@ class PassRunner:
         self.stuck: dict[int, tuple[str, ...]] = {}   # pid -> checks unfinished when killed
         self.killed = 0
 
+    def alive(self) -> bool:
+        """Is a pass child killed earlier still exiting (not reaped yet)?"""
+        self.stuck_checks()
+        return bool(self.stuck)
+
     def stuck_checks(self) -> tuple[str, ...]:
         for pid in list(self.stuck):
             try:
