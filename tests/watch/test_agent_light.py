@@ -45,3 +45,35 @@ def test_grpc_is_loaded_by_the_passes_never_by_the_agent(api, host, start_plugin
     kids = open(f"/proc/{agent.pid}/task/{agent.pid}/children").read().split()
     assert len(kids) <= 2
     assert agent.stop() == 0
+
+
+def test_a_pass_past_its_deadline_is_killed_with_its_descendants(monkeypatch, tmp_path):
+    """A pass that never ends (a check wedged beyond its own deadline) and a grandchild in a
+    session of its own (as the NVML child runs): both are SIGKILLed at the pass's deadline, the
+    pass counts as unsure for every class, and nothing is left running."""
+    import subprocess
+    from node_probe.watch import detect, passchild
+
+    pidfile = tmp_path / "grandchild.pid"
+
+    def wedged(*args, **kw):
+        p = subprocess.Popen(["sleep", "300"], start_new_session=True)
+        pidfile.write_text(str(p.pid))
+        time.sleep(300)
+
+    monkeypatch.setattr(detect, "run_pass", wedged)
+    monkeypatch.setattr(passchild, "GRACE_S", 0.5)
+    runner = passchild.PassRunner()
+    res = runner.run(None, timeout_s=1.0)
+    assert res.unsure == set(passchild.detect_classes()) and res.problems == {}
+    assert runner.killed == 1 and not runner.alive()
+    gc = int(pidfile.read_text())
+    for _ in range(100):
+        try:
+            state = open(f"/proc/{gc}/stat").read().rsplit(")", 1)[1].split()[0]
+        except OSError:
+            state = "gone"
+        if state in ("gone", "Z"):
+            break
+        time.sleep(0.05)
+    assert state in ("gone", "Z"), "the grandchild outlived the pass"
