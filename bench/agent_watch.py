@@ -21,6 +21,12 @@ lost, an NVSwitch without a fabric manager. Memory thrash is not provoked here (
 this shared 2-CPU machine; tests/memory measures its detection).
 
     .venv/bin/python bench/agent_watch.py [--steady-seconds 600] [--classes all|none|A,B]
+        [--xid-storm 200000 --storm-seconds 90]
+
+Xid storm (--xid-storm): after the steady window, 200,000 Xid lines are appended to the kernel
+log and the RSS of the agent's whole process tree (the agent, each pass's forked child, the NVML
+child, the evidence capture's probe) is sampled every 0.2 s; each role's peak and the peak sum
+are printed beside the container's 384 MiB limit.
 Needs root (cgroups, mknod). Prints the numbers; asserts nothing.
 """
 from __future__ import annotations
@@ -182,6 +188,57 @@ def rss_kib(pid: int) -> int:
     return 0
 
 
+def tree_rss_kib(pid: int) -> dict[int, tuple[str, int]]:
+    """{pid: (role, VmRSS KiB)} of the agent and every descendant (pass child, NVML child,
+    capture child and its own children)."""
+    out, todo = {}, [pid]
+    while todo:
+        p = todo.pop()
+        try:
+            cmd = Path(f"/proc/{p}/cmdline").read_bytes().split(b"\0")
+            kids = [int(x) for t in Path(f"/proc/{p}/task").iterdir()  # per forking thread
+                    for x in (t / "children").read_text().split()]
+            rss = rss_kib(p)
+        except (OSError, ValueError):
+            continue
+        role = "agent" if p == pid else ("capture" if b"-o" in cmd and b"jsonl" in cmd else
+                                         "nvml" if any(b"nvml" in c for c in cmd) else
+                                         "pass" if b"agent-watch" in cmd else "other")
+        out[p] = (role, rss)
+        todo += kids
+    return out
+
+
+def storm(agent_pid: int, kmsg: Path, lines: int, seconds: float) -> dict:
+    """X-02: a 200,000-line Xid storm (the driver's own wording, as the audit's x01_xid_flood
+    wrote it) appended to the kernel log; the agent's process tree sampled every 0.2 s: the
+    peak of each role and of the sum, against the container's 384 MiB limit."""
+    text = "".join(f"[{1000 + i * 0.0001:.6f}] NVRM: Xid (PCI:0000:3b:00): 79, pid={4000 + i % 97}"
+                   f", name=python, GPU has fallen off the bus.\n" for i in range(lines))
+    with open(kmsg, "a") as f:
+        f.write(text)
+    peak: dict[str, int] = {}
+    total, at_peak = 0, {}
+    t0 = time.monotonic()
+    end = t0 + seconds
+    while time.monotonic() < end:
+        t = tree_rss_kib(agent_pid)
+        s = 0
+        for role, kib in t.values():
+            peak[role] = max(peak.get(role, 0), kib)
+            s += kib
+        if s > total:
+            total = s
+            at_peak = {"t_s": round(time.monotonic() - t0, 1),
+                       "processes": sorted((r, round(k / 1024, 1)) for r, k in t.values())}
+        time.sleep(0.2)
+    return {"lines": lines, "bytes": len(text), "window_s": seconds,
+            "peak_rss_mib": {k: round(v / 1024, 1) for k, v in sorted(peak.items())},
+            "peak_tree_rss_mib": round(total / 1024, 1), "at_the_peak": at_peak,
+            "container_limit_mib": 384,
+            "agent_rss_mib_after": round(rss_kib(agent_pid) / 1024, 1)}
+
+
 def wait(pred, timeout: float):
     end = time.monotonic() + timeout
     while time.monotonic() < end:
@@ -197,6 +254,10 @@ def main() -> int:
     ap.add_argument("--steady-seconds", type=float, default=600)
     ap.add_argument("--classes", default="all")
     ap.add_argument("--interval", default="30s")
+    ap.add_argument("--xid-storm", type=int, default=0, metavar="LINES",
+                    help="after the steady window, append this many Xid lines (X-02: 200000) "
+                         "and report the process tree's peak RSS")
+    ap.add_argument("--storm-seconds", type=float, default=90)
     a = ap.parse_args()
     tmp = Path(tempfile.mkdtemp(prefix="gdw-", dir="/tmp"))
     ca, crt, key = make_ca(tmp)
@@ -242,6 +303,9 @@ def main() -> int:
                              "rss_mib_median": round(sorted(rss)[len(rss) // 2] / 1024, 1),
                              "patches": len(fc.patches)}
             print("steady:", json.dumps(out["steady"]), flush=True)
+        if a.xid_storm:
+            out["xid_storm"] = storm(agent.pid, n.kmsg, a.xid_storm, a.storm_seconds)
+            print("xid storm:", json.dumps(out["xid_storm"]), flush=True)
         classes = list(FAULTS) if a.classes == "all" else \
             ([] if a.classes == "none" else a.classes.split(","))
         out["latency_s"] = {}

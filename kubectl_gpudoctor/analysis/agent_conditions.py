@@ -47,6 +47,7 @@ def analyze(node: Mapping[str, Any], now: dt.datetime) -> list[Finding]:
     if watch.state == "none":
         return []
     stale = watch.state == "stale"
+    stopped = watch.state == "stopped"
     out: list[Finding] = []
     for m in marks:
         if not m.active:
@@ -57,18 +58,43 @@ def analyze(node: Mapping[str, Any], now: dt.datetime) -> list[Finding]:
                     "message": message or None,
                     "since_s": None if since is None else round(since),
                     "heartbeat_age_s": None if beat is None else round(beat),
-                    "stale": stale}
+                    "stale": stale or stopped, "reported_by": list(m.writers) or None}
         when = f"for {fmt_duration(since)}" if since is not None else "since an unknown time"
         what = fid or f"{ctype} ({reason})"
-        title = (f"the gpu-doctor agent on {name} reports {what} {when}"
+        if m.foreign:
+            # G-01: anyone with nodes/status patch can write this; it is their word, not the
+            # tool's evidence: named as theirs, ranked below anything the tool saw itself
+            out.append(catalog.make(
+                "agent.condition", "info", subject,
+                f"{ctype} on {name} was written by {m.reported_by}, not the gpu-doctor agent "
+                f"({reason}{': ' + message if message else ''})",
+                {**evidence, "source": "another node-status writer"},
+                f"Not the agent's mark: ask who runs `{m.reported_by}`. For the tool's own "
+                f"evidence: `kubectl gpu-doctor node {name}`.", REFS))
+            continue
+        title = (f"the gpu-doctor agent on {name} reported {what} {when}"
                  + (" (its heartbeat is stale: this may be outdated)" if stale else "")
-                 + (f": {message}" if message else ""))
+                 + (" before it stopped: not current" if stopped else "")
+                 + (f": {message}" if message else "")) if stale or stopped else \
+            (f"the gpu-doctor agent on {name} reports {what} {when}"
+             + (f": {message}" if message else ""))
         fix = (f"The agent saw this on the node itself. For the evidence now: `kubectl "
                f"gpu-doctor node {name}`; `kubectl gpu-doctor explain {fid or 'agent.condition'}`"
                f" explains the problem and its fix.")
-        out.append(catalog.make(fid or "agent.condition",
-                                SEVERITY.get(ctype, "warning"), subject, title, evidence, fix,
+        # a mark whose writer is gone is not presented as current (issue 31)
+        sev = "info" if stale or stopped else SEVERITY.get(ctype, "warning")
+        out.append(catalog.make(fid or "agent.condition", sev, subject, title, evidence, fix,
                                 REFS))
+    if stopped and node_is_ready(node) is not False:
+        out.append(catalog.make(
+            "agent.heartbeat_stale", "warning", subject,
+            f"the gpu-doctor agent on {name} stopped (it marked GpuDoctorWatching False): "
+            f"problems on this node go unseen",
+            {"source": SOURCE, "heartbeat_age_s": None if watch.heartbeat_age_s is None
+             else round(watch.heartbeat_age_s), "stopped": True},
+            f"Is the agent pod on {name} running? `kubectl gpu-doctor agent status`. An agent "
+            f"uninstalled on purpose removes its conditions (`kubectl gpu-doctor agent "
+            f"uninstall`).", REFS))
     if stale and node_is_ready(node) is not False:  # a NotReady node stops its agent too:
         age = watch.heartbeat_age_s                  # node.not_ready says so already
         out.append(catalog.make(

@@ -9,6 +9,15 @@ Everything read here was written by whoever may patch the node's status: at most
 entries are looked at, only the contract's exact condition types count (the first of each),
 every string becomes one printable line under a cap, and a reason (or a cleared message's
 "was <Reason>:") is trusted only when it names a finding id of its own class. Pure; no I/O.
+
+Who wrote each mark (security round 4, G-01): any node-status writer (the kubelet, node-
+problem-detector, anyone with nodes/status patch) can write a GpuDoctor condition. The API
+server records the field manager of every condition entry in the node's managedFields
+(`f:status.f:conditions.k:{"type":"..."}`, the manager named after the writer's User-Agent or
+fieldManager; the agent's is AGENT_MANAGER). A mark whose writers are known and do not include
+the agent is `foreign`: the views say "reported by <writer>" and never rank it above what the
+tool saw itself. The node list keeps only this much of managedFields (api/slim.py, WRITERS_KEY);
+a node without managedFields (a server or proxy that strips them) has marks of unknown writer.
 """
 from __future__ import annotations
 
@@ -29,6 +38,11 @@ _RAW_PER_BYTE = 8   # raw characters looked at per byte kept (whitespace runs co
 # a cleared condition's message keeps what the problem was (node_probe/watch/state.py)
 _WAS = re.compile(r"\bwas ([A-Za-z0-9]{1,128}):")
 _STATUSES = ("True", "False", "Unknown")
+AGENT_MANAGER = "gpu-doctor-agent"   # node_probe/watch/writer.py COMPONENT, its User-Agent
+WRITERS_KEY = "gpuDoctorConditionWriters"  # what api/slim.py keeps of managedFields
+MAX_MANAGED = 64      # managedFields entries looked at
+MANAGER_MAX = 128
+STOPPED_REASON = "AgentStopped"      # node_probe/watch/state.py: GpuDoctorWatching on SIGTERM
 
 
 @dataclasses.dataclass(frozen=True)
@@ -46,6 +60,16 @@ class Mark:
     heartbeat_age_s: float | None
     last_transition_time: str
     last_heartbeat_time: str
+    writers: tuple[str, ...] = ()   # field managers of this condition (empty: not known)
+
+    @property
+    def foreign(self) -> bool:
+        """Written by someone other than the gpu-doctor agent (managedFields say so)."""
+        return bool(self.writers) and AGENT_MANAGER not in self.writers
+
+    @property
+    def reported_by(self) -> str:
+        return ", ".join(self.writers) if self.writers else "an unknown writer"
 
     @property
     def active(self) -> bool:
@@ -61,7 +85,8 @@ class Mark:
 
 @dataclasses.dataclass(frozen=True)
 class Watch:
-    """The agent's presence on one node: `state` is "watching", "stale" or "none"."""
+    """The agent's presence on one node: `state` is "watching", "stale", "stopped" (it said so
+    on SIGTERM) or "none"; only "watching" makes its marks current."""
     state: str
     heartbeat_age_s: float | None = None
 
@@ -92,9 +117,45 @@ def _finding_id(ctype: str, status: str, reason: str, message: str) -> str | Non
     return conditions.finding_id_of(was.group(1) if was else reason, ids)
 
 
+def writers_from_managed(managed: Any) -> dict[str, list[str]]:
+    """{condition type: [field managers]} for the contract's types, from a node's raw
+    managedFields (bounded: MAX_MANAGED entries, managers cut at MANAGER_MAX)."""
+    out: dict[str, list[str]] = {}
+    for e in managed[:MAX_MANAGED] if isinstance(managed, list) else ():
+        if not isinstance(e, Mapping) or not isinstance(e.get("manager"), str):
+            continue
+        f = e.get("fieldsV1")
+        f = f.get("f:status") if isinstance(f, Mapping) else None
+        f = f.get("f:conditions") if isinstance(f, Mapping) else None
+        if not isinstance(f, Mapping):
+            continue
+        mgr = one_line(e["manager"], MANAGER_MAX)
+        for k in list(f)[:MAX_SCANNED]:
+            m = re.fullmatch(r'k:\{"type":"([A-Za-z]{1,64})"\}', str(k))
+            if m and m.group(1) in conditions.OWNED_TYPES and mgr:
+                out.setdefault(m.group(1), [])
+                if mgr not in out[m.group(1)]:
+                    out[m.group(1)].append(mgr)
+    return out
+
+
+def writers_of(node: Mapping[str, Any]) -> dict[str, list[str]]:
+    md = node.get("metadata") if isinstance(node, Mapping) else None
+    if not isinstance(md, Mapping):
+        return {}
+    if "managedFields" in md:
+        return writers_from_managed(md.get("managedFields"))
+    kept = md.get(WRITERS_KEY)
+    if not isinstance(kept, Mapping):
+        return {}
+    return {t: [one_line(w, MANAGER_MAX) for w in ws[:8] if isinstance(w, str)]
+            for t, ws in kept.items() if t in conditions.OWNED_TYPES and isinstance(ws, list)}
+
+
 def read_marks(node: Mapping[str, Any], now: dt.datetime) -> tuple[Mark, ...]:
     """The node's GpuDoctor conditions of the contract's types, in the node's order."""
     conds = (node.get("status") or {}).get("conditions") if isinstance(node, Mapping) else None
+    writers = writers_of(node)
     out: list[Mark] = []
     seen: set[str] = set()
     for c in conds[:MAX_SCANNED] if isinstance(conds, list) else ():
@@ -110,18 +171,23 @@ def read_marks(node: Mapping[str, Any], now: dt.datetime) -> tuple[Mark, ...]:
         since, beat = _time(c.get("lastTransitionTime")), _time(c.get("lastHeartbeatTime"))
         out.append(Mark(ctype, status, reason, _finding_id(ctype, status, reason, message),
                         message, age_s(since, now), age_s(beat, now),
-                        one_line(since, TIME_MAX), one_line(beat, TIME_MAX)))
+                        one_line(since, TIME_MAX), one_line(beat, TIME_MAX),
+                        tuple(writers.get(ctype) or ())))
     return tuple(out)
 
 
 def watch_from(marks: tuple[Mark, ...]) -> Watch:
     """Whether the agent still watches: GpuDoctorWatching True and the newest heartbeat of its
     marks within the contract's staleness bound; "none" when the node carries no mark."""
+    marks = tuple(m for m in marks if not m.foreign)  # a forged heartbeat watches nothing
     if not marks:
         return Watch("none")
     ages = [m.heartbeat_age_s for m in marks if m.heartbeat_age_s is not None]
     newest = min(ages) if ages else None
-    alive = (any(m.type == conditions.WATCHING_TYPE and m.status == "True" for m in marks)
+    w = next((m for m in marks if m.type == conditions.WATCHING_TYPE), None)
+    if w is not None and w.status == "False" and w.reason == STOPPED_REASON:
+        return Watch("stopped", newest)
+    alive = (w is not None and w.status == "True"
              and newest is not None and newest <= conditions.STALE_AFTER_S)
     return Watch("watching" if alive else "stale", newest)
 

@@ -16,7 +16,7 @@ from typing import Any, Mapping
 
 from node_probe.protocol import Finding, catalog
 
-from .agent_marks import one_line, read_marks
+from .agent_marks import one_line, read_marks, watch_from
 from .common import fmt_duration
 
 WINDOW_S = 3600.0
@@ -30,9 +30,22 @@ def analyze(node: Mapping[str, Any], now: dt.datetime, window_s: float = WINDOW_
     history = (f"`kubectl gpu-doctor node {name} --history` lists the evidence the agent "
                f"captured when it started; `--history N` replays one.")
     out = []
-    for m in read_marks(node, now):
+    marks = read_marks(node, now)
+    current = watch_from(marks).state == "watching"
+    for m in marks:
         recent = m.cleared and m.since_s is not None and m.since_s <= window_s
         if not (m.active or recent):
+            continue
+        if m.foreign:  # G-01: another node-status writer's word, never above the tool's own
+            out.append(catalog.make(
+                "agent.problem_seen", "info", m.type,
+                f"{m.type} {m.status} was written by {m.reported_by}, not the gpu-doctor "
+                f"agent: {m.message or m.reason}",
+                {"condition": m.type, "status": m.status, "reason": m.reason,
+                 "message": m.message, "reported_by": list(m.writers),
+                 "last_transition_time": m.last_transition_time},
+                f"Not the agent's mark: ask who runs `{m.reported_by}`; the node probe's "
+                f"findings below are what the tool saw itself.", REFS))
             continue
         ev = {"condition": m.type, "status": m.status, "reason": m.reason,
               "message": m.message, "last_transition_time": m.last_transition_time,
@@ -41,7 +54,14 @@ def analyze(node: Mapping[str, Any], now: dt.datetime, window_s: float = WINDOW_
             ev["caused_by"] = [m.finding_id]
         ago = f"{fmt_duration(m.since_s)} ago" if m.since_s is not None else "at an unknown time"
         said = m.message or m.reason
-        if m.active:
+        if m.active and not current:  # its writer is gone: not presented as current
+            out.append(catalog.make(
+                "agent.problem_seen", "info", m.type,
+                f"The watching agent marked this node {m.type} {ago}, before it stopped "
+                f"watching (not current): {said}",
+                ev, f"{history} The node probe's findings below say whether it still holds.",
+                REFS))
+        elif m.active:
             out.append(catalog.make(
                 "agent.problem_seen", "warning", m.type,
                 f"The watching agent marks this node {m.type} since {ago}: {said}",

@@ -101,14 +101,15 @@ class Kube:
 
     # -- the one raw request -------------------------------------------------------------
     def _send(self, method: str, path: str, query: Sequence[tuple[str, Any]] | None,
-              body: Any, timeout: Any, accept: str, ticket: deadline.Ticket):
+              body: Any, timeout: Any, accept: str, ticket: deadline.Ticket,
+              content_type: str = "application/json"):
         """Send; return the response with its body unread. Non-2xx answers raise the typed
         error; a request past its deadline (`ticket`) raises GatewayTimeout."""
         with self._lock:
             self.calls.append((method, path))
         headers = {"Accept": accept}
         if body is not None:
-            headers["Content-Type"] = "application/json"
+            headers["Content-Type"] = content_type
         api = self._api
         try:
             if hasattr(api, "param_serialize"):  # kubernetes >= 31 (openapi-generator v7)
@@ -180,14 +181,17 @@ class Kube:
     def request(self, method: str, path: str, query: Sequence[tuple[str, Any]] | None = None,
                 body: Any = None, timeout: float | None = None,
                 accept: str = "application/json",
-                max_bytes: int | None = None) -> bytes:
+                max_bytes: int | None = None,
+                content_type: str = "application/json") -> bytes:
         """One request, bounded by `timeout` seconds of wall-clock time in all (connect,
         headers and body), by the same per read, and by `max_bytes` of answer
-        (default: what `path` can need, max_bytes_for): errors.TooLarge past it."""
+        (default: what `path` can need, max_bytes_for): errors.TooLarge past it.
+        `content_type` of a body: a server-side apply sends its JSON text as
+        application/apply-patch+yaml (JSON is YAML)."""
         budget = timeout or self.timeout_s
         max_bytes = max_bytes or max_bytes_for(path)
         with self._watchdog.arm(budget) as ticket:
-            raw = self._send(method, path, query, body, budget, accept, ticket)
+            raw = self._send(method, path, query, body, budget, accept, ticket, content_type)
             whole = False
             try:
                 data, whole = self._read_all(raw, ticket, path, max_bytes)

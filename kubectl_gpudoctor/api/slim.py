@@ -8,6 +8,8 @@ from __future__ import annotations
 import sys
 from typing import Any, Mapping
 
+from ..analysis import agent_marks
+
 
 
                   # parser), one page parsed while the next arrives; 2,000 cost ~30 MiB more at
@@ -23,7 +25,13 @@ def slim(obj: dict) -> dict:
     and probes."""
     md = obj.get("metadata")
     if isinstance(md, dict):
-        md.pop("managedFields", None)
+        managed = md.pop("managedFields", None)
+        st0 = obj.get("status")
+        if managed is not None and isinstance(st0, dict) and "nodeInfo" in st0:
+            # who wrote each GpuDoctor condition, the one thing a node's view needs of it
+            writers = agent_marks.writers_from_managed(managed)
+            if writers:
+                md[agent_marks.WRITERS_KEY] = writers
     st = obj.get("status")
     if isinstance(st, dict) and "nodeInfo" in st:
         st.pop("images", None)

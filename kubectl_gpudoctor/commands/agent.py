@@ -6,15 +6,16 @@ spec builder); the exec path that uses a running agent is reach/agent_exec.py.
 """
 from __future__ import annotations
 
+import json
 import sys
 from typing import Any, Callable, Mapping, Sequence
 
-from node_probe.protocol import ExitStatus
+from node_probe.protocol import ExitStatus, conditions
 from node_probe.protocol.version import __version__
 
 from .. import errors
 from ..session import Session, echo
-from ..api.kube import Kube
+from ..api.kube import Kube, seg
 from ..reach.agent_manifests import (AGENT_NAME, DS_PATH, INSTALL_COMMAND, VERSION_LABEL, daemonset,
                                      default_image, quota_manifest)
 from ..reach import agent_policy
@@ -43,8 +44,24 @@ def install_documents(namespace: str, image: str, node_selector: Mapping[str, st
     the DaemonSet's own pods, so it is in force before the first agent pod is created."""
     from ..reach import admission, agent_manifests
     docs = agent_manifests.manifests(namespace, image, node_selector, watch)
+    if admission.needs_annotation(image):
+        # the policy is the same as `rbac admission-policy`'s; this image is admitted in this
+        # namespace only, by the annotation (reach/admission.py policy)
+        ns = next(d for d in docs if d["kind"] == "Namespace")
+        ns["metadata"].setdefault("annotations", {})[admission.IMAGE_ANNOTATION] = image
     at = next(i for i, d in enumerate(docs) if d["kind"] == "DaemonSet")
-    return docs[:at] + admission.manifests(image) + docs[at:]
+    return docs[:at] + admission.manifests() + docs[at:]
+
+
+# namespaced kinds: (API prefix, plural)
+NAMESPACED = {
+    "ResourceQuota": ("/api/v1", "resourcequotas"),
+    "ServiceAccount": ("/api/v1", "serviceaccounts"),
+    "DaemonSet": ("/apis/apps/v1", "daemonsets"),
+    "NetworkPolicy": ("/apis/networking.k8s.io/v1", "networkpolicies"),
+}
+FIELD_MANAGER = "kubectl-gpu-doctor"
+APPLY_TYPE = "application/apply-patch+yaml"
 
 
 def _path(m: Mapping[str, Any]) -> tuple[str, str]:
@@ -54,31 +71,45 @@ def _path(m: Mapping[str, Any]) -> tuple[str, str]:
         return "/api/v1/namespaces", f"/api/v1/namespaces/{md['name']}"
     if kind in CLUSTER_PATHS:
         return CLUSTER_PATHS[kind], f"{CLUSTER_PATHS[kind]}/{md['name']}"
-    if kind == "ResourceQuota":
-        coll = f"/api/v1/namespaces/{md['namespace']}/resourcequotas"
-    elif kind == "ServiceAccount":
-        coll = f"/api/v1/namespaces/{md['namespace']}/serviceaccounts"
-    elif kind == "DaemonSet":
-        coll = DS_PATH.format(ns=md["namespace"])
-    else:  # pragma: no cover - only the kinds above are generated
+    if kind not in NAMESPACED:  # pragma: no cover - only the kinds above are generated
         raise ValueError(kind)
+    prefix, plural = NAMESPACED[kind]
+    coll = f"{prefix}/namespaces/{md['namespace']}/{plural}"
     return coll, f"{coll}/{md['name']}"
+
+
+def _resource_version(kube: Kube, obj: str) -> str | None:
+    """The object's resourceVersion, None when it does not exist."""
+    try:
+        return str((kube.get_json(obj, timeout=10).get("metadata") or {})
+                   .get("resourceVersion") or "")
+    except errors.NotFound:
+        return None
 
 
 def install(kube: Kube, docs: Sequence[Mapping[str, Any]],
             say: Callable[[str], None] = lambda s: None, server_dry_run: bool = False
             ) -> list[str]:
-    """Create each object; replace it when it exists (a Namespace is left as it is).
-    Returns one line per object. server_dry_run: every write carries dryRun=All (the API
+    """Server-side apply every object (`PATCH ?fieldManager=kubectl-gpu-doctor&force=true`,
+    application/apply-patch+yaml), as `kubectl apply --server-side --force-conflicts` does:
+    201 creates an absent object, 200 updates an existing one whoever wrote it (a POST, a
+    `kubectl apply -f -` of `rbac` output), and fields an earlier install applied but this one
+    does not are removed. Nothing needs a resourceVersion, so a second install, an upgrade
+    or one over hand-applied objects converges; a run that failed midway is resumed by the
+    next (captures k8s-1.35/admission-and-conditions a14-a21: a PUT without a
+    resourceVersion is 422, a POST of an existing object 409). Returns one line per object
+    (created, configured, unchanged). server_dry_run: every apply carries dryRun=All (the API
     server validates and admits, persists nothing), and each line says so, as kubectl does."""
     for m in docs:
         if m["kind"] == "Namespace":
             refuse_foreign_namespace(kube, m["metadata"]["name"])
-    done = []
-    query = [("dryRun", "All")] if server_dry_run else None
+    done: list[str] = []
+    query = [("fieldManager", FIELD_MANAGER), ("force", "true")]
+    if server_dry_run:
+        query.append(("dryRun", "All"))
     tag = " (server dry run)" if server_dry_run else ""
     new_namespaces: set[str] = set()  # a server dry run creates nothing to put objects in
-    for m in docs:
+    for i, m in enumerate(docs):
         coll, obj = _path(m)
         what = f"{m['kind'].lower()}/{m['metadata']['name']}"
         if m["metadata"].get("namespace") in new_namespaces:
@@ -87,20 +118,22 @@ def install(kube: Kube, docs: Sequence[Mapping[str, Any]],
             say(done[-1])
             continue
         try:
-            try:
-                kube.request("POST", coll, query, body=dict(m))
+            before = _resource_version(kube, obj)
+            answer = json.loads(kube.request("PATCH", obj, query,
+                                             body=json.dumps(dict(m), separators=(",", ":")),
+                                             content_type=APPLY_TYPE) or b"{}")
+            after = str((answer.get("metadata") or {}).get("resourceVersion") or "")
+            if before is None:
                 done.append(f"{what} created{tag}")
                 if server_dry_run and m["kind"] == "Namespace":
                     new_namespaces.add(m["metadata"]["name"])
-            except errors.Conflict:
-                if m["kind"] == "Namespace":
-                    done.append(f"{what} unchanged (exists){tag}")
-                else:
-                    kube.request("PUT", obj, query, body=dict(m))
-                    done.append(f"{what} configured{tag}")
+            elif server_dry_run:
+                done.append(f"{what} applied{tag}")
+            else:
+                done.append(f"{what} {'unchanged' if after == before else 'configured'}")
         except errors.NotFound as exc:
             if m["kind"] not in ADMISSION_KINDS:
-                raise exc.about(what, "create") from None
+                raise _midway(exc.about(what, "apply"), i, docs) from None
             if m["metadata"]["name"] in agent_policy.POLICY_NAMES:
                 raise NoAdmissionApi(
                     f"cannot create {what}: this API server does not serve "
@@ -114,16 +147,25 @@ def install(kube: Kube, docs: Sequence[Mapping[str, Any]],
                         f"{m['kind']} (Kubernetes >= 1.30 does), so admission does not confine "
                         f"the probe namespace")
         except errors.Forbidden as exc:
-            raise errors.Forbidden(
-                f"not allowed to create {what}: {exc.message[:200]}", status=403,
+            raise _midway(errors.Forbidden(
+                f"not allowed to apply {what}: {exc.message[:200]}", status=403,
                 hint=f"installing the agent needs a cluster admin (or apply "
                      f"`{INSTALL_COMMAND} --dry-run=client -o yaml` through your GitOps "
-                     f"pipeline)"
-            ) from None
+                     f"pipeline)"), i, docs) from None
         except errors.ApiError as exc:
-            raise exc.about(what, "create") from None
+            raise _midway(exc.about(what, "apply"), i, docs) from None
         say(done[-1])
     return done
+
+
+def _midway(exc: errors.ApiError, i: int, docs: Sequence[Mapping[str, Any]]) -> errors.ApiError:
+    """The error of a run that stopped at object i: what was applied, and that running the
+    install again resumes (each step is an apply)."""
+    if i:
+        exc.hint = (f"{i} of {len(docs)} objects were applied before it; `{INSTALL_COMMAND}` "
+                    f"again applies the rest (every step is a server-side apply)"
+                    + (f"; {exc.hint}" if exc.hint else ""))
+    return exc
 
 
 def refuse_foreign_namespace(kube: Kube, namespace: str) -> None:
@@ -140,13 +182,20 @@ def refuse_foreign_namespace(kube: Kube, namespace: str) -> None:
             hint=exc.hint) from None
 
 
-def uninstall(kube: Kube, namespace: str) -> list[str]:
-    """Delete the DaemonSet (its pods go with it), the quota and the watching agent's identity
-    (ServiceAccount, RBAC, admission policies); the namespace stays (the debug pod's RBAC of
-    `kubectl gpu-doctor rbac` lives there too)."""
+def uninstall(kube: Kube, namespace: str, wait_s: float = 30.0) -> list[str]:
+    """Delete the watching agent's grant first (so an agent pod still stopping can no longer
+    write), the DaemonSet (its pods go with it), the quota and the rest of its identity
+    (ServiceAccount, RBAC, admission policies, metrics NetworkPolicy); the namespace stays (the
+    debug pod's RBAC of `kubectl gpu-doctor rbac` lives there too). Then, once its pods are
+    gone (at most `wait_s`), remove every GpuDoctor condition from the nodes that carry one,
+    so `node`/`nodes` never show a mark whose writer is gone as current (issue 31)."""
     done = []
     ident = agent_policy.manifests(namespace, {})
-    for m in (daemonset(namespace, default_image()), quota_manifest(namespace), *ident):
+    from ..reach.agent_manifests import metrics_network_policy
+    grant = [m for m in ident if m["kind"] == "ClusterRoleBinding"]
+    rest = [m for m in ident if m["kind"] != "ClusterRoleBinding"]
+    for m in (*grant, daemonset(namespace, default_image()), quota_manifest(namespace), *rest,
+              metrics_network_policy(namespace, 0)):
         _, obj = _path(m)
         what = f"{m['kind'].lower()}/{m['metadata']['name']}"
         try:
@@ -156,7 +205,71 @@ def uninstall(kube: Kube, namespace: str) -> list[str]:
             done.append(f"{what} not found")
         except errors.ApiError as exc:
             raise exc.about(what, "delete") from None
+    if not _agents_gone(kube, namespace, wait_s):
+        done.append(f"agent pods in {namespace} still stopping after {wait_s:g}s: the "
+                    f"conditions they write while stopping are removed by running "
+                    f"`kubectl gpu-doctor agent uninstall` again")
+    done.append(clear_marks(kube))
     return done
+
+
+def _agents_gone(kube: Kube, namespace: str, wait_s: float) -> bool:
+    import time
+    end = time.monotonic() + wait_s
+    while True:
+        try:
+            if not list_agent_pods(kube, namespace):
+                return True
+        except errors.NotFound:
+            return True
+        except errors.ApiError:
+            return False
+        if time.monotonic() >= end:
+            return False
+        time.sleep(1.0)
+
+
+def _marked(node: dict) -> dict:
+    """A listed node reduced to its name and the GpuDoctor condition types it carries."""
+    conds = (node.get("status") or {}).get("conditions")
+    types = [c.get("type") for c in (conds if isinstance(conds, list) else ())[:256]
+             if isinstance(c, dict) and c.get("type") in conditions.OWNED_TYPES]
+    return {"metadata": {"name": str((node.get("metadata") or {}).get("name") or "")},
+            "types": types}
+
+
+def clear_marks(kube: Kube) -> str:
+    """Remove the agent's conditions from every node that carries one: one strategic merge
+    patch of nodes/NAME/status per node with a `$patch: delete` entry per GpuDoctor type,
+    which removes exactly those types, present or not, and keeps the kubelet's (captures
+    k8s-1.35/admission-and-conditions c09, c10, c14; the same patch to the node itself
+    would be silently dropped, c16). Returns the line that says how many."""
+    from ..api import pager
+    try:
+        nodes, _ = pager.list_items(kube, "/api/v1/nodes", each=_marked)
+    except errors.ApiError as exc:
+        raise exc.about("nodes", "list") from None
+    marked = [n for n in nodes if n["types"]]
+    body = {"status": {"conditions": [  # a dict: the client encodes +json bodies itself
+        {"type": t, "$patch": "delete"} for t in conditions.OWNED_TYPES]}}
+    cleared, count = 0, 0
+    for n in marked:
+        name = n["metadata"]["name"]
+        try:
+            kube.request("PATCH", f"/api/v1/nodes/{seg(name)}/status", body=body,
+                         content_type="application/strategic-merge-patch+json")
+        except errors.NotFound:
+            continue  # the node went away meanwhile
+        except errors.ApiError as exc:
+            raise errors.ApiError(
+                f"{exc.about(f'node {name}', 'clear the GpuDoctor conditions of').message}",
+                status=exc.status,
+                hint=f"{cleared} of {len(marked)} node(s) cleared; run `kubectl gpu-doctor "
+                     f"agent uninstall` again for the rest") from None
+        cleared += 1
+        count += len(n["types"])
+    return (f"GpuDoctor conditions removed from {cleared} node(s) ({count} condition(s))"
+            if marked else "no node carries a GpuDoctor condition")
 
 
 def status(kube: Kube, namespace: str, image: str, node_selector: str | None = None

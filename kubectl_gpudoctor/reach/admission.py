@@ -38,6 +38,8 @@ CRITICAL_CLASSES = ("system-node-critical", "system-cluster-critical")
 # --use-service-account-credentials, kubeadm/GKE/EKS/AKS) or the controller manager's identity
 DS_CONTROLLERS = ("system:serviceaccount:kube-system:daemon-set-controller",
                   "system:kube-controller-manager")
+# the one other image a probe namespace admits (`agent install --image`), on its Namespace
+IMAGE_ANNOTATION = "gpu-doctor.io/probe-image"
 # the image of the deploy/ file: the tool's repository, pinned by digest
 IMAGE_PATTERN = (f"^{podspec.DEFAULT_IMAGE_REPO.replace('.', '[.]')}"
                  r"(:[A-Za-z0-9_][A-Za-z0-9_.-]{0,127})?@sha256:[a-f0-9]{64}$")
@@ -119,13 +121,13 @@ EVIDENCE_DIR = "/var/lib/gpu-doctor/evidence"
 WATCH = AgentExtras(
     commands=(tuple(agent_manifests.IDLE_COMMAND),),
     command_prefix=("python3", "-m", "node_probe", "agent-watch", "--host-root", "/host"),
-    flags=("--interval", "--evidence-dir", "--metrics-port", "--clear-after",
+    flags=("--interval", "--evidence-dir", "--metrics-port", "--clear-after", "--clear-quiet",
            "--events-namespace", "--evidence-max-count", "--evidence-max-bytes",
            "--evidence-min-gap", "--no-evidence", "--capture-trace-seconds",
            "--capture-timeout", "--provoke-min-gap", "--nvml-timeout"),
     service_account="gpu-doctor-agent",
     token_volume="agent-token",
-    env_fields={"NODE_NAME": "spec.nodeName"},
+    env_fields={"NODE_NAME": "spec.nodeName", "POD_IP": "status.podIP"},
     host_mounts=(("evidence", EVIDENCE_DIR, EVIDENCE_DIR, False),),
     metrics_port=True,
 )
@@ -149,8 +151,17 @@ def _map(pairs: Mapping) -> str:
                            for k, v in pairs.items()) + "}"
 
 
+# ResourceList (map[string]Quantity) fields: the API server's type checker does not know
+# them and warns "undefined field" on every typed access (captures k8s-1.35/admission-and-
+# conditions b-*: `overhead`), though they evaluate at run time (q01-q03). Reached through
+# dyn() they are checked at run time only, so the policy compiles without warnings and still
+# refuses them. dyn() is standard CEL, on 1.30 as on 1.35.
+RESOURCE_LISTS = ("overhead",)
+
+
 def _none_of(obj: str, fields: Sequence[str]) -> str:
-    return " && ".join(f"!has({obj}.{f})" for f in fields)
+    return " && ".join(f"!has(dyn({obj}).{f})" if f in RESOURCE_LISTS else f"!has({obj}.{f})"
+                       for f in fields)
 
 
 def _command_rules(agent: AgentExtras) -> tuple[str, str]:
@@ -221,9 +232,14 @@ def _volume_rules(agent: AgentExtras) -> tuple[str, str]:
     return volumes, f"!has(variables.c.volumeMounts) || variables.c.volumeMounts.all(m, {mount})"
 
 
-def policy(image: str | None = None, agent: AgentExtras = AGENT) -> dict:
-    """The ValidatingAdmissionPolicy. Images: the tool's repository pinned by digest, and
-    `image` (what `agent install` installs) when it is another reference, exactly."""
+def policy(agent: AgentExtras = AGENT) -> dict:
+    """The ValidatingAdmissionPolicy, the same whoever applies it (`rbac admission-policy`,
+    `agent install`), so one never undoes the other (issue 31: re-applying the `rbac` version
+    made the DaemonSet's tag-only pods denied, captures d01-d05). Images: the tool's
+    repository pinned by digest, and exactly the one image the pod's namespace names in its
+    IMAGE_ANNOTATION (`agent install --image`, or a tag-only build's default, puts it there).
+    Only who may update the Namespace object itself -- a cluster-scoped grant, not in the
+    namespace `admin`/`edit` roles -- can name it."""
     labels = "object.metadata.labels"
     comp = agent_manifests.COMPONENT_LABEL
     owner = ("has(object.metadata.ownerReferences) && size(object.metadata.ownerReferences) == 1 "
@@ -244,12 +260,15 @@ def policy(image: str | None = None, agent: AgentExtras = AGENT) -> dict:
                      "oldObject.metadata.ownerReferences == object.metadata.ownerReferences"),
         ("isAgent", "variables.agentLabelled && variables.ownedByAgentDaemonSet && "
                     "(variables.byDaemonSetController || variables.wasAgent)"),
+        ("namespaceImage", f"has(namespaceObject.metadata.annotations) && "
+                           f"{_q(IMAGE_ANNOTATION)} in namespaceObject.metadata.annotations ? "
+                           f"namespaceObject.metadata.annotations[{_q(IMAGE_ANNOTATION)}] : ''"),
     ]
     # the tool's repository pinned by digest (a newer plugin's debug pod stays admitted after
     # an upgrade), plus exactly the image `agent install --image` installed (a mirror)
-    image_rule = f"variables.c.image.matches({_q(IMAGE_PATTERN)})"
-    if image is not None and not re.match(IMAGE_PATTERN, image):
-        image_rule += f" || variables.c.image == {_q(image)}"
+    image_rule = (f"variables.c.image.matches({_q(IMAGE_PATTERN)}) || "
+                  f"(variables.namespaceImage != '' && "
+                  f"variables.c.image == variables.namespaceImage)")
     debug_cmd, agent_cmd = _command_rules(agent)
     volumes, mounts = _volume_rules(agent)
     sa = ("!has(object.spec.serviceAccountName) || object.spec.serviceAccountName == 'default'"
@@ -265,8 +284,8 @@ def policy(image: str | None = None, agent: AgentExtras = AGENT) -> dict:
         (f"size(object.spec.containers) == 1 && variables.c.name == {_q(podspec.CONTAINER)} && "
          f"{_none_of('object.spec', ('initContainers', 'ephemeralContainers'))}",
          f"one container named {podspec.CONTAINER}, no init or ephemeral containers"),
-        (image_rule, "only the gpu-doctor probe image, pinned by digest" +
-         (f", or {image}" if image is not None and not re.match(IMAGE_PATTERN, image) else "")),
+        (image_rule, f"only the gpu-doctor probe image, pinned by digest, or the one the "
+                     f"namespace's {IMAGE_ANNOTATION} annotation names"),
         (f"has(variables.c.command) && (variables.isAgent ? ({agent_cmd}) : ({debug_cmd}))",
          "only the command gpu-doctor runs (`python3 -m node_probe -o jsonl --host-root /host "
          "...` for this pod's node, or the agent's)"),
@@ -320,8 +339,14 @@ def binding() -> dict:
     }
 
 
-def manifests(image: str | None = None) -> list[dict]:
-    return [policy(image), binding()]
+def manifests() -> list[dict]:
+    return [policy(), binding()]
+
+
+def needs_annotation(image: str) -> bool:
+    """Is `image` admitted only through the namespace's IMAGE_ANNOTATION (not the tool's
+    repository pinned by digest)?"""
+    return not re.match(IMAGE_PATTERN, image)
 
 
 HEADER = """\
@@ -344,16 +369,17 @@ HEADER = """\
 #   kubectl gpu-doctor rbac admission-policy | kubectl apply -f -
 #   (or, from a checkout: kubectl apply -f deploy/admission-policy.yaml)
 #
-# `kubectl gpu-doctor agent install` applies the same policy, admitting also the exact image it
-# installs when that is another reference (a mirror: `agent install --image`); `--dry-run -o
-# yaml` prints it.
+# `kubectl gpu-doctor agent install` applies this same policy (so re-applying this file never
+# undoes it); an image it installs that is not pinned by digest in the tool's repository (a
+# mirror: `agent install --image`) is admitted through the namespace's
+# gpu-doctor.io/probe-image annotation, which install sets; `--dry-run -o yaml` prints both.
 """
 
 
-def render(image: str | None = None) -> str:
+def render() -> str:
     import yaml
 
-    return HEADER + yaml.safe_dump_all(manifests(image), sort_keys=False, width=100)
+    return HEADER + yaml.safe_dump_all(manifests(), sort_keys=False, width=100)
 
 
 if __name__ == "__main__":  # pragma: no cover - regenerates deploy/admission-policy.yaml

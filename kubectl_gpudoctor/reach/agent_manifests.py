@@ -117,6 +117,29 @@ def _add_watch(spec: dict, w: Watch) -> None:
                             "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}}]
     if w.metrics_port:
         c["ports"] = [{"name": "metrics", "containerPort": w.metrics_port, "protocol": "TCP"}]
+        # the metrics port binds the pod's own IP, not 0.0.0.0 (security round 4, M-01)
+        c["env"].append({"name": "POD_IP",
+                         "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}})
+
+
+METRICS_POLICY = "gpu-doctor-agent-metrics"
+SCRAPER_LABEL = "gpu-doctor.io/metrics-scraper"
+
+
+def metrics_network_policy(namespace: str, port: int) -> dict:
+    """Who may reach the agent's metrics port: pods in namespaces labelled
+    gpu-doctor.io/metrics-scraper=true (label your Prometheus' namespace). The endpoint is plain
+    HTTP as node-exporter's, node-problem-detector's and dcgm-exporter's are; this policy is
+    what keeps its problem series (pod names of an isolation breach, PCI ids) from every other
+    pod. Enforced by the cluster's network plugin (docs/agent.md, "Metrics")."""
+    return {"apiVersion": "networking.k8s.io/v1", "kind": "NetworkPolicy",
+            "metadata": {"name": METRICS_POLICY, "namespace": namespace,
+                         "labels": {**SELECTOR, MANAGED_BY[0]: MANAGED_BY[1]}},
+            "spec": {"podSelector": {"matchLabels": dict(SELECTOR)},
+                     "policyTypes": ["Ingress"],
+                     "ingress": [{"from": [{"namespaceSelector": {"matchLabels": {
+                         SCRAPER_LABEL: "true"}}}],
+                                  "ports": [{"protocol": "TCP", "port": port}]}]}}
 
 
 def daemonset(namespace: str, image: str, node_selector: Mapping[str, str] | None = None,
@@ -127,8 +150,9 @@ def daemonset(namespace: str, image: str, node_selector: Mapping[str, str] | Non
     else:
         spec = podspec.node_pod_spec(image, watch_command(watch), requests=WATCH_REQUESTS)
         _add_watch(spec, watch)
+    # watching, the agent's last act on SIGTERM is to mark GpuDoctorWatching False (up to 6 s)
     spec.update({"priorityClassName": PRIORITY_CLASS, "restartPolicy": "Always",
-                 "terminationGracePeriodSeconds": 5})
+                 "terminationGracePeriodSeconds": 10 if watch else 5})
     if node_selector:
         spec["nodeSelector"] = dict(node_selector)
     return {
@@ -165,6 +189,8 @@ def manifests(namespace: str, image: str, node_selector: Mapping[str, str] | Non
     its own node (reach/agent_policy.py)."""
     ident = agent_policy.manifests(namespace, {**SELECTOR, MANAGED_BY[0]: MANAGED_BY[1]}) \
         if watch else []
+    if watch and watch.metrics_port:
+        ident.append(metrics_network_policy(namespace, watch.metrics_port))
     return [namespace_manifest(namespace), quota_manifest(namespace), *ident,
             daemonset(namespace, image, node_selector, watch)]
 

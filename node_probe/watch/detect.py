@@ -16,6 +16,7 @@ last scan took, spread at ISOLATION_SHARE of one CPU. A pass without it is unsur
 from __future__ import annotations
 
 import dataclasses
+import re
 import threading
 import time
 
@@ -63,12 +64,16 @@ def is_active(f: Finding, recent_s: float = RECENT_S) -> bool:
     return True
 
 
-def problems_of(findings: list[Finding], recent_s: float = RECENT_S) -> dict[str, list[Problem]]:
+def problems_of(findings: list[Finding], recent_s: float = RECENT_S,
+                hit: dict[str, tuple[str, ...]] | None = None) -> dict[str, list[Problem]]:
+    """The active findings per class; each names the pods on the GPU it is about (`hit`,
+    gpu_users) -- issue 31 item 6."""
     out: dict[str, list[Problem]] = {}
     for f in findings:
         if is_active(f, recent_s):
             ct = conditions.class_of(f.id)
-            out.setdefault(ct, []).append(Problem(ct, f.id, f.severity.value, f.subject, f.title))
+            out.setdefault(ct, []).append(Problem(ct, f.id, f.severity.value, f.subject, f.title,
+                                                  users_of(f.subject, hit or {})))
     return out
 
 
@@ -115,8 +120,12 @@ class IsolationPacer:
 
 
 def run_pass(base: ProbeOptions, timeout_s: float, provoke: bool = False,
-             recent_s: float = RECENT_S, isolation: bool = True) -> PassResult:
-    stuck = stuck_checks()
+             recent_s: float = RECENT_S, isolation: bool = True,
+             skip: tuple[str, ...] | None = None, emit=None) -> PassResult:
+    """One pass in this process. `skip`: checks known stuck (the forked pass gets them from
+    its parent, passchild.py); None: those whose threads from earlier passes still run here.
+    `emit` sees every record the runner writes (progress of each check)."""
+    stuck = stuck_checks() if skip is None else tuple(skip)
     skip = tuple(c for c in stuck if c in WATCH_CHECKS) + (() if isolation else (ISOLATION,))
     only = tuple(c for c in WATCH_CHECKS if c not in skip)
     opts = dataclasses.replace(base, trace_s=0.0, timeout_s=timeout_s, only=only,
@@ -130,14 +139,73 @@ def run_pass(base: ProbeOptions, timeout_s: float, provoke: bool = False,
         v = rec.get("isolation_scan_cpu_s") if rec.get("kind") == "progress" else None
         if isinstance(v, (int, float)):
             scan_cpu.append(float(v))
+        if emit is not None:
+            emit(rec)
 
-    result = Runner(checks, opts, sink, fail_on="never").run()
+    runner = Runner(checks, opts, sink, fail_on="never")
+    result = runner.run()
+    hit = gpu_users(runner.ctx)
     ran = {c.id: c.status for c in result.checks}
     unsure = {ct for ct, ids in CLASS_CHECKS.items()
               if any(ran.get(cid) not in LOOKED.get(cid, ("ok", "skipped")) for cid in ids)}
     return PassResult(started, result.duration_s, result.findings, result.checks,
-                      problems_of(result.findings, recent_s), unsure, stuck, provoke,
+                      problems_of(result.findings, recent_s, hit), unsure, stuck, provoke,
                       _isolation_cost(result.checks, scan_cpu))
+
+
+MAX_USERS = 32   # pods kept per GPU (a GPU shared by time-slicing has a few)
+
+
+def _pci(text: str) -> str | None:
+    """`pci 0000:3b:00` (the Xid line's `PCI:0000:3b:00`), `00000000:3B:00.0` (NVML) ->
+    `0000:3b:00.0`: domain, bus, device, function (0 when not written)."""
+    m = re.search(r"([0-9A-Fa-f]{4,8}):([0-9A-Fa-f]{2}):([0-9A-Fa-f]{2})(?:\.([0-7]))?", text)
+    if not m:
+        return None
+    return (f"{int(m.group(1), 16):04x}:{m.group(2).lower()}:{m.group(3).lower()}."
+            f"{m.group(4) or 0}")
+
+
+def gpu_users(ctx) -> dict[str, tuple[str, ...]]:
+    """{GPU key: ("ns/pod/container", ...)}: from the kubelet's pod-resources List (the
+    device ids it allocated: GPU or MIG UUIDs, `UUID::n` replicas under time-slicing) and
+    NVML's GPU list (a PCI bus id -> its UUID, and its MIG devices' UUIDs). Keys are GPU
+    UUIDs and PCI ids `0000:3b:00.0`. Empty when either fact is missing. Bounded."""
+    from node_probe.engine.facts import NVML, PODRESOURCES
+    try:
+        rows = ctx.fact(PODRESOURCES, timeout=0, default=None) or ()
+        inv = ctx.fact(NVML, timeout=0, default=None)
+    except Exception:  # noqa: BLE001 - a fact that is not there names no pod
+        return {}
+    by_dev: dict[str, list[str]] = {}
+    for r in list(rows)[:10000]:
+        name = "/".join(str(r.get(k) or "?")[:253] for k in ("namespace", "pod", "container"))
+        for d in list(r.get("device_ids") or ())[:64]:
+            users = by_dev.setdefault(str(d).split("::", 1)[0], [])
+            if name not in users and len(users) < MAX_USERS:
+                users.append(name)
+    out: dict[str, tuple[str, ...]] = {k: tuple(v) for k, v in by_dev.items()}
+    for g in getattr(inv, "gpus", ()) or ():
+        users = list(out.get(g.uuid or "", ()))
+        for m in g.mig_devices:
+            users += [u for u in out.get(m.uuid or "", ()) if u not in users]
+        if g.uuid:
+            out[g.uuid] = tuple(users[:MAX_USERS])
+        pci = _pci(g.pci_bus_id or "")
+        if pci:
+            out[pci] = tuple(users[:MAX_USERS])
+    return out
+
+
+def users_of(subject: str, hit: dict[str, tuple[str, ...]]) -> tuple[str, ...]:
+    """The pods on the GPU a finding's subject names (its UUID or PCI id), else ()."""
+    if not hit:
+        return ()
+    m = re.search(r"(?:GPU|MIG)-[0-9a-fA-F-]{8,}", subject)
+    if m and m.group(0) in hit:
+        return hit[m.group(0)]
+    pci = _pci(subject)
+    return hit.get(pci, ()) if pci else ()
 
 
 def _isolation_cost(checks: list[CheckResult], reported: list[float]) -> float | None:

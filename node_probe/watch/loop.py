@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import ctypes
 import gc
+import ipaddress
 import os
 import re
 import signal
@@ -25,13 +26,23 @@ from node_probe.engine.context import ProbeOptions
 from node_probe.host import subproc
 from node_probe.protocol import duration
 
+from node_probe.engine import registry
+
 from . import detect
+from .passchild import PassRunner
 from .capture import DEFAULT_MIN_GAP_S, Capturer
 from .metrics import Metrics, serve
 from .ring import DEFAULT_MAX_BYTES, DEFAULT_MAX_COUNT, DEFAULT_RING, Ring, RingError
-from .state import ConditionState
+from .state import CLASS_CHECKS, STOPPED_REASON, ConditionState
 from .writer import ApiClient, ConfigError, Writer
 
+CLEAR_QUIET_S = 60.0
+# a reason/message change alone (the problem goes on) is written at most this often; a flip
+# of any condition is written at once, a heartbeat every conditions.HEARTBEAT_S
+MESSAGE_REFRESH_S = 60.0
+STOP_WRITE_S = 6.0
+# the kernel-log readers, not in a pass while a capture runs the full probe
+CAPTURE_EXCLUSIVE = ("kmsg", "gpu_lost")   # the last write on SIGTERM (terminationGracePeriodSeconds is 10)
 NODE_NAME_RE = re.compile(r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$")
 
 
@@ -66,6 +77,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--clear-after", type=int, default=2, metavar="N",
                    help="passes a problem must be absent before its condition goes False "
                         "(default 2)")
+    p.add_argument("--clear-quiet", type=duration.argparse_type(0), default=CLEAR_QUIET_S,
+                   metavar="DURATION",
+                   help="and the time it must have been gone: a fault that comes and goes "
+                        "faster stays True instead of flapping (default 60s)")
     p.add_argument("--node-name", default=None,
                    help="this node's name (default: $NODE_NAME, from the downward API)")
     p.add_argument("--events-namespace", default="default",
@@ -92,6 +107,9 @@ def build_parser() -> argparse.ArgumentParser:
                         "cheaper signal points at the plugin (default 10m)")
     p.add_argument("--metrics-port", type=int, default=0,
                    help="serve Prometheus text on this port (default 0: off)")
+    p.add_argument("--metrics-address", default=None, metavar="IP",
+                   help="address the metrics port binds (default: $POD_IP, from the downward "
+                        "API status.podIP; else 127.0.0.1)")
     p.add_argument("--passes", type=int, default=0, help=argparse.SUPPRESS)  # tests, bench
     p.add_argument("--host-root", type=Path, default=Path("/"))
     p.add_argument("--cgroup-root", type=Path, default=None)
@@ -131,6 +149,12 @@ def main(argv: list[str] | None = None) -> int:
             raise _Usage(f"--host-root {a.host_root}: not a directory")
         if not 0 <= a.metrics_port <= 65535:
             raise _Usage("--metrics-port must be 0..65535")
+        metrics_ip = a.metrics_address or os.environ.get("POD_IP") or "127.0.0.1"
+        try:
+            metrics_ip = str(ipaddress.ip_address(metrics_ip))
+        except ValueError:
+            raise _Usage(f"--metrics-address / POD_IP {metrics_ip[:64]!r}: not an IP "
+                         f"address") from None
         writer = None
         if not a.no_api:
             client = ApiClient.in_cluster(token_file=a.api_token_file, ca_file=a.api_ca_file)
@@ -139,6 +163,7 @@ def main(argv: list[str] | None = None) -> int:
         if not a.no_evidence:
             ring = Ring(a.evidence_dir, a.evidence_max_count, a.evidence_max_bytes)
             ring.entries()  # fails now, not at the first problem, on a bad directory
+            ring.sweep()    # what a write cut by a crash or a full disk left (W-13)
             capturer = Capturer(ring, _probe_args(a), a.capture_timeout, node,
                                 a.evidence_min_gap, log=_log)
     except (_Usage, ConfigError, RingError, ValueError) as exc:
@@ -148,9 +173,10 @@ def main(argv: list[str] | None = None) -> int:
     metrics = Metrics()
     if a.metrics_port:
         try:
-            serve(metrics, a.metrics_port)
+            serve(metrics, a.metrics_port, metrics_ip)
         except OSError as exc:
-            print(f"gpu-doctor-probe agent-watch: error: --metrics-port {a.metrics_port}: "
+            print(f"gpu-doctor-probe agent-watch: error: --metrics-port {a.metrics_port} on "
+                  f"{metrics_ip}: "
                   f"{exc.strerror}", file=sys.stderr)
             return 2
 
@@ -167,7 +193,18 @@ def main(argv: list[str] | None = None) -> int:
     base = ProbeOptions(host_root=a.host_root, cgroup_root=a.cgroup_root,
                         kubelet_dir=a.kubelet_dir, kmsg_file=a.kmsg_file,
                         nvml_timeout_s=a.nvml_timeout)
-    state = ConditionState(a.clear_after)
+    state = ConditionState(a.clear_after, clear_quiet_s=a.clear_quiet)
+    # the checks' modules once, here (each forked pass shares them); grpc and protobuf only
+    # in the passes that use them (passchild.py)
+    registry.select(detect.WATCH_CHECKS, ())
+    passes = PassRunner()
+    if writer is not None:
+        node_doc = writer.read_node()
+        if node_doc is not None:
+            kept = state.adopt((node_doc.get("status") or {}).get("conditions"))
+            if kept:
+                _log(f"kept what node {node} carries: {', '.join(kept)}")
+        del node_doc
     provoker = detect.Provoker(a.provoke_min_gap)
     pacer = detect.IsolationPacer()
     pass_timeout = max(5.0, min(a.interval * 0.8, 25.0)) if a.interval >= 6 else 20.0
@@ -175,36 +212,57 @@ def main(argv: list[str] | None = None) -> int:
          f"{'' if writer else ' (API writes off)'}")
     n = 0
     first = True
-    last_sig = None
+    pending: dict[str, dict] = {}   # transitions to True whose capture waits for a free turn
+    last_sig = last_flips = None
+    last_write = 0.0
     try:
         while not stop.is_set():
             t0 = time.monotonic()
             provoke = provoker.want()
             if provoke:
                 provoker.used()
-            res = detect.run_pass(base, pass_timeout, provoke, isolation=pacer.want())
+            # while an evidence capture runs the full probe (which reads the kernel log too),
+            # the pass leaves the kernel log alone: in an Xid storm two readers of a 20 MB log
+            # at once were past the container's memory limit (X-02); its classes wait a pass
+            busy = capturer is not None and capturer.busy
+            res = passes.run(base, pass_timeout, provoke, isolation=pacer.want(),
+                             skip=CAPTURE_EXCLUSIVE if busy else ())
+            if busy:  # a partial look: problems may go True, none clears
+                res.unsure |= set(CLASS_CHECKS)
             if res.isolation_cpu_s is not None:
                 pacer.used(res.isolation_cpu_s)
             if stop.is_set():
                 break
             provoker.observe(res.findings)
             transitions = state.update(res.problems, res.unsure)
-            events = [(t.reason, f"{t.ctype} is {t.status}: {t.message}", t.status == "True")
-                      for t in transitions]
+            events = [(t.ctype, t.reason, f"{t.ctype} is {t.status}: {t.message}",
+                       t.status == "True") for t in transitions]
             if first:
-                events.insert(0, ("AgentWatching", f"gpu-doctor agent started watching node "
-                                                   f"{node} every {a.interval:g}s", False))
+                events.insert(0, ("agent", "AgentWatching", f"gpu-doctor agent started watching "
+                                                            f"node {node} every {a.interval:g}s",
+                                  False))
                 first = False
-            sig = state.signature()
-            if writer is not None and (events or sig != last_sig):  # else: heartbeat only
+            sig, flips = state.signature(), state.flips()
+            # flips and Events at once; a message-only change at most every MESSAGE_REFRESH_S
+            due = events or flips != last_flips or (
+                sig != last_sig and t0 - last_write >= MESSAGE_REFRESH_S)
+            if writer is not None and due:  # else: the writer's heartbeat only
                 writer.publish(state.api_conditions, events)
-            last_sig = sig
+                last_sig, last_flips, last_write = sig, flips, t0
             for t in transitions:
                 _log(f"{t.ctype} -> {t.status}: {t.message}")
                 if t.status == "True" and capturer is not None:
-                    capturer.trigger(t.ctype, {"condition": t.ctype, "reason": t.reason,
-                                               "message": t.message,
-                                               "findings": [p.finding_id for p in t.problems]})
+                    pending[t.ctype] = {"condition": t.ctype, "reason": t.reason,
+                                        "message": t.message,
+                                        "findings": [p.finding_id for p in t.problems]}
+                else:
+                    pending.pop(t.ctype, None)
+            # a capture starts only when no pass child lingers (one killed at its deadline may
+            # take seconds to free a storm's memory): never two big readers at once (X-02)
+            if pending and not passes.alive():
+                ct = next(iter(pending))
+                if capturer.trigger(ct, pending[ct]) or not capturer.busy:
+                    del pending[ct]   # started, or not due (the class had one lately)
             metrics.update(res, state, writer, capturer)
             del res
             gc.collect()
@@ -219,6 +277,14 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
         subproc.kill_all()
+    if stop.is_set() and writer is not None:
+        # the last word: this node is no longer watched (its marks stay for the next agent
+        # pod to adopt; `node`/`nodes` read them as not current)
+        why = f"the gpu-doctor agent on {node} stopped (SIGTERM or SIGINT)"
+        state.stopped(why)
+        writer.publish(state.api_conditions, [("agent", STOPPED_REASON, why, False)])
+        if not writer.flush(STOP_WRITE_S):
+            _log("the stop could not be written in time")
     if a.passes:  # tests and the bench: let the last write and capture land
         if capturer is not None:
             capturer.wait(a.capture_timeout + 10)

@@ -3,17 +3,29 @@
 Why: platform teams alert on metrics as much as on conditions. Exposed: current problems per
 finding id and subject (GPU, plugin, node), detector durations and failures per check, the last
 successful pass and API write. Bounded: at most MAX_SERIES problem series, label values cut and
-escaped, one request at a time with a socket timeout, any other method or path answered 404/405
-without reading a body.
+escaped, at most MAX_CONNECTIONS served at once, each within one total deadline (a slowloris
+client holds one slot for at most REQUEST_DEADLINE_S), a client that hangs up is counted, never
+a traceback; any other method or path answered 404/405 without reading a body.
+
+Where and how it is reachable (M-01): it binds the pod's own IP (POD_IP from the downward API
+status.podIP), not 0.0.0.0, and speaks plain HTTP like node-exporter, node-problem-detector
+(:20257) and dcgm-exporter (:9400); it is off unless `--metrics-port` is set, and `agent
+install --metrics-port` ships a NetworkPolicy that admits only namespaces labelled as scrapers
+(docs/agent.md, "Metrics").
 """
 from __future__ import annotations
 
 import http.server
+import socket
+import socketserver
 import threading
 import time
 
 MAX_SERIES = 200
 MAX_LABEL = 120
+MAX_CONNECTIONS = 8         # served at once; more wait in the backlog
+READ_TIMEOUT_S = 2.0        # per read of the request
+REQUEST_DEADLINE_S = 5.0    # a whole connection: request in, answer out (Prometheus: < 1 s)
 
 
 def _label(v: object) -> str:
@@ -77,9 +89,79 @@ class Metrics:
             return self._text
 
 
-def serve(metrics: Metrics, port: int, host: str = "0.0.0.0") -> http.server.HTTPServer:
+class _Server(socketserver.ThreadingMixIn, http.server.HTTPServer):
+    """One thread per connection, at most MAX_CONNECTIONS at once: the accept loop waits for
+    a free slot, so more clients queue in the kernel's backlog (each slot frees within
+    REQUEST_DEADLINE_S) instead of costing a thread each. A slow or idle client holds one
+    slot, never the server (M-02)."""
+
+    daemon_threads = True
+    request_queue_size = 64
+
+    def __init__(self, addr, handler) -> None:
+        self.slots = threading.BoundedSemaphore(MAX_CONNECTIONS)
+        self.errors = 0
+        super().__init__(addr, handler)
+
+    def _handle_request_noblock(self) -> None:
+        self.slots.acquire()
+        handed = False
+        try:
+            try:
+                request, client = self.get_request()
+            except OSError:
+                return
+            if self.verify_request(request, client):
+                try:
+                    self.process_request(request, client)
+                    handed = True
+                except Exception:  # noqa: BLE001 - one client's trouble ends only its own
+                    self.handle_error(request, client)
+                    self.shutdown_request(request)
+            else:
+                self.shutdown_request(request)
+        finally:
+            if not handed:
+                self.slots.release()
+
+    def process_request_thread(self, request, client) -> None:
+        try:
+            super().process_request_thread(request, client)
+        finally:
+            self.slots.release()
+
+    def handle_error(self, request, client) -> None:
+        """A client that hung up (BrokenPipeError, ECONNRESET) or ran past its deadline: counted,
+        never a traceback in the agent's log."""
+        self.errors += 1
+
+
+def serve(metrics: Metrics, port: int, host: str = "127.0.0.1") -> http.server.HTTPServer:
+    """Serve GET /metrics on host:port (the agent passes its pod IP, from the downward API).
+    Each connection has one total deadline -- reading the request, writing the answer -- after
+    which its socket is shut down, whatever the client trickles."""
     class Handler(http.server.BaseHTTPRequestHandler):
-        timeout = 5  # a client that sends nothing does not hold the server
+        timeout = READ_TIMEOUT_S  # per read; the total is REQUEST_DEADLINE_S
+        protocol_version = "HTTP/1.0"  # one request per connection: no keep-alive slot hog
+
+        def setup(self):
+            super().setup()
+            self._guard = threading.Timer(REQUEST_DEADLINE_S, self._cut)
+            self._guard.daemon = True
+            self._guard.start()
+
+        def _cut(self):
+            try:
+                self.connection.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+
+        def finish(self):
+            self._guard.cancel()
+            try:
+                super().finish()
+            except OSError:
+                pass
 
         def do_GET(self):  # noqa: N802 - http.server's naming
             if self.path.split("?", 1)[0] != "/metrics":
@@ -100,7 +182,6 @@ def serve(metrics: Metrics, port: int, host: str = "0.0.0.0") -> http.server.HTT
         def log_message(self, *args):  # quiet
             pass
 
-    srv = http.server.HTTPServer((host, port), Handler)
-    srv.timeout = 5
+    srv = _Server((host, port), Handler)
     threading.Thread(target=srv.serve_forever, name="watch-metrics", daemon=True).start()
     return srv

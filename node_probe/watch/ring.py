@@ -21,6 +21,7 @@ from pathlib import Path
 from node_probe.protocol.bundle import NotABundleFile, read_capped
 
 NAME_RE = re.compile(r"^bundle-(\d{13})-(\d{3})-([A-Za-z0-9]{1,64})\.json$")
+TMP_PREFIX = ".tmp-bundle-"   # a bundle being written; left behind only by a crash
 DEFAULT_RING = Path("/var/lib/gpu-doctor/evidence")
 DEFAULT_MAX_COUNT = 20
 DEFAULT_MAX_BYTES = 64 * 1024 * 1024
@@ -52,6 +53,15 @@ def _open_dir(path: Path, create: bool) -> int:
         except OSError:
             pass
     return fd
+
+
+def _unlink(name: str, dirfd: int) -> bool:
+    """Remove a name in the ring (a symlink is removed, never followed)."""
+    try:
+        os.unlink(name, dir_fd=dirfd)
+        return True
+    except OSError:
+        return False
 
 
 class Ring:
@@ -112,19 +122,45 @@ class Ring:
                 wfd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW
                               | os.O_CLOEXEC, 0o600, dir_fd=fd)
                 try:
-                    view = memoryview(data)
-                    while view:
-                        view = view[os.write(wfd, view):]
-                    os.fchmod(wfd, 0o600)
-                finally:
-                    os.close(wfd)
-                os.rename(tmp, name, src_dir_fd=fd, dst_dir_fd=fd)
+                    try:
+                        view = memoryview(data)
+                        while view:
+                            view = view[os.write(wfd, view):]
+                        os.fchmod(wfd, 0o600)
+                    finally:
+                        os.close(wfd)
+                    os.rename(tmp, name, src_dir_fd=fd, dst_dir_fd=fd)
+                except BaseException:  # a full disk (ENOSPC): no half bundle stays behind
+                    _unlink(tmp, fd)
+                    raise
             finally:
                 os.close(fd)
             self._prune()
         return name
 
+    def sweep(self) -> int:
+        """Remove the temporary files of writes that never finished (an agent killed mid-write;
+        a full disk before the failed write's own unlink). The agent calls it at start, and
+        every prune does; the readers never do. Returns how many were removed."""
+        with self._lock:
+            return self._sweep()
+
+    def _sweep(self) -> int:
+        fd = self._dirfd()
+        n = 0
+        try:
+            with os.scandir(fd) as it:
+                for i, e in enumerate(it):
+                    if i >= MAX_ENTRIES_SCANNED:
+                        break
+                    if e.name.startswith(TMP_PREFIX) and _unlink(e.name, fd):
+                        n += 1
+        finally:
+            os.close(fd)
+        return n
+
     def _prune(self) -> None:
+        self._sweep()
         entries = self.entries()
         total = sum(e["bytes"] for e in entries)
         fd = self._dirfd()

@@ -12,7 +12,6 @@ is re-read for every request because the kubelet rotates it.
 """
 from __future__ import annotations
 
-import collections
 import http.client
 import json
 import os
@@ -26,14 +25,16 @@ from typing import Callable
 
 from node_probe.protocol import conditions
 
+from .events import Correlator, Record
+
 SA_DIR = Path("/var/run/secrets/kubernetes.io/serviceaccount")
 PATCH_TYPE = "application/strategic-merge-patch+json"
-REQUEST_TIMEOUT_S = 10.0
+REQUEST_TIMEOUT_S = 10.0          # per read / connect
+REQUEST_TOTAL_S = 20.0            # the whole request: connect, headers and body (W-01/W-02)
 MAX_RESPONSE = 4 * 1024 * 1024     # a Node object with its images list fits many times over
 MAX_TOKEN = 64 * 1024
 BACKOFF_MIN_S = 1.0
 BACKOFF_MAX_S = 300.0
-EVENT_QUEUE = 64                   # oldest transitions' Events dropped beyond this
 COMPONENT = "gpu-doctor-agent"
 
 
@@ -64,11 +65,13 @@ class ApiClient:
     """HTTPS to the API server with the pod's service-account token (re-read per request)."""
 
     def __init__(self, host: str, port: int, token_file: Path, ca_file: Path,
-                 timeout_s: float = REQUEST_TIMEOUT_S) -> None:
+                 timeout_s: float = REQUEST_TIMEOUT_S,
+                 total_s: float = REQUEST_TOTAL_S) -> None:
         self.host = host.strip("[]")
         self.port = port
         self.token_file = Path(token_file)
         self.timeout_s = timeout_s
+        self.total_s = total_s
         try:
             self.ctx = ssl.create_default_context(cafile=str(ca_file))
         except (OSError, ssl.SSLError) as exc:
@@ -97,34 +100,92 @@ class ApiClient:
             raise ConfigError(f"the token in {self.token_file} is empty or malformed")
         return token
 
-    def request(self, method: str, path: str, body: dict, content_type: str) -> ApiAnswer:
-        """One request with a deadline on connect and on every read; the answer is cut at
-        MAX_RESPONSE. OSError/ssl errors propagate (the caller backs off)."""
-        data = json.dumps(body, separators=(",", ":")).encode()
+    def request(self, method: str, path: str, body: dict | list | None = None,
+                content_type: str = "application/json") -> ApiAnswer:
+        """One request within ONE total deadline (`total_s`: connect, TLS handshake, sending,
+        status line, headers and body together) and a per-read timeout; the answer is cut at
+        MAX_RESPONSE. A server that trickles a byte every few seconds -- in the headers or
+        the body -- is cut at the deadline: a watchdog shuts the socket down, which ends any
+        read or write in progress. OSError/ssl errors propagate (the caller backs off)."""
+        data = None if body is None else json.dumps(body, separators=(",", ":")).encode()
+        token = self._token()
+        guard = _Deadline(self.total_s)
         conn = http.client.HTTPSConnection(self.host, self.port, timeout=self.timeout_s,
                                            context=self.ctx)
-        deadline = time.monotonic() + 3 * self.timeout_s
         try:
-            conn.request(method, path, body=data, headers={
-                "Authorization": f"Bearer {self._token()}", "Content-Type": content_type,
-                "Accept": "application/json", "User-Agent": f"{COMPONENT}"})
+            raw = socket.create_connection((self.host, self.port),
+                                           timeout=min(self.timeout_s, guard.left()))
+            try:
+                conn.sock = self.ctx.wrap_socket(raw, server_hostname=self.host,
+                                                 do_handshake_on_connect=False)
+            except BaseException:
+                raw.close()
+                raise
+            guard.arm(conn.sock)  # the handshake too is within the deadline
+            conn.sock.do_handshake()
+            headers = {"Authorization": f"Bearer {token}", "Accept": "application/json",
+                       "User-Agent": COMPONENT}
+            if data is not None:
+                headers["Content-Type"] = content_type
+            conn.request(method, path, body=data, headers=headers)
             resp = conn.getresponse()
             chunks, size = [], 0
             while size < MAX_RESPONSE:
-                if time.monotonic() > deadline:  # a trickle that never ends
-                    raise socket.timeout("answer not complete within its deadline")
                 chunk = resp.read(min(65536, MAX_RESPONSE - size))
                 if not chunk:
                     break
                 chunks.append(chunk)
                 size += len(chunk)
+            if guard.fired:  # a cut body must not pass for a whole one
+                raise socket.timeout(f"answer not complete within {self.total_s:g}s")
             return ApiAnswer(resp.status, b"".join(chunks))
+        except (OSError, http.client.HTTPException, ValueError):
+            if guard.fired:
+                raise socket.timeout(f"answer not complete within {self.total_s:g}s") from None
+            raise
         finally:
+            guard.cancel()
             conn.close()
 
 
+class _Deadline:
+    """A request's one total deadline: when it passes, the armed socket is shut down, which
+    wakes a recv/send blocked in http.client or ssl at once (a per-socket timeout is per
+    call: a byte every few seconds would keep it alive for ever)."""
+
+    def __init__(self, total_s: float) -> None:
+        self.end = time.monotonic() + total_s
+        self.fired = False
+        self._sock: socket.socket | None = None
+        self._timer: threading.Timer | None = None
+
+    def left(self) -> float:
+        left = self.end - time.monotonic()
+        if left <= 0:
+            self.fired = True
+            raise socket.timeout("no time left for the request")
+        return left
+
+    def arm(self, sock: socket.socket) -> None:
+        self._sock = sock
+        self._timer = threading.Timer(self.left(), self._fire)
+        self._timer.daemon = True
+        self._timer.start()
+
+    def _fire(self) -> None:
+        self.fired = True
+        try:
+            self._sock.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
+
+    def cancel(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+
+
 def event_body(node: str, node_uid: str | None, namespace: str, reason: str, message: str,
-               warning: bool, now: float) -> dict:
+               warning: bool, now: float, count: int = 1, first: float | None = None) -> dict:
     stamp = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(now))
     obj = {"kind": "Node", "name": node}
     if node_uid:
@@ -134,17 +195,28 @@ def event_body(node: str, node_uid: str | None, namespace: str, reason: str, mes
             "involvedObject": obj, "reason": reason,
             "message": conditions.sanitize_message(message),
             "source": {"component": COMPONENT, "host": node},
-            "firstTimestamp": stamp, "lastTimestamp": stamp, "count": 1,
+            "firstTimestamp": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(
+                now if first is None else first)),
+            "lastTimestamp": stamp, "count": count,
             "type": "Warning" if warning else "Normal"}
+
+
+def event_patch(rec: Record) -> dict:
+    """What client-go's recordEvent patches on a repeated Event: count, lastTimestamp and the
+    latest message (a strategic merge patch of the Event)."""
+    return {"count": rec.count, "message": conditions.sanitize_message(rec.message),
+            "lastTimestamp": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(rec.last))}
 
 
 class Writer:
     """Background writer. `publish()` never blocks: it replaces the desired conditions and
-    queues Events; the thread PATCHes when they changed or a heartbeat is due."""
+    records Events in the correlator (events.py); the thread PATCHes when they changed or a
+    heartbeat is due, and writes each Event when it changed and its class has a token."""
 
     def __init__(self, client: ApiClient, node: str, events_namespace: str = "default",
                  heartbeat_s: float = conditions.HEARTBEAT_S,
-                 log: Callable[[str], None] = lambda m: None) -> None:
+                 log: Callable[[str], None] = lambda m: None,
+                 correlator: Correlator | None = None) -> None:
         self.client = client
         self.node = node
         self.events_namespace = events_namespace
@@ -153,7 +225,7 @@ class Writer:
         self._cond = threading.Condition()
         self._conditions: Callable[[float], list[dict]] | None = None
         self._dirty = False
-        self._events: collections.deque = collections.deque(maxlen=EVENT_QUEUE)
+        self.correlator = correlator or Correlator()
         self._stop = False
         self._failures = 0
         self._retry_at = 0.0
@@ -163,6 +235,7 @@ class Writer:
         self.last_error: str | None = None
         self.patches = 0
         self.events_posted = 0
+        self.events_patched = 0
         self.errors = 0
         self._thread = threading.Thread(target=self._run, name="watch-writer", daemon=True)
 
@@ -170,12 +243,32 @@ class Writer:
         self._thread.start()
         return self
 
+    def read_node(self) -> dict | None:
+        """This node as the API server has it (what a new agent adopts), or None when it
+        cannot be read (said in the log). Called before the thread writes anything."""
+        try:
+            ans = self.client.request("GET", f"/api/v1/nodes/{self.node}")
+        except (OSError, ConfigError, http.client.HTTPException) as exc:
+            self.log(f"cannot read node {self.node}: {type(exc).__name__}: {exc}")
+            return None
+        if ans.status != 200:
+            self.log(f"cannot read node {self.node}: {ans.why()}")
+            return None
+        doc = ans.json()
+        uid = (doc.get("metadata") or {}).get("uid")
+        if isinstance(uid, str) and len(uid) <= 64:
+            self.node_uid = uid
+        return doc
+
     def publish(self, conds: Callable[[float], list[dict]], events=()) -> None:
-        """`conds(heartbeat_time)` builds the conditions; `events`: (reason, message, warning)."""
+        """`conds(heartbeat_time)` builds the conditions; `events`: (class, reason, message,
+        warning) occurrences, correlated into one Event per reason."""
+        now = time.time()
         with self._cond:
             self._conditions = conds
             self._dirty = True
-            self._events.extend(events)
+            for cls, reason, message, warning in events:
+                self.correlator.observe(cls, reason, message, warning, now)
             self._cond.notify()
 
     def stop(self, timeout: float = 5.0) -> None:
@@ -189,7 +282,7 @@ class Writer:
         end = time.monotonic() + timeout
         while time.monotonic() < end:
             with self._cond:
-                if not self._dirty and not self._events:
+                if not self._dirty and not self.correlator.pending():
                     return True
             time.sleep(0.05)
         return False
@@ -210,11 +303,16 @@ class Writer:
                     now = time.monotonic()
                     due = self._conditions is not None and \
                         (self._dirty or now - self._last_patch >= self.heartbeat_s)
-                    if (due or self._events) and now >= self._retry_at:
+                    token_at = self.correlator.next_token_at(now)
+                    events_due = token_at is not None and token_at <= now or \
+                        (self.correlator.pending() and token_at is None)
+                    if (due or events_due) and now >= self._retry_at:
                         break
                     waits = [self._retry_at - now] if now < self._retry_at else []
                     if self._conditions is not None:
                         waits.append(self._last_patch + self.heartbeat_s - now)
+                    if token_at is not None:
+                        waits.append(token_at - now)
                     self._cond.wait(max(0.05, min(waits)) if waits else None)
                 if self._stop:
                     return
@@ -250,32 +348,46 @@ class Writer:
                 self.node_uid = uid
             self._last_patch = time.monotonic()
             self.patches += 1
-        while True:
-            with self._cond:
-                if not self._events:
-                    break
-                reason, message, warning = self._events[0]
-            body = event_body(self.node, self.node_uid, self.events_namespace, reason, message,
-                              warning, time.time())
-            try:
-                ans = self.client.request(
-                    "POST", f"/api/v1/namespaces/{self.events_namespace}/events", body,
-                    "application/json")
-            except (OSError, ConfigError, http.client.HTTPException) as exc:
-                self._backoff(f"POST event: {type(exc).__name__}: {exc}")
+        with self._cond:
+            due = [(r, r.count, r.last, r.message) for r in self.correlator.take_due()]
+        for rec, count, _last, _msg in due:
+            if not self._write_event(rec, count):
                 return False
-            if ans.status not in (200, 201):
-                self._backoff(f"POST event: {ans.why()}")
-                if ans.status in (400, 403, 404, 422):  # this one will never be taken
-                    with self._cond:
-                        if self._events:
-                            self._events.popleft()
-                return False
-            with self._cond:
-                if self._events:
-                    self._events.popleft()
-            self.events_posted += 1
         self._failures = 0
         self.last_ok = time.time()
         self.last_error = None
         return True
+
+    def _write_event(self, rec: Record, count: int) -> bool:
+        """POST the Event the first time, PATCH its count/lastTimestamp/message after (a 404:
+        it expired on the server, so it is created again with the whole count)."""
+        base = f"/api/v1/namespaces/{self.events_namespace}/events"
+        try:
+            if rec.name is not None:
+                ans = self.client.request("PATCH", f"{base}/{rec.name}", event_patch(rec),
+                                          PATCH_TYPE)
+                if ans.status == 404:
+                    rec.name = None
+                elif ans.status == 200:
+                    rec.written = count
+                    self.events_patched += 1
+                    return True
+            if rec.name is None:
+                ans = self.client.request(
+                    "POST", base, event_body(self.node, self.node_uid, self.events_namespace,
+                                             rec.reason, rec.message, rec.warning, rec.last,
+                                             count, rec.first), "application/json")
+                if ans.status in (200, 201):
+                    name = (ans.json().get("metadata") or {}).get("name")
+                    rec.name = name if isinstance(name, str) and 0 < len(name) <= 253 \
+                        and "/" not in name else None
+                    rec.written = count
+                    self.events_posted += 1
+                    return True
+        except (OSError, ConfigError, http.client.HTTPException) as exc:
+            self._backoff(f"write event: {type(exc).__name__}: {exc}")
+            return False
+        self._backoff(f"write event: {ans.why()}")
+        if ans.status in (400, 403, 422):  # this one will never be taken: counted as written
+            rec.written = count
+        return False

@@ -25,10 +25,14 @@ import uuid
 from pathlib import Path
 from typing import Any
 
+import aiohttp.web
 import kmock
+
+from . import apiwrites
 
 NODE_PROXY = re.compile(r"^/api/v1/nodes/([^/]+)/proxy/(.*)$")
 NODE = re.compile(r"^/api/v1/nodes/([^/]+)$")
+NODE_STATUS = re.compile(r"^/api/v1/nodes/([^/]+)/status$")
 NS_PODS = re.compile(r"^/api/v1/namespaces/([^/]+)/pods$")
 POD = re.compile(r"^/api/v1/namespaces/([^/]+)/pods/([^/]+)$")
 POD_LOG = re.compile(r"^/api/v1/namespaces/([^/]+)/pods/([^/]+)/log$")
@@ -37,6 +41,9 @@ LEASE = re.compile(r"^/apis/coordination.k8s.io/v1/namespaces/kube-node-lease/le
 LEASES = "/apis/coordination.k8s.io/v1/namespaces/kube-node-lease/leases"
 NS_QUOTAS = re.compile(r"^/api/v1/namespaces/([^/]+)/resourcequotas$")
 NAMESPACE = re.compile(r"^/api/v1/namespaces/([^/]+)$")
+ADMISSION = re.compile(r"^/apis/admissionregistration\.k8s\.io/v1/"
+                       r"(validatingadmissionpolicies|validatingadmissionpolicybindings)"
+                       r"(?:/([^/]+))?$")
 
 
 def ts(t: dt.datetime) -> str:
@@ -89,6 +96,30 @@ def _match_fields(obj: dict, selector: str) -> bool:
     return True
 
 
+class ApiHandler(kmock.RawHandler):
+    """kmock's handler, except the paths its path parser cannot take (cluster-scoped objects
+    of another API group): ValidatingAdmissionPolicies and their bindings."""
+
+    cluster: "FakeCluster"
+
+    async def __call__(self, raw_request: aiohttp.web.BaseRequest) -> aiohttp.web.StreamResponse:
+        m = ADMISSION.match(raw_request.path)
+        if m:
+            return await self.cluster._admission(raw_request, m.group(1), m.group(2))
+        return await super().__call__(raw_request)
+
+
+async def request_body(req: aiohttp.web.BaseRequest) -> Any:
+    """The body as the API server reads it: JSON, or YAML for a server-side apply."""
+    raw = await req.read()
+    if not raw:
+        return None
+    if req.headers.get("Content-Type", "").startswith(apiwrites.APPLY):
+        import yaml
+        return yaml.safe_load(raw)
+    return json.loads(raw)
+
+
 class FakeCluster:
     def __init__(self) -> None:
         self.nodes: dict[str, dict] = {}
@@ -118,6 +149,11 @@ class FakeCluster:
         self.log_chunk_delay_s = 0.0
         self.log_hang = False                # keep the log stream open after the chunks
         self.pod_security_enforce: dict[str, str] = {}  # ns -> level (rejects privileged)
+        # ValidatingAdmissionPolicies and bindings: (resource, name) -> object, written as a
+        # real 1.35 API server writes them (apiwrites: 409/422, resourceVersions, apply)
+        self.admission: dict[tuple[str, str], dict] = {}
+        self.serves_admission_v1 = True      # False: an API server before 1.30
+        self.dry_runs: list[tuple[str, str]] = []  # writes answered with dryRun=All
         self.slow: dict[str, float] = {}     # path -> seconds to wait before answering
         self.slow_reply: dict[str, float] = {}  # path -> act at once, answer this much later
         self.created: list[dict] = []
@@ -305,7 +341,45 @@ class FakeCluster:
 
     def _make_handler(self) -> kmock.RawHandler:
         """The kmock handler; subclasses (fakeexec.ExecCluster) intercept websocket paths."""
-        return kmock.RawHandler()
+        h = ApiHandler()
+        h.cluster = self
+        return h
+
+    async def _admission(self, req: aiohttp.web.BaseRequest, res: str, name: str | None
+                         ) -> aiohttp.web.StreamResponse:
+        """Cluster-scoped admission policies and bindings: create, get, replace, apply,
+        delete, answered as the captures show (apiwrites)."""
+        if not self.serves_admission_v1:  # what a 1.29 API server answers for a v1 resource
+            return aiohttp.web.json_response(status_body(
+                404, "NotFound", "the server could not find the requested resource"),
+                status=404)
+        for m, rx in self.forbid:
+            if m in (req.method, "*") and rx.search(req.path):
+                return aiohttp.web.json_response(status_body(
+                    403, "Forbidden", f'{res}.admissionregistration.k8s.io is forbidden: User '
+                                      f'"tester" cannot {req.method.lower()} resource'), status=403)
+        body = await request_body(req) if req.method in ("POST", "PUT", "PATCH") else None
+        key_name = name or ((body or {}).get("metadata") or {}).get("name")
+        resource = apiwrites.VAP if res == apiwrites.VAP.plural else apiwrites.VAPB
+        if req.method == "GET":
+            if name is None:
+                return aiohttp.web.json_response({
+                    "kind": "List", "apiVersion": "admissionregistration.k8s.io/v1",
+                    "metadata": {}, "items": [apiwrites._public(o) for (r, _), o in
+                                              self.admission.items() if r == res]})
+            obj = self.admission.get((res, name))
+            if obj is None:
+                return aiohttp.web.json_response(apiwrites.status(
+                    404, "NotFound", f'{resource.qualified} "{name}" not found',
+                    resource.details(name)), status=404)
+            return aiohttp.web.json_response(apiwrites._public(obj))
+        q = dict(req.query)
+        if q.get("dryRun") == "All":
+            self.dry_runs.append((req.method, req.path))
+        code, out = apiwrites.write(self.admission, (res, key_name), resource, key_name,
+                                    req.method, q, body, req.headers.get("Content-Type", ""),
+                                    req.headers.get("User-Agent", ""))
+        return aiohttp.web.json_response(out, status=code)
 
     def stop(self) -> None:
         if self._loop is not None and self._stop is not None:
@@ -476,8 +550,11 @@ class FakeCluster:
                 if m.group(1) not in self.leases:
                     return self._status(404, "NotFound", f'leases "{m.group(1)}" not found')
                 return self._json(self.leases[m.group(1)])
-        if method in ("POST", "DELETE"):
+        if method in ("POST", "DELETE", "PATCH"):
             self.list_cache.clear()
+        m = NODE_STATUS.match(path) or NODE.match(path)
+        if method == "PATCH" and m:
+            return self._patch_node(m.group(1), q, request, path.endswith("/status"))
         if method == "POST":
             m = NS_PODS.match(path)
             if m:
@@ -493,6 +570,20 @@ class FakeCluster:
                 return self._json(pod)
         return self._status(404, "NotFound", f"the server could not find the requested "
                                              f"resource ({method} {path})")
+
+    def _patch_node(self, name: str, q: dict, request: kmock.Request, status: bool) -> Any:
+        """A patch of a node's conditions, as a real 1.35 API server applies it (apiwrites
+        .patch_node: strategic merge by type, `$patch: delete`, JSON patch test/remove, 422)."""
+        if name not in self.nodes:
+            return self._status(404, "NotFound", f'nodes "{name}" not found')
+        raw = request.body
+        body = json.loads(raw) if raw else None
+        manager = q.get("fieldManager") or apiwrites.manager_of(
+            request.headers.get("User-Agent", ""))
+        code, out = apiwrites.patch_node(self.nodes[name], request.headers.get(
+            "Content-Type", ""), body, manager, status)
+        return kmock.Response(status=code, payload=json.dumps(out).encode(),
+                              headers={"Content-Type": "application/json"})
 
     def _proxy(self, node: str, sub: str, q: dict) -> Any:
         if node not in self.nodes:

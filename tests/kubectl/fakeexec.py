@@ -40,7 +40,8 @@ from typing import Any, Callable
 import aiohttp.web
 import kmock
 
-from .fakecluster import FakeCluster, _match_labels, status_body, ts
+from . import apiwrites
+from .fakecluster import ApiHandler, FakeCluster, _match_labels, request_body, status_body, ts
 
 EXEC = re.compile(r"^/api/v1/namespaces/([^/]+)/pods/([^/]+)/exec$")
 DAEMONSETS = re.compile(r"^/apis/apps/v1/namespaces/([^/]+)/daemonsets$")
@@ -49,13 +50,19 @@ NAMESPACES = "/api/v1/namespaces"
 NAMESPACE = re.compile(r"^/api/v1/namespaces/([^/]+)$")
 QUOTAS = re.compile(r"^/api/v1/namespaces/([^/]+)/resourcequotas$")
 QUOTA = re.compile(r"^/api/v1/namespaces/([^/]+)/resourcequotas/([^/]+)$")
-ADMISSION = re.compile(r"^/apis/admissionregistration\.k8s\.io/v1/"
-                       r"(validatingadmissionpolicies|validatingadmissionpolicybindings)"
-                       r"(?:/([^/]+))?$")
-# the watching agent's identity: kept as plain objects by path (create 409s on a duplicate)
+# the watching agent's identity and its metrics NetworkPolicy: kept by path, written as a real
+# API server writes them (apiwrites)
 IDENTITY = re.compile(r"^(/api/v1/namespaces/[^/]+/serviceaccounts|/apis/rbac\.authorization"
                       r"\.k8s\.io/v1/clusterroles|/apis/rbac\.authorization\.k8s\.io/v1/"
-                      r"clusterrolebindings)(?:/([^/]+))?$")
+                      r"clusterrolebindings|/apis/networking\.k8s\.io/v1/namespaces/[^/]+/"
+                      r"networkpolicies)(?:/([^/]+))?$")
+RESOURCES = {"serviceaccounts": apiwrites.Resource("serviceaccounts"),
+             "clusterroles": apiwrites.Resource("clusterroles", "rbac.authorization.k8s.io"),
+             "clusterrolebindings": apiwrites.Resource("clusterrolebindings",
+                                                       "rbac.authorization.k8s.io"),
+             "networkpolicies": apiwrites.Resource("networkpolicies", "networking.k8s.io"),
+             "daemonsets.apps": apiwrites.Resource("daemonsets", "apps"),
+             "resourcequotas": apiwrites.Resource("resourcequotas")}
 STDOUT, STDERR, ERROR = 1, 2, 3
 PROBE_NS = "gpu-doctor.io/probe-namespace"  # the label gpu-doctor's own namespace carries
 
@@ -84,8 +91,8 @@ def exit_status(code: int, argv: list[str]) -> dict:
             "details": {"causes": [{"reason": "ExitCode", "message": str(code)}]}}
 
 
-class _Handler(kmock.RawHandler):
-    """kmock's handler, except websocket upgrades of pods/exec, which it cannot serve."""
+class _Handler(ApiHandler):
+    """The fake's handler, plus websocket upgrades of pods/exec, which kmock cannot serve."""
 
     cluster: "ExecCluster"
 
@@ -95,9 +102,6 @@ class _Handler(kmock.RawHandler):
             return await self.cluster._exec(raw_request, m.group(1), m.group(2))
         if raw_request.path == NAMESPACES:  # kmock's path parser cannot take this one
             return await self.cluster._namespaces(raw_request)
-        m = ADMISSION.match(raw_request.path)
-        if m:  # nor these (cluster-scoped, another API group)
-            return await self.cluster._admission(raw_request, m.group(1), m.group(2))
         return await super().__call__(raw_request)
 
 
@@ -116,9 +120,7 @@ class ExecCluster(FakeCluster):
         self.exec_procs: list[asyncio.subprocess.Process] = []
         self.daemonsets: dict[tuple[str, str], dict] = {}
         self.objects: dict[str, dict] = {}   # path -> ServiceAccount, RBAC objects
-        self.dry_runs: list[tuple[str, str]] = []  # writes answered with dryRun=All
-        self.admission: dict[tuple[str, str], dict] = {}  # (resource, name): policy/binding
-        self.serves_admission_v1 = True      # False: an API server before 1.30
+        self.namespace_objects: dict[str, dict] = {}  # name -> Namespace (annotations, owners)
         self.agent_pod_phase = "Running"     # the phase of pods the fake DS controller makes
 
     def _make_handler(self) -> kmock.RawHandler:
@@ -185,101 +187,83 @@ class ExecCluster(FakeCluster):
     # -- routes for the agent's objects --------------------------------------------------
     def _route(self, method: str, path: str, q: dict, request: kmock.Request) -> Any:
         body = None
-        if method in ("POST", "PUT"):
-            body = request.data or json.loads(request.body)
+        if method in ("POST", "PUT", "PATCH"):
+            raw = request.body
+            if request.headers.get("Content-Type", "").startswith(apiwrites.APPLY):
+                import yaml
+                body = yaml.safe_load(raw)
+            else:
+                body = json.loads(raw) if raw else None
         m = NAMESPACE.match(path)
         if m and method == "GET":
             if m.group(1) not in self.namespaces:
                 return self._status(404, "NotFound", f'namespaces "{m.group(1)}" not found')
-            return self._json({"kind": "Namespace", "apiVersion": "v1",
-                               "metadata": {"name": m.group(1),
-                                            "labels": self.namespaces[m.group(1)]}})
+            return self._json(self._namespace_object(m.group(1)))
         m = IDENTITY.match(path)
         if m:
-            return self._identity(method, m.group(1), m.group(2), body, q)
-        quotas = _ListStore(self.quotas)  # FakeCluster lists them; POST/GET/PUT/DELETE here
+            return self._identity(method, m.group(1), m.group(2), body, q, request)
+        m = NAMESPACE.match(path)
+        if m and method in ("PATCH", "DELETE"):
+            return self._namespace_write(method, m.group(1), q, body, request)
+        quotas = _ListStore(self.quotas)  # FakeCluster lists them; writes here
         for coll_rx, one_rx, store, kind in ((DAEMONSETS, DAEMONSET, self.daemonsets,
                                               "daemonsets.apps"),
                                              (QUOTAS, QUOTA, quotas, "resourcequotas")):
-            m = coll_rx.match(path)
-            if m and method == "POST":
-                ns, name = m.group(1), body["metadata"]["name"]
-                if ns not in self.namespaces:
-                    return self._status(404, "NotFound", f'namespaces "{ns}" not found')
-                if (ns, name) in store:
-                    return self._status(409, "AlreadyExists", f'{kind} "{name}" already exists')
-                if q.get("dryRun") == "All":  # validated and admitted, never persisted
-                    self.dry_runs.append((method, path))
-                    return self._json(body)
-                store[(ns, name)] = body
-                if store is self.daemonsets:
-                    body["metadata"]["uid"] = str(uuid.uuid4())
-                    self._run_daemonset(ns, body)
-                return self._json(body)
-            m = one_rx.match(path)
-            if m:
-                key = (m.group(1), m.group(2))
-                if method == "GET":
-                    if key not in store:
-                        return self._status(404, "NotFound", f'{kind} "{key[1]}" not found')
-                    return self._json(self._ds_status(key, store[key])
-                                      if store is self.daemonsets else store[key])
-                if method == "PUT":
-                    if key not in store:
-                        return self._status(404, "NotFound", f'{kind} "{key[1]}" not found')
-                    if q.get("dryRun") == "All":
-                        self.dry_runs.append((method, path))
-                        return self._json(body)
-                    if store is self.daemonsets:  # same object, same uid
-                        body["metadata"]["uid"] = store[key]["metadata"].get("uid") or \
-                            str(uuid.uuid4())
-                    store[key] = body
-                    if store is self.daemonsets:
-                        self._run_daemonset(key[0], body)
-                    return self._json(body)
-                if method == "DELETE":
-                    self.deleted.append((key[0], key[1], q))
-                    if key not in store:
-                        return self._status(404, "NotFound", f'{kind} "{key[1]}" not found')
-                    del store[key]
-                    if store is self.daemonsets:  # the garbage collector deletes its pods
-                        for pk, p in list(self.pods.items()):
-                            owners = (p["metadata"].get("ownerReferences") or ())
-                            if pk[0] == key[0] and any(o.get("name") == key[1] and
-                                                       o.get("kind") == "DaemonSet"
-                                                       for o in owners):
-                                del self.pods[pk]
-                        self.list_cache.clear()
-                    return self._json({"kind": "Status", "apiVersion": "v1", "metadata": {},
-                                       "status": "Success"})
+            m = coll_rx.match(path) if method == "POST" else one_rx.match(path)
+            if not m:
+                continue
+            ns = m.group(1)
+            name = body["metadata"]["name"] if method == "POST" else m.group(2)
+            key = (ns, name)
+            if method == "GET":
+                if key not in store:
+                    return self._status(404, "NotFound", f'{kind} "{name}" not found')
+                obj = apiwrites._public(store[key])
+                return self._json(self._ds_status(key, obj) if store is self.daemonsets
+                                  else obj)
+            if ns not in self.namespaces and method in ("POST", "PATCH"):
+                return self._status(404, "NotFound", f'namespaces "{ns}" not found')
+            if method == "DELETE":
+                self.deleted.append((ns, name, q))
+            if q.get("dryRun") == "All":
+                self.dry_runs.append((method, path))
+            rv = store[key]["metadata"].get("resourceVersion") if key in store else None
+            code, out = apiwrites.write(store, key, RESOURCES[kind], name, method, q, body,
+                                        request.headers.get("Content-Type", ""),
+                                        request.headers.get("User-Agent", ""), namespace=ns)
+            if 200 <= code < 300 and q.get("dryRun") != "All" and store is self.daemonsets:
+                if method == "DELETE":  # the garbage collector deletes its pods
+                    for pk, p in list(self.pods.items()):
+                        owners = (p["metadata"].get("ownerReferences") or ())
+                        if pk[0] == ns and any(o.get("name") == name and
+                                               o.get("kind") == "DaemonSet" for o in owners):
+                            del self.pods[pk]
+                    self.list_cache.clear()
+                elif store[key]["metadata"]["resourceVersion"] != rv:  # new or changed
+                    self._run_daemonset(ns, store[key])
+            return kmock.Response(status=code, payload=json.dumps(out).encode(),
+                                  headers={"Content-Type": "application/json"})
         return super()._route(method, path, q, request)
 
-    def _identity(self, method: str, coll: str, name: str | None, body, q: dict) -> Any:
-        if method in ("POST", "PUT") and q.get("dryRun") == "All":
-            self.dry_runs.append((method, coll if name is None else f"{coll}/{name}"))
-            return self._json(body)
-        if name is None and method == "POST":
-            key = f"{coll}/{body['metadata']['name']}"
-            if key in self.objects:
-                return self._status(409, "AlreadyExists",
-                                    f'"{body["metadata"]["name"]}" already exists')
-            self.objects[key] = body
-            return self._json(body)
+    def _identity(self, method: str, coll: str, name: str | None, body, q: dict,
+                  request: kmock.Request) -> Any:
+        name = name or ((body or {}).get("metadata") or {}).get("name")
         key = f"{coll}/{name}"
-        if name is not None and method in ("GET", "PUT", "DELETE"):
+        res = RESOURCES[coll.rsplit("/", 1)[1]]
+        if method == "GET":
             if key not in self.objects:
-                if method == "DELETE":
-                    self.deleted.append(("", key, q))
-                return self._status(404, "NotFound", f'"{name}" not found')
-            if method == "PUT":
-                self.objects[key] = body
-            elif method == "DELETE":
-                self.deleted.append(("", key, q))
-                del self.objects[key]
-                return self._json({"kind": "Status", "apiVersion": "v1", "metadata": {},
-                                   "status": "Success"})
-            return self._json(self.objects[key])
-        return self._status(405, "MethodNotAllowed", f"{method} {coll}")
+                return self._status(404, "NotFound", f'{res.qualified} "{name}" not found')
+            return self._json(apiwrites._public(self.objects[key]))
+        if method == "DELETE":
+            self.deleted.append(("", key, q))
+        if q.get("dryRun") == "All":
+            self.dry_runs.append((method, key if method != "POST" else coll))
+        ns = coll.split("/")[-2] if "/namespaces/" in coll else None
+        code, out = apiwrites.write(self.objects, key, res, name, method, q, body,
+                                    request.headers.get("Content-Type", ""),
+                                    request.headers.get("User-Agent", ""), namespace=ns)
+        return kmock.Response(status=code, payload=json.dumps(out).encode(),
+                              headers={"Content-Type": "application/json"})
 
     async def _namespaces(self, req: aiohttp.web.BaseRequest) -> aiohttp.web.StreamResponse:
         for m, rx in self.forbid:
@@ -295,42 +279,55 @@ class ExecCluster(FakeCluster):
                           for n, lb in self.namespaces.items()]})
         if req.method != "POST":
             return self._refuse(405, "MethodNotAllowed", "the server does not allow this method")
-        body = await req.json()
+        body = await request_body(req)
         name = body["metadata"]["name"]
-        if name in self.namespaces:
-            return self._refuse(409, "AlreadyExists", f'namespaces "{name}" already exists')
         if req.query.get("dryRun") == "All":
             self.dry_runs.append(("POST", req.path))
-            return aiohttp.web.json_response(body, status=201)
-        self.namespaces[name] = body["metadata"].get("labels") or {}
-        return aiohttp.web.json_response(body, status=201)
+        code, out = self._namespace_store_write("POST", name, dict(req.query), body,
+                                                req.headers.get("Content-Type", ""),
+                                                req.headers.get("User-Agent", ""))
+        return aiohttp.web.json_response(out, status=code)
 
-    async def _admission(self, req: aiohttp.web.BaseRequest, res: str, name: str | None
-                         ) -> aiohttp.web.StreamResponse:
-        """Cluster-scoped admission policies and bindings: create, get, replace, delete."""
-        if not self.serves_admission_v1:  # what a 1.29 API server answers for a v1 resource
-            return self._refuse(404, "NotFound", "the server could not find the requested "
-                                                 "resource")
-        body = await req.json() if req.method in ("POST", "PUT") else None
-        key = (res, name or (body or {}).get("metadata", {}).get("name"))
-        if req.method in ("POST", "PUT") and req.query.get("dryRun") == "All":
-            self.dry_runs.append((req.method, req.path))  # admitted, never persisted
-            return aiohttp.web.json_response(body, status=201 if req.method == "POST" else 200)
-        if req.method == "POST" and name is None:
-            if key in self.admission:
-                return self._refuse(409, "AlreadyExists", f'{res} "{key[1]}" already exists')
-            self.admission[key] = body
-            return aiohttp.web.json_response(body, status=201)
-        if key not in self.admission:
-            return self._refuse(404, "NotFound", f'{res} "{key[1]}" not found')
-        if req.method == "PUT":
-            self.admission[key] = body
-        elif req.method == "DELETE":
-            return aiohttp.web.json_response(self.admission.pop(key))
-        return aiohttp.web.json_response(self.admission[key])
+    def _namespace_object(self, name: str) -> dict:
+        obj = apiwrites._public(self.namespace_objects.get(name) or {
+            "kind": "Namespace", "apiVersion": "v1", "metadata": {"name": name}})
+        obj["metadata"] = {**obj["metadata"], "labels": dict(self.namespaces[name])}
+        return obj
+
+    def _namespace_store_write(self, method: str, name: str, q: dict, body, ctype: str,
+                               ua: str) -> tuple[int, dict]:
+        """Namespaces by apiwrites; `self.namespaces` (name -> labels) follows."""
+        if name in self.namespaces and name not in self.namespace_objects:
+            self.namespace_objects[name] = {
+                "kind": "Namespace", "apiVersion": "v1",
+                "metadata": {"name": name, "labels": dict(self.namespaces[name]),
+                             "uid": str(uuid.uuid4()), "resourceVersion": "1",
+                             "generation": 1},
+                "_managers": {"kubectl-client-side-apply": {"op": "Update", "fields": [
+                    f"metadata.labels.{k}" for k in self.namespaces[name]]}}}
+        code, out = apiwrites.write(self.namespace_objects, name, apiwrites.Resource(
+            "namespaces"), name, method, q, body, ctype, ua)
+        if 200 <= code < 300 and q.get("dryRun") != "All":
+            if name in self.namespace_objects:
+                self.namespaces[name] = dict(
+                    self.namespace_objects[name]["metadata"].get("labels") or {})
+            else:
+                self.namespaces.pop(name, None)
+        return code, out
+
+    def _namespace_write(self, method: str, name: str, q: dict, body, request) -> Any:
+        if q.get("dryRun") == "All":
+            self.dry_runs.append((method, f"/api/v1/namespaces/{name}"))
+        code, out = self._namespace_store_write(method, name, q, body,
+                                                request.headers.get("Content-Type", ""),
+                                                request.headers.get("User-Agent", ""))
+        return kmock.Response(status=code, payload=json.dumps(out).encode(),
+                              headers={"Content-Type": "application/json"})
 
     def _run_daemonset(self, ns: str, ds: dict) -> None:
-        """The DaemonSet controller: one pod per matching node, replacing older pods."""
+        """The DaemonSet controller: one pod per matching node, replacing older pods. A pod
+        the probe namespace's admission policy denies is not created: the controller posts
+        a FailedCreate Warning on the DaemonSet, worded as captures d01-d05 show."""
         tmpl = ds["spec"]["template"]
         sel = tmpl["spec"].get("nodeSelector") or {}
         for key, p in list(self.pods.items()):
@@ -338,10 +335,65 @@ class ExecCluster(FakeCluster):
                                     o.get("name") == ds["metadata"]["name"]
                                     for o in p["metadata"].get("ownerReferences") or ()):
                 del self.pods[key]
-        for name, node in self.nodes.items():
-            labels = node["metadata"].get("labels") or {}
-            if all(labels.get(k) == v for k, v in sel.items()):
+        nodes = [name for name, node in self.nodes.items()
+                 if all((node["metadata"].get("labels") or {}).get(k) == v
+                        for k, v in sel.items())]
+        denied = self._admission_denies(ns, ds, nodes[0]) if nodes else None
+        for name in nodes:
+            if denied:
+                self._failed_create(ns, ds, denied)
+            else:
                 self.add_agent_pod(name, ns, phase=self.agent_pod_phase, template=tmpl)
+
+    def resync_daemonsets(self) -> None:
+        """The controller's next sync (a pod deleted, a node added): every DaemonSet again."""
+        for (ns, _), ds in list(self.daemonsets.items()):
+            self._run_daemonset(ns, ds)
+
+    def _admission_denies(self, ns: str, ds: dict, node: str) -> tuple[str, str] | None:
+        """(policy, first failing message) when a bound probe-namespace policy denies the pod
+        the controller would create for `node`; None when admitted or none applies."""
+        labels = self.namespaces.get(ns) or {}
+        for (res, bname), b in self.admission.items():
+            if res != "validatingadmissionpolicybindings":
+                continue
+            want = ((b.get("spec") or {}).get("matchResources") or {}).get(
+                "namespaceSelector", {}).get("matchLabels") or {}
+            pol = self.admission.get(("validatingadmissionpolicies",
+                                      (b.get("spec") or {}).get("policyName")))
+            if pol is None or not all(labels.get(k) == v for k, v in want.items()):
+                continue
+            rules = ((pol.get("spec") or {}).get("matchConstraints") or {}).get(
+                "resourceRules") or ()
+            if not any("pods" in (r.get("resources") or ()) for r in rules):
+                continue
+            from tests.packaging.test_admission_policy import from_daemonset
+            pod = from_daemonset(ds, node)
+            pod["metadata"]["namespace"] = ns
+            ns_obj = self._namespace_object(ns)
+            msgs = apiwrites.admission_denials(pol, pod, "system:serviceaccount:kube-system:"
+                                               "daemon-set-controller", ns_obj)
+            if msgs:
+                return pol["metadata"]["name"], bname, msgs[0]
+        return None
+
+    def _failed_create(self, ns: str, ds: dict, denied) -> None:
+        policy, binding, message = denied
+        now = ts(__import__("datetime").datetime.now(__import__("datetime").timezone.utc))
+        pod = f"{ds['metadata']['name']}-{uuid.uuid4().hex[:5]}"
+        self.events.append({
+            "kind": "Event", "apiVersion": "v1",
+            "metadata": {"name": f"{ds['metadata']['name']}.{uuid.uuid4().hex[:16]}",
+                         "namespace": ns},
+            "involvedObject": {"kind": "DaemonSet", "namespace": ns,
+                               "name": ds["metadata"]["name"],
+                               "uid": ds["metadata"].get("uid"), "apiVersion": "apps/v1"},
+            "reason": "FailedCreate",
+            "message": f'Error creating: pods "{pod}" is forbidden: ValidatingAdmissionPolicy '
+                       f"'{policy}' with binding '{binding}' denied request: {message}",
+            "source": {"component": "daemonset-controller"}, "firstTimestamp": now,
+            "lastTimestamp": now, "count": 1, "type": "Warning", "eventTime": None,
+            "reportingComponent": "daemonset-controller", "reportingInstance": ""})
 
     def _ds_status(self, key: tuple[str, str], ds: dict) -> dict:
         out = json.loads(json.dumps(ds))

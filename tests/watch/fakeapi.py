@@ -25,13 +25,16 @@ from pathlib import Path
 
 import kmock
 
+from tests.kubectl import apiwrites
 from tests.kubectl.fakecluster import FakeCluster
 
 CAPTURES = Path(__file__).resolve().parents[1] / "data/captures/k8s-1.35/node-status-writes"
 NODE_STATUS = re.compile(r"^/api/v1/nodes/([^/]+)/status$")
 NODE = re.compile(r"^/api/v1/nodes/([^/]+)$")
 NS_EVENTS = re.compile(r"^/api/v1/namespaces/([^/]+)/events$")
+NS_EVENT = re.compile(r"^/api/v1/namespaces/([^/]+)/events/([^/]+)$")
 SA_USER = "system:serviceaccount:gpu-doctor:gpu-doctor-agent"
+ADMIN_TOKEN = "fake-token"   # FakeCluster.kubeconfig's user
 POLICY = "gpu-doctor-agent-own-node"
 
 
@@ -47,7 +50,9 @@ class NodeStatusCluster(FakeCluster):
         self.tokens: dict[str, str] = {}       # bearer token -> node it is bound to
         self.patches: list[dict] = []          # {"node", "content_type", "body", "token"}
         self.posted_events: list[dict] = []
+        self.event_patches: list[dict] = []
         self.fail_next: list[int] = []         # statuses to answer before acting (503 ...)
+        self.user_agents: list[str] = []       # of each write (the field manager's name)
 
     def add_capture_node(self, name: str) -> dict:
         """The captured Node (its kubelet conditions), renamed, without foreign conditions."""
@@ -74,10 +79,13 @@ class NodeStatusCluster(FakeCluster):
 
     def _route(self, method, path, q, request):
         if method not in ("PATCH", "POST") or not (NODE_STATUS.match(path) or NODE.match(path)
-                                                   or NS_EVENTS.match(path)):
+                                                   or NS_EVENTS.match(path)
+                                                   or NS_EVENT.match(path)):
             return super()._route(method, path, q, request)
         auth = request.headers.get("Authorization", "")
         token = auth[len("Bearer "):] if auth.startswith("Bearer ") else ""
+        if token == ADMIN_TOKEN:  # the CLI's kubeconfig (a cluster admin): no agent policy
+            return super()._route(method, path, q, request)
         if token not in self.tokens:
             return self._status(401, "Unauthorized", "Unauthorized")
         if self.fail_next:
@@ -86,6 +94,7 @@ class NodeStatusCluster(FakeCluster):
                                 "the server is currently unable to handle the request")
         body = json.loads(request.body or b"{}")
         ctype = request.headers.get("Content-Type", "")
+        self.user_agents.append(request.headers.get("User-Agent", ""))
         m = NODE_STATUS.match(path)
         if method == "PATCH" and m:
             return self._patch_status(m.group(1), ctype, body, token)
@@ -95,6 +104,9 @@ class NodeStatusCluster(FakeCluster):
         m = NS_EVENTS.match(path)
         if method == "POST" and m:
             return self._create_event(m.group(1), body)
+        m = NS_EVENT.match(path)
+        if method == "PATCH" and m:
+            return self._patch_event(m.group(1), m.group(2), ctype, body)
         return self._status(405, "MethodNotAllowed", "method not allowed")
 
     def _patch_status(self, name: str, ctype: str, body: dict, token: str):
@@ -107,23 +119,23 @@ class NodeStatusCluster(FakeCluster):
         new = (body.get("status") or {}).get("conditions") or []
         if any(not str(c.get("type", "")).startswith("GpuDoctor") for c in new):
             return self._denied(name, "the agent may only write GpuDoctor* conditions")
-        node = self.nodes[name]
-        if ctype == "application/strategic-merge-patch+json":
-            merged = {c["type"]: c for c in node["status"].get("conditions") or ()}
-            for c in new:
-                merged[c["type"]] = {**merged.get(c["type"], {}), **c}
-            node["status"]["conditions"] = list(merged.values())
-        elif ctype == "application/merge-patch+json":  # replaces the whole list (capture)
-            node["status"]["conditions"] = new
-        else:
-            return self._status(415, "UnsupportedMediaType",
-                                f'the body of the request was in an unknown format - accepted '
-                                f'media types include: application/json-patch+json, '
-                                f'application/merge-patch+json, application/apply-patch+yaml, '
-                                f'application/strategic-merge-patch+json')
-        node["metadata"]["resourceVersion"] = str(int(node["metadata"].get(
-            "resourceVersion", "1")) + 1)
-        return self._json(node)
+        code, out = apiwrites.patch_node(self.nodes[name], ctype, body, apiwrites.manager_of(
+            self.user_agents[-1] if self.user_agents else ""), True)
+        return kmock.Response(status=code, payload=json.dumps(out).encode(),
+                              headers={"Content-Type": "application/json"})
+
+    def _patch_event(self, ns: str, name: str, ctype: str, body: dict):
+        """A strategic merge patch of an Event (client-go's correlator: count, lastTimestamp,
+        message); 404 when it is gone (Events expire after the API server's --event-ttl)."""
+        self.event_patches.append({"namespace": ns, "name": name, "body": body})
+        ev = next((e for e in self.events if e["metadata"].get("namespace") == ns
+                   and e["metadata"].get("name") == name), None)
+        if ev is None:
+            return self._status(404, "NotFound", f'events "{name}" not found')
+        if ctype != "application/strategic-merge-patch+json":
+            return self._status(415, "UnsupportedMediaType", "unsupported patch type")
+        ev.update(body)
+        return self._json(ev)
 
     def _create_event(self, ns: str, body: dict):
         ev = copy.deepcopy(body)

@@ -29,25 +29,31 @@ def test_every_object_validates_strictly(doc):
     kubernetes_validate.validate(doc, kubernetes_validate.latest_version(), strict=True)
 
 
-def test_rbac_is_exactly_node_status_patch_and_event_create():
+def test_rbac_is_exactly_node_get_status_patch_and_event_create_patch():
+    """The capture's grant (nodes/status patch, events create), plus what node-problem-
+    detector's ClusterRole also has and issue 31 needs: `nodes get` (a new agent pod adopts
+    the conditions its node carries) and `events patch` (correlated Events)."""
     [role] = _kind("ClusterRole")
     assert role["rules"] == [
+        {"apiGroups": [""], "resources": ["nodes"], "verbs": ["get"]},
         {"apiGroups": [""], "resources": ["nodes/status"], "verbs": ["patch"]},
-        {"apiGroups": [""], "resources": ["events"], "verbs": ["create"]}]
-    # the same grant as the capture's ClusterRole, which the real API server enforced
+        {"apiGroups": [""], "resources": ["events"], "verbs": ["create", "patch"]}]
     cap = [d for d in yaml.safe_load_all((CAPTURES / "policy-used.yaml").read_text())
            if d and d["kind"] == "ClusterRole"][0]
-    assert role["rules"] == cap["rules"]
+    assert cap["rules"] == [
+        {"apiGroups": [""], "resources": ["nodes/status"], "verbs": ["patch"]},
+        {"apiGroups": [""], "resources": ["events"], "verbs": ["create"]}]
     [b] = _kind("ClusterRoleBinding")
     assert b["subjects"] == [{"kind": "ServiceAccount", "name": ap.SA_NAME, "namespace": NS}]
     [sa] = _kind("ServiceAccount")
     assert sa["automountServiceAccountToken"] is False
 
 
-def _request(node_name_claim, user=None):
+def _request(node_name_claim, user=None, operation="CREATE"):
     claims = json.loads((CAPTURES / "bound-token-claims.json").read_text())
     extra = {} if node_name_claim is None else {ap.NODE_NAME_EXTRA: [node_name_claim]}
-    return {"userInfo": {"username": user or ap.username(NS), "extra": extra}}, claims
+    return {"operation": operation,
+            "userInfo": {"username": user or ap.username(NS), "extra": extra}}, claims
 
 
 def _nodes():
@@ -133,6 +139,26 @@ def test_events_only_about_the_own_node_under_the_agents_name():
     spoof = copy.deepcopy(ev)
     spoof["source"]["component"] = "kubelet"
     assert _refusals(ap.EVENT_POLICY, spoof, None, req)
+
+
+def test_the_agent_may_patch_only_its_own_events():
+    """Correlated Events are patched (count, lastTimestamp, message): only one that was, and
+    stays, about its own node under its own name; never the kubelet's Event, never one moved
+    to another node."""
+    ev = capture("event-create.201.json")
+    ev["source"]["component"] = ap.EVENT_COMPONENT
+    upd, _ = _request("127.0.0.1", operation="UPDATE")
+    new = copy.deepcopy(ev)
+    new["count"], new["message"] = 7, "flapping"
+    assert _refusals(ap.EVENT_POLICY, new, ev, upd) == []
+    kubelets = copy.deepcopy(ev)
+    kubelets["source"]["component"] = "kubelet"
+    hijack = copy.deepcopy(kubelets)
+    hijack["source"]["component"] = ap.EVENT_COMPONENT
+    assert _refusals(ap.EVENT_POLICY, hijack, kubelets, upd)
+    moved = copy.deepcopy(new)
+    moved["involvedObject"]["name"] = "gpu-node-other"
+    assert _refusals(ap.EVENT_POLICY, moved, ev, upd)
 
 
 def test_the_writers_event_and_component_match_the_policy():

@@ -114,3 +114,51 @@ def test_a_capture_in_flight_is_killed_with_its_process_group(tmp_path):
     (e,) = ring.entries()
     doc = json.loads(ring.read(e["name"], 1 << 20))
     assert doc["report"]["incomplete_reason"]  # kept, and says it is incomplete
+
+
+FULL_DISK = r"""
+import json, os, sys
+from node_probe.watch.ring import Ring
+d = sys.argv[1]
+doc = {"schema": "gpu-doctor-bundle/v1", "pad": "x" * 30000}
+ring = Ring(os.path.join(d, "ev"), max_count=20)
+failed = 0
+for _ in range(40):
+    try:
+        ring.add(doc, "GpuDoctorXidErrors")
+    except OSError as exc:
+        failed += 1
+        err = exc.errno
+left = lambda: [n for n in os.listdir(os.path.join(d, "ev")) if n.startswith(".tmp-")]
+out = {"failed": failed, "errno": err if failed else None, "tmp_after_fail": len(left())}
+# a crash mid-write (the agent killed) leaves one; the next agent's sweep removes it
+open(os.path.join(d, "ev", ".tmp-bundle-0000000000000-001-X.json"), "w").write("half")
+out["swept"] = Ring(os.path.join(d, "ev")).sweep()
+out["tmp_after_sweep"] = len(left())
+print(json.dumps(out))
+"""
+
+
+def test_a_full_disk_leaves_no_temporary_files(tmp_path):
+    """W-13 (security round 4, w02_ring.py): on a full disk (a 256 KiB tmpfs, in a private
+    mount namespace) every failed write left its `.tmp-bundle-*` file, and nothing ever removed
+    them. Now a failed write unlinks its own, and the start-up sweep removes a crash's."""
+    import subprocess
+    import sys
+    repo = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    script = tmp_path / "full.py"
+    script.write_text(FULL_DISK)
+    d = tmp_path / "mnt"
+    d.mkdir()
+    r = subprocess.run(["unshare", "-m", "sh", "-c",
+                        f"mount -t tmpfs -o size=256k none {d} && "
+                        f"{sys.executable} {script} {d}"],
+                       capture_output=True, text=True, timeout=120, cwd=repo,
+                       env={**os.environ, "PYTHONPATH": repo})
+    if r.returncode != 0 and "mount" in r.stderr:
+        pytest.skip(f"no private mount namespace here: {r.stderr.strip()[:200]}")
+    assert r.returncode == 0, r.stderr
+    out = json.loads(r.stdout)
+    assert out["failed"] > 0 and out["errno"] == 28       # ENOSPC, really
+    assert out["tmp_after_fail"] == 0
+    assert out["swept"] == 1 and out["tmp_after_sweep"] == 0

@@ -109,3 +109,53 @@ def test_agent_watch_bad_setup_is_one_line_and_exit_2(tmp_path):
                            capture_output=True, text=True, timeout=60, env=env, cwd=repo)
         assert r.returncode == 2, (args, r.stderr)
         assert want in r.stderr and r.stderr.count("\n") == 1, (args, r.stderr)
+
+
+def test_reason_and_message_changes_never_move_the_transition_time():
+    s = ConditionState(clear_after=2, now=0.0)
+    s.update({XID: [_p()]}, now=10.0)
+    s.update({XID: [_p(fid="gpu.xid", title="Xid 79 x3")]}, now=20.0)
+    s.update({XID: [_p(sev="warning", title="Xid 13 x1")]}, now=30.0)
+    assert s.conds[XID].transition == 10.0 and "Xid 13" in s.conds[XID].message
+
+
+def test_a_new_agent_adopts_what_the_node_carries():
+    """The node as a real 1.35 API server returned it after the agent's patches (capture
+    admission-and-conditions c07): a new agent pod keeps each class's status and
+    lastTransitionTime instead of writing them anew (issue 31 item 3)."""
+    import json
+    from pathlib import Path
+    cap = json.loads((Path(__file__).resolve().parents[1] / "data/captures/k8s-1.35/"
+                      "admission-and-conditions/c07-get-node-two-custom-conditions.200.json")
+                     .read_text())
+    conds = cap["status"]["conditions"]
+    stuck = next(c for c in conds if c["type"] == "GpuDoctorDevicePluginStuck")
+    s = ConditionState(clear_after=2, now=2e9)
+    kept = s.adopt(conds, now=2e9)
+    assert "GpuDoctorDevicePluginStuck" in kept
+    c = s.conds["GpuDoctorDevicePluginStuck"]
+    assert c.status == stuck["status"]
+    assert c.to_api(2e9)["lastTransitionTime"] == stuck["lastTransitionTime"]
+    # the kubelet's conditions and forged times are not taken
+    assert s.adopt([{"type": "Ready", "status": "True"},
+                    {"type": XID, "status": "True", "lastTransitionTime": "tomorrow"}]) == []
+
+
+def test_a_true_class_clears_only_after_its_quiet_window():
+    s = ConditionState(clear_after=1, now=0.0, clear_quiet_s=60.0)
+    s.update({XID: [_p()]}, now=10.0)
+    for t in (11.0, 13.0, 15.0):              # flapping: absent, back, absent...
+        assert s.update({}, now=t) == []
+        s.update({XID: [_p()]}, now=t + 1)
+    assert s.update({}, now=50.0) == [] and s.conds[XID].status == "True"
+    (tr,) = s.update({}, now=80.0)            # 64 s after it was last seen
+    assert tr.status == "False" and s.conds[XID].transition == 80.0
+
+
+def test_stopping_flips_watching_only():
+    s = ConditionState(clear_after=1, now=0.0)
+    s.update({XID: [_p()]}, now=10.0)
+    s.stopped("the agent stopped", now=20.0)
+    assert (s.watching.status, s.watching.reason, s.watching.transition) == (
+        "False", "AgentStopped", 20.0)
+    assert s.conds[XID].status == "True" and s.conds[XID].transition == 10.0

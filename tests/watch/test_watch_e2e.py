@@ -53,7 +53,7 @@ def test_wedged_plugin_marks_the_node_and_the_evidence_outlives_the_restart(
     cg = tmp_path / "cgroup"
     cg.mkdir()
     evidence = tmp_path / "evidence"
-    agent = start_agent(*host.args(), "--node-name", NODE, "--interval", "5",
+    agent = start_agent(*host.args(), "--node-name", NODE, "--interval", "5", "--clear-quiet", "0",
                         "--api-token-file", str(api.token_file), "--api-ca-file", str(api.ca),
                         "--kmsg-file", str(kmsg), "--cgroup-root", str(cg),
                         "--evidence-dir", str(evidence), "--capture-trace-seconds", "0",

@@ -47,7 +47,7 @@ def test_xid_flood_is_one_problem_one_event_and_clears(api, start_agent, tmp_pat
     kmsg = tmp_path / "kmsg.txt"
     kmsg.write_text(_flood(5000))
     start_agent("--host-root", str(root), "--cgroup-root", str(cg), "--kmsg-file", str(kmsg),
-                "--node-name", NODE, "--interval", "1", "--clear-after", "2",
+                "--node-name", NODE, "--interval", "1", "--clear-after", "2", "--clear-quiet", "0",
                 "--api-token-file", str(api.token_file), "--api-ca-file", str(api.ca),
                 "--no-evidence", env=api.env())
     cond = wait_for(lambda: api.cluster.conditions(NODE).get(XID, {}).get("status") == "True"

@@ -36,7 +36,7 @@ def test_patch_merges_conditions_by_type_and_keeps_the_kubelets(api):
                                                       "Xid 95 x4000")]}, now=1000.0)
     w = Writer(_client(api), NODE).start()
     try:
-        w.publish(state.api_conditions, [(t.reason, t.message, True) for t in tr])
+        w.publish(state.api_conditions, [(t.ctype, t.reason, t.message, True) for t in tr])
         assert w.flush(30)
     finally:
         w.stop()
@@ -102,7 +102,7 @@ def test_server_errors_are_retried_and_events_are_not_lost(api):
     api.cluster.fail_next = [503, 503]
     w = Writer(_client(api), NODE).start()
     try:
-        w.publish(ConditionState().api_conditions, [("AgentWatching", "started", False)])
+        w.publish(ConditionState().api_conditions, [("agent", "AgentWatching", "started", False)])
         assert w.flush(30)
     finally:
         w.stop()
@@ -120,14 +120,14 @@ def test_a_silent_api_server_does_not_block_publish(api, monkeypatch):
     w = Writer(c, NODE).start()
     try:
         t0 = time.monotonic()
-        for _ in range(100):
-            w.publish(ConditionState().api_conditions, [("X", "y", False)])
+        for i in range(1000):
+            w.publish(ConditionState().api_conditions, [("c", f"X{i}", "y", False)])
         assert time.monotonic() - t0 < 1.0  # never waits on the network
         assert _wait(lambda: w.errors >= 1, 10)
         assert "timed out" in w.last_error or "Timeout" in w.last_error
     finally:
         w.stop()
-    assert len(w._events) <= 64  # bounded queue, oldest dropped
+    assert len(w.correlator.records) <= 256  # bounded: the oldest reasons forgotten
 
 
 def test_bad_in_cluster_env_is_one_clear_error(tmp_path, api):
@@ -143,3 +143,67 @@ def test_event_message_is_bounded_and_one_line():
     assert "\n" not in ev["message"] and "\x1b" not in ev["message"]
     assert len(ev["message"].encode()) <= conditions.MESSAGE_MAX
     assert "uid" not in ev["involvedObject"]
+
+
+class _Trickle:
+    """A TLS server that answers one byte every `gap_s`: the status line and headers
+    (`where="headers"`), or fast headers with a 1 MiB Content-Length and then the body, as
+    the audit's hostile API server did (security round 4, W-01/W-02: w_agent.py)."""
+
+    def __init__(self, tls_files, where: str, gap_s: float = 0.2) -> None:
+        import socket
+        import ssl
+        import threading
+        _, crt, key = tls_files
+        self.ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        self.ctx.load_cert_chain(str(crt), str(key))
+        self.sock = socket.create_server(("127.0.0.1", 0))
+        self.port = self.sock.getsockname()[1]
+        self.where, self.gap_s, self.done = where, gap_s, threading.Event()
+        threading.Thread(target=self._serve, daemon=True).start()
+
+    def _serve(self) -> None:
+        try:
+            raw, _ = self.sock.accept()
+            s = self.ctx.wrap_socket(raw, server_side=True)
+            s.recv(65536)
+            head = b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n" + b"X-Pad: " + \
+                b"a" * 10000 + b"\r\nContent-Length: 1048576\r\n\r\n"
+            if self.where == "body":
+                s.sendall(head)
+                head = b"{" + b" " * 1048575
+            for i in range(len(head)):
+                if self.done.wait(self.gap_s):
+                    break
+                s.sendall(head[i:i + 1])
+        except OSError:
+            pass
+
+    def close(self) -> None:
+        self.done.set()
+        self.sock.close()
+
+
+@pytest.mark.parametrize("where", ["headers", "body"])
+def test_one_total_deadline_holds_while_bytes_trickle(api, tls_files, where):
+    """W-01/W-02: one byte every 0.2 s kept the old writer's request open for hours (the
+    socket timeout is per recv, the deadline was checked only between 64 KiB reads). Now the
+    request ends at its total deadline, as a timeout, whatever part of the answer trickles."""
+    import threading
+    srv = _Trickle(tls_files, where)
+    api.token_file.write_text("tok-a\n")
+    c = ApiClient("127.0.0.1", srv.port, api.token_file, api.ca, timeout_s=10, total_s=1.5)
+    out: list = []
+
+    def go():
+        try:
+            out.append(c.request("GET", "/api/v1/nodes/x"))
+        except Exception as exc:  # noqa: BLE001 - what it raised is the result
+            out.append(exc)
+    t = threading.Thread(target=go, daemon=True)
+    t.start()
+    t.join(60)   # a bound for the test, far above the deadline: not a timing measurement
+    srv.close()
+    assert not t.is_alive(), "the request outlived its deadline"
+    (res,) = out
+    assert isinstance(res, TimeoutError) and "within 1.5s" in str(res)
