@@ -35,7 +35,8 @@ from node_probe.engine.context import ProbeOptions
 from node_probe.engine.runner import Runner
 from node_probe.host import containers, gpu_holders
 from tests.cgroups.conftest import GPU0_UUID, GPU1_UUID, new_cid, new_uid
-from tests.cgroups.test_gpu_isolation import MAJOR, MINORS, bundle, host_root, short_tmp  # noqa: F401
+from tests.cgroups.test_gpu_isolation import (MAJOR, MINORS, bundle, host_root,  # noqa: F401
+                                              short_tmp)
 from tests.fakes.fake_podresources import serve
 from tests.probe_run import REPO, run_probe
 
@@ -205,8 +206,8 @@ def test_the_device_plugin_is_exempt_by_the_socket_it_serves(v1_tree, short_tmp)
     (ex,) = scan_record(run)["exempt"]
     assert ex["subject"] == ("pod nvidia-device-plugin/nvdp-nvidia-device-plugin-5x2kq container "
                              "nvidia-device-plugin-ctr")
-    assert ex["why"] == (f"it serves the device-plugin socket "
-                         f"{root}/var/lib/kubelet/device-plugins/nvidia-gpu.sock (matched by inode)")
+    sock = root / "var/lib/kubelet/device-plugins/nvidia-gpu.sock"
+    assert ex["why"] == f"it serves the device-plugin socket {sock} (matched by inode)"
 
 
 @pytest.mark.parametrize("how", ["flag", "env"])
