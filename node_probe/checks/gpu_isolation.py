@@ -110,13 +110,16 @@ def gpu_isolation(ctx):
     found = containers_or_skip(ctx)
     podres = ctx.fact(PODRESOURCES, timeout=min(2.0, max(0.0, ctx.remaining() - 2.0)),
                       default=None)
+    ckpt, unreadable = (None, None) if podres is not None else \
+        device_checkpoint.state(opts.kubelet_path)
     if podres is not None:
         source = "podresources"
-    elif device_checkpoint.load(opts.kubelet_path) is not None:
+    elif ckpt is not None:
         source = "checkpoint"
     else:
         ctx.skip("neither the kubelet's pod-resources API nor its device checkpoint could be "
-                 "read: what each container was given is unknown")
+                 "read: what each container was given is unknown"
+                 + (f" ({unreadable})" if unreadable else ""))
     nvml = ctx.fact(NVML, timeout=min(1.0, max(0.0, ctx.remaining() - 2.0)), default=None)
     inv = nvidia_devices.inventory(opts.host_root, nvml.to_dict() if nvml else None)
     major = inv.majors.get("nvidia-frontend") or inv.majors.get("nvidia")
