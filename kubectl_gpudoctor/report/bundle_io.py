@@ -25,7 +25,8 @@ from node_probe.protocol.bundle import NotRegularFile, TooLargeFile, read_capped
 from .. import errors
 
 MAX_BUNDLE_BYTES = 64 * 1024 * 1024   # replay refuses anything larger (bounded read)
-MAX_CONTAINERS = 1_000_000            # JSON objects/arrays in one bundle (a real one: < 300k)
+MAX_CONTAINERS = 600_000              # JSON objects/arrays in one bundle (a real one: < 300k;
+                                      # replay of this many stays under the CLI's 512 MiB)
 MAX_REPORT_DEPTH = 48                 # the report part is rendered: evidence a few levels deep
 EXIT_CODES = frozenset(int(e) for e in ExitStatus)
 MAX_TIME = 1e11       # seconds since the epoch: year 5138 (time.gmtime's range on every libc)
