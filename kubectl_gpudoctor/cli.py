@@ -511,8 +511,9 @@ def rbac_cmd(ctx: click.Context, parts: tuple[str, ...]) -> int:
     """Print the manifests a cluster admin applies, from this plugin (no repository needed):
     `kubectl gpu-doctor rbac | kubectl apply -f -`. PART: base (default: the probe namespace
     and the users' RBAC), nodes-proxy (opt-in, exec-equivalent: read its warning), agent
-    (exec into the standing agent), admission-policy (only the probe image in the probe
-    namespace), or all."""
+    (opt-in: exec into the standing agent), admission-policy (only the probe image in the
+    probe namespace), or all (base and admission-policy, never an opt-in: name those too,
+    e.g. `rbac all nodes-proxy`)."""
     return rbac.rbac(_session(ctx), parts)
 
 

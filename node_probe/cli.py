@@ -61,6 +61,11 @@ def build_parser() -> argparse.ArgumentParser:
                    help="also watch this process's futex waits and NVML init calls (repeatable)")
     p.add_argument("--focus-pod", action="append", default=[], metavar="POD_UID",
                    help="limit container checks to these pod UIDs (repeatable)")
+    p.add_argument("--trusted-namespace", action="append", default=None, metavar="NAMESPACE",
+                   help="pods in this namespace may hold GPUs they were not given (GPU "
+                        "agents; repeatable; replaces the default list gpu-operator, "
+                        "nvidia-gpu-operator, kube-system, gpu-doctor; env "
+                        "GPU_DOCTOR_TRUSTED_NAMESPACES=a,b)")
     p.add_argument("--only", action="append", default=[], metavar="CHECK",
                    help="run only these checks (repeatable)")
     p.add_argument("--skip", action="append", default=[], metavar="CHECK",
@@ -85,7 +90,9 @@ def options_from_args(a: argparse.Namespace) -> ProbeOptions:
                         nvml_timeout_s=a.nvml_timeout, dev_prefix=a.dev_prefix,
                         focus_pods=tuple(a.focus_pod), only=tuple(a.only),
                         skip=tuple(a.skip), plugin_log=a.plugin_log,
-                        trace_pids=tuple(a.trace_pid))
+                        trace_pids=tuple(a.trace_pid),
+                        trusted_namespaces=(None if a.trusted_namespace is None
+                                            else tuple(a.trusted_namespace)))
 
 
 def _raise_interrupt(signum, frame):

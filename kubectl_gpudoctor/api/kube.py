@@ -31,7 +31,7 @@ import urllib.parse
 from typing import Any, Iterator, Mapping, Sequence
 
 from .. import errors
-from . import deadline
+from . import deadline, shape
 
 DEFAULT_REQUEST_TIMEOUT_S = 15.0
 
@@ -201,8 +201,15 @@ class Kube:
 
     def get_json(self, path: str, query: Sequence[tuple[str, Any]] | None = None,
                  timeout: float | None = None, max_bytes: int | None = None) -> dict:
-        return _loads(self.request("GET", path, query, timeout=timeout, max_bytes=max_bytes),
-                      path)
+        """The answer as JSON; a node, pod, event or lease (list) whose fields do not have
+        the Kubernetes types is errors.BadAnswer (api/shape.py), before anything reads it."""
+        doc = _loads(self.request("GET", path, query, timeout=timeout, max_bytes=max_bytes),
+                     path)
+        try:
+            shape.check_answer(path, doc)
+        except shape.Malformed as exc:
+            raise malformed(path, exc) from None
+        return doc
 
     def get_text(self, path: str, query: Sequence[tuple[str, Any]] | None = None,
                  timeout: float | None = None, max_bytes: int | None = None) -> str:
@@ -522,6 +529,11 @@ def _short(exc: BaseException) -> str:
     for rx in _PY_REPRS:
         text = rx.sub("", text)
     return text.strip(" :")[:200] or type(exc).__name__
+
+
+def malformed(path: str, exc: Exception) -> errors.BadAnswer:
+    return errors.BadAnswer(f"the API server's answer for {path} is malformed: {exc}",
+                            path=path)
 
 
 def _loads(data: bytes, path: str) -> dict:

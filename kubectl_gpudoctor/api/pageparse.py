@@ -119,13 +119,17 @@ def _walk_list(s: str, each: Callable[[dict], Any] | None) -> tuple[list, str | 
     return items, token
 
 
+KIND_BITS = 3   # a page's kind byte: the reduction (low bits), shape.SCHEMA_IDS (high bits)
+
+
 def _each(kind: int) -> Callable[[dict], Any]:
-    from . import slim
+    from . import shape, slim
     # a fresh compactor per page: the CLI gets each page's shared parts once (marshal keeps
     # references), and the child's table does not grow with the list
-    if kind in (KIND_PODS, KIND_PODS_IDS):
-        return slim.PodCompactor(container_ids=kind == KIND_PODS_IDS)
-    return slim.slim
+    reduce, sid = kind & ((1 << KIND_BITS) - 1), kind >> KIND_BITS
+    if reduce in (KIND_PODS, KIND_PODS_IDS):
+        return shape.checking(slim.PodCompactor(container_ids=reduce == KIND_PODS_IDS), sid)
+    return shape.checking(slim.slim, sid)
 
 
 def child_argv() -> list[str]:

@@ -20,8 +20,8 @@ import re
 from typing import Any, Callable, Sequence
 
 from .. import errors
-from . import pageparse
-from .kube import Kube
+from . import pageparse, shape
+from .kube import Kube, malformed
 from .slim import PodCompactor, slim
 
 PAGE_SIZE = 1000  # ~3.5 MiB of pod JSON per page: bounded memory (in the CLI and each page
@@ -83,6 +83,10 @@ def _walk(kube: Kube, path: str, query: list, page_size: int, timeout: float,
         return kube.request("GET", path, q, timeout=timeout)
 
     kind = _kind(each)
+    sid = shape.schema_id(path)   # items checked (in the child, else here) before reduced
+    if kind is not None:
+        kind |= sid << pageparse.KIND_BITS
+    each = shape.checking(each, sid)
     if parsers is None or not parsers.workers or kind is None:
         parsers, ahead = None, 1
     else:
@@ -128,6 +132,8 @@ def _walk(kube: Kube, path: str, query: list, page_size: int, timeout: float,
                 except pageparse.NotJson:
                     raise errors.ApiError(
                         f"the API server sent non-JSON for {path}") from None
+                except shape.Malformed as exc:
+                    raise malformed(path, exc) from None
                 del raw, fut
                 items.extend(got)
                 del got

@@ -16,6 +16,7 @@ from typing import Any, Callable, Mapping
 
 from node_probe.protocol import catalog
 from node_probe.protocol import Finding
+from node_probe.protocol.render import terminal_safe
 
 from .. import analysis, errors
 from ..api import extra_lists
@@ -348,9 +349,10 @@ def history(session: Session, o: dict, name: str, n: int) -> ExitStatus:
                 r = json.loads(line)
             except ValueError:
                 continue
-            if isinstance(r, dict) and isinstance(r.get("n"), int):
+            if isinstance(r, dict) and _count(r.get("n")) is not None:
                 rows.append({"n": r["n"], "captured_at": _utc(r.get("time")),
-                             "condition": _cell(r.get("class")), "bytes": r.get("bytes")})
+                             "condition": _cell(r.get("class")),
+                             "bytes": _count(r.get("bytes"))})
         if o.get("output") in ("json", "jsonl"):
             click.echo(json.dumps({"node": name, "bundles": rows}, indent=2))
             return ExitStatus.OK
@@ -358,9 +360,9 @@ def history(session: Session, o: dict, name: str, n: int) -> ExitStatus:
             click.echo(f"no evidence kept on {name}: the agent captured no problem yet")
             return ExitStatus.OK
         from tabulate import tabulate
-        click.echo(tabulate([[r["n"], r["captured_at"], r["condition"], r["bytes"]]
-                             for r in rows], headers=["N", "CAPTURED (UTC)", "CONDITION",
-                                                      "BYTES"],
+        click.echo(tabulate([[terminal_safe("?" if r[k] is None else r[k]) for k in
+                              ("n", "captured_at", "condition", "bytes")] for r in rows],
+                            headers=["N", "CAPTURED (UTC)", "CONDITION", "BYTES"],
                             tablefmt="plain", disable_numparse=True))
         click.echo(f"`kubectl gpu-doctor node {name} --history N` replays one "
                    f"(--save FILE keeps it)")
@@ -376,6 +378,12 @@ def history(session: Session, o: dict, name: str, n: int) -> ExitStatus:
 def _utc(t: Any) -> str:
     ok = isinstance(t, (int, float)) and 0 <= t < 1e11
     return time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(t)) if ok else "?"
+
+
+def _count(v: Any) -> int | None:
+    """A whole number the agent reported (a bundle's number or size), else None: every other
+    type or value from the agent (an escape sequence in `bytes`, HI-01) is dropped."""
+    return v if type(v) is int and 0 <= v < 1 << 53 else None
 
 
 def _cell(v: Any) -> str:

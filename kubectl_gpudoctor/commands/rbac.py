@@ -5,6 +5,11 @@ points at nothing. The manifests travel inside the plugin (kubectl_gpudoctor/man
 same files as the repository's deploy/, packaged with the wheel and the frozen build), and
 `kubectl gpu-doctor rbac | kubectl apply -f -` applies them. The files are printed as they are
 (their comments say what each permission is for and what it risks).
+
+`all` is what every cluster needs (base and the admission policy), never an opt-in: the
+nodes-proxy grant is exec-equivalent on every kubelet and the agent's Role is exec into a root
+pod, so `rbac all | kubectl apply -f -` must not hand them out (round-4 audit E-02). An opt-in
+is printed only when named: `rbac all nodes-proxy`.
 """
 from __future__ import annotations
 
@@ -21,6 +26,8 @@ MANIFESTS = Path(__file__).resolve().parent.parent / "manifests"
 FILES = {"base": "rbac.yaml", "nodes-proxy": "rbac-nodes-proxy.yaml",
          "agent": "agent-rbac.yaml", "admission-policy": "admission-policy.yaml"}
 PARTS = tuple(FILES)
+OPT_IN = ("nodes-proxy", "agent")            # printed only when named, never by `all`
+ALL = tuple(p for p in PARTS if p not in OPT_IN)
 APPLY = "kubectl gpu-doctor rbac | kubectl apply -f -"
 
 
@@ -35,7 +42,10 @@ def manifest_text(part: str) -> str:
 
 
 def rbac(session: Session, parts: Sequence[str]) -> ExitStatus:
-    chosen = list(PARTS) if "all" in parts else list(dict.fromkeys(parts or ("base",)))
+    wanted = set(parts or ("base",))
+    if "all" in wanted:
+        wanted |= set(ALL)
+    chosen = [p for p in PARTS if p in wanted]    # base first: the others use its namespace
     docs = [manifest_text(p).strip("\n") for p in chosen]
     echo("\n---\n".join(docs))
     return ExitStatus.OK

@@ -124,7 +124,7 @@ WATCH = AgentExtras(
     flags=("--interval", "--evidence-dir", "--metrics-port", "--clear-after", "--clear-quiet",
            "--events-namespace", "--evidence-max-count", "--evidence-max-bytes",
            "--evidence-min-gap", "--no-evidence", "--capture-trace-seconds",
-           "--capture-timeout", "--provoke-min-gap", "--nvml-timeout"),
+           "--capture-timeout", "--provoke-min-gap", "--nvml-timeout", "--trusted-namespace"),
     service_account="gpu-doctor-agent",
     token_volume="agent-token",
     env_fields={"NODE_NAME": "spec.nodeName", "POD_IP": "status.podIP"},

@@ -5,8 +5,14 @@ running still works (DESIGN.md section 5), so `node X` runs the node probe in th
 agent's pod instead of creating a debug pod. This is the official client's websocket exec
 (`kubernetes.stream`, subprotocol v5/v4.channel.k8s.io: channel 1 stdout, 2 stderr, 3 the final
 `Status`), wrapped so that it can never hang and fails as one clear error:
-- the connect (TCP, TLS, upgrade) runs in a daemon thread we stop waiting for at a deadline:
-  the client's create_websocket has no timeout of its own;
+- the connect (TCP, TLS, the upgrade request and every header of its answer) has ONE total
+  deadline: the client's create_websocket has no timeout of its own, and websocket-client's
+  timeout is per recv, so an answer `101` whose headers came one line a second never ended
+  (round-4 audit L-02: `nodes --probe` kept 20 such threads and sockets until exit). The
+  request is built by the official client (its auth, its exec URL), the socket is ours: when
+  the deadline fires the socket is shut, the connecting thread fails at once, closes it and
+  ends; nothing is left behind. The upgrade's answer is read up to HANDSHAKE_MAX bytes, and a
+  redirect is not followed;
 - frames are read by reach/frames.py, not by the client's WSClient: every wait is bounded by
   the time left, also while an agent keeps sending, payloads come in pieces of at most 64 KiB
   whatever size a frame announces, and every stdout byte sent before the close is yielded;
@@ -24,6 +30,8 @@ from __future__ import annotations
 import dataclasses
 import json
 import re
+import socket
+import ssl
 import threading
 import time
 from typing import Any, Iterator, Sequence
@@ -71,43 +79,68 @@ class ExecStream:
     # -- connect -------------------------------------------------------------------------
     def open(self) -> "ExecStream":
         from kubernetes import client as kclient
-        from kubernetes.stream import stream
 
-        # `stream()` swaps call_api on the ApiClient it is given while it connects: on the
-        # Kube's shared client that would send other threads' GETs down the websocket path
-        # (seen with `nodes --probe`), so every exec gets its own client over the same config.
+        # every exec its own client over the same config: the request is built on it (the
+        # shared Kube's client serves other threads' GETs meanwhile)
         shared = self.kube.api_client if hasattr(self.kube, "api_client") else self.kube._api
         self._api_client = kclient.ApiClient(shared.configuration)
-        api = kclient.CoreV1Api(self._api_client)
-        box: dict = {}
-
-        def connect() -> None:
-            try:
-                box["client"] = stream(
-                    api.connect_get_namespaced_pod_exec, self.pod, self.namespace,
-                    command=self.command, container=self.container, stderr=True,
-                    stdin=False, stdout=True, tty=False, _preload_content=False, binary=True)
-            except BaseException as exc:  # noqa: BLE001 - handed to the waiting thread
-                box["error"] = exc
-
         self._t0 = time.monotonic()
-        t = threading.Thread(target=connect, name="exec-connect", daemon=True)
+        deadline = self._t0 + self.connect_timeout_s
+        try:
+            url, header = self._request()
+        except Exception as exc:  # noqa: BLE001 - the client could not even build it
+            self.close()
+            raise errors.ApiError(f"exec into {self.namespace}/{self.pod} failed: "
+                                  f"{_short(exc)}") from None
+        dial = _Dial(url, header, self._api_client.configuration, deadline)
+        t = threading.Thread(target=dial.run, name="exec-connect", daemon=True)
         t.start()
-        t.join(self.connect_timeout_s)
-        if t.is_alive():  # the thread is abandoned (daemon); its client is not ours to close
-            self._api_client = None
+        t.join(max(0.0, deadline - time.monotonic()))
+        if t.is_alive():
+            dial.cut()          # the thread's socket op fails now: it closes it and ends
+            t.join(CUT_GRACE_S)
+            self.close()
             raise errors.ApiUnreachable(
                 f"no answer to the exec into {self.namespace}/{self.pod} within "
                 f"{self.connect_timeout_s:g}s")
-        if "error" in box:
+        if dial.error is not None:
             self.close()
-            raise _refusal(box["error"], self.namespace, self.pod) from None
-        self.client = box["client"]
+            raise _refusal(dial.error, self.namespace, self.pod) from None
+        self.client = dial.connection()
         try:
             self.client.sock.settimeout(max(1.0, self.connect_timeout_s))
         except Exception:  # noqa: BLE001 - a socket without timeouts still has poll() bounds
             pass
         return self
+
+    def _request(self) -> tuple[str, list[str]]:
+        """(ws URL, upgrade headers) of this exec as the official client builds it (its auth
+        header, refreshed by its token hook; the command as repeated `command=` parameters),
+        without sending anything: the client's REST transport (every client version sends
+        through it) is swapped for a recorder on this exec's own client."""
+        from kubernetes import client as kclient
+        from kubernetes.stream import ws_client
+
+        built: dict = {}
+
+        def record(method, url, query_params=None, headers=None, **_kw):
+            built.update(url=ws_client.get_websocket_url(url, query_params),
+                         headers=dict(headers or {}))
+            raise _Built()
+
+        self._api_client.rest_client.request = record
+        try:
+            kclient.CoreV1Api(self._api_client).connect_get_namespaced_pod_exec(
+                self.pod, self.namespace, command=self.command, container=self.container,
+                stderr=True, stdin=False, stdout=True, tty=False, _preload_content=False)
+        except _Built:
+            pass
+        hdrs = {k.lower(): v for k, v in built["headers"].items()}
+        header = [f"sec-websocket-protocol: {ws_client.V5_CHANNEL_PROTOCOL},"
+                  f"{ws_client.V4_CHANNEL_PROTOCOL}"]
+        if hdrs.get("authorization"):
+            header.insert(0, f"authorization: {hdrs['authorization']}")
+        return built["url"], header
 
     # -- read ----------------------------------------------------------------------------
     def chunks(self) -> Iterator[bytes]:
@@ -179,6 +212,143 @@ class ExecStream:
                 api_client.close()
             except Exception:  # noqa: BLE001 - its pools hold no state worth an error
                 pass
+
+
+CUT_GRACE_S = 2.0          # a cut connect's thread ends in well under this
+HANDSHAKE_MAX = 1 << 20    # bytes of the upgrade's answer read (headers, a refusal's body)
+
+
+class _Built(Exception):
+    """The exec request was built; nothing is sent."""
+
+
+class _Capped:
+    """The connecting socket as websocket-client reads the upgrade's answer through it: at
+    most HANDSHAKE_MAX bytes (its header reader has no bound of its own, and it reads a
+    refusal's body of any Content-Length)."""
+
+    def __init__(self, sock: Any) -> None:
+        self._sock = sock
+        self._left = HANDSHAKE_MAX
+
+    def recv(self, n: int) -> bytes:
+        if self._left <= 0:
+            raise OSError(f"the exec upgrade's answer is longer than {HANDSHAKE_MAX} bytes")
+        data = self._sock.recv(min(n, self._left))
+        self._left -= len(data)
+        return data
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._sock, name)
+
+
+class _Dial:
+    """One websocket connect under one total deadline, cut from another thread.
+
+    The TCP connection, the TLS handshake (verified as the client's configuration says: its
+    CA, client certificate, server name) and the upgrade all run on a socket held here, so
+    `cut()` can shut it whatever step is waiting. A configured HTTP proxy is left to
+    websocket-client (cut once its socket exists)."""
+
+    def __init__(self, url: str, header: list[str], cfg: Any, deadline: float) -> None:
+        import websocket
+        self.url, self.header, self.cfg, self.deadline = url, header, cfg, deadline
+        self.ws = websocket.WebSocket(skip_utf8_validation=False)
+        self.error: BaseException | None = None
+        self._lock = threading.Lock()
+        self._sock: Any = None
+        self._cut = False
+
+    def _left(self) -> float:
+        return max(0.05, self.deadline - time.monotonic())
+
+    def _hold(self, sock: Any) -> None:
+        """Publish the socket `cut()` shuts; raise if the deadline already fired."""
+        with self._lock:
+            self._sock = sock
+            if self._cut:
+                raise OSError("the exec connect's deadline passed")
+
+    def cut(self) -> None:
+        with self._lock:
+            self._cut = True
+            sock = self._sock if self._sock is not None else getattr(self.ws, "sock", None)
+        for s in (getattr(sock, "_sock", sock),):
+            try:
+                s.shutdown(socket.SHUT_RDWR)
+            except (OSError, AttributeError):
+                pass
+
+    def run(self) -> None:
+        from urllib.parse import urlsplit
+        sock = None
+        try:
+            if self.cfg.proxy:
+                self.ws.connect(self.url, header=self.header, timeout=self._left(),
+                                redirect_limit=0, **_proxy_options(self.cfg))
+                return
+            u = urlsplit(self.url)
+            secure = u.scheme == "wss"
+            sock = socket.create_connection((u.hostname, u.port or (443 if secure else 80)),
+                                            timeout=self._left())
+            self._hold(sock)
+            if secure:
+                sock = _tls_context(self.cfg).wrap_socket(
+                    sock, server_hostname=self.cfg.tls_server_name or u.hostname,
+                    do_handshake_on_connect=False)
+                self._hold(sock)
+                sock.settimeout(self._left())
+                sock.do_handshake()
+            sock.settimeout(self._left())
+            self.ws.connect(self.url, header=self.header, socket=_Capped(sock),
+                            timeout=self._left(), redirect_limit=0)
+            self.ws.sock = sock   # the handshake is over: frames are read from the socket
+        except BaseException as exc:  # noqa: BLE001 - handed to the waiting thread
+            self.error = exc
+            for s in (sock, getattr(self.ws, "sock", None)):
+                try:
+                    if s is not None:
+                        s.close()
+                except OSError:
+                    pass
+
+    def connection(self) -> Any:
+        """What chunks() and close() read: the websocket, its subprotocol."""
+        ws = self.ws
+        proto = getattr(ws, "subprotocol", None)
+        if not proto:
+            proto = next((v for k, v in (ws.getheaders() or {}).items()
+                          if k.lower() == "sec-websocket-protocol"), None)
+        return _Connection(ws, proto)
+
+
+@dataclasses.dataclass
+class _Connection:
+    sock: Any               # the websocket (websocket-client's WebSocket)
+    subprotocol: str | None
+    _connected: bool = True
+
+
+def _tls_context(cfg: Any) -> ssl.SSLContext:
+    """TLS as the client's configuration says (the same settings its HTTP calls use)."""
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+    if cfg.verify_ssl:
+        if cfg.ssl_ca_cert:
+            ctx.load_verify_locations(cafile=cfg.ssl_ca_cert)
+        else:
+            ctx.load_default_certs()
+        ctx.check_hostname = cfg.assert_hostname is not False
+    else:
+        ctx.check_hostname = False
+        ctx.verify_mode = ssl.CERT_NONE
+    if cfg.cert_file:
+        ctx.load_cert_chain(cfg.cert_file, cfg.key_file)
+    return ctx
+
+
+def _proxy_options(cfg: Any) -> dict:
+    from kubernetes.stream import ws_client
+    return ws_client.websocket_proxycare({}, cfg, "", {})
 
 
 def _parse_status(raw: bytes) -> dict | None:

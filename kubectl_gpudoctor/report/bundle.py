@@ -277,7 +277,9 @@ def parse(data: bytes, path: str) -> dict:
 def replay(doc: Mapping[str, Any], fmt: str, fail_on: str | None = None,
            stdout: Any = None, stderr: Any = None, details: bool = False) -> int:
     """Render the saved report as the original run did; return its exit code (recomputed from
-    the findings only when --fail-on differs from the saved run's)."""
+    the findings only when --fail-on differs from the saved run's). `doc` is used up: its
+    evidence and finding records are dropped as the report is built (a 64 MiB bundle is not
+    held twice: the CLI's 512 MiB bound)."""
     from .output import Output
 
     rep = doc["report"]
@@ -290,9 +292,13 @@ def replay(doc: Mapping[str, Any], fmt: str, fail_on: str | None = None,
                  details=details)
     r = out.report
     r.version = terminal_safe(rep.get("version") or r.version)
+    if isinstance(doc, dict):
+        doc.pop("evidence", None)   # not rendered: its memory goes before the report's grows
     try:
         r.started_at = float(rep.get("started_at") or r.started_at)
-        for rec in rep["findings"]:  # a bundle is hostile: its advice is labelled as ours are
+        recs = rep["findings"]
+        for i, rec in enumerate(recs):  # a bundle is hostile: its advice labelled as ours are
+            recs[i] = None              # each record freed once it is a Finding (memory)
             r.add_finding(Finding.from_record(catalog.label_foreign_remediation(rec)))
         for c in rep["checks"]:
             r.checks.append(CheckResult(c.get("id", "?"), c.get("status", "?"),

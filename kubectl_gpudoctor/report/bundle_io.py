@@ -25,9 +25,13 @@ from node_probe.protocol.bundle import NotRegularFile, TooLargeFile, read_capped
 from .. import errors
 
 MAX_BUNDLE_BYTES = 64 * 1024 * 1024   # replay refuses anything larger (bounded read)
-MAX_CONTAINERS = 1_000_000            # JSON objects/arrays in one bundle (a real one: < 300k)
+MAX_CONTAINERS = 600_000              # JSON objects/arrays in one bundle (a real one: < 300k;
+                                      # replay of this many stays under the CLI's 512 MiB)
 MAX_REPORT_DEPTH = 48                 # the report part is rendered: evidence a few levels deep
 EXIT_CODES = frozenset(int(e) for e in ExitStatus)
+MAX_TIME = 1e11       # seconds since the epoch: year 5138 (time.gmtime's range on every libc)
+MAX_DURATION = 1e9    # seconds a run or a check took: 31 years
+MAX_INT = 1 << 63     # a number in the report past this is not a count, size or time
 SEVERITIES = frozenset(s.value for s in Severity)
 
 
@@ -144,7 +148,7 @@ def check_report(rep: Any) -> None:
         raise Malformed("target is not an object of strings")
     for key in ("version", "preamble", "incomplete_reason"):
         _opt(rep, key, str)
-    _opt(rep, "started_at", (int, float))
+    _opt(rep, "started_at", (int, float), 0, MAX_TIME)
     if rep.get("fail_on") is not None and rep["fail_on"] not in FAIL_ON:
         raise Malformed("fail_on is not one of " + "/".join(FAIL_ON))
     code = rep.get("exit_code")
@@ -179,13 +183,15 @@ def check_report(rep: Any) -> None:
             raise Malformed("a check is not an object with a string id and status")
         for key in ("message", "reason"):
             _opt(c, key, str)
-        _opt(c, "duration_s", (int, float))
+        _opt(c, "duration_s", (int, float), 0, MAX_DURATION)
     sr = rep.get("summary_record")
     if sr is not None and not isinstance(sr, dict):
         raise Malformed("summary_record is not an object")
 
 
-def _opt(obj: Mapping[str, Any], key: str, types: type | tuple) -> None:
+def _opt(obj: Mapping[str, Any], key: str, types: type | tuple,
+         lo: float | None = None, hi: float | None = None) -> None:
+    """`obj[key]` is absent, null or of `types` (a number: finite, within [lo, hi))."""
     v = obj.get(key)
     if v is None:
         return
@@ -193,10 +199,15 @@ def _opt(obj: Mapping[str, Any], key: str, types: type | tuple) -> None:
         raise Malformed(f"{key} is {type(v).__name__}")
     if isinstance(v, float) and not math.isfinite(v):
         raise Malformed(f"{key} is not finite")
+    if lo is not None and hi is not None and isinstance(v, (int, float)) and \
+            not lo <= v < hi:
+        raise Malformed(f"{key} is out of range ({str(v)[:24]})")
 
 
 def _depth(value: Any) -> None:
-    """Iterative: no recursion on hostile nesting."""
+    """Nesting and numbers: no deeper than MAX_REPORT_DEPTH, every number finite and within
+    MAX_INT (the renderers turn `*_s` evidence into durations: float(10**400) overflows).
+    Iterative: no recursion on hostile nesting."""
     stack = [(value, 0)]
     while stack:
         v, d = stack.pop()
@@ -206,3 +217,6 @@ def _depth(value: Any) -> None:
             stack.extend((x, d + 1) for x in v.values())
         elif isinstance(v, list):
             stack.extend((x, d + 1) for x in v)
+        elif isinstance(v, float) and not math.isfinite(v) or \
+                type(v) is int and not -MAX_INT < v < MAX_INT:
+            raise Malformed(f"a number is out of range ({str(v)[:24]})")

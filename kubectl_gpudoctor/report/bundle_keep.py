@@ -45,6 +45,10 @@ _URL_PASSWORD = re.compile(r"(?i)(?<![\w+.-])([a-z][a-z0-9+.-]{0,20}://[^\s:/@]{
 _PEM_BEGIN = re.compile(r"-----BEGIN [A-Z0-9 ]{0,40}PRIVATE KEY-----")
 _PEM_END = "-----END "
 _SECRET_FLAG = re.compile(r"(?i)^--?[\w.-]{0,48}(?:" + _KEYWORDS + r")[\w.-]{0,48}$")
+_SECRET_NAME = re.compile(r"(?i)(?:" + _KEYWORDS + r")")
+# mysql's -pPASSWORD as a word of a shell command string (`sh -c "mysql -pX -h db"`)
+_SHORT_P = re.compile(r"(?<![^\s;&|(`'\"])-p(?:\"[^\"\n]{0,1024}\"?|'[^'\n]{0,1024}'?|"
+                      r"[^\s;&|)`'\"-][^\s;&|)`'\"]{0,1023})")
 
 
 # -- text -------------------------------------------------------------------------------------
@@ -88,9 +92,17 @@ def _pem(text: str) -> str:
     return "".join(out)
 
 
+def scrub_command(text: str, limit: int = MAX_TEXT) -> str:
+    """A word of a command line that may be a whole shell command (`sh -c "..."`): scrub()
+    and mysql's `-pPASSWORD` (bare or quoted) where a word starts (round-3 S-13). Linear in
+    len(text). Also hides `-pthread`: a short flag glued to its value is the password form."""
+    return _SHORT_P.sub(lambda m: "-p" + _quoted(m.group()[2:]), scrub(text, limit))
+
+
 def scrub_argv(argv: Sequence[Any]) -> list[str]:
     """A command line: the value after a secret-named flag, `--flag=value` of one, a short
-    `-pVALUE` (mysql's password form) and any credential shape in a word are redacted."""
+    `-pVALUE` (mysql's password form, also inside a `sh -c` string) and any credential shape
+    in a word are redacted."""
     out: list[str] = []
     hide_next = False
     for a in list(argv)[:MAX_ITEMS]:
@@ -110,7 +122,7 @@ def scrub_argv(argv: Sequence[Any]) -> list[str]:
         if len(a) > 2 and a.startswith("-p") and not a.startswith("--"):
             out.append("-p" + REDACTED)
             continue
-        out.append(scrub(a))
+        out.append(scrub_command(a))
     return out
 
 
@@ -161,10 +173,16 @@ def _any(value: Any, depth: int = 0) -> Any:
 
 
 def _labels(value: Any) -> Any:
+    """Label values scrubbed; the value of a key that names a secret (`api-token`) is not
+    kept at all: a label value has no syntax that scrub() could recognise (round-3 S-13)."""
     if not isinstance(value, dict):
         return None
-    return {cap(str(k), 320): scrub(v, 1024) if isinstance(v, str) else None
-            for k, v in list(value.items())[:MAX_ITEMS]}
+    out = {}
+    for k, v in list(value.items())[:MAX_ITEMS]:
+        k = cap(str(k), 320)
+        out[k] = None if not isinstance(v, str) else \
+            REDACTED if _SECRET_NAME.search(k) else scrub(v, 1024)
+    return out
 
 
 def _annotations(value: Any) -> Any:

@@ -126,7 +126,7 @@ def render(report: Report, fail_on: str, exit_code: int, verdict: Mapping[str, A
         head.append("")
     else:
         head += ["No findings\\.", ""]
-    doc = report.document(fail_on, exit_code)
+    doc = report.document(fail_on, exit_code, lazy=True)  # its summary
     s = doc["summary"]
     tail = []
     if not s["complete"]:

@@ -78,7 +78,11 @@ def _relist(ctx, kubelet_dir, want: set[tuple], podres):
        timeout_s=10.0, provides=(CONTAINERS,), uses=(PODRESOURCES,))
 def containers_check(ctx):
     opts = ctx.options
-    entries = device_checkpoint.load(opts.kubelet_path)
+    got, unreadable = device_checkpoint.state(opts.kubelet_path)
+    entries = None if got is None else got[0]
+    if unreadable:   # GPUs come from pod-resources and the environment: said, not hidden
+        ctx.log("warning", f"{unreadable}: each container's GPUs come from pod-resources or "
+                           f"its environment only", check="containers")
     ckpt = device_checkpoint.index(entries)
     gpu_pods = {e.pod_uid for e in entries or ()
                 if e.resource.startswith(containers.GPU_RESOURCE_PREFIXES)}

@@ -14,35 +14,78 @@ descriptors one run may read (options.isolation_max_fds) and paces its runs by t
 scan reports (watch/detect.IsolationPacer); containers left unread are said, never judged
 absent.
 
-GPU node agents (device plugin, DCGM, persistenced, MPS, feature discovery, nvidia-smi) hold
-GPUs without an allocation by design and are not reported; their names are in the evidence
-of the check's progress line.
+GPU node agents (device plugin, DCGM, persistenced, MPS, feature discovery) hold GPUs without an
+allocation by design. They are told apart by what the node knows and a tenant cannot set, never
+by anything a tenant controls (its process name, argv, pod name, labels, image or environment:
+round-4 audit I-01, a process calling itself `nvidia-smi` hid a breach):
+- the container serves a device-plugin socket in the kubelet's device-plugins directory (matched
+  by the socket's inode, deviceplugin.discovery), or
+- its pod runs in a namespace the operator trusts (`--trusted-namespace`, repeatable, else
+  GPU_DOCTOR_TRUSTED_NAMESPACES, comma-separated, else TRUSTED_NAMESPACES: the GPU Operator's
+  (`gpu-operator`, OpenShift's `nvidia-gpu-operator`), `kube-system` and gpu-doctor's own). The
+  namespace comes from the runtime's bundle, written from the kubelet's request: creating a pod
+  there takes the API's permission, not a process's say-so.
+Host processes (nvidia-smi run on the host) are in no pod's cgroup and never scanned. Each
+exempted container and why is in the check's progress record (`exempt`).
 """
 from __future__ import annotations
 
+import dataclasses
 import os
 import time
 
-from node_probe.engine.facts import CONTAINERS, NVML, PODRESOURCES
+from node_probe.engine.facts import CONTAINERS, DEVICEPLUGIN_TARGETS, NVML, PODRESOURCES
 from node_probe.engine.registry import check
-from node_probe.host import device_checkpoint, gpu_holders, nvidia_devices
+from node_probe.host import containers, device_checkpoint, gpu_holders, layout, nvidia_devices
 from node_probe.protocol import catalog
 
 from .containers import containers_or_skip
 
-# comm (15 chars at most, as the kernel keeps it) of processes that hold GPUs by design
-AGENT_COMMS = ("nvidia-device-p", "nvidia-device-plugin", "nv-hostengine", "dcgm-exporter",
-               "dcgmi", "nvidia-persiste", "nvidia-cuda-mps", "gpu-feature-dis",
-               "nvidia-smi", "nvidia-dcgm", "k8s-device-plug", "nvidia-dra-plug",
-               "gpu-kubelet-plu", "nvidia-mig-mana", "nvidia-validat")
+# namespaces whose pods hold GPUs by design: the GPU Operator's (docs.nvidia.com/datacenter/
+# cloud-native/gpu-operator/latest/getting-started.html; OpenShift: nvidia-gpu-operator), the
+# device plugin's static manifest's (kube-system) and gpu-doctor's own probe namespace
+TRUSTED_NAMESPACES = ("gpu-operator", "nvidia-gpu-operator", "kube-system", "gpu-doctor")
+TRUSTED_ENV = "GPU_DOCTOR_TRUSTED_NAMESPACES"
+TIMEOUT_S = 10.0
+SCAN_RESERVE_S = 1.0     # left after the fd scan, for the verdicts and the summary
 SHARED_SUFFIX = ".shared"   # renameByDefault: nvidia.com/gpu.shared
 REFS = ("https://github.com/NVIDIA/k8s-device-plugin#shared-access-to-gpus",
         "https://docs.nvidia.com/datacenter/cloud-native/container-toolkit/latest/docker-specialized.html",
         "https://kubernetes.io/docs/concepts/extend-kubernetes/compute-storage-net/device-plugins/#monitoring-device-plugin-resources")
 
 
-def _is_agent(comm: str) -> bool:
-    return comm.startswith(AGENT_COMMS)
+def trusted_namespaces(opts, environ=None) -> tuple[tuple[str, ...], str]:
+    """(namespaces whose pods may hold GPUs unallocated, where that list came from)."""
+    if opts.trusted_namespaces is not None:
+        return tuple(opts.trusted_namespaces), "--trusted-namespace"
+    env = (os.environ if environ is None else environ).get(TRUSTED_ENV)
+    if env is not None:
+        return tuple(n for n in (x.strip() for x in env.split(",")) if n), f"${TRUSTED_ENV}"
+    return TRUSTED_NAMESPACES, "the default list"
+
+
+def _plugin_containers(targets, proc) -> dict[str, str]:
+    """container id -> the device-plugin socket its process serves (matched by inode)."""
+    out: dict[str, str] = {}
+    for t in targets or ():
+        if t.pid:
+            ref = containers.pod_of_pid(t.pid, proc)
+            if ref is not None:
+                out.setdefault(ref.container_id, t.socket)
+    return out
+
+
+def _exempt_why(c, plugins: dict[str, str], trusted: tuple[str, ...],
+                source: str) -> str | None:
+    """Why this container may hold GPUs it was not given, from what a tenant cannot set: the
+    socket it serves, the namespace the runtime recorded for its pod (never a name it chose)."""
+    sock = plugins.get(c.ref.container_id)
+    if sock:
+        return f"it serves the device-plugin socket {sock} (matched by inode)"
+    namespace = c.meta.get("namespace")
+    if namespace and namespace in trusted:
+        return f"its pod's namespace {namespace} is trusted ({source})"
+    return None
 
 
 def _given(c, source: str) -> list[str]:
@@ -61,19 +104,22 @@ def _gpu_of(dev_id: str, inv: nvidia_devices.Inventory) -> tuple[str, bool]:
 
 
 @check("gpu.isolation", title="GPU isolation: containers use only the GPUs they were given",
-       timeout_s=10.0, needs=(CONTAINERS,), uses=(PODRESOURCES, NVML))
+       timeout_s=TIMEOUT_S, needs=(CONTAINERS,), uses=(PODRESOURCES, NVML, DEVICEPLUGIN_TARGETS))
 def gpu_isolation(ctx):
     opts = ctx.options
     found = containers_or_skip(ctx)
     podres = ctx.fact(PODRESOURCES, timeout=min(2.0, max(0.0, ctx.remaining() - 2.0)),
                       default=None)
+    ckpt, unreadable = (None, None) if podres is not None else \
+        device_checkpoint.state(opts.kubelet_path)
     if podres is not None:
         source = "podresources"
-    elif device_checkpoint.load(opts.kubelet_path) is not None:
+    elif ckpt is not None:
         source = "checkpoint"
     else:
         ctx.skip("neither the kubelet's pod-resources API nor its device checkpoint could be "
-                 "read: what each container was given is unknown")
+                 "read: what each container was given is unknown"
+                 + (f" ({unreadable})" if unreadable else ""))
     nvml = ctx.fact(NVML, timeout=min(1.0, max(0.0, ctx.remaining() - 2.0)), default=None)
     inv = nvidia_devices.inventory(opts.host_root, nvml.to_dict() if nvml else None)
     major = inv.majors.get("nvidia-frontend") or inv.majors.get("nvidia")
@@ -84,19 +130,26 @@ def gpu_isolation(ctx):
     shared_res = {str(r.get("resource")) for r in podres or ()
                   if str(r.get("resource", "")).endswith(SHARED_SUFFIX)}
 
+    trusted, trusted_from = trusted_namespaces(opts)
+    plugins = _plugin_containers(
+        ctx.fact(DEVICEPLUGIN_TARGETS, timeout=min(1.0, max(0.0, ctx.remaining() - 2.0)),
+                 default=None), opts.proc_root)
     me = os.getpid()
     cpu0 = time.thread_time()
-    budget = gpu_holders.Budget(opts.isolation_max_fds) if opts.isolation_max_fds > 0 else None
+    # the scan stops (and says so) before this check's deadline, never past it
+    budget = gpu_holders.Budget(opts.isolation_max_fds or None,
+                                min(ctx.started + TIMEOUT_S, ctx.run_deadline) - SCAN_RESERVE_S)
     rows = []        # (container, holders, given uuids)
     given_to: dict[str, list] = {}   # GPU uuid -> containers given it whole
     shared: set[str] = set(mig_gpus)
-    agents = []
-    unscanned = 0
+    exempt = []      # {"subject", "why"}
+    unscanned = []   # {"subject", "processes": cuts}: read in part or not at all
+    bundles = None
     for c in found:
         if me in c.pids:
             continue      # this probe and its NVML child
-        if ctx.remaining() < 1.0 or (budget is not None and budget.exhausted):
-            unscanned += 1    # the deadline or the cap: judge what was read, say what was not
+        if budget.exhausted:
+            unscanned.append({"subject": c.subject, "why": budget.why})
             continue
         given = set()
         for dev in _given(c, source):
@@ -106,20 +159,33 @@ def gpu_isolation(ctx):
                 shared.add(uuid)
             else:
                 given_to.setdefault(uuid, []).append(c)
-        hs = gpu_holders.holders(c.pids, major, opts.proc_root, budget=budget)
-        if budget is not None and budget.exhausted:
-            unscanned += 1    # read in part: what it holds counts, what it may hold is unknown
-        if hs and all(_is_agent(h.comm) for h in hs):
-            agents.append(c.subject)
+        # every process of the container (Container.pids stops at containers.MAX_PIDS)
+        pids = containers.read_pids(c.cgroup_path, gpu_holders.MAX_PIDS + 1) or c.pids
+        scan = gpu_holders.scan(pids, major, opts.proc_root, budget=budget)
+        if not scan.complete:
+            unscanned.append({"subject": c.subject,
+                              "processes": [x.to_dict() for x in scan.cuts[:5]]})
+        hs = list(scan.holders)
+        if hs and not c.meta.get("namespace"):
+            if bundles is None:   # names were read for GPU candidates only: read this one's
+                bundles = layout.runtime(opts.host_root, opts.proc_root).bundle_configs()
+            c = dataclasses.replace(c, meta={**containers.read_bundle_meta(
+                opts.host_root, c.ref.container_id, bundles), **c.meta})
+        why = _exempt_why(c, plugins, trusted, trusted_from) if hs else None
+        if why:
+            exempt.append({"subject": c.subject, "why": why})
             continue
         if hs or given:
             rows.append((c, hs, given))
     ctx.progress(message=f"GPU device holders: {sum(len(h) for _, h, _ in rows)} open GPU node(s) "
-                         f"in {len(rows)} container(s); agents not judged: {agents[:10]}"
-                         + (f"; {unscanned} container(s) not scanned (fully) before the "
-                            f"deadline or the descriptor cap" if unscanned else ""),
+                         f"in {len(rows)} container(s); exempt (GPU agents by identity): "
+                         f"{[e['subject'] for e in exempt[:10]]}"
+                         + (f"; {len(unscanned)} container(s) not scanned (fully)"
+                            if unscanned else ""),
+                 exempt=exempt[:50], trusted_namespaces=list(trusted),
+                 trusted_namespaces_from=trusted_from, not_scanned=unscanned[:50],
                  isolation_scan_cpu_s=round(time.thread_time() - cpu0, 4),
-                 isolation_fds_read=budget.read if budget is not None else None)
+                 isolation_fds_read=budget.read)
 
     def gpu_label(minor: int) -> tuple[str | None, str]:
         g = by_minor.get(minor)
@@ -180,7 +246,9 @@ def gpu_isolation(ctx):
             "kubelet and the device plugin.",
             REFS)
     if unscanned:
-        cap = (f" or the cap of {opts.isolation_max_fds} descriptors read per run"
-               if budget is not None else "")
-        ctx.skip(f"{unscanned} container(s) were not scanned (fully) before the run's deadline"
-                 f"{cap}: only what was read was judged")
+        first = unscanned[0]
+        what = "; ".join(f"pid {p['pid']} ({p['comm']}): {p['fds_read']} descriptors read, "
+                         f"stopped by {p['why']}" for p in first.get("processes", ())[:2]) \
+            or f"stopped by {first['why']}"
+        ctx.skip(f"{len(unscanned)} container(s) were not scanned fully, so a breach there may be "
+                 f"missed (first: {first['subject']}: {what}): only what was read was judged")

@@ -44,6 +44,8 @@ def read_config(pid: int, proc: Path) -> tuple[str | None, dict | None, str | No
         doc = json.loads(text) if text.lstrip().startswith("{") else kubeletconfig.parse_yaml(text)
     except (ValueError, kubeletconfig.YamlError) as exc:
         return path, None, f"cannot parse {path}: {exc}"
+    except RecursionError:
+        return path, None, f"cannot parse {path}: nested deeper than the parser's limit"
     return path, doc if isinstance(doc, dict) else None, None
 
 

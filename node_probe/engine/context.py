@@ -43,6 +43,9 @@ class ProbeOptions:
     # /proc/PID/fd entries the GPU isolation check may read in one run (0: no cap but its
     # per-process and per-container ones and the deadline; the watching agent sets one)
     isolation_max_fds: int = 0
+    # namespaces whose pods may hold GPUs unallocated (GPU agents); None: the environment's
+    # GPU_DOCTOR_TRUSTED_NAMESPACES, else the defaults (checks/gpu_isolation.trusted_namespaces)
+    trusted_namespaces: tuple[str, ...] | None = None
 
     @property
     def cgroup_dir(self) -> Path:

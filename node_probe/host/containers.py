@@ -212,7 +212,7 @@ def parse_bundle_config(text: str, fmt: str = "oci") -> dict:
     holds the container's secrets."""
     try:
         doc = json.loads(text)
-    except (json.JSONDecodeError, ValueError):
+    except (ValueError, RecursionError):   # not JSON, or nested past the parser's limit
         return {}
     if not isinstance(doc, dict):
         return {}

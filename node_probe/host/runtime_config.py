@@ -192,7 +192,7 @@ def parse_cdi(path: str, text: str) -> CdiSpec:
             kind = doc.get("kind")
             paths = re.findall(r'"hostPath"\s*:\s*"([^"]+)"', text)
             paths += [p for p in re.findall(r'"path"\s*:\s*"(/[^"]+)"', text)]
-        except (json.JSONDecodeError, AttributeError):
+        except (ValueError, RecursionError, AttributeError):   # RecursionError: nested too deep
             pass
     if kind is None:
         m = _KIND.search(text)

@@ -10,9 +10,11 @@ from __future__ import annotations
 
 import dataclasses
 import enum
+import itertools
 import json
+import sys
 import time
-from typing import Any, Iterable, Mapping
+from typing import IO, Any, Iterable, Mapping, Sequence
 
 SCHEMA = "gpu-doctor/v1"
 
@@ -82,7 +84,10 @@ class ProtocolError(ValueError):
     """A line that claims to be a gpu-doctor record but is not a valid one."""
 
 
-@dataclasses.dataclass(frozen=True)
+_NO_EVIDENCE: Mapping[str, Any] = {}   # never written to: Finding.evidence is read-only
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
 class Finding:
     """One diagnosis: a stable catalog id, how bad it is, about what, why we think so, the fix.
 
@@ -125,12 +130,15 @@ class Finding:
     @classmethod
     def from_record(cls, rec: Mapping[str, Any]) -> "Finding":
         try:
+            ev = rec.get("evidence")
             return cls(
-                id=rec["id"],
+                id=sys.intern(rec["id"]) if type(rec["id"]) is str else rec["id"],
                 severity=Severity(rec["severity"]),
                 subject=str(rec.get("subject", "")),
                 title=str(rec.get("title", "")),
-                evidence=dict(rec.get("evidence") or {}),
+                # no evidence: one shared empty mapping (findings are frozen; a replayed bundle
+                # of 1,000,000 findings would hold 64 MB of empty dicts)
+                evidence=dict(ev) if ev else _NO_EVIDENCE,
                 remediation=str(rec.get("remediation", "")),
                 refs=tuple(rec.get("refs") or ()),
                 check=str(rec.get("check", "")),
@@ -317,7 +325,11 @@ class Report:
     def sorted_findings(self) -> list[Finding]:
         return sorted(self.findings, key=lambda f: (-f.severity.rank, f.id, f.subject))
 
-    def document(self, fail_on: str, exit_code: int | None = None) -> dict:
+    def document(self, fail_on: str, exit_code: int | None = None,
+                 lazy: bool = False) -> dict:
+        """The `-o json` document. `lazy`: its findings are a list each finding's document is
+        made from as it is iterated (json's encoder, write_json): a report of 300,000
+        findings is not held twice (the client's 512 MiB bound)."""
         counts = count_severities(self.findings)
         if exit_code is None:
             exit_code = int(self.exit_status(fail_on))
@@ -331,11 +343,40 @@ class Report:
             "target": self.target,
             "started_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(self.started_at)),
             "duration_s": round(time.time() - self.started_at, 3),
-            "findings": [_finding_doc(f) for f in self.sorted_findings()],
+            "findings": (FindingDocs(self.sorted_findings()) if lazy else
+                         [_finding_doc(f) for f in self.sorted_findings()]),
             "checks": [c.to_dict() for c in self.checks],
             "summary": summ,
             "exit_code": int(exit_code),
         }
+
+
+class FindingDocs(list):
+    """The findings of a document, each made when iterated (json.JSONEncoder's pure-Python
+    encoder, which indent=2 uses, iterates a list and asks its length). Not for YAML."""
+
+    def __init__(self, findings: Sequence[Finding]) -> None:
+        super().__init__()
+        self._findings = findings
+
+    def __iter__(self):
+        return (_finding_doc(f) for f in self._findings)
+
+    def __len__(self) -> int:
+        return len(self._findings)
+
+
+def write_json(stream: IO, doc: Any, pieces: int = 1 << 15) -> None:
+    """`json.dumps(doc, indent=2, default=str)` and a newline, written `pieces` tokens at a
+    time: the same bytes without the whole text (and json's list of its millions of tokens)
+    in memory at once."""
+    tokens = json.JSONEncoder(indent=2, default=str).iterencode(doc)
+    while True:
+        batch = list(itertools.islice(tokens, pieces))
+        if not batch:
+            break
+        stream.write("".join(batch))
+    stream.write("\n")
 
 
 def _finding_doc(f: Finding) -> dict:

@@ -308,7 +308,9 @@ def render_table(report: Report, stream: IO, fail_on: str, exit_code: int,
     run, and one summary line."""
     color = use_color(stream) if color is None else color
     width = table_width(width)
-    findings = [terminal_safe_finding(f) for f in report.sorted_findings()]
+    # made terminal-safe one at a time as they are printed (a copy of each held at once is
+    # ~300 B a finding: too much for 300,000 of them in a replayed bundle)
+    findings = report.sorted_findings()
     t = {k: terminal_safe(v) for k, v in report.target.items() if v is not None}
     head = f"gpu-doctor {report.version}  target: {t.get('kind', '?')} {t.get('name', '')}"
     if t.get("node") and t.get("node") != t.get("name"):
@@ -320,19 +322,23 @@ def render_table(report: Report, stream: IO, fail_on: str, exit_code: int,
     w("\n")
     long_titles: set[int] = set()
     if findings:
-        idw = max(len("ID"), *(len(f.id) for f in findings))
+        idw = max(len("ID"), max(len(terminal_safe(f.id)) for f in findings))
         # one subject for all (a node's own findings): the details blocks name it
-        subw = (0 if len({f.subject for f in findings}) == 1 else
+        one_subject = all(f.subject == findings[0].subject for f in findings)
+        subw = (0 if one_subject else
                 max(8, min(32, width - 10 - idw - 2 - 2 - 24,
-                           max(len("SUBJECT"), *(len(f.subject) for f in findings)))))
+                           max(len("SUBJECT"),
+                               max(len(terminal_safe(f.subject)) for f in findings)))))
         subcol = (lambda text: f"{cut(text, subw):{subw}}  ") if subw else (lambda text: "")
         titlew = max(20, width - 8 - 2 - idw - 2 - (subw + 2 if subw else 0))
         w(f"{'SEVERITY':8}  {'ID':{idw}}  {subcol('SUBJECT')}TITLE\n")
         for i, f in enumerate(findings):
-            title = cut(" ".join(f.title.split()), titlew)
-            if title != f.title:
+            safe_title = terminal_safe(f.title)
+            title = cut(" ".join(safe_title.split()), titlew)
+            if title != safe_title:
                 long_titles.add(i)
-            w(f"{_sev(f.severity.value, color)}  {f.id:{idw}}  {subcol(f.subject)}{title}\n")
+            w(f"{_sev(f.severity.value, color)}  {terminal_safe(f.id):{idw}}  "
+              f"{subcol(terminal_safe(f.subject))}{title}\n")
         w(cut(f"(a finding's page: {EXPLAIN} ID{'' if details else '; every detail: --details'})",
               width) + "\n")
         shown = [i for i, f in enumerate(findings)
@@ -342,8 +348,8 @@ def render_table(report: Report, stream: IO, fail_on: str, exit_code: int,
         for n, i in enumerate(shown):
             if details and n:
                 w("\n")  # full blocks are long: a blank line between them
-            w("".join(ln + "\n" for ln in _details(findings[i], width, color, details,
-                                                    i in long_titles)))
+            w("".join(ln + "\n" for ln in _details(terminal_safe_finding(findings[i]), width,
+                                                    color, details, i in long_titles)))
     else:
         w("No findings.\n")
     write_footer(report, stream, fail_on, exit_code, width)
@@ -362,7 +368,7 @@ def write_footer(report: Report, stream: IO, fail_on: str, exit_code: int,
                   f"{fmt_duration(c.duration_s)}"
                   f"{' - ' + terminal_safe(c.message) if c.message else ''}", width) + "\n")
     _write_skipped(report, stream, width)
-    doc = report.document(fail_on, exit_code)
+    doc = report.document(fail_on, exit_code, lazy=True)  # its summary
     s = doc["summary"]
     if not s["complete"]:
         last = last_warning(report)

@@ -116,6 +116,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--kubelet-dir", type=Path, default=None)
     p.add_argument("--kmsg-file", type=Path, default=None)
     p.add_argument("--nvml-timeout", type=d, default=8.0, metavar="DURATION")
+    p.add_argument("--trusted-namespace", action="append", default=None, metavar="NAMESPACE",
+                   help="pods in this namespace may hold GPUs they were not given (GPU agents; "
+                        "repeatable; replaces the default list, as the probe's flag)")
     return p
 
 
@@ -133,6 +136,8 @@ def _probe_args(a: argparse.Namespace) -> list[str]:
                     ("--kmsg-file", a.kmsg_file)):
         if v is not None:
             out += [flag, str(v)]
+    for ns in a.trusted_namespace or ():
+        out += ["--trusted-namespace", ns]
     return out
 
 
@@ -192,7 +197,9 @@ def main(argv: list[str] | None = None) -> int:
 
     base = ProbeOptions(host_root=a.host_root, cgroup_root=a.cgroup_root,
                         kubelet_dir=a.kubelet_dir, kmsg_file=a.kmsg_file,
-                        nvml_timeout_s=a.nvml_timeout)
+                        nvml_timeout_s=a.nvml_timeout,
+                        trusted_namespaces=(None if a.trusted_namespace is None
+                                            else tuple(a.trusted_namespace)))
     state = ConditionState(a.clear_after, clear_quiet_s=a.clear_quiet)
     # the checks' modules once, here (each forked pass shares them); grpc and protobuf only
     # in the passes that use them (passchild.py)

@@ -88,3 +88,41 @@ def test_seed_002_from_the_kubelet_checkpoint_end_to_end(v1_tree, tmp_path):
     assert ev["denied"][0]["device"] == "/dev/nvidia-uvm" and ev["major"] == UVM_MAJOR
     assert ev["denied"][0]["in_allocate_specs"] is False
     assert ev["plugin_passes_device_specs"] is True
+
+
+DEEP = '{"Data":' + "[" * 200_000 + "]" * 200_000 + "}"   # round-3 audit H-51's checkpoint
+
+
+def test_a_200k_deep_checkpoint_is_unreadable_with_its_reason(tmp_path):
+    (tmp_path / "device-plugins").mkdir()
+    (tmp_path / "device-plugins/kubelet_internal_checkpoint").write_text(DEEP)
+    assert dc.load(tmp_path) is None
+    got, why = dc.state(tmp_path)
+    assert got is None and why == ("the kubelet's device checkpoint is unreadable: its JSON is "
+                                   "nested deeper than the parser's limit")
+    assert dc.state(tmp_path / "absent") == (None, None)     # absent is not unreadable
+
+
+def test_a_deep_checkpoint_and_oci_config_cost_no_check_its_run(tmp_path):
+    """H-51 end to end: the checks that read the checkpoint (containers, deviceplugin, kubelet,
+    gpu.isolation) and a container's OCI config.json nested 200,000 deep: no check ends in
+    `error` (they did, with RecursionError, and the run was incomplete: exit 4); the containers
+    check says why the checkpoint was not used."""
+    from node_probe.host import containers
+    assert containers.parse_bundle_config(DEEP) == {}
+    root = tmp_path / "host"
+    kd = root / "var/lib/kubelet/device-plugins"
+    kd.mkdir(parents=True)
+    (kd / "kubelet_internal_checkpoint").write_text(DEEP)
+    (root / "proc").mkdir()
+    (root / "proc/devices").write_text("Character devices:\n195 nvidia-frontend\n")
+    run = run_probe("--host-root", str(root), "--kubelet-dir", str(root / "var/lib/kubelet"),
+                    "--only", "containers", "--only", "deviceplugin", "--only", "kubelet",
+                    "--only", "gpu.isolation", "--trace-seconds", "0",
+                    "--focus-pod", "00000000-0000-0000-0000-000000000000")
+    status = {c["id"]: c for c in run.summary["checks"]}
+    assert not [c for c in status.values() if c["status"] == "error"], status
+    assert run.summary["complete"] is True and run.returncode != 4
+    logs = [r["message"] for r in run.records if r.get("kind") == "log"
+            and r.get("check") == "containers"]
+    assert any("nested deeper than the parser's limit" in m for m in logs), logs

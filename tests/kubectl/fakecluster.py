@@ -138,6 +138,9 @@ class FakeCluster:
         self.healthz: dict[str, tuple[int, str]] = {}
         self.configz: dict[str, dict | int] = {}
         self.forbid: list[tuple[str, re.Pattern]] = []  # (method, path regex) -> 403
+        # path -> a JSON document served (200) for any GET of it instead of the objects: a
+        # hostile or broken API server's answer (wrong types, items that are not objects)
+        self.answer: dict[str, Any] = {}
         # what happens to a created debug pod: "run", "pending", "imagepull"
         self.debug_pod_mode = "run"
         # debug_pod_mode "rejected": (status.reason, status.message) of the refusal
@@ -407,6 +410,8 @@ class FakeCluster:
                 return self._status(403, "Forbidden",
                                     f'{path} is forbidden: User "tester" cannot {method.lower()} '
                                     f'resource at this path')
+        if method == "GET" and path in self.answer:
+            return self._json(self.answer[path])
         if path in self.slow:
             return self._later(self.slow[path], method, path, q, request)
         if path in self.slow_reply:

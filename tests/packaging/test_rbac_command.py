@@ -53,3 +53,30 @@ def test_a_wheel_carries_the_manifests_as_files(tmp_path: Path):
         for part, name in rbac.FILES.items():
             data = z.read(f"kubectl_gpudoctor/manifests/{name}").decode()
             assert data == rbac.manifest_text(part)
+
+
+def _names(text: str) -> set[tuple[str, str]]:
+    return {(d["kind"], d["metadata"]["name"]) for d in yaml.safe_load_all(text) if d}
+
+
+def test_all_never_grants_an_opt_in():
+    """E-02 (round-4 audit): `rbac all | kubectl apply -f -` put the nodes-proxy ClusterRole and
+    its binding (exec-equivalent on every kubelet, by its own comment) and the agent's exec Role
+    in the cluster. `all` is base and the admission policy; an opt-in comes only when named."""
+    everything = _names(run_cli("rbac", "all").stdout)
+    for opt in rbac.OPT_IN:
+        assert not _names(rbac.manifest_text(opt)) & everything, opt
+    assert not any("nodes/proxy" in str(d) for d in yaml.safe_load_all(run_cli("rbac", "all")
+                                                                       .stdout))
+    assert everything == _names(rbac.manifest_text("base")) | \
+        _names(rbac.manifest_text("admission-policy"))
+    r = run_cli("rbac", "nodes-proxy", "all")
+    assert r.stdout.startswith(rbac.manifest_text("base").strip("\n"))   # base first
+    assert _names(r.stdout) == everything | _names(rbac.manifest_text("nodes-proxy"))
+
+
+def test_rbac_help_says_what_all_is_and_how_to_get_an_opt_in():
+    r = run_cli("rbac", "--help")
+    text = " ".join(r.stdout.split())
+    assert "all (base and admission-policy, never an opt-in" in text
+    assert "rbac all nodes-proxy" in text

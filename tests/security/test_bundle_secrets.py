@@ -50,6 +50,14 @@ SECRETS = {
     "env value": "env-value-4",
     "event text in a title": "title-secret-5",
     "the tool's command line": "cli-token-6",
+    # round-3 audit S-13 (t3-repro/r01_save_secrets.py): a password inside a `sh -c` string,
+    # mysql's documented short password form (https://dev.mysql.com/doc/refman/8.4/en/
+    # command-line-options.html: with -p the password value, when given, follows the option
+    # letter with no space; `mysql -ptest` is password "test"), and the value of a label whose
+    # key names a secret
+    "-pX inside sh -c": "hunter2-Sup3rSecret",
+    "AWS secret in sh -c": "wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY",
+    "label api-token": "tok-a1b2c3d4e5",
 }
 
 
@@ -71,6 +79,10 @@ def _tenant_pod(fc):
         "hami.io/vgpu-node": "gpu-1",
     }
     p["metadata"]["labels"]["team"] = "ml"
+    p["metadata"]["labels"]["api-token"] = SECRETS["label api-token"]
+    p["spec"]["containers"].append({"name": "migrate", "image": "mysql:8.4", "command": [
+        "sh", "-c", f"AWS_SECRET_ACCESS_KEY={SECRETS['AWS secret in sh -c']} "
+                    f"mysql -p{SECRETS['-pX inside sh -c']} -h db < /init.sql"]})
     fc.add_event(p, "Warning", "FailedCreate",
                  'webhook said: {"username": "a", "password": "'
                  + SECRETS["JSON password in an event"] + '"} client-key-data: ' + CLIENT_KEY
@@ -131,6 +143,10 @@ def test_what_the_bundle_keeps_is_still_evidence(fc, tmp_path):
     assert c["args"] == ["--db-password", bundle.REDACTED, f"--jwt={bundle.REDACTED}",
                          "--model", "llama"]
     assert c["command"] == ["mysql", "-u", "root", "-p" + bundle.REDACTED]
+    assert pod["spec"]["containers"][1]["command"] == [
+        "sh", "-c", f"AWS_SECRET_ACCESS_KEY={bundle.REDACTED} mysql -p{bundle.REDACTED} -h db "
+                    f"< /init.sql"]
+    assert md["labels"]["api-token"] == bundle.REDACTED
     assert [e["name"] for e in c["env"]] == ["MODEL_TOKEN", "AWS_ACCESS_KEY_ID"]
     assert c["resources"]["limits"]["nvidia.com/gpu"] in ("1", 1)
     assert "volumes" not in pod["spec"] and "managedFields" not in md
@@ -163,6 +179,28 @@ def test_scrub_shapes(text, want):
     assert bundle_keep.scrub(text) == want
 
 
+@pytest.mark.parametrize("word,want", [
+    ("mysql -phunter2 -h db", "mysql -p<redacted> -h db"),
+    ('mysql -u root -p"pw with space" db', 'mysql -u root -p"<redacted>" db'),
+    ("cd /x && mysql -p'pw' db", "cd /x && mysql -p'<redacted>' db"),
+    ("mkdir -p /data && run", "mkdir -p /data && run"),       # -p with no glued value
+    ("ssh -p 2222 host", "ssh -p 2222 host"),
+    ("train.py --lr=1e-4 -p", "train.py --lr=1e-4 -p"),
+    ("x-pnot-a-flag", "x-pnot-a-flag"),
+])
+def test_a_password_glued_to_p_inside_a_shell_string_is_redacted(word, want):
+    assert bundle_keep.scrub_argv(["sh", "-c", word]) == ["sh", "-c", want]
+
+
+def test_label_values_are_kept_unless_the_key_names_a_secret():
+    kept = bundle_keep.keep({"metadata": {"labels": {
+        "app.kubernetes.io/name": "trainer", "api-token": "tok-1", "db_password": "x",
+        "nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3"}}}, bundle_keep.POD)
+    assert kept["metadata"]["labels"] == {
+        "app.kubernetes.io/name": "trainer", "api-token": bundle.REDACTED,
+        "db_password": bundle.REDACTED, "nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3"}
+
+
 # -- linear and bounded ------------------------------------------------------------------------
 
 HOSTILE = {  # 200 KiB each: legal annotation values a tenant can set
@@ -176,6 +214,9 @@ HOSTILE = {  # 200 KiB each: legal annotation values a tenant can set
     "pem begins": "-----BEGIN RSA PRIVATE KEY-----" * 6600,
     "bearer": "bearer " * 29 * 1024,
     "url": "http://" * 29 * 1024,
+    "short p": "-p" * 100 * 1024,
+    "short p quotes": '-p"' * 68 * 1024,
+    "short p words": " -pa" * 50 * 1024,
 }
 
 
@@ -189,7 +230,8 @@ def test_scrubbing_hostile_text_is_linear_in_cpu():
         bundle_keep.scrub(text, bundle_keep.MAX_BIG_TEXT)
         bundle_keep.scrub_argv([text, "--token", text])
         bundle_keep.keep({"metadata": {"annotations": {"nvidia.com/x": text, "x": text},
-                                       "labels": {"a": text[:63]}}}, bundle_keep.POD)
+                                       "labels": {"a": text[:63], text[:63]: text[:63]}}},
+                         bundle_keep.POD)
     t1 = resource.getrusage(resource.RUSAGE_SELF)
     cpu = (t1.ru_utime - t0.ru_utime) + (t1.ru_stime - t0.ru_stime)
     assert cpu < 5.0, f"{cpu:.1f} s of CPU"

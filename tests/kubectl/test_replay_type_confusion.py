@@ -1,0 +1,105 @@
+"""`replay` of a hostile bundle: every field of the saved report of another JSON type, or a number
+out of range, is one usage error (exit 2) or a rendered report, never an internal error (round-3
+audit R-3/R-4: `started_at` of 1e300 gave OverflowError and -1e18 EOVERFLOW, exit 70).
+
+The bundle is a real one: `node X --save` against the fake API server (tests/kubectl/
+test_bundle.py's run, the probe's recorded NDJSON stream), then each field of its report is
+replaced in turn and the bundle parsed and replayed in every output format.
+"""
+from __future__ import annotations
+
+import copy
+import io
+import json
+from typing import Any, Iterator
+
+import pytest
+
+from kubectl_gpudoctor import errors
+from kubectl_gpudoctor.report import bundle
+from kubectl_gpudoctor.report.output import FORMATS
+from tests.kubectl.test_bundle import _run, fc  # noqa: F401 - fixture: the fake API server
+from tests.kubectl.conftest import run_cli
+
+# numbers JSON can carry that no clock or duration can be: json.loads reads all of them
+NUMBERS = (1e300, -1e18, 10 ** 400, -1, float("nan"), float("inf"))
+
+
+def _others(v: Any) -> list[Any]:
+    if isinstance(v, dict):
+        return ["x", [v]]
+    if isinstance(v, list):
+        return [{"a": 1}, "x"]
+    if isinstance(v, bool):
+        return ["true", 2]
+    if isinstance(v, (int, float)):
+        return ["7", *NUMBERS]
+    return [5, ["x"], {"a": "b"}]
+
+
+def _paths(v: Any, path: tuple = ()) -> Iterator[tuple]:
+    if path:
+        yield path
+    if isinstance(v, dict):
+        for k, sub in v.items():
+            yield from _paths(sub, path + (k,))
+    elif isinstance(v, list):
+        for i, sub in enumerate(v[:2]):
+            yield from _paths(sub, path + (i,))
+
+
+def _replace(doc: Any, path: tuple, value: Any) -> Any:
+    doc = copy.deepcopy(doc)
+    cur = doc
+    for k in path[:-1]:
+        cur = cur[k]
+    cur[path[-1]] = value
+    return doc
+
+
+@pytest.fixture
+def saved(fc, tmp_path):  # noqa: F811
+    _, _, path = _run(fc, tmp_path, "json", wedged=True)
+    return json.loads(path.read_text())
+
+
+def _replay(doc: dict, fmt: str) -> None:
+    raw = json.dumps(doc).encode()
+    try:
+        bundle.replay(bundle.parse(raw, "b.json"), fmt, stdout=io.StringIO(),
+                      stderr=io.StringIO())
+    except errors.UsageError:
+        pass
+
+
+def test_every_report_field_of_another_type_or_out_of_range(saved):
+    crashed = []
+    # the report's top level and its records: findings, checks, summary record, error
+    rep = saved["report"]
+    rep.setdefault("error", None)
+    cases = [("report",) + p for p in _paths(rep)]
+    assert len(cases) > 60
+    for path in cases:
+        cur = saved
+        for k in path:
+            cur = cur[k]
+        for value in _others(cur):
+            doc = _replace(saved, path, value)
+            for fmt in FORMATS:
+                try:
+                    _replay(doc, fmt)
+                except Exception as exc:  # noqa: BLE001 - what the test looks for
+                    crashed.append(f"{fmt} {'.'.join(map(str, path))}={str(value)[:20]}: "
+                                   f"{type(exc).__name__}: {str(exc)[:80]}")
+    assert crashed == []
+
+
+@pytest.mark.parametrize("value", [1e300, -1e18, "nan", 10 ** 400, float("inf")])
+def test_started_at_out_of_range_is_exit_2(saved, tmp_path, value):
+    """The audit's cases end to end (t3-repro/r02_replay_hostile.py started_at_*)."""
+    saved["report"]["started_at"] = value
+    p = tmp_path / "b.json"
+    p.write_text(json.dumps(saved))
+    r = run_cli("replay", str(p))
+    assert r.returncode == 2, (r.returncode, r.stderr)
+    assert r.stderr.count("\n") == 1 and "started_at" in r.stderr
