@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import errno
-from collections import OrderedDict
+from collections import OrderedDict, deque
 from typing import Any, Callable, Iterable, Mapping
 
 from node_probe.host import cgroup_rules
@@ -242,7 +242,7 @@ class Inputs:
     containers: Callable[[], ContainerList | None]   # the fact, waited for on first call
     read_list: Callable[[str], str | None]  # a v1 cgroup's devices.list now, by relpath
     event: Callable[..., None]              # (name, subject, message, **data): a live event
-    kernel_log: Callable[[], list] = list   # [(seconds since boot or None, message)], on demand
+    kernel_log: Callable[[], Iterable] = list   # (seconds since boot or None, message), streamed on demand
 
 
 Said = Callable[[dict], "str | None"]   # a record -> the live message, or None: nothing to say
@@ -361,6 +361,9 @@ def _near(a0: float, a1: float, t: float | None) -> bool:
     return t is not None and a0 - NEAR_S <= t <= a1 + NEAR_S
 
 
+MAX_XIDS_KEPT = 4096      # newest Xid lines matched against the failed calls' window
+
+
 def cuda_findings(failed: Iterable[Mapping[str, Any]], opens: Iterable[Mapping[str, Any]],
                   containers: ContainerList | None, kernel_log: Callable[[], list]) -> list:
     """cuda.call_failed: one finding per process whose CUDA driver calls returned errors, with
@@ -372,7 +375,7 @@ def cuda_findings(failed: Iterable[Mapping[str, Any]], opens: Iterable[Mapping[s
     if not by_pid:
         return []
     opens = list(opens)
-    xids = []
+    xids: deque = deque(maxlen=MAX_XIDS_KEPT)   # the newest: the calls are the trace window's
     for t, msg in kernel_log() or ():
         m = XID_RE.search(msg)
         if m:

@@ -13,7 +13,7 @@ import re
 from pathlib import Path
 
 from node_probe.checks import _gpufacts
-from node_probe.checks.kmsg import XID_RE, parse_log_file, read_kmsg
+from node_probe.checks.kmsg import XID_RE, kernel_log
 from node_probe.engine.facts import DEVICEPLUGIN_TARGETS
 from node_probe.engine.registry import check
 from node_probe.host import hostfs
@@ -46,21 +46,17 @@ def driver_gpus(root: Path) -> dict[str, dict]:
 
 def xid79(ctx) -> tuple[dict[str, int], str | None]:
     """{normalized bus id: count} of Xid 79 in the kernel log; (.., why not) if unreadable."""
-    opts = ctx.options
+    out: dict[str, int] = {}
     try:
-        if opts.kmsg_file is not None:
-            records = parse_log_file(opts.kmsg_file.read_text(errors="replace"))
-        else:
-            records = read_kmsg(hostfs.resolve(opts.host_root, "dev/kmsg") or Path("/dev/kmsg"))
+        for _, msg in kernel_log(ctx.options):      # streamed: a storm costs the counts only
+            m = XID_RE.search(msg)
+            if m and int(m.group(2)) == 79:
+                pci = m.group(1).strip()
+                bus = _gpufacts.norm_bus_id(pci if pci.count(".") else pci + ".0") or pci
+                if bus in out or len(out) < MAX_GPUS:
+                    out[bus] = out.get(bus, 0) + 1
     except OSError as exc:
         return {}, f"kernel log not readable: {exc.strerror}"
-    out: dict[str, int] = {}
-    for _, msg in records:
-        m = XID_RE.search(msg)
-        if m and int(m.group(2)) == 79:
-            pci = m.group(1).strip()
-            bus = _gpufacts.norm_bus_id(pci if pci.count(".") else pci + ".0") or pci
-            out[bus] = out.get(bus, 0) + 1
     return out, None
 
 

@@ -120,6 +120,15 @@ def read_kmsg(path: Path) -> list[tuple[float | None, str]]:
     return list(iter_kmsg(path))
 
 
+def kernel_log(opts, stats: Stats | None = None) -> Iterator[tuple[float | None, str]]:
+    """The kernel log a run reads (--kmsg-file, else the host's /dev/kmsg), streamed as
+    (seconds since boot or None, message): every reader of it keeps what it needs, never the
+    log (a 200,000-line Xid storm is 19 MB of text). Raises OSError when it cannot be read."""
+    if opts.kmsg_file is not None:
+        return iter_log_file(opts.kmsg_file, stats)
+    return iter_kmsg(hostfs.resolve(opts.host_root, "dev/kmsg") or Path("/dev/kmsg"), stats)
+
+
 def parse_kmsg_record(text: str) -> tuple[float | None, str]:
     head, sep, msg = text.partition(";")
     if not sep:

@@ -13,17 +13,15 @@ still runs.
 from __future__ import annotations
 
 import time
-from pathlib import Path
 
 from node_probe.engine.facts import CONTAINERS, DEVICEPLUGIN_TARGETS, TRACE_READY, TRACE_RESULTS
 from node_probe.engine.context import Skipped
 from node_probe.engine.registry import check
-from node_probe.host import hostfs
 from node_probe.protocol import tracefit
 from ..tracing import bcc_env
 from ..tracing.cgroup_devices import read_devices_list
 from . import _trace_verdicts as verdicts
-from .kmsg import parse_log_file, read_kmsg
+from . import kmsg
 
 TARGETS_WAIT_S = 1.0
 CONTAINERS_WAIT_S = 1.0
@@ -153,15 +151,12 @@ def trace_check(ctx):
     ctx.log("debug", "trace window done", check="trace", timings=results["timings"],
             window_s=results["window_s"], since_start_s=round(time.monotonic() - started, 3))
 
-    def kernel_log() -> list:
+    def kernel_log():
         try:
-            if opts.kmsg_file is not None:
-                return parse_log_file(opts.kmsg_file.read_text(errors="replace"))
-            return read_kmsg(hostfs.resolve(opts.host_root, "dev/kmsg") or Path("/dev/kmsg"))
+            yield from kmsg.kernel_log(opts)
         except OSError as exc:
             ctx.log("info", f"kernel log not readable for the trace verdicts: {exc.strerror}",
                     check="trace")
-            return []
 
     inputs = verdicts.Inputs(results=results, stall_s=IOCTL_STALL_S, targets=session.targets,
                              containers=containers,

@@ -84,3 +84,41 @@ def test_hostile_numbers_in_the_log_do_not_raise():
            f"[ 4.1] task:z state:D stack:0 pid:{big} ppid:1\n")
     found = list(kmsg.analyze(kmsg.parse_log_file(log)))
     assert [(f.id, f.subject) for f in found] == [("kernel.hung_task", "z:13")]
+
+
+def test_every_reader_of_the_kernel_log_streams_it(tmp_path):
+    """X-02: besides the kmsg check, gpu_lost (Xid 79 per GPU) and the trace verdicts (Xids near
+    failed CUDA calls) read the kernel log; they read it whole into memory (the capture child
+    reached 216 MiB in a 200,000-line storm). Both now keep what they need: peak Python
+    allocations stay far below the log's own size. The storm's lines are the driver's own
+    Xid 79 and Xid 13 wording, as in SAMPLE."""
+    import tracemalloc
+    import types
+    from node_probe.checks import _trace_verdicts, gpu_lost
+
+    log = tmp_path / "storm.log"
+    line = ("[ 2200.100000] NVRM: Xid (PCI:0000:86:00): 79, pid='<unknown>', name=<unknown>, "
+            "GPU has fallen off the bus.\n"
+            "[ 1021.339519] NVRM: Xid (PCI:0000:3b:00): 13, pid='<unknown>', name=<unknown>, "
+            "Graphics SM Warp Exception on (GPC 0, TPC 1, SM 0): Out Of Range Address\n")
+    with log.open("w") as f:
+        for _ in range(30_000):
+            f.write(line)
+    size = log.stat().st_size                         # ~7 MB
+    ctx = types.SimpleNamespace(options=types.SimpleNamespace(kmsg_file=log, host_root=tmp_path))
+    tracemalloc.start()
+    try:
+        counts, why = gpu_lost.xid79(ctx)
+        _, peak_lost = tracemalloc.get_traced_memory()
+        tracemalloc.reset_peak()
+        calls = [{"pid": 7, "tid": 7, "comm": "python3", "ts": 1.0, "mono_s": 2200.0,
+                  "duration_s": 0.1, "func": "cuInit", "result": 999,
+                  "error": "CUDA_ERROR_UNKNOWN"}]
+        (found,) = _trace_verdicts.cuda_findings(calls, [], None,
+                                                 lambda: kmsg.kernel_log(ctx.options))
+        _, peak_trace = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert why is None and counts == {"0000:86:00.0": 30_000}
+    assert "Xid 79 on 0000:86:00" in found.title          # the storm's Xids near the call
+    assert peak_lost < size / 8 and peak_trace < size / 4, (peak_lost, peak_trace, size)
