@@ -2,7 +2,7 @@
 
 Why: evidence is raw data with units in key names (`waiting_s: 633`, `gpu: None`,
 `trigger_present: True`), exact in JSON for bots. On a terminal and in markdown the same values
-read better as `waiting: 10m33s`, `gpu: <none>`, `trigger present: true`, and a list of objects
+read better as `waiting: 10m`, `gpu: <none>`, `trigger present: true`, and a list of objects
 (the stuck pods, the goroutines) as a small table instead of inline JSON. This module only
 turns values into text; the renderers (render.py, the client's markdown) decide where it goes
 and escape it for their medium. Stdlib only (the probe renders its own table too).
@@ -10,8 +10,9 @@ and escape it for their medium. Stdlib only (the probe renders its own table too
 from __future__ import annotations
 
 import json
-import math
 from typing import Any, Mapping, Sequence
+
+from .duration import human
 
 MAX_CELL = 60        # a table cell or a list item longer than this is cut
 MAX_VALUE = 400      # a scalar value longer than this is cut
@@ -26,24 +27,7 @@ _UNITS: tuple[tuple[str, str], ...] = (
     ("_bytes", "B"), ("_per_s", "/s"))
 
 
-def fmt_duration(seconds: float) -> str:
-    """`0.3s`, `45s`, `10m33s`, `2h05m`, `3d04h`: kubectl's way of saying an age."""
-    if not isinstance(seconds, (int, float)) or isinstance(seconds, bool) \
-            or not math.isfinite(seconds):
-        return str(seconds)
-    s = float(seconds)
-    sign = "-" if s < 0 else ""
-    s = abs(s)
-    if s < 10 and s != int(s):
-        return f"{sign}{s:.1f}s"
-    s = int(round(s))
-    if s < 60:
-        return f"{sign}{s}s"
-    if s < 3600:
-        return f"{sign}{s // 60}m{s % 60:02d}s" if s % 60 else f"{sign}{s // 60}m"
-    if s < 86400:
-        return f"{sign}{s // 3600}h{(s % 3600) // 60:02d}m"
-    return f"{sign}{s // 86400}d{(s % 86400) // 3600:02d}h"
+fmt_duration = human  # the one duration format (protocol/duration.py: kubectl's HumanDuration)
 
 
 def cut(text: str, limit: int) -> str:

@@ -124,7 +124,7 @@ def test_held_by_others_lists_holders_not_finished_pods(cluster, kubeconfig):
     node = f["evidence"]["nodes"][0]
     assert node["held"] == {"nvidia.com/gpu": 6} and node["free"] == {"nvidia.com/gpu": 2}
     assert [(h["pod"], h["count"]["nvidia.com/gpu"], h["age"], h["phase"])
-            for h in node["holders"]] == [("research/sweep-7", 5, "3h00m", "Running"),
+            for h in node["holders"]] == [("research/sweep-7", 5, "3h", "Running"),
                                           ("ml/eval-0", 1, "10m", "Pending")]
     assert "research/sweep-7 5" in f["title"] and r.returncode == 1
 
