@@ -176,7 +176,7 @@ def test_stuck_thread_without_any_rpc_timeout_is_confirmed_by_two_samples(
 def test_one_stuck_plugin_process_serving_four_resources_is_one_finding(
         host, start_plugin, tmp_path):
     """NVIDIA's plugin with the mixed MIG strategy serves nvidia.com/gpu and each MIG profile
-    from one process, a socket each (the real v0.20.0 plugin in ../shared/captures/k8s-1.35/
+    from one process, a socket each (the real v0.20.0 plugin in tests/data/captures/k8s-1.35/
     healthy-nvidia-device-plugin.log: pid 15981 serves nvidia-mig-1g.10gb.sock,
     nvidia-gpu.sock, nvidia-mig-3g.40gb.sock and nvidia-mig-2g.20gb.sock). Its thread stuck in
     nvmlInit is one cause: one blocked_in_nvml listing the four resources (the audit saw it

@@ -104,7 +104,7 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--socket", required=True)
     # more sockets served by the same process, as NVIDIA's plugin does with the mixed MIG
-    # strategy: one gRPC server per resource, one process (../shared/captures/k8s-1.35/
+    # strategy: one gRPC server per resource, one process (tests/data/captures/k8s-1.35/
     # healthy-nvidia-device-plugin.log: pid 15981 serves nvidia-gpu.sock and three
     # nvidia-mig-*.sock)
     ap.add_argument("--extra-socket", action="append", default=[])
