@@ -21,7 +21,7 @@ from .. import analysis, errors
 from ..api import extra_lists
 from . import pending
 from ..analysis import admission, dra, goroutines, kubelet_config, pod_status
-from ..analysis import agent_seen, wedge
+from ..analysis import agent_seen, plugin_pods, wedge
 from ..analysis.common import pod_ref
 from ..api.kube import Kube, seg, worker_pool
 from ..report.output import Output
@@ -243,6 +243,15 @@ def node_not_found(node_name: str, pod: Mapping[str, Any]) -> Finding:
 
 # -- the commands ----------------------------------------------------------------------------
 
+def resolve_plugin_pods(out: Output, pods: list[dict]) -> None:
+    """The node's device plugin pods for the verdict's restart command: the one whose uid the
+    node probe saw serving a plugin socket first, then the ones a known install labels."""
+    uids = [str(f.evidence.get("pod_uid")) for f in out.report.findings
+            if f.id.startswith("deviceplugin.") and isinstance(f.evidence, Mapping)
+            and f.evidence.get("pod_uid")]
+    out.context["plugin_pods"] = plugin_pods.candidates(pods, uids)
+
+
 def diagnose_node(kube: Kube, name: str, settings: Settings, out: Output,
                   cancelled: Callable[[], bool] = lambda: False,
                   on_pod: Callable = lambda p: None) -> None:
@@ -250,8 +259,10 @@ def diagnose_node(kube: Kube, name: str, settings: Settings, out: Output,
     out.check("api.node", "ok", 0.0)
     view = collect_node(kube, name, settings, out, node=node)
     out.findings(view.findings)
+    resolve_plugin_pods(out, view.pods)
     if settings.probe:
         run_probe(kube, view, settings, out, cancelled=cancelled, on_pod=on_pod)
+        resolve_plugin_pods(out, view.pods)  # the probe names the plugin's pod by its uid
 
 
 def diagnose_pod(kube: Kube, namespace: str, name: str, settings: Settings, out: Output,
@@ -283,6 +294,7 @@ def diagnose_pod(kube: Kube, namespace: str, name: str, settings: Settings, out:
             return
         view = collect_node(kube, node_name, settings, out, node=node)
         out.findings(view.findings)
+        resolve_plugin_pods(out, view.pods)
     # an unscheduled GPU pod: its fit against every node names the case (pending.py)
     fit = None if node_name else pending.collect(kube, pod, evs, out, now_utc())
     if not node_name and (pod.get("spec") or {}).get("resourceClaims"):
@@ -308,6 +320,7 @@ def diagnose_pod(kube: Kube, namespace: str, name: str, settings: Settings, out:
         uid = (pod.get("metadata") or {}).get("uid")
         run_probe(kube, view, settings, out, focus_pods=(uid,) if uid else (),
                   cancelled=cancelled, on_pod=on_pod)
+        resolve_plugin_pods(out, view.pods)
 def node(session: Session, o: dict, name: str) -> ExitStatus:
     if o.get("history") is not None:
         return history(session, o, name, o["history"])

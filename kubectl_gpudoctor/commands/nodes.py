@@ -358,18 +358,22 @@ def _finish_row(row: dict, fs: list) -> None:
 def nodes(session: Session, o: dict, selector: str | None, all_nodes: bool,
           max_probes: int, show_healthy: bool = False) -> ExitStatus:
     rows: list = []
+    wide = o.get("output") == "wide"
 
     def preamble() -> str:  # the fleet table (also what a --save bundle keeps of the view)
-        if rows:
-            return fleet.table(rows, show_healthy)
-        return ("No nodes matched " + (f"-l {selector}" if selector else
-                                       "(no node has GPUs; --all shows every node)") + ".\n\n")
+        return fleet.table(rows, show_healthy, wide=wide) if rows else ""
 
     def run(kube: Kube, out: Output, s: Settings, reg: Callable) -> None:
         out.table_view = fleet.footer  # the table is the preamble; no details per finding
         rows.extend(scan(kube, selector, s, out, all_nodes=all_nodes, max_probes=max_probes,
                          on_pod=reg))
         out.doc_extra["nodes"] = [fleet.row_doc(r) for r in fleet.ordered(rows)]
+        if not rows and out.fmt in ("table", "wide"):
+            # as `kubectl get nodes -l nosuch=x`: one line on stderr and nothing else
+            out.table_view = fleet.nothing
+            out.err.write("No resources found" + ("" if selector or all_nodes else
+                                                  " (no node has GPUs; --all shows every "
+                                                  "node)") + "\n")
 
     session.preamble = preamble
     target = {"kind": "nodes", "name": selector or ("all nodes" if all_nodes else "GPU nodes"),

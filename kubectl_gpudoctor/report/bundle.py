@@ -185,6 +185,7 @@ def build(out: Any, code: int, error: errors.GpuDoctorError | None, recorder: Re
                                           "exit_status": int(errors.exit_status_of(error))})
     # for readers of the bundle; replay decides the verdict again from the findings
     report["verdict"] = out.verdict()
+    report["context"] = dict(out.context)  # what the verdict's commands were built from
     try:
         from importlib.metadata import version as _v
         client = _v("kubernetes")
@@ -301,6 +302,8 @@ def replay(doc: Mapping[str, Any], fmt: str, fail_on: str | None = None,
     except (ValueError, TypeError, KeyError, AttributeError, ProtocolError) as exc:
         raise errors.UsageError(f"the bundle's report is malformed: "
                                 f"{terminal_safe(str(exc))[:200]}") from None
+    if isinstance(rep.get("context"), dict):  # validated again by the verdict, like the target
+        out.context = dict(rep["context"])
     r.summary_record = rep.get("summary_record")
     r.extra_incomplete_reason = rep.get("incomplete_reason") or ""
     out.api_only = r.summary_record is None
@@ -310,7 +313,7 @@ def replay(doc: Mapping[str, Any], fmt: str, fail_on: str | None = None,
     else:
         code = int(out.exit_status(ExitStatus(err["exit_status"]) if err else None))
     message = None if err is None else terminal_safe(" ".join(err["message"].split()))
-    if err is None or r.findings or fmt != "table":
+    if err is None or r.findings or fmt not in ("table", "wide"):
         out.finish(code, pre_table="\n".join(terminal_safe(line) for line in
                                           (rep.get("preamble") or "").split("\n")),
                    error=None if err is None else {"type": terminal_safe(err.get("type") or ""),
@@ -343,7 +346,7 @@ class Saver:
         bundle is not worth waiting for: the file is left as it was and the report goes on."""
         try:
             with _interruptible():
-                pre = preamble() if self.out.fmt == "table" else ""
+                pre = preamble() if self.out.fmt in ("table", "wide") else ""
                 write(self.path, build(self.out, code, error, self.recorder, self.argv,
                                        image=self.image, preamble=pre))
         except KeyboardInterrupt:
