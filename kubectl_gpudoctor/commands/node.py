@@ -9,6 +9,7 @@ of what the API side found (probe.pod_not_started), not as a failure of the tool
 from __future__ import annotations
 
 import concurrent.futures as cf
+import sys
 import time
 
 import click
@@ -85,17 +86,16 @@ def collect_node(kube: Kube, name: str, settings: Settings, out: Output,
                            kt)
         f_health = pool.submit(kube.get_text, f"{proxy}/healthz", [("verbose", "1")], kt)
         # RuntimeClasses and the DRA lists (claims, slices, classes): optional, one call each
-        f_extra = pool.submit(extra_lists.fetch, kube, tuple(extra_lists.LISTS), 30)
+        f_extra = pool.submit(extra_lists.fetch, kube, tuple(extra_lists.LISTS))
         # Warning events of all pods in one list (admission errors, HAMi's `device number not
         # matched`), kept for the pods on this node; optional
         f_warn = pool.submit(kube.get_json, "/api/v1/events",
                              [("fieldSelector", "type=Warning,involvedObject.kind=Pod"),
-                              ("resourceVersion", "0")], 30)
+                              ("resourceVersion", "0")])
         # events about the Node object (recorded in namespace default): kubelet restarts and
         # reboots (admission races) and what other health monitors reported; optional
         f_nev = pool.submit(kube.get_json, "/api/v1/namespaces/default/events",
-                            [("fieldSelector", f"involvedObject.kind=Node,involvedObject.name={name}")],
-                            30)
+                            [("fieldSelector", f"involvedObject.kind=Node,involvedObject.name={name}")])
         pods = _result(out, "api.pods", f_pods, t0)
         if pods is None:  # the verdict below would judge a node without its pods
             out.mark_incomplete(f"the pods of node {name} could not be read")
@@ -302,8 +302,8 @@ def diagnose_pod(kube: Kube, namespace: str, name: str, settings: Settings, out:
         t0 = time.monotonic()
         with worker_pool(1, "dra") as one:
             extra = _extra_lists(out, one.submit(
-                extra_lists.fetch, kube, ("resourceclaims", "resourceslices", "deviceclasses"),
-                30), t0)
+                extra_lists.fetch, kube, ("resourceclaims", "resourceslices", "deviceclasses")),
+                t0)
         if extra and extra.get("resourceclaims") is not None and \
                 extra.get("resourceslices") is not None:
             out.findings(dra.analyze_claims([pod], extra["resourceclaims"],
@@ -381,9 +381,9 @@ def history(session: Session, o: dict, name: str, n: int) -> ExitStatus:
     raw = agent_exec.agent_history(kube, pod, ["get", str(n)], bundle.MAX_BUNDLE_BYTES + 1)
     doc = bundle.parse(raw, f"bundle {n} of {name}")
     if o.get("save"):
-        bundle.write(o["save"], bundle.keep_node_bundle(doc))
-        click.echo(f"bundle {n} of {name} saved to {o['save']}", err=True)
-    return ExitStatus(bundle.replay(doc, o.get("output") or "table", None))
+        bundle.write(o["save"], bundle.keep_node_bundle(doc), say=sys.stderr)
+    return ExitStatus(bundle.replay(doc, o.get("output") or "table", None,
+                                    source=f"bundle {n} the agent kept on {name}"))
 
 
 def _utc(t: Any) -> str:

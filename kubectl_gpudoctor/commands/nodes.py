@@ -52,10 +52,10 @@ def _list(kube: Kube, path: str, what: str, query: list | None = None,
     try:
         if paged:
             each = slim.PodCompactor(container_ids) if path.endswith("/pods") else slim.slim
-            items, _ = pager.list_items(kube, path, list(query or ()), timeout=60, each=each,
+            items, _ = pager.list_items(kube, path, list(query or ()), each=each,
                                         parsers=parsers)
             return items
-        doc = kube.get_json(path, [CACHED] + list(query or ()), timeout=60)
+        doc = kube.get_json(path, [CACHED] + list(query or ()))
     except errors.ApiError as exc:
         if not required:
             return None
@@ -77,7 +77,7 @@ def scan(kube: Kube, selector: str | None, settings: Settings, out: Output,
     # keep that work on one core)
     with worker_pool(5, "list") as pool, pageparse.ParsePool(pageparse.default_workers()) as pp:
         # RuntimeClasses and the DRA lists (one paged list each; 404 without DRA is normal)
-        f_extra = pool.submit(extra_lists.fetch, kube, tuple(extra_lists.LISTS), 30, True)
+        f_extra = pool.submit(extra_lists.fetch, kube, tuple(extra_lists.LISTS), None, True)
         f_nodes = pool.submit(_list, kube, "/api/v1/nodes", "nodes", q, True, True, pp)
         f_pods = pool.submit(_list, kube, "/api/v1/pods", "pods", None, True, True, pp,
                              settings.probe)  # the probe's records name containers by id

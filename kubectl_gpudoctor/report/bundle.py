@@ -244,9 +244,39 @@ def keep_node_bundle(doc: Mapping[str, Any]) -> dict:
             "agent": bundle_keep.keep(doc.get("agent"), bundle_keep.KEEP)}
 
 
-def write(path: str, doc: Mapping[str, Any]) -> None:
-    """Atomically, owner-readable, only over a regular file (report/bundle_io.py)."""
-    bundle_io.write(path, doc)
+def write(path: str, doc: Mapping[str, Any], say: Any = None) -> int:
+    """Atomically, owner-readable, only over a regular file (report/bundle_io.py); says where
+    and how big on `say` (stderr), as kubectl confirms what it did."""
+    size = bundle_io.write(path, doc)
+    if say is not None:
+        say.write(f"saved bundle {terminal_safe(path)} ({_size(size)}, mode 0600; "
+                  f"`kubectl gpu-doctor replay {terminal_safe(path)}` shows it again)\n")
+        say.flush()
+    return size
+
+
+def _size(n: int) -> str:
+    return f"{n} B" if n < 1024 else f"{n / 1024:.0f} KiB" if n < 1 << 20 else \
+        f"{n / (1 << 20):.1f} MiB"
+
+
+def origin_of(doc: Mapping[str, Any], source: str, now: float | None = None) -> str:
+    """What a replay says instead of "live": which bundle, when it was captured and how long
+    ago, and the command that captured it (all escaped: the bundle is hostile)."""
+    import calendar
+    created = str(doc.get("created_at") or "")[:40]
+    ago = ""
+    try:
+        t = calendar.timegm(time.strptime(created, "%Y-%m-%dT%H:%M:%SZ"))
+        from node_probe.protocol.duration import human
+        ago = f" ({human((now or time.time()) - t)} ago)"
+    except (ValueError, OverflowError):
+        pass
+    argv = doc.get("command_line") if isinstance(doc.get("command_line"), list) else []
+    cmd = " ".join(str(a) for a in argv[:24])[:200]
+    cmd = cmd.replace("kubectl-gpu_doctor ", "kubectl gpu-doctor ", 1)
+    return terminal_safe(f"replay of {source}, captured {created or 'at an unknown time'}{ago}"
+                         + (f" by `{cmd}`" if cmd else ""))
 
 
 # -- replay ----------------------------------------------------------------------------------
@@ -276,9 +306,11 @@ def parse(data: bytes, path: str) -> dict:
 
 
 def replay(doc: Mapping[str, Any], fmt: str, fail_on: str | None = None,
-           stdout: Any = None, stderr: Any = None, details: bool = False) -> int:
-    """Render the saved report as the original run did; return its exit code (recomputed from
-    the findings only when --fail-on differs from the saved run's)."""
+           stdout: Any = None, stderr: Any = None, details: bool = False,
+           source: str = "a bundle") -> int:
+    """Render the saved report as the original run did, saying it is a replay of `source`
+    and when it was captured; return its exit code (recomputed from the findings only when
+    --fail-on differs from the saved run's)."""
     from .output import Output
 
     rep = doc["report"]
@@ -290,9 +322,14 @@ def replay(doc: Mapping[str, Any], fmt: str, fail_on: str | None = None,
     out = Output(fmt, fail_on, target, out=stdout, err=stderr, progress=False,
                  details=details)
     r = out.report
+    out.origin = origin_of(doc, source)
+    out.doc_extra["replay"] = {"bundle": source, "captured_at": doc.get("created_at")}
     r.version = terminal_safe(rep.get("version") or r.version)
     try:
         r.started_at = float(rep.get("started_at") or r.started_at)
+        d = rep.get("duration_s")  # the run's own duration, not the time since it
+        r.duration_s = float(d) if isinstance(d, (int, float)) and not isinstance(d, bool) \
+            else None
         for rec in rep["findings"]:  # a bundle is hostile: its advice is labelled as ours are
             r.add_finding(Finding.from_record(catalog.label_foreign_remediation(rec)))
         for c in rep["checks"]:
@@ -348,7 +385,7 @@ class Saver:
             with _interruptible():
                 pre = preamble() if self.out.fmt in ("table", "wide") else ""
                 write(self.path, build(self.out, code, error, self.recorder, self.argv,
-                                       image=self.image, preamble=pre))
+                                       image=self.image, preamble=pre), say=sys.stderr)
         except KeyboardInterrupt:
             sys.stderr.write(f"kubectl gpu-doctor: warning: interrupted: the bundle "
                              f"{terminal_safe(self.path)} was not written\n")

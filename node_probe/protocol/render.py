@@ -123,9 +123,12 @@ class LiveProgress:
             return
         if node:
             text = f"{terminal_safe(node)}: {text}"
+        waited = rec.get("waited_s")  # the clock started before the record (an API wait)
+        waited = float(waited) if isinstance(waited, (int, float)) and \
+            not isinstance(waited, bool) else 0.0
         with self._lock:
             self._text = text
-            self._since = time.monotonic() if timed else 0.0
+            self._since = time.monotonic() - waited if timed else 0.0
             self._deadline = deadline
             self._draw()
         if timed:
