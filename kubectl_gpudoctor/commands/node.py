@@ -21,7 +21,7 @@ from node_probe.protocol import Finding
 from .. import analysis, errors
 from ..api import extra_lists
 from . import pending
-from ..analysis import admission, dra, goroutines, kubelet_config, pod_status
+from ..analysis import admission, capacity, dra, goroutines, kubelet_config, pod_status
 from ..analysis import agent_seen, plugin_pods, wedge
 from ..analysis.common import pod_ref
 from ..api.kube import Kube, seg, worker_pool
@@ -263,6 +263,7 @@ def diagnose_node(kube: Kube, name: str, settings: Settings, out: Output,
     if settings.probe:
         run_probe(kube, view, settings, out, cancelled=cancelled, on_pod=on_pod)
         resolve_plugin_pods(out, view.pods)  # the probe names the plugin's pod by its uid
+        out.findings(capacity.driver_not_seen(view.node, out.report.findings))
 
 
 def diagnose_pod(kube: Kube, namespace: str, name: str, settings: Settings, out: Output,
@@ -321,6 +322,7 @@ def diagnose_pod(kube: Kube, namespace: str, name: str, settings: Settings, out:
         run_probe(kube, view, settings, out, focus_pods=(uid,) if uid else (),
                   cancelled=cancelled, on_pod=on_pod)
         resolve_plugin_pods(out, view.pods)
+        out.findings(capacity.driver_not_seen(view.node, out.report.findings))
 def node(session: Session, o: dict, name: str) -> ExitStatus:
     if o.get("history") is not None:
         return history(session, o, name, o["history"])
