@@ -139,7 +139,7 @@ def collect_node(kube: Kube, name: str, settings: Settings, out: Output,
         except errors.ApiError as exc:
             gr_err = exc
             out.check("api.kubelet_goroutines", "skipped", time.monotonic() - t0,
-                      f"{exc.status}: {exc.message[:120]}")
+                      "see kubelet.goroutines_unavailable")  # said once, by the finding
         except errors.GpuDoctorError as exc:
             out.check("api.kubelet_goroutines", "error", time.monotonic() - t0,
                       exc.one_line())
@@ -180,9 +180,17 @@ def _extra_lists(out: Output, fut: cf.Future, t0: float) -> dict | None:
     return extra
 
 
+def http_words(exc: errors.ApiError, limit: int = 160) -> str:
+    """An API error in one short phrase, the status said once: `404 page not found` (the
+    kubelet's body already starts with its status; `404: 404 page not found` was noise)."""
+    msg = " ".join(str(exc.message or "").split())[:limit]
+    status = str(exc.status or "")
+    return msg if msg.startswith(status) else f"HTTP {status}: {msg}" if msg else f"HTTP {status}"
+
+
 def _why(exc: BaseException) -> str:
     if isinstance(exc, errors.ApiError):
-        return f"{exc.status} {exc.message[:160]}"
+        return http_words(exc)
     if isinstance(exc, errors.GpuDoctorError):
         return exc.one_line()
     return str(exc)
@@ -214,9 +222,9 @@ def _api_failed(out: Output, check_id: str, exc: errors.ApiError, t0: float,
                 quiet: bool) -> None:
     """An optional API read failed: the check is skipped (quiet) or an error, never fatal."""
     status = "skipped" if quiet else "error"
-    out.check(check_id, status, time.monotonic() - t0, f"{exc.status}: {exc.message[:160]}")
+    out.check(check_id, status, time.monotonic() - t0, http_words(exc))
     if status == "error":
-        out.log("warning", f"{check_id}: {exc.status} {exc.message[:200]}")
+        out.log("warning", f"{check_id}: {http_words(exc, 200)}")
 
 
 # -- the node probe in a debug pod ---------------------------------------------------------
@@ -283,7 +291,7 @@ def diagnose_pod(kube: Kube, namespace: str, name: str, settings: Settings, out:
         events_known = True
     except errors.ApiError as exc:
         evs, events_known = [], False
-        out.log("warning", f"cannot read the pod's events: {exc.status} {exc.message[:160]}")
+        out.log("warning", f"cannot read the pod's events: {http_words(exc)}")
     node_name = (pod.get("spec") or {}).get("nodeName")
     out.report.target["node"] = node_name
     view = None

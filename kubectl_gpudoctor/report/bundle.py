@@ -273,8 +273,13 @@ def origin_of(doc: Mapping[str, Any], source: str, now: float | None = None) -> 
     except (ValueError, OverflowError):
         pass
     argv = doc.get("command_line") if isinstance(doc.get("command_line"), list) else []
-    cmd = " ".join(str(a) for a in argv[:24])[:200]
-    cmd = cmd.replace("kubectl-gpu_doctor ", "kubectl gpu-doctor ", 1)
+    words: list[str] = []
+    for a in [str(a)[:200] for a in argv[:24]]:  # whole words, at most ~400 characters
+        if sum(len(w) + 1 for w in words) + len(a) > 400:
+            words.append("...")
+            break
+        words.append(a)
+    cmd = " ".join(words).replace("kubectl-gpu_doctor ", "kubectl gpu-doctor ", 1)
     return terminal_safe(f"replay of {source}, captured {created or 'at an unknown time'}{ago}"
                          + (f" by `{cmd}`" if cmd else ""))
 

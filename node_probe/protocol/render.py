@@ -218,8 +218,9 @@ def table_width(width: int | None = None) -> int:
 
 
 def _wrap(text: str, width: int, first: str, rest: str) -> list[str]:
+    """Wrapped between words; a word longer than the line (a path, a name) stays whole."""
     return textwrap.wrap(text, width, initial_indent=first, subsequent_indent=rest,
-                         break_on_hyphens=False, break_long_words=True) or [first.rstrip()]
+                         break_on_hyphens=False, break_long_words=False) or [first.rstrip()]
 
 
 def shell_lines(cmd: str, width: int, first: str, rest: str) -> list[str]:
