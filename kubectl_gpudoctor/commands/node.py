@@ -139,7 +139,7 @@ def collect_node(kube: Kube, name: str, settings: Settings, out: Output,
         except errors.ApiError as exc:
             gr_err = exc
             out.check("api.kubelet_goroutines", "skipped", time.monotonic() - t0,
-                      "see kubelet.goroutines_unavailable")  # said once, by the finding
+                      http_words(exc, 120))
         except errors.GpuDoctorError as exc:
             out.check("api.kubelet_goroutines", "error", time.monotonic() - t0,
                       exc.one_line())
