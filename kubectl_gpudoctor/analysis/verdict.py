@@ -563,19 +563,18 @@ def _plugin_restart(names: _Names, findings: Sequence[Finding]) -> Action | None
         return Action("mitigate", "restart the device plugin; its DaemonSet recreates it",
                       f"kubectl delete pod -n {_q(pod['namespace'])} {_q(pod['name'])}", risk)
     return Action(
-        "mitigate", f"restart the device plugin: find its pod on {names.node} and delete it "
-                    "(no pod matched a known install's labels; on Bottlerocket or EKS Auto Mode "
-                    "the plugin is a host service: restart it on the node)",
+        "mitigate", f"restart the device plugin: find its pod here and delete it (no pod "
+                    "matched a known install's labels; on Bottlerocket and EKS Auto Mode it is "
+                    "a host service)",
         f"kubectl get pods -A -o wide --field-selector spec.nodeName={_q(names.node)}", risk)
 
 
 def _ssh_local(names: _Names) -> Action | None:
     if not names.node:
         return None
-    return Action("verify", "confirm on the node itself, where no pod can start (the probe "
-                            "over SSH; the plugin installed there)",
+    return Action("verify", "confirm on the node itself, where no pod can start",
                   f"ssh {_q(names.node)} sudo kubectl-gpu_doctor local",
-                  "none (read-only checks and a 5 s eBPF trace)")
+                  "none (read-only; a 5 s eBPF trace)")
 
 
 # the fix of a root cause in our words (no command where it depends on the workload or node)
