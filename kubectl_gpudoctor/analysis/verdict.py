@@ -35,6 +35,7 @@ from typing import Any, Mapping, Sequence
 
 from node_probe.protocol import Finding, Severity
 from node_probe.protocol.catalog import CATALOG
+from node_probe.protocol.duration import human
 from node_probe.protocol.known_drivers import KNOWN_ISSUES
 
 from ..params import name_problem
@@ -461,13 +462,9 @@ def _kubelet_blocked(root: Finding, names: _Names, findings: Sequence[Finding]) 
     pod = plugin_pod_for(names, findings)
     plugin = (f"the {', '.join(res) + ' ' if res else ''}device plugin's "
               f"{call or 'RPC'}" + (f" (pod {pod['namespace']}/{pod['name']})" if pod else ""))
-    wait = (f" for {mins} min" if isinstance(mins, int) and not isinstance(mins, bool)
-            and mins >= 1 else "")
-    from node_probe.protocol.duration import human
-    if wait:
-        wait = f" for {human(mins * 60)}"
-    return f"The kubelet has waited{wait} in {plugin}" if wait else \
-        f"The kubelet is inside {plugin}"
+    if isinstance(mins, int) and not isinstance(mins, bool) and mins >= 1:
+        return f"The kubelet has waited for {human(mins * 60)} in {plugin}"
+    return f"The kubelet is inside {plugin}"
 
 
 def _agent_mark(f: Finding) -> str | None:
@@ -482,7 +479,6 @@ def _agent_mark(f: Finding) -> str | None:
         msg = msg.removeprefix(prefix)
     what = msg or CATALOG.get(f.id, f.id)
     since = ev.get("since_s")
-    from node_probe.protocol.duration import human
     when = (f"marked by the watching agent {human(since)} ago" if isinstance(since, (int, float))
             and not isinstance(since, bool) else "marked by the watching agent")
     return f"{_cap(what)} ({when})"
