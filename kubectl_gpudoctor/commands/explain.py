@@ -180,6 +180,11 @@ def render(markdown: str, width: int, bold: bool = False) -> str:
     return "\n".join(out) + "\n"
 
 
+def page(fid: str, width: int, bold: bool = False) -> str:
+    """A catalog id's page as `explain` prints it: reordered, rendered for a terminal."""
+    return render(reorder(page_text(fid), fid), width, bold=bold)
+
+
 def listing(width: int) -> str:
     """Every id with its one-line meaning (`explain` without an id)."""
     ids = sorted(catalog.CATALOG)
@@ -206,6 +211,6 @@ def explain(session: Session, finding_id: str | None) -> ExitStatus:
                    "; `kubectl gpu-doctor explain` lists every id"))
         (fid, *_), note = known
     from node_probe.protocol.render import use_color
-    text = render(reorder(page_text(fid), fid), _width(), bold=use_color(sys.stdout))
+    text = page(fid, _width(), bold=use_color(sys.stdout))
     click.echo((textwrap.fill(note, _width()) + "\n\n" if note else "") + text, nl=False)
     return ExitStatus.OK

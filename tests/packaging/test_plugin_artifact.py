@@ -118,7 +118,7 @@ def test_frozen_plugin_explains_a_finding_offline(krew_root: Path, tmp_path: Pat
     r = subprocess.run(["unshare", "--net", str(exe), "explain", "kubelet.admission_stalled"],
                        capture_output=True, text=True, env=env, cwd=tmp_path, timeout=60)
     assert r.returncode == 0, r.stderr
-    assert r.stdout == explain.render(explain.page_text("kubelet.admission_stalled"), 100)
+    assert r.stdout == explain.page("kubelet.admission_stalled", 100)
     bundled = sorted(p.stem for p in (krew_root / "store").rglob("_internal/docs/findings/*.md"))
     from node_probe.protocol.catalog import CATALOG
     assert bundled == sorted(CATALOG)
