@@ -40,6 +40,115 @@ from .report.output import FORMATS
 from .session import PROG, Session, closed_pipe_ok
 
 _GROUP_OPTS = "gpu_doctor.group_options"
+
+
+def examples(*pairs: str) -> str:
+    """An `Examples:` block as kubectl's help has one: (comment, command) pairs, kept as
+    written (click's \\b: not rewrapped)."""
+    blocks = [f"\b\n  # {pairs[i]}\n  {pairs[i + 1]}" for i in range(0, len(pairs), 2)]
+    return "\b\nExamples:\n" + "\n\n".join(b.removeprefix("\b\n") if i == 0 else b
+                                          for i, b in enumerate(blocks)) + "\n"
+
+
+EXAMPLES = {
+    "": examples(
+        "Why are the GPU pods on this node stuck? The verdict, then the evidence",
+        "kubectl gpu-doctor node gpu-node-7",
+        "Why is this pod Pending or failing, and what is wrong with its node",
+        "kubectl gpu-doctor pod trainer-0 -n ml",
+        "The sick GPU nodes of the fleet, worst first",
+        "kubectl gpu-doctor nodes",
+        "This host, over SSH on a node where no pod can start",
+        "sudo kubectl-gpu_doctor local",
+        "What a finding means and how to fix it (offline)",
+        "kubectl gpu-doctor explain kubelet.admission_stalled"),
+    "node": examples(
+        "The verdict and the evidence of one node (by exec in its agent pod if one runs)",
+        "kubectl gpu-doctor node gpu-node-7",
+        "The API side only: no pod, no exec",
+        "kubectl gpu-doctor node gpu-node-7 --no-probe",
+        "For a ticket: keep the evidence, paste the answer",
+        "kubectl gpu-doctor node gpu-node-7 --save incident.json -o markdown",
+        "What the watching agent captured when the problem started",
+        "kubectl gpu-doctor node gpu-node-7 --history"),
+    "pod": examples(
+        "Why this pod does not run, then its node (the checks focused on its containers)",
+        "kubectl gpu-doctor pod trainer-0 -n ml",
+        "A Pending GPU pod: its fit against every node, from three lists",
+        "kubectl gpu-doctor pod trainer-0 -n ml --no-probe",
+        "For a bot",
+        "kubectl gpu-doctor pod pod/trainer-0 -n ml -o json"),
+    "nodes": examples(
+        "Every GPU node, the sick ones listed worst first",
+        "kubectl gpu-doctor nodes",
+        "A pool, every node listed, every column whole",
+        "kubectl gpu-doctor nodes -l pool=h100 --show-healthy -o wide",
+        "Also the node side of each (by exec where an agent runs, else a debug pod)",
+        "kubectl gpu-doctor nodes -l pool=h100 --probe"),
+    "local": examples(
+        "This host (run it on the node, e.g. over SSH, where no pod can start)",
+        "sudo kubectl-gpu_doctor local",
+        "Only the device-plugin checks, no eBPF trace",
+        "sudo kubectl-gpu_doctor local --only deviceplugin --trace-seconds 0",
+        "A kernel log saved from another machine",
+        "kubectl-gpu_doctor local --kmsg-file dmesg.txt --only kmsg"),
+    "cleanup": examples(
+        "Leftover debug pods in the probe namespace",
+        "kubectl gpu-doctor cleanup",
+        "In every namespace",
+        "kubectl gpu-doctor cleanup -A"),
+    "agent": examples(
+        "Install the watching agent on every node (before the next incident)",
+        "kubectl gpu-doctor agent install",
+        "Which nodes it covers",
+        "kubectl gpu-doctor agent status"),
+    "agent install": examples(
+        "The watching agent on every node",
+        "kubectl gpu-doctor agent install",
+        "Only on GPU nodes, as manifests for GitOps",
+        "kubectl gpu-doctor agent install --node-selector nvidia.com/gpu.present=true "
+        "--dry-run=client -o yaml",
+        "The sleeping agent (exec only, no node status writes)",
+        "kubectl gpu-doctor agent install --no-watch"),
+    "agent status": examples(
+        "Nodes without a Running agent, and version skew",
+        "kubectl gpu-doctor agent status",
+        "Every node, for a script",
+        "kubectl gpu-doctor agent status -o json"),
+    "agent uninstall": examples(
+        "Remove the agent (the namespace stays)",
+        "kubectl gpu-doctor agent uninstall"),
+    "replay": examples(
+        "The report of a saved bundle, offline, with its exit code",
+        "kubectl gpu-doctor replay incident.json",
+        "For the ticket",
+        "kubectl gpu-doctor replay incident.json -o markdown"),
+    "explain": examples(
+        "A finding's page",
+        "kubectl gpu-doctor explain kubelet.admission_stalled",
+        "The page behind one of the watching agent's NodeConditions or reasons",
+        "kubectl gpu-doctor explain GpuDoctorDevicePluginStuck",
+        "Every id with its meaning",
+        "kubectl gpu-doctor explain"),
+    "mcp": examples(
+        "Serve an incident assistant over stdio: API reads only, nothing created",
+        "kubectl gpu-doctor mcp",
+        "Also let its tools run the node probe (exec in the agent, else a debug pod)",
+        "kubectl gpu-doctor mcp --allow-node-probe --call-timeout 2m"),
+    "version": examples(
+        "The plugin version and the probe image it launches",
+        "kubectl gpu-doctor version",
+        "For a script",
+        "kubectl gpu-doctor version -o json"),
+    "rbac": examples(
+        "The probe namespace and the users' RBAC",
+        "kubectl gpu-doctor rbac | kubectl apply -f -",
+        "The base and the admission policy, to review first (opt-ins only when named)",
+        "kubectl gpu-doctor rbac all > gpu-doctor-rbac.yaml"),
+    "completion": examples(
+        "bash completion for the kubectl-gpu_doctor executable",
+        "source <(kubectl-gpu_doctor completion bash)"),
+}
 CONTEXT_SETTINGS = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
 _DEFAULTS = {"output": "table", "fail_on": "warning", "timeout": 60.0, "trace_seconds": 5.0,
              "start_timeout": 60.0, "stall_threshold": 120.0, "concurrency": 8,
@@ -147,14 +256,21 @@ def _refuse_unused_group_options(ctx: click.Context, kw: dict) -> None:
 
 
 @click.group(context_settings=CONTEXT_SETTINGS, invoke_without_command=False,
-             no_args_is_help=True,
-             help="Why are the GPU pods on this node stuck, failing or slow?\n\n"
-                  "API-side analysis (pods, events, node Lease, the kubelet's goroutine dump "
-                  "and config) plus a short-lived privileged debug pod that runs the node "
-                  "probe. Exit codes: 0 ok, 1 findings at or above --fail-on, 2 usage, "
-                  "3 cluster or launch error, 4 probe incomplete, 70 internal error (a bug), "
-                  "130 interrupted.\n\n"
-                  "kubectl's flags below may also come after the command.")
+             no_args_is_help=True, epilog=EXAMPLES[""],
+             help="Why are the GPU pods on this node stuck, failing or slow? The verdict "
+                  "first (the root cause, the pods it holds up, the commands to run), then "
+                  "the evidence.\n\n"
+                  "The API side (pods, events, the node Lease, the kubelet's goroutine dump, "
+                  "health and config, other monitors' conditions and the watching agent's) "
+                  "answers in about a second and needs no pod. The node side (the node probe: "
+                  "device-plugin RPCs with deadlines, NVML in a killable child, cgroup device "
+                  "rules, the kernel log, a short eBPF trace) runs by exec in the standing "
+                  "agent's pod where one runs (`kubectl gpu-doctor agent install`), else in a "
+                  "short-lived privileged debug pod, deleted on every path -- never on a node "
+                  "that is NotReady or whose kubelet admits no pod.\n\n"
+                  "Exit codes: 0 ok, 1 findings at or above --fail-on, 2 usage, 3 cluster or "
+                  "launch error, 4 probe incomplete, 70 internal error (a bug), 130 "
+                  "interrupted. kubectl's flags below may also come after the command.")
 @functools.partial(_kube_options, namespace_help=_NS_GROUP)
 @click.pass_context
 def cli(ctx: click.Context, **kw: Any) -> None:
@@ -236,12 +352,13 @@ def _session(ctx: click.Context) -> Session:
     return ctx.ensure_object(Session)
 
 
-def _target_command(kind: str, name_type: click.ParamType, help: str,
+def _target_command(kind: str, name_type: click.ParamType, help: str, short: str,
                     namespace_help: str | None = None, extra: Callable = lambda f: f,
                     **argument: Any) -> click.Command:
     """`node NAME` and `pod NAME`: one named target, the same options, commands/node.<kind>."""
-    @cli.command(kind, context_settings=CONTEXT_SETTINGS, help=help)
-    @click.argument("name", type=name_type, **argument)
+    @cli.command(kind, context_settings=CONTEXT_SETTINGS, help=help, short_help=short,
+                 epilog=EXAMPLES[kind])
+    @click.argument("name", type=name_type, metavar=kind.upper(), **argument)
     @functools.partial(_common, namespace_help=namespace_help)
     @_cluster_options
     @extra
@@ -251,10 +368,17 @@ def _target_command(kind: str, name_type: click.ParamType, help: str,
     return command
 
 
+def _not_negative(ctx: click.Context, param: click.Parameter, value: int | None) -> int | None:
+    if value is not None and value < 0:
+        raise click.BadParameter(f"{value} is not a bundle number (1 is the newest)", ctx, param)
+    return value
+
+
 def _history_option(f: Callable) -> Callable:
+    # a plain INT checked in a callback: click.IntRange would print `[x>=0]` in --help
     return click.option(
-        "--history", "history", type=click.IntRange(0), is_flag=False, flag_value=0,
-        default=None, metavar="[N]",
+        "--history", "history", type=click.INT, is_flag=False, flag_value=0,
+        default=None, metavar="[N]", callback=_not_negative,
         help="The evidence the watching agent kept on the node: without N, list the bundles; "
              "--history N replays bundle N like `replay` (with --save FILE, also copies it "
              "out). Read by exec in the agent pod; nothing runs on the node.")(f)
@@ -262,15 +386,26 @@ def _history_option(f: Callable) -> Callable:
 
 node_cmd = _target_command(
     "node", params.NODE_NAME, shell_complete=_complete_nodes, extra=_history_option,
-    help="Diagnose node NAME (or node/NAME): API-side analysis, then the node probe (by "
-         "exec in the standing agent, else in a debug pod).")
+    short="Why the GPU pods on node NODE are stuck, failing or slow.",
+    help="Why the GPU pods on node NODE (or node/NODE) are stuck, failing or slow: the "
+         "verdict (root cause, the pods it holds up, the commands to run), then each "
+         "finding once.\n\n"
+         "The API side first (about a second, no pod); then the node probe, by exec in the "
+         "standing agent's pod when one runs on NODE, else in a short-lived debug pod in the "
+         "probe namespace (deleted on every path). No debug pod is created on a NotReady "
+         "node or one whose kubelet admits no pod (--force-pod to try anyway); the report "
+         "says how the node was reached.")
 pod_cmd = _target_command(
     "pod", params.POD_NAME, namespace_help=_NS_POD, shell_complete=_complete_pods,
-    help="Explain why pod NAME (or pod/NAME) is not running, then run the node checks "
-         "focused on it.")
+    short="Why pod POD is not running, then what is wrong with its node.",
+    help="Why pod POD (or pod/POD) is not running: rejected at admission, waiting on a wedged "
+         "kubelet, or never scheduled (its GPU fit against every node, named as one case "
+         "with the nodes and the numbers); then the analysis of its node and the node probe "
+         "focused on its containers, as `node` runs it.")
 
 
-@cli.command("nodes", context_settings=CONTEXT_SETTINGS)
+@cli.command("nodes", context_settings=CONTEXT_SETTINGS, epilog=EXAMPLES["nodes"],
+             short_help="The sick GPU nodes of a fleet, worst first.")
 @click.option("-l", "--selector", default=None,
               help="Label selector (default: all nodes that have GPUs).")
 @click.option("--all", "all_nodes", is_flag=True, default=False,
@@ -298,13 +433,17 @@ pod_cmd = _target_command(
 @click.pass_context
 def nodes_cmd(ctx: click.Context, selector: str | None, all_nodes: bool, probe: bool,
               max_probes: int, show_healthy: bool, **kw: Any) -> int:
-    """Scan many nodes from the API side (a constant number of list calls) in one table."""
+    """The GPU nodes of a fleet from the API side in a constant number of list calls: the
+    sick ones, worst first, each with its verdict on a line of its own; the healthy ones
+    counted. The watching agent's conditions come with the node list (no exec);
+    --probe also runs the node probe on each selected node."""
     o = _opts(ctx, kw)
     o["no_probe"] = not probe
     return nodes.nodes(_session(ctx), o, selector, all_nodes, max_probes, show_healthy)
 
 
-@cli.command("local", context_settings=CONTEXT_SETTINGS)
+@cli.command("local", context_settings=CONTEXT_SETTINGS, epilog=EXAMPLES["local"],
+             short_help="The node probe on THIS host (no cluster).")
 @click.option("--host-root", type=click.Path(file_okay=False), default=None,
               help="Where the host's / is mounted (default /).")
 @click.option("--cgroup-root", type=click.Path(file_okay=False), default=None,
@@ -325,7 +464,8 @@ def nodes_cmd(ctx: click.Context, selector: str | None, all_nodes: bool, probe: 
 @click.pass_context
 def local_cmd(ctx: click.Context, host_root, cgroup_root, kubelet_dir, kmsg_file, plugin_log,
               only, skip, list_checks, **kw: Any) -> int:
-    """Run the node probe on THIS host (no cluster; e.g. over SSH on a wedged node)."""
+    """Run the node probe on THIS host, no cluster needed: over SSH on a node where no pod
+    can start (a wedged kubelet, a NotReady node), or on a machine being set up."""
     if list_checks:
         return local.list_checks(_session(ctx))
     o = _opts(ctx, kw)
@@ -342,7 +482,8 @@ def local_cmd(ctx: click.Context, host_root, cgroup_root, kubelet_dir, kmsg_file
     return local.local(_session(ctx), o, args)
 
 
-@cli.command("cleanup", context_settings=CONTEXT_SETTINGS)
+@cli.command("cleanup", context_settings=CONTEXT_SETTINGS, epilog=EXAMPLES["cleanup"],
+             short_help="Delete leftover debug pods.")
 @functools.partial(_kube_options, namespace_env="GPU_DOCTOR_NAMESPACE", namespace_help=(
     "Namespace to clean (default: the probe namespace, where debug pods run: "
     "$GPU_DOCTOR_NAMESPACE, else gpu-doctor)."))
@@ -360,10 +501,15 @@ def cleanup_cmd(ctx: click.Context, **kw: Any) -> int:
     return cleanup.cleanup(_session(ctx), o)
 
 
-@cli.group("agent", context_settings=CONTEXT_SETTINGS)
+@cli.group("agent", context_settings=CONTEXT_SETTINGS, epilog=EXAMPLES["agent"],
+           short_help="The standing agent on every node: install, status, uninstall.")
 def agent_group() -> None:
-    """The optional standing agent: a DaemonSet of the probe image, idle until `node X`
-    execs the probe in it (works on nodes whose kubelet admits no new pod)."""
+    """The standing agent: a DaemonSet of the probe image in the gpu-doctor namespace.
+    `node`, `pod` and `nodes --probe` run the node probe by exec in it, which works where a
+    new pod cannot start (a kubelet that admits nothing). By default it also watches: every
+    30 s it runs the cheap checks, marks its own node with GpuDoctor* NodeConditions and
+    Events, and keeps evidence bundles (`node X --history`); --no-watch installs the
+    sleeping agent that only waits for exec."""
 
 
 def _agent_cmd_options(f: Callable, image: bool = True) -> Callable:
@@ -377,7 +523,9 @@ def _agent_cmd_options(f: Callable, image: bool = True) -> Callable:
                              "plugin pins).")(f)
 
 
-@agent_group.command("install", context_settings=CONTEXT_SETTINGS)
+@agent_group.command("install", context_settings=CONTEXT_SETTINGS,
+                     epilog=EXAMPLES["agent install"],
+                     short_help="Install or update the agent DaemonSet.")
 @_agent_cmd_options
 @click.option("--node-selector", default=None,
               help="Run the agent only on nodes with these labels (key=value[,key=value]); "
@@ -407,7 +555,9 @@ def agent_install_cmd(ctx: click.Context, **kw: Any) -> int:
     return agent.agent_install(_session(ctx), _with_group(ctx, kw))
 
 
-@agent_group.command("status", context_settings=CONTEXT_SETTINGS)
+@agent_group.command("status", context_settings=CONTEXT_SETTINGS,
+                     epilog=EXAMPLES["agent status"],
+                     short_help="Nodes without a Running agent, and version skew.")
 @_agent_cmd_options
 @click.option("-l", "--selector", default=None,
               help="Nodes to report (default: those the DaemonSet selects).")
@@ -415,12 +565,16 @@ def agent_install_cmd(ctx: click.Context, **kw: Any) -> int:
               help="Output format (default table).")
 @click.pass_context
 def agent_status_cmd(ctx: click.Context, **kw: Any) -> int:
-    """Nodes with and without a Running agent, and version skew with this plugin
-    (exit 0: every node has a Running agent of this version; 1 otherwise)."""
+    """How many nodes have a Running agent of this plugin's version; the nodes that need a
+    look (no agent pod, not Running, another version, a pod that is not the DaemonSet's own).
+    Exit 0: every node has a Running agent of this version; 1 otherwise (also when it is not
+    installed)."""
     return agent.agent_status(_session(ctx), _with_group(ctx, kw))
 
 
-@agent_group.command("uninstall", context_settings=CONTEXT_SETTINGS)
+@agent_group.command("uninstall", context_settings=CONTEXT_SETTINGS,
+                     epilog=EXAMPLES["agent uninstall"],
+                     short_help="Delete the agent DaemonSet and its identity.")
 @functools.partial(_agent_cmd_options, image=False)
 @click.pass_context
 def agent_uninstall_cmd(ctx: click.Context, **kw: Any) -> int:
@@ -428,7 +582,8 @@ def agent_uninstall_cmd(ctx: click.Context, **kw: Any) -> int:
     return agent.agent_uninstall(_session(ctx), _with_group(ctx, kw))
 
 
-@cli.command("replay", context_settings=CONTEXT_SETTINGS)
+@cli.command("replay", context_settings=CONTEXT_SETTINGS, epilog=EXAMPLES["replay"],
+             short_help="Render a bundle saved with --save again, offline.")
 @click.argument("bundle_file", metavar="FILE", type=click.Path(dir_okay=False))
 @click.option("-o", "--output", type=click.Choice(FORMATS), default=None,
               help="Output format (default table).")
@@ -439,7 +594,9 @@ def agent_uninstall_cmd(ctx: click.Context, **kw: Any) -> int:
 @click.pass_context
 def replay_cmd(ctx: click.Context, bundle_file: str, output: str | None,
                fail_on: str | None, details: bool) -> int:
-    """Render a bundle saved with --save again, offline, with the same exit code."""
+    """Render a bundle saved with --save (or kept by the watching agent) again, offline,
+    with the same exit code; the header says it is a replay, of which file, captured when
+    and by which command."""
     return replay.replay(_session(ctx), bundle_file, output or "table", fail_on, details)
 
 
@@ -448,17 +605,19 @@ def _complete_ids(ctx, param, incomplete):  # pragma: no cover - interactive
     return [i for i in sorted(CATALOG) if i.startswith(incomplete)]
 
 
-@cli.command("explain", context_settings=CONTEXT_SETTINGS)
+@cli.command("explain", context_settings=CONTEXT_SETTINGS, epilog=EXAMPLES["explain"],
+             short_help="A finding's page: what it means and the fix (offline).")
 @click.argument("finding_id", metavar="[ID]", required=False, shell_complete=_complete_ids)
 @click.pass_context
 def explain_cmd(ctx: click.Context, finding_id: str | None) -> int:
-    """Show a finding's page (cause, evidence, fix, refs) offline, e.g. `explain
-    kubelet.admission_stalled` (the ids are in the report's ID column); without ID, list
-    every id."""
+    """A finding's page, offline: its one-line meaning, the fix, the cause, the evidence
+    and the references. ID is a finding id from a report, or one of the watching agent's
+    NodeCondition types or reasons (GpuDoctorDevicePluginStuck, DevicepluginBlockedInNvml).
+    Without ID, every id with its meaning."""
     return explain.explain(_session(ctx), finding_id)
 
 
-@cli.command("mcp", context_settings=CONTEXT_SETTINGS)
+@cli.command("mcp", context_settings=CONTEXT_SETTINGS, epilog=EXAMPLES["mcp"])
 @click.option("--allow-node-probe", is_flag=True, default=False,
               help="Let the tools run on a node: the node probe of node, pod and nodes "
                    "(probe=true; exec in the standing agent, else a debug pod) and history "
@@ -494,7 +653,7 @@ def mcp_cmd(ctx: click.Context, **kw: Any) -> int:
     return mcp.serve(_session(ctx), _opts(ctx, kw))
 
 
-@cli.command("version", context_settings=CONTEXT_SETTINGS)
+@cli.command("version", context_settings=CONTEXT_SETTINGS, epilog=EXAMPLES["version"])
 @click.option("-o", "--output", type=click.Choice(("json", "yaml")), default=None,
               help="One document instead of text, as `kubectl version -o json|yaml`.")
 @click.pass_context
@@ -503,7 +662,8 @@ def version_cmd(ctx: click.Context, output: str | None) -> int:
     return version.version(_session(ctx), output)
 
 
-@cli.command("rbac", context_settings=CONTEXT_SETTINGS)
+@cli.command("rbac", context_settings=CONTEXT_SETTINGS, epilog=EXAMPLES["rbac"],
+             short_help="Print the RBAC and namespace manifests to apply.")
 @click.argument("parts", nargs=-1, metavar="[PART]...",
                 type=click.Choice(rbac.PARTS + ("all",)))
 @click.pass_context
@@ -517,7 +677,8 @@ def rbac_cmd(ctx: click.Context, parts: tuple[str, ...]) -> int:
     return rbac.rbac(_session(ctx), parts)
 
 
-@cli.command("completion", context_settings=CONTEXT_SETTINGS)
+@cli.command("completion", context_settings=CONTEXT_SETTINGS, epilog=EXAMPLES["completion"],
+             short_help="Print a shell completion script.")
 @click.argument("shell", type=click.Choice(["bash", "zsh", "fish"]))
 @click.pass_context
 def completion_cmd(ctx: click.Context, shell: str) -> int:
@@ -606,8 +767,12 @@ def _as_error(exc: BaseException) -> errors.GpuDoctorError:
     if isinstance(exc, errors.GpuDoctorError):
         return exc
     if isinstance(exc, click.UsageError):
-        msg = exc.format_message().strip().splitlines()
-        return errors.UsageError(" ".join(m.strip() for m in msg))
+        msg = " ".join(m.strip() for m in exc.format_message().strip().splitlines())
+        path = exc.ctx.command_path if exc.ctx is not None else PROG
+        if exc.ctx is not None and exc.ctx.info_name == "node" and "Missing argument" in msg:
+            msg = msg.rstrip(".") + " (every node: `kubectl gpu-doctor nodes`)"
+        # as kubectl's usage errors end (cmdutil.UsageErrorf), on the same line
+        return errors.UsageError(f"{msg.rstrip('.')}. See '{path} -h' for help and examples")
     if isinstance(exc, (click.Abort, KeyboardInterrupt)):
         return errors.Interrupted("interrupted")
     if isinstance(exc, click.ClickException):

@@ -66,7 +66,7 @@ class Session:
             code = int(out.exit_status(err_status))
             if self.bundle is not None:  # the same verdict the report shows
                 self.bundle.save(code, error, self.preamble)
-            if error is None or out.report.findings or out.fmt != "table":
+            if error is None or out.report.findings or out.fmt not in ("table", "wide"):
                 with closed_pipe_ok():  # `nodes | head`: the code stays the verdict's
                     out.finish(code, pre_table=self.preamble(), error=None if error is None
                                else {"type": type(error).__name__,

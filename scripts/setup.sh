@@ -11,6 +11,29 @@ ROOT=$PWD
 VENV=${GPU_DOCTOR_VENV:-$ROOT/.venv}
 log() { printf '[setup] %s\n' "$*" >&2; }
 
+# apt-get that waits for another package manager instead of failing: on a fresh VM
+# unattended-upgrades holds dpkg's lock for minutes ("E: Could not get lock
+# /var/lib/dpkg/lock-frontend. It is held by process N (apt-get)", exit 100). dpkg's lock is
+# waited for by apt itself (DPkg::Lock::Timeout); the lists and archives locks of `apt-get
+# update` are retried here, every 5 s, within the same budget.
+APT_LOCK_WAIT_S=${GPU_DOCTOR_APT_LOCK_WAIT:-600}
+apt_get() {
+  local end=$((SECONDS + APT_LOCK_WAIT_S)) out
+  while :; do
+    if out=$(apt-get -o DPkg::Lock::Timeout="$APT_LOCK_WAIT_S" "$@" 2>&1); then
+      return 0
+    fi
+    if ! grep -q "Could not get lock" <<<"$out" || [ "$SECONDS" -ge "$end" ]; then
+      printf '%s\n' "$out" >&2
+      return 1
+    fi
+    log "waiting for another package manager to finish (apt/dpkg lock held)"
+    sleep "${GPU_DOCTOR_APT_RETRY_S:-5}"
+  done
+}
+# `GPU_DOCTOR_SETUP_LIB=1 . scripts/setup.sh`: only the functions above (for tests)
+if [ -n "${GPU_DOCTOR_SETUP_LIB:-}" ]; then return 0 2>/dev/null || exit 0; fi
+
 need_pkgs=()
 pkgs=(python3-bpfcc python3-venv python3-pip gcc libc6-dev)
 # the test suite also runs a real OCI registry (tests/packaging/test_release.py)
@@ -26,9 +49,9 @@ fi
 if [ ${#need_pkgs[@]} -gt 0 ]; then
   log "installing Debian packages: ${need_pkgs[*]}"
   if [ ! -f /var/lib/apt/periodic/gpu-doctor-updated ] || [ -z "$(ls -A /var/lib/apt/lists 2>/dev/null | grep -v lock)" ]; then
-    apt-get update -qq && mkdir -p /var/lib/apt/periodic && touch /var/lib/apt/periodic/gpu-doctor-updated
+    apt_get update -qq && mkdir -p /var/lib/apt/periodic && touch /var/lib/apt/periodic/gpu-doctor-updated
   fi
-  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${need_pkgs[@]}" >/dev/null
+  DEBIAN_FRONTEND=noninteractive apt_get install -y -qq --no-install-recommends "${need_pkgs[@]}"
 fi
 
 # Kernel headers for BCC: this kernel ships none; Debian splits them in -amd64 (build) and

@@ -9,7 +9,7 @@ Pure function over a raw Node dict; no I/O.
 """
 from __future__ import annotations
 
-from typing import Any, Mapping
+from typing import Any, Mapping, Sequence
 
 from node_probe.protocol import catalog
 from node_probe.protocol import Finding
@@ -104,3 +104,34 @@ def _finding(name: str, severity: str, cause: str, resources: dict, gfd_count: i
     return catalog.make("node.gpu_capacity_mismatch", severity, f"node/{name}", title,
                         {"cause": cause, "resources": resources,
                          "label_gpu_count": gfd_count or None}, fix, (ref,))
+
+
+def driver_not_seen(node: Mapping[str, Any], findings: Sequence[Finding],
+                    reached: str = "") -> list[Finding]:
+    """probe.driver_not_seen: the node advertises GPUs (capacity of an nvidia.com/* resource,
+    or GPU Feature Discovery's labels) while the node probe that ran there reported no NVIDIA
+    driver library (nvml.unavailable). The probe's GPU checks could not look, so a quiet
+    report would say nothing about those GPUs: a warning, never "no problem found". `reached`:
+    how the probe ran (the agent pod, the debug pod), for the title."""
+    # the probe's own nvml.unavailable is a warning when the kernel module is loaded: it says
+    # the same thing already (one finding for one cause); info means it saw no driver at all
+    nvml = [f for f in findings if f.id == "nvml.unavailable" and f.severity.value == "info"]
+    if not nvml or not is_gpu_node(node):
+        return []
+    name = (node.get("metadata") or {}).get("name", "")
+    res = {k: c for k, (c, _) in gpu_resources(node).items() if c}
+    gpus = ", ".join(f"{c} {k}" for k, c in sorted(res.items())) or "GPUs (by its labels)"
+    return [catalog.make(
+        "probe.driver_not_seen", "warning", f"node/{name}",
+        f"node {name} advertises {gpus}, but the node probe{' ' + reached if reached else ''} "
+        f"found no NVIDIA driver library: its GPU checks could not look",
+        {"gpu_capacity": res or None, "nvml": nvml[0].title,
+         "searched": nvml[0].evidence.get("searched") if isinstance(nvml[0].evidence, Mapping)
+         else None},
+        "Either the driver is where the probe does not look (a driver container's root other "
+        "than /run/nvidia/driver, a host root not mounted at /host) or it is gone from the node "
+        "while the device plugin still advertises the GPUs (a driver upgrade in progress, a "
+        "failed driver pod). On the node: `nvidia-smi`, and the GPU Operator's driver pod "
+        f"(`kubectl get pods -A -o wide --field-selector spec.nodeName={name}`); then run "
+        f"`kubectl gpu-doctor node {name}` again.",
+        ("https://docs.nvidia.com/datacenter/cloud-native/gpu-operator/latest/troubleshooting.html",))]

@@ -8,6 +8,8 @@ from __future__ import annotations
 import datetime as dt
 from typing import Any, Iterable, Mapping
 
+from node_probe.protocol.duration import human
+
 GPU_RESOURCE_PREFIXES = ("nvidia.com/", "amd.com/gpu", "gpu.intel.com/", "habana.ai/")
 SCHEDULER_COMPONENTS = ("default-scheduler", "scheduler")
 
@@ -100,12 +102,4 @@ def events_by_uid(events: Iterable[Mapping[str, Any]]) -> dict[str, list[Mapping
     return out
 
 
-def fmt_duration(seconds: float | None) -> str:
-    if seconds is None:
-        return "?"
-    s = int(seconds)
-    if s < 120:
-        return f"{s}s"
-    if s < 7200:
-        return f"{s // 60}m"
-    return f"{s // 3600}h{(s % 3600) // 60:02d}m"
+fmt_duration = human  # the one duration format: node_probe/protocol/duration.human

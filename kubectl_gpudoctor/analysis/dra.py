@@ -437,7 +437,7 @@ def analyze_goroutines(node_name: str, goroutines: Sequence[Any]) -> list[Findin
     what = ", ".join(f"{n} in {c}" for c, n in sorted(calls.items()))
     if longest >= 1:
         severity, title = "critical", (f"{len(waits)} kubelet goroutine(s) wait in DRA plugin "
-                                       f"calls ({what}), the longest for {longest} min")
+                                       f"calls ({what}), the longest for {fmt_duration(longest * 60)}")
     else:
         severity, title = "info", f"{len(waits)} kubelet goroutine(s) in DRA plugin calls ({what}) right now"
     return [catalog.make(

@@ -7,11 +7,12 @@ Why: many clusters already run a GPU health monitor that marks nodes: node-probl
 NetworkingReady, StorageReady, ContainerRuntimeReady), GKE (XidCriticalError) and AKS GPU health
 checks, and device plugins that report health as events. The on-call engineer should see those
 verdicts with their source and age next to ours instead of a second detection of the same Xid.
-Conditions whose type starts with "GpuDoctor" are our own agent's (protocol/conditions) and are
-not foreign. What a monitor encodes is decoded into the cause (`decode`): the Xid code in EKS's
-`NvidiaXID79Error` reason, GKE's `{"31":true}` reason and NVSentinel's `ErrorCode:119` message,
-read in NVIDIA's Xid catalog (node_probe/protocol/xid_catalog.py, the one the kernel-log reader
-uses), and EKS's `DCGMError`, which is the monitor failing, not a GPU.
+Conditions whose type starts with "GpuDoctor", and Events whose source is the agent's component
+(`gpu-doctor-agent`), are our own agent's (protocol/conditions) and are not foreign. What a
+monitor encodes is decoded into the cause (`decode`): the Xid code in EKS's `NvidiaXID79Error`
+reason, GKE's `{"31":true}` reason and NVSentinel's `ErrorCode:119` message, read in NVIDIA's Xid
+catalog (node_probe/protocol/xid_catalog.py, the one the kernel-log reader uses), and EKS's
+`DCGMError`, which is the monitor failing, not a GPU.
 
 Pure function `foreign_conditions(node, events, now)` over raw API dicts; no I/O.
 """
@@ -22,7 +23,7 @@ import re
 from typing import Any, Mapping, Sequence
 
 from node_probe.protocol import Finding, catalog, xid_catalog
-from node_probe.protocol.conditions import is_owned, sanitize_message
+from node_probe.protocol.conditions import AGENT_COMPONENT, is_owned, sanitize_message
 
 from .common import age_s, event_source, event_time, fmt_duration
 
@@ -213,7 +214,8 @@ def _events(subject: str, name: str, events: Sequence[Mapping[str, Any]],
             continue
         src, reason = event_source(e)[:128], str(e.get("reason") or "")[:128]
         msg = str(e.get("message") or "")
-        if src == "kubelet" or not (MONITOR_SOURCES.search(src) or _gpu_related(reason, msg)):
+        if src in ("kubelet", AGENT_COMPONENT) or not (MONITOR_SOURCES.search(src)
+                                                       or _gpu_related(reason, msg)):
             continue
         if e.get("type") != "Warning" and not _gpu_related(reason, msg):
             continue

@@ -128,7 +128,7 @@ def analyze(node_name: str, dump_text: str,
     if longest >= 1 or (in_sync_loop and corroborated):
         severity = "critical"
         title = (f"{len(waits)} kubelet goroutine(s) wait in device plugin calls ({calls})"
-                 + (f", the longest for {longest} min" if longest >= 1 else ""))
+                 + (f", the longest for {fmt_duration(longest * 60)}" if longest >= 1 else ""))
     elif in_sync_loop:
         severity = "warning"
         title = (f"the kubelet's pod sync loop is inside a device plugin call ({calls}) "

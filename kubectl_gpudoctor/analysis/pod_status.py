@@ -186,8 +186,13 @@ def _race_finding(subject: str, base: dict, st: Mapping[str, Any], race: dict) -
                False: f" The node still advertises {race['node_allocatable_now']} allocatable "
                       f"{race['resource']}: the cause has not cleared (see the node findings).",
                None: ""}[race["cleared_now"]]
+    # now versus then: a cause that has cleared is not critical; with the pod already replaced
+    # by its controller there is nothing left to do but tidy up (info), a bare pod waits for a
+    # person to recreate it (warning)
+    severity = "critical" if race["cleared_now"] is not True else (
+        "info" if race["recreated"] is True else "warning")
     return catalog.make(
-        "pod.admission_error", "critical", subject,
+        "pod.admission_error", severity, subject,
         "the kubelet rejected the pod at admission: " + race["race"],
         dict(base, reason=st.get("reason"), message=st.get("message"), admission_race=race),
         f"Cause: {race['race']}. What clears it: {race['clears']}.{cleared} A pod rejected at "

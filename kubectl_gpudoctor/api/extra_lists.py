@@ -35,7 +35,7 @@ def fetch(kube, kinds=tuple(LISTS), timeout: float | None = None,
         try:
             if paged:
                 from . import pager
-                out[kind], _ = pager.list_items(kube, path, timeout=timeout or 60)
+                out[kind], _ = pager.list_items(kube, path, timeout=timeout)
                 continue
             doc = kube.get_json(path, timeout=timeout)
             out[kind] = list((doc or {}).get("items") or [])

@@ -11,7 +11,12 @@ Why this module exists:
   through `errors.api_error`): callers catch `errors.NotFound`, `errors.Forbidden`, ... and
   never look at status numbers.
 - Every request has a wall-clock deadline (deadline.py), not only per-read timeouts: a server
-  that trickles a byte every few seconds cannot hold a call past its budget.
+  that trickles a byte every few seconds cannot hold a call past its budget. The budget is
+  `--request-timeout` (15 s by default) for every call, lists and each page of a paged list
+  included, unless the caller passes a shorter one (a poll) or a kubelet call its own
+  `--kubelet-timeout`.
+- A request that has not answered after WAIT_SAY_S is said (`on_wait`: what it waits for and
+  its budget), so a terminal shows one live line instead of a blank screen.
 - Every answer has a size cap, sized to what the call reads (`max_bytes_for(path)`: an object,
   a list page, a goroutine dump, healthz): a server that sends an endless body fails the call as one
   errors.TooLarge as soon as the cap is passed, instead of growing the CLI until its deadline
@@ -25,8 +30,10 @@ import gc
 import json
 import os
 import re
+import signal
 import stat
 import threading
+import time
 import urllib.parse
 from typing import Any, Iterator, Mapping, Sequence
 
@@ -34,6 +41,7 @@ from .. import errors
 from . import deadline, shape
 
 DEFAULT_REQUEST_TIMEOUT_S = 15.0
+WAIT_SAY_S = 1.0   # a request still unanswered after this long is said on the live line
 
 MiB = 1 << 20
 # What one answer may hold. etcd stores objects of at most 1.5 MiB; a list page of PAGE_SIZE
@@ -91,6 +99,13 @@ class Kube:
         self._lock = threading.Lock()
         self.timeout_s = request_timeout_s
         self.calls: list[tuple[str, str]] = []  # (method, path): for diagnostics and tests
+        # on_wait(text, budget_s, waited_s): called once for each request unanswered after
+        # WAIT_SAY_S (the live line of a terminal); None: nobody listens
+        self.on_wait: Any = None
+        self._inflight: dict[int, tuple[float, str, float]] = {}
+        self._said: set[int] = set()
+        self._ids = iter(range(1 << 62))
+        self._waiter: threading.Thread | None = None
 
     @property
     def api_client(self) -> Any:
@@ -190,14 +205,52 @@ class Kube:
         application/apply-patch+yaml (JSON is YAML)."""
         budget = timeout or self.timeout_s
         max_bytes = max_bytes or max_bytes_for(path)
-        with self._watchdog.arm(budget) as ticket:
-            raw = self._send(method, path, query, body, budget, accept, ticket, content_type)
-            whole = False
-            try:
-                data, whole = self._read_all(raw, ticket, path, max_bytes)
-                return data
-            finally:
-                _release(raw, ticket, reuse=whole)
+        rid = self._started(method, path, budget)
+        try:
+            with self._watchdog.arm(budget) as ticket:
+                raw = self._send(method, path, query, body, budget, accept, ticket,
+                                 content_type)
+                whole = False
+                try:
+                    data, whole = self._read_all(raw, ticket, path, max_bytes)
+                    return data
+                finally:
+                    _release(raw, ticket, reuse=whole)
+        finally:
+            with self._lock:
+                self._inflight.pop(rid, None)
+
+    # -- what the live line says while a request waits ----------------------------------
+    def _started(self, method: str, path: str, budget: float) -> int:
+        with self._lock:
+            rid = next(self._ids)
+            if self.on_wait is not None:
+                self._inflight[rid] = (time.monotonic(), waiting_for(method, path), budget)
+                if self._waiter is None:
+                    self._waiter = threading.Thread(target=self._watch_waits, daemon=True,
+                                                    name="api-waits")
+                    self._waiter.start()
+        return rid
+
+    def _watch_waits(self) -> None:
+        """Say each request still unanswered after WAIT_SAY_S, once (a daemon thread that
+        never takes Ctrl-C: the main thread handles it)."""
+        signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})
+        where = urllib.parse.urlsplit(self.host or "").netloc or self.host or "the API server"
+        while True:
+            time.sleep(0.25)
+            now = time.monotonic()
+            with self._lock:
+                due = [(rid, t0, what, budget) for rid, (t0, what, budget)
+                       in self._inflight.items() if now - t0 >= WAIT_SAY_S
+                       and rid not in self._said]
+                self._said.update(rid for rid, *_ in due)
+                on_wait = self.on_wait
+            for rid, t0, what, budget in sorted(due, key=lambda d: d[1])[:1]:
+                try:
+                    on_wait(f"waiting for the API server {where}: {what}", budget, now - t0)
+                except Exception:  # noqa: BLE001 - the live line must never end a request
+                    pass
 
     def get_json(self, path: str, query: Sequence[tuple[str, Any]] | None = None,
                  timeout: float | None = None, max_bytes: int | None = None) -> dict:
@@ -254,6 +307,25 @@ class Kube:
             finally:
                 _release(raw, ticket)
                 raw.close()
+
+
+def waiting_for(method: str, path: str) -> str:
+    """A request in a person's words: `list nodes`, `get node gpu-1`, `the kubelet on gpu-1
+    (goroutine dump)`."""
+    parts = [p for p in path.split("?", 1)[0].split("/") if p]
+    if "proxy" in parts and len(parts) > 3 and parts[2] == "nodes":
+        what = parts[parts.index("proxy") + 1:]
+        return (f"the kubelet on {urllib.parse.unquote(parts[3])} "
+                f"({'/'.join(what) or 'proxy'}, through the API server)")
+    rest = parts[2:] if parts[:1] == ["api"] else parts[3:]
+    if len(rest) > 2 and rest[0] == "namespaces":
+        rest = rest[2:]
+    verb = {"GET": "get", "POST": "create", "DELETE": "delete"}.get(method, method.lower())
+    if len(rest) == 1:
+        return f"list {rest[0]}" if method == "GET" else f"{verb} a {rest[0].rstrip('s')}"
+    if len(rest) >= 2:
+        return f"{verb} {rest[0].rstrip('s')} {urllib.parse.unquote(rest[1])}"
+    return f"{method} {path}"[:120]
 
 
 def _release(raw: Any, ticket: deadline.Ticket, reuse: bool = True) -> None:

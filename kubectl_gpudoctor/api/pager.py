@@ -46,7 +46,7 @@ def _worth_children(head: bytes, token: str | None, page_size: int) -> bool:
 
 
 def list_items(kube: Kube, path: str, query: Sequence[tuple[str, Any]] = (), *,
-               page_size: int = PAGE_SIZE, timeout: float = 60,
+               page_size: int = PAGE_SIZE, timeout: float | None = None,
                each: Callable[[dict], dict] | None = slim,
                parsers: "pageparse.ParsePool | None" = None) -> tuple[list[dict], int]:
     """Every item of the list at `path` and the number of pages it took. The next page is
@@ -72,7 +72,7 @@ def _kind(each: Callable[[dict], dict] | None) -> int | None:
     return None
 
 
-def _walk(kube: Kube, path: str, query: list, page_size: int, timeout: float,
+def _walk(kube: Kube, path: str, query: list, page_size: int, timeout: float | None,
           each: Callable[[dict], dict] | None,
           parsers: "pageparse.ParsePool | None") -> tuple[list[dict], int]:
     import collections

@@ -294,7 +294,7 @@ def status(kube: Kube, namespace: str, image: str, node_selector: str | None = N
         if sel:
             q = [("labelSelector", ",".join(f"{k}={v}" for k, v in sel.items()))]
     try:
-        nodes = kube.get_json("/api/v1/nodes", q, timeout=30).get("items") or []
+        nodes = kube.get_json("/api/v1/nodes", q).get("items") or []
     except errors.ApiError as exc:
         raise exc.about("nodes", "list") from None
     by_node: dict[str, list[dict]] = {}
@@ -331,23 +331,48 @@ def status_ok(doc: Mapping[str, Any]) -> bool:
         r["phase"] == "Running" and not r["skew"] for r in doc["nodes"])
 
 
+STATUS_ROWS = 20   # problem rows `agent status` lists before "+N more"
+STATUS_NAMED = 5   # nodes named in a folded line before "+N more"
+
+
 def status_table(doc: Mapping[str, Any]) -> str:
+    """The summary first, then only what needs a look: not installed is one line and the
+    command (never a row per node); nodes without an agent pod are one line naming a few;
+    pods that do not run or run another version are rows, at most STATUS_ROWS (-o json has
+    every node)."""
     from tabulate import tabulate
 
-    lines = []
+    from node_probe.protocol.render import terminal_safe
+
+    ns, nodes = terminal_safe(doc["namespace"]), doc["nodes"]
     if not doc["installed"]:
-        lines.append(f"the agent is not installed in namespace {doc['namespace']}: "
-                     f"`{INSTALL_COMMAND}`")
-    body = [[r["node"], r["pod"] or "-", r["phase"], r["version"] or "-", r["skew"] or "-"]
-            for r in doc["nodes"]]
-    if body:
+        return (f"agent not installed in namespace {ns}"
+                + (f" ({len(nodes)} node(s) without it)" if nodes else "")
+                + f": `{INSTALL_COMMAND}`\n")
+    running = [r for r in nodes if r["phase"] == "Running" and not r["skew"]]
+    missing = [r for r in nodes if r["phase"] == "missing"]
+    other = [r for r in nodes if r not in running and r["phase"] != "missing"]
+    lines = [f"{len(nodes)} node(s): {len(running)} with a Running agent of this version"
+             + (f", {len(other)} with an agent pod that needs a look" if other else "")
+             + (f", {len(missing)} without an agent pod" if missing else "")
+             + f" (plugin {doc['plugin_version']}, image {terminal_safe(doc['image'])})"]
+    order = {"NotTheAgent": 0}
+    other.sort(key=lambda r: (order.get(r["phase"], 1 if r["phase"] != "Running" else 2),
+                              r["node"]))
+    if other:
+        body = [[terminal_safe(c) for c in (r["node"], r["pod"] or "-", r["phase"],
+                                            r["version"] or "-", r["skew"] or "-")]
+                for r in other[:STATUS_ROWS]]
         lines.append(tabulate(body, headers=["NODE", "AGENT POD", "STATUS", "VERSION", "SKEW"],
                               tablefmt="plain", disable_numparse=True))
-    running = sum(1 for r in doc["nodes"] if r["phase"] == "Running")
-    skewed = sum(1 for r in doc["nodes"] if r["skew"])
-    lines.append(f"{len(doc['nodes'])} node(s): {running} with a Running agent, "
-                 f"{len(doc['nodes']) - running} without; {skewed} with version skew "
-                 f"(plugin {doc['plugin_version']}, image {doc['image']})")
+        if len(other) > STATUS_ROWS:
+            lines.append(f"+{len(other) - STATUS_ROWS} more (-o json lists every node)")
+    if missing:
+        named = ", ".join(terminal_safe(r["node"]) for r in missing[:STATUS_NAMED])
+        more = f" (+{len(missing) - STATUS_NAMED} more)" if len(missing) > STATUS_NAMED else ""
+        lines.append(f"no agent pod on: {named}{more}; the DaemonSet's node selector and "
+                     f"the nodes' taints decide where it runs: `kubectl -n {ns} describe "
+                     f"daemonset {AGENT_NAME}`")
     return "\n".join(lines) + "\n"
 
 

@@ -40,6 +40,9 @@ def run_cluster(session: Session, o: dict, target: dict, fn: Callable,
     out = session.open_report(o["output"], o["fail_on"], target,
                               details=bool(o.get("details")))
     kube = connect(o)
+    # a terminal shows what an unanswered request waits for (stderr, one live line)
+    kube.on_wait = lambda text, budget, waited: out.say(text, deadline_s=budget,
+                                                        waited_s=round(waited, 1))
     namespace = o.get("namespace") or kube.default_namespace
     if pod_target:
         out.report.target["name"] = f"{namespace}/{target['name']}"

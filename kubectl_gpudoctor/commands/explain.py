@@ -1,11 +1,16 @@
-"""`explain ID`: a finding's page (cause, evidence, fix, refs), offline, from the installed plugin.
+"""`explain ID`: a finding's page (what it means, the fix, the cause, the evidence, refs),
+offline, from the installed plugin.
 
 Why: every finding the report prints has a stable id and a page in docs/findings/<id>.md, but
 an on-call engineer at 3 a.m. should not need the repository or a network to read it. The pages
 travel with the plugin: beside the package in a checkout and in the frozen krew build
 (scripts/build-plugin.sh adds docs/findings), under <prefix>/share/gpu-doctor/findings for a
 pip install (pyproject data-files). Only ids in the catalog are looked up (a typed id never
-becomes a path), and the Markdown is rendered as plain text for a terminal.
+becomes a path). The page is rendered for a terminal: it opens with the id's one-line meaning,
+then the fix (what the reader came for), then the cause, the evidence and the references;
+headings in capitals, code without its backticks, bold on a colour terminal. The agent's
+NodeCondition types (`GpuDoctorDevicePluginStuck`) and reasons (`DevicepluginBlockedInNvml`,
+the finding id in CamelCase) are accepted as well: they name the same pages.
 """
 from __future__ import annotations
 
@@ -52,34 +57,92 @@ def page_text(fid: str) -> str:
 
 
 def close_matches(text: str, ids: list[str], n: int = 3) -> list[str]:
-    """Ids like `text`: the ones containing it, then difflib's closest."""
+    """Ids like `text`: the ones whose family or name starts with it first (`nvml` ->
+    nvml.*), then the ones containing it, then difflib's closest."""
     low = text.lower()
+    starts = [i for i in ids if low and any(part.startswith(low) for part in i.split("."))]
     contains = [i for i in ids if low and low in i]
     near = difflib.get_close_matches(low, ids, n=n, cutoff=0.5)
-    return list(dict.fromkeys(contains + near))[:n]
+    return list(dict.fromkeys(starts + contains + near))[:n]
+
+
+def from_condition(text: str) -> tuple[list[str], str] | None:
+    """The finding ids behind one of the watching agent's NodeCondition types or reasons
+    (protocol/conditions.py), and a line saying which it was; None when it is neither."""
+    from node_probe.protocol import conditions
+    if text in conditions.CLASSES:
+        return list(conditions.CLASSES[text]), (
+            f"{text} is the watching agent's NodeCondition for: "
+            + ", ".join(conditions.CLASSES[text]))
+    if text == conditions.WATCHING_TYPE:
+        return ["agent.heartbeat_stale"], (f"{text} is the watching agent's heartbeat "
+                                           "(True while it watches the node)")
+    fid = conditions.finding_id_of(text, catalog.CATALOG)
+    if fid:
+        return [fid], f"{text} is the agent's reason for {fid}"
+    for ctype in conditions.CLASSES:  # NoXidErrors, XidErrorsCleared
+        if text in (conditions.quiet_reason(ctype), conditions.cleared_reason(ctype)):
+            ids = list(conditions.CLASSES[ctype])
+            state = "no problem since the agent started" if text.startswith("No") else \
+                "the problem cleared"
+            return ids, f"{text}: {ctype} is False ({state}); it is raised by {', '.join(ids)}"
+    return None
 
 
 def _width() -> int:
     return max(MIN_WIDTH, min(MAX_WIDTH, shutil.get_terminal_size((MAX_WIDTH, 24)).columns))
 
 
-def render(markdown: str, width: int) -> str:
-    """Plain text for a terminal: headings as capitals, paragraphs and list items wrapped,
-    code blocks kept as they are (indented)."""
+CODE = re.compile(r"`([^`]+)`")
+ORDER = ("fix", "cause", "evidence", "refs")  # what the reader came for first
+
+
+def reorder(markdown: str, fid: str | None = None) -> str:
+    """The page as read at 3 a.m.: the title, the id's one-line meaning, then the sections
+    in ORDER (others after, as written)."""
+    lines = markdown.splitlines()
+    head: list[str] = []
+    sections: list[tuple[str, list[str]]] = []
+    for line in lines:
+        m = HEADING.match(line)
+        if m and len(m.group(1)) == 2:
+            sections.append((m.group(2).strip(), [line]))
+        elif sections:
+            sections[-1][1].append(line)
+        else:
+            head.append(line)
+    rank = {name: i for i, name in enumerate(ORDER)}
+    sections.sort(key=lambda s: rank.get(s[0].lower(), len(ORDER)))
+    meaning = catalog.CATALOG.get(fid or "")
+    if meaning and head and HEADING.match(head[0]):
+        head = [head[0], "", meaning + "."] + head[1:]
+    return "\n".join(head + [ln for _, body in sections for ln in [""] + body]) + "\n"
+
+
+def render(markdown: str, width: int, bold: bool = False) -> str:
+    """Text for a terminal: headings as capitals, paragraphs and list items wrapped, code
+    blocks kept as they are (indented), inline code without its backticks, **bold** as bold
+    on a colour terminal (`bold`), else plain."""
     out: list[str] = []
     para: list[str] = []
     bullet: tuple[str, str] | None = None  # (first-line prefix, text) of the open list item
     in_code = False
+    strong = (lambda m: f"\033[1m{m.group(1)}\033[0m") if bold else (lambda m: m.group(1))
+
+    def words(text: str) -> str:
+        return CODE.sub(r"\1", BOLD.sub(strong, text))
 
     def flush() -> None:
         nonlocal para, bullet
         if bullet is not None:
             lead, text = bullet
-            out.append(textwrap.fill(BOLD.sub(r"\1", text), width, initial_indent=lead,
-                                     subsequent_indent=" " * len(lead)))
+            out.append(textwrap.fill(words(text), width, initial_indent=lead,
+                                     subsequent_indent=" " * len(lead),
+                                     break_on_hyphens=False, break_long_words=False))
             bullet = None
         if para:
-            out.append(textwrap.fill(BOLD.sub(r"\1", " ".join(para)), width))
+            out.append(textwrap.fill(words(" ".join(para)), width, break_on_hyphens=False,
+                                     break_long_words=False))
             para = []
 
     for line in markdown.splitlines():
@@ -98,8 +161,9 @@ def render(markdown: str, width: int) -> str:
         m = HEADING.match(line)
         if m:
             flush()
-            text = m.group(2).strip()
-            out.append(text if len(m.group(1)) == 1 else text.upper())
+            text = CODE.sub(r"\1", m.group(2).strip())
+            text = text if len(m.group(1)) == 1 else text.upper()
+            out.append(f"\033[1m{text}\033[0m" if bold else text)
             continue
         b = BULLET.match(line)
         if b:
@@ -116,6 +180,11 @@ def render(markdown: str, width: int) -> str:
     return "\n".join(out) + "\n"
 
 
+def page(fid: str, width: int, bold: bool = False) -> str:
+    """A catalog id's page as `explain` prints it: reordered, rendered for a terminal."""
+    return render(reorder(page_text(fid), fid), width, bold=bold)
+
+
 def listing(width: int) -> str:
     """Every id with its one-line meaning (`explain` without an id)."""
     ids = sorted(catalog.CATALOG)
@@ -124,23 +193,30 @@ def listing(width: int) -> str:
                                  subsequent_indent=" " * (w + 2)) + "\n" for i in ids)
 
 
-def known_id(finding_id: str) -> str:
-    """The catalog id `finding_id` names, else the usage error that says the closest ones
-    (shared with the MCP server's `explain` tool, so both say the same)."""
+def known_id(finding_id: str) -> tuple[str, str | None]:
+    """(the catalog id `finding_id` names -- an id, or one of the agent's condition types or
+    reasons --, a note saying which when it was not the id itself), else the usage error that
+    says the closest ids (shared with the MCP server's `explain` tool, so both say the same)."""
     fid = finding_id.strip()
-    if fid not in catalog.CATALOG:
+    if fid in catalog.CATALOG:
+        return fid, None
+    known = from_condition(fid)
+    if known is None:
         near = close_matches(fid, sorted(catalog.CATALOG))
-        shown = fid[:80]
         raise errors.UsageError(
-            f"unknown finding id {shown!r}"
+            f"unknown finding id {fid[:80]!r}"
             + (f"; did you mean {', '.join(near)}?" if near else
                "; `kubectl gpu-doctor explain` lists every id"))
-    return fid
+    (fid, *_), note = known
+    return fid, note
 
 
 def explain(session: Session, finding_id: str | None) -> ExitStatus:
     if finding_id is None:
         click.echo(listing(_width()), nl=False)
         return ExitStatus.OK
-    click.echo(render(page_text(known_id(finding_id)), _width()), nl=False)
+    fid, note = known_id(finding_id)
+    from node_probe.protocol.render import use_color
+    text = page(fid, _width(), bold=use_color(sys.stdout))
+    click.echo((textwrap.fill(note, _width()) + "\n\n" if note else "") + text, nl=False)
     return ExitStatus.OK

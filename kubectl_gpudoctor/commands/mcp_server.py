@@ -201,7 +201,7 @@ def _explain(fid: Optional[str]) -> types.CallToolResult:
         return types.CallToolResult(content=[types.TextContent(type="text", text=explain.listing(
             100))], structured_content=doc)
     try:
-        fid = explain.known_id(fid)
+        fid, _note = explain.known_id(fid)
         page = explain.page_text(fid)
     except errors.GpuDoctorError as exc:
         return _usage(exc.one_line())

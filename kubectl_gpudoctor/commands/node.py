@@ -9,6 +9,7 @@ of what the API side found (probe.pod_not_started), not as a failure of the tool
 from __future__ import annotations
 
 import concurrent.futures as cf
+import sys
 import time
 
 import click
@@ -21,8 +22,8 @@ from node_probe.protocol.render import terminal_safe
 from .. import analysis, errors
 from ..api import extra_lists
 from . import pending
-from ..analysis import admission, dra, goroutines, kubelet_config, pod_status
-from ..analysis import agent_seen, wedge
+from ..analysis import admission, capacity, dra, goroutines, kubelet_config, pod_status
+from ..analysis import agent_seen, plugin_pods, wedge
 from ..analysis.common import pod_ref
 from ..api.kube import Kube, seg, worker_pool
 from ..report.output import Output
@@ -86,17 +87,16 @@ def collect_node(kube: Kube, name: str, settings: Settings, out: Output,
                            kt)
         f_health = pool.submit(kube.get_text, f"{proxy}/healthz", [("verbose", "1")], kt)
         # RuntimeClasses and the DRA lists (claims, slices, classes): optional, one call each
-        f_extra = pool.submit(extra_lists.fetch, kube, tuple(extra_lists.LISTS), 30)
+        f_extra = pool.submit(extra_lists.fetch, kube, tuple(extra_lists.LISTS))
         # Warning events of all pods in one list (admission errors, HAMi's `device number not
         # matched`), kept for the pods on this node; optional
         f_warn = pool.submit(kube.get_json, "/api/v1/events",
                              [("fieldSelector", "type=Warning,involvedObject.kind=Pod"),
-                              ("resourceVersion", "0")], 30)
+                              ("resourceVersion", "0")])
         # events about the Node object (recorded in namespace default): kubelet restarts and
         # reboots (admission races) and what other health monitors reported; optional
         f_nev = pool.submit(kube.get_json, "/api/v1/namespaces/default/events",
-                            [("fieldSelector", f"involvedObject.kind=Node,involvedObject.name={name}")],
-                            30)
+                            [("fieldSelector", f"involvedObject.kind=Node,involvedObject.name={name}")])
         pods = _result(out, "api.pods", f_pods, t0)
         if pods is None:  # the verdict below would judge a node without its pods
             out.mark_incomplete(f"the pods of node {name} could not be read")
@@ -140,7 +140,7 @@ def collect_node(kube: Kube, name: str, settings: Settings, out: Output,
         except errors.ApiError as exc:
             gr_err = exc
             out.check("api.kubelet_goroutines", "skipped", time.monotonic() - t0,
-                      f"{exc.status}: {exc.message[:120]}")
+                      http_words(exc, 120))
         except errors.GpuDoctorError as exc:
             out.check("api.kubelet_goroutines", "error", time.monotonic() - t0,
                       exc.one_line())
@@ -181,9 +181,17 @@ def _extra_lists(out: Output, fut: cf.Future, t0: float) -> dict | None:
     return extra
 
 
+def http_words(exc: errors.ApiError, limit: int = 160) -> str:
+    """An API error in one short phrase, the status said once: `404 page not found` (the
+    kubelet's body already starts with its status; `404: 404 page not found` was noise)."""
+    msg = " ".join(str(exc.message or "").split())[:limit]
+    status = str(exc.status or "")
+    return msg if msg.startswith(status) else f"HTTP {status}: {msg}" if msg else f"HTTP {status}"
+
+
 def _why(exc: BaseException) -> str:
     if isinstance(exc, errors.ApiError):
-        return f"{exc.status} {exc.message[:160]}"
+        return http_words(exc)
     if isinstance(exc, errors.GpuDoctorError):
         return exc.one_line()
     return str(exc)
@@ -215,9 +223,9 @@ def _api_failed(out: Output, check_id: str, exc: errors.ApiError, t0: float,
                 quiet: bool) -> None:
     """An optional API read failed: the check is skipped (quiet) or an error, never fatal."""
     status = "skipped" if quiet else "error"
-    out.check(check_id, status, time.monotonic() - t0, f"{exc.status}: {exc.message[:160]}")
+    out.check(check_id, status, time.monotonic() - t0, http_words(exc))
     if status == "error":
-        out.log("warning", f"{check_id}: {exc.status} {exc.message[:200]}")
+        out.log("warning", f"{check_id}: {http_words(exc, 200)}")
 
 
 # -- the node probe in a debug pod ---------------------------------------------------------
@@ -244,6 +252,15 @@ def node_not_found(node_name: str, pod: Mapping[str, Any]) -> Finding:
 
 # -- the commands ----------------------------------------------------------------------------
 
+def resolve_plugin_pods(out: Output, pods: list[dict]) -> None:
+    """The node's device plugin pods for the verdict's restart command: the one whose uid the
+    node probe saw serving a plugin socket first, then the ones a known install labels."""
+    uids = [str(f.evidence.get("pod_uid")) for f in out.report.findings
+            if f.id.startswith("deviceplugin.") and isinstance(f.evidence, Mapping)
+            and f.evidence.get("pod_uid")]
+    out.context["plugin_pods"] = plugin_pods.candidates(pods, uids)
+
+
 def diagnose_node(kube: Kube, name: str, settings: Settings, out: Output,
                   cancelled: Callable[[], bool] = lambda: False,
                   on_pod: Callable = lambda p: None) -> None:
@@ -251,8 +268,11 @@ def diagnose_node(kube: Kube, name: str, settings: Settings, out: Output,
     out.check("api.node", "ok", 0.0)
     view = collect_node(kube, name, settings, out, node=node)
     out.findings(view.findings)
+    resolve_plugin_pods(out, view.pods)
     if settings.probe:
         run_probe(kube, view, settings, out, cancelled=cancelled, on_pod=on_pod)
+        resolve_plugin_pods(out, view.pods)  # the probe names the plugin's pod by its uid
+        out.findings(capacity.driver_not_seen(view.node, out.report.findings))
 
 
 def diagnose_pod(kube: Kube, namespace: str, name: str, settings: Settings, out: Output,
@@ -272,7 +292,7 @@ def diagnose_pod(kube: Kube, namespace: str, name: str, settings: Settings, out:
         events_known = True
     except errors.ApiError as exc:
         evs, events_known = [], False
-        out.log("warning", f"cannot read the pod's events: {exc.status} {exc.message[:160]}")
+        out.log("warning", f"cannot read the pod's events: {http_words(exc)}")
     node_name = (pod.get("spec") or {}).get("nodeName")
     out.report.target["node"] = node_name
     view = None
@@ -284,6 +304,7 @@ def diagnose_pod(kube: Kube, namespace: str, name: str, settings: Settings, out:
             return
         view = collect_node(kube, node_name, settings, out, node=node)
         out.findings(view.findings)
+        resolve_plugin_pods(out, view.pods)
     # an unscheduled GPU pod: its fit against every node names the case (pending.py)
     fit = None if node_name else pending.collect(kube, pod, evs, out, now_utc())
     if not node_name and (pod.get("spec") or {}).get("resourceClaims"):
@@ -291,8 +312,8 @@ def diagnose_pod(kube: Kube, namespace: str, name: str, settings: Settings, out:
         t0 = time.monotonic()
         with worker_pool(1, "dra") as one:
             extra = _extra_lists(out, one.submit(
-                extra_lists.fetch, kube, ("resourceclaims", "resourceslices", "deviceclasses"),
-                30), t0)
+                extra_lists.fetch, kube, ("resourceclaims", "resourceslices", "deviceclasses")),
+                t0)
         if extra and extra.get("resourceclaims") is not None and \
                 extra.get("resourceslices") is not None:
             out.findings(dra.analyze_claims([pod], extra["resourceclaims"],
@@ -309,6 +330,8 @@ def diagnose_pod(kube: Kube, namespace: str, name: str, settings: Settings, out:
         uid = (pod.get("metadata") or {}).get("uid")
         run_probe(kube, view, settings, out, focus_pods=(uid,) if uid else (),
                   cancelled=cancelled, on_pod=on_pod)
+        resolve_plugin_pods(out, view.pods)
+        out.findings(capacity.driver_not_seen(view.node, out.report.findings))
 def node(session: Session, o: dict, name: str) -> ExitStatus:
     if o.get("history") is not None:
         return history(session, o, name, o["history"])
@@ -370,9 +393,9 @@ def history(session: Session, o: dict, name: str, n: int) -> ExitStatus:
     raw = agent_exec.agent_history(kube, pod, ["get", str(n)], bundle.MAX_BUNDLE_BYTES + 1)
     doc = bundle.parse(raw, f"bundle {n} of {name}")
     if o.get("save"):
-        bundle.write(o["save"], bundle.keep_node_bundle(doc))
-        click.echo(f"bundle {n} of {name} saved to {o['save']}", err=True)
-    return ExitStatus(bundle.replay(doc, o.get("output") or "table", None))
+        bundle.write(o["save"], bundle.keep_node_bundle(doc), say=sys.stderr)
+    return ExitStatus(bundle.replay(doc, o.get("output") or "table", None,
+                                    source=f"bundle {n} the agent kept on {name}"))
 
 
 def _utc(t: Any) -> str:

@@ -52,10 +52,10 @@ def _list(kube: Kube, path: str, what: str, query: list | None = None,
     try:
         if paged:
             each = slim.PodCompactor(container_ids) if path.endswith("/pods") else slim.slim
-            items, _ = pager.list_items(kube, path, list(query or ()), timeout=60, each=each,
+            items, _ = pager.list_items(kube, path, list(query or ()), each=each,
                                         parsers=parsers)
             return items
-        doc = kube.get_json(path, [CACHED] + list(query or ()), timeout=60)
+        doc = kube.get_json(path, [CACHED] + list(query or ()))
     except errors.ApiError as exc:
         if not required:
             return None
@@ -77,7 +77,7 @@ def scan(kube: Kube, selector: str | None, settings: Settings, out: Output,
     # keep that work on one core)
     with worker_pool(5, "list") as pool, pageparse.ParsePool(pageparse.default_workers()) as pp:
         # RuntimeClasses and the DRA lists (one paged list each; 404 without DRA is normal)
-        f_extra = pool.submit(extra_lists.fetch, kube, tuple(extra_lists.LISTS), 30, True)
+        f_extra = pool.submit(extra_lists.fetch, kube, tuple(extra_lists.LISTS), None, True)
         f_nodes = pool.submit(_list, kube, "/api/v1/nodes", "nodes", q, True, True, pp)
         f_pods = pool.submit(_list, kube, "/api/v1/pods", "pods", None, True, True, pp,
                              settings.probe)  # the probe's records name containers by id
@@ -358,18 +358,22 @@ def _finish_row(row: dict, fs: list) -> None:
 def nodes(session: Session, o: dict, selector: str | None, all_nodes: bool,
           max_probes: int, show_healthy: bool = False) -> ExitStatus:
     rows: list = []
+    wide = o.get("output") == "wide"
 
     def preamble() -> str:  # the fleet table (also what a --save bundle keeps of the view)
-        if rows:
-            return fleet.table(rows, show_healthy)
-        return ("No nodes matched " + (f"-l {selector}" if selector else
-                                       "(no node has GPUs; --all shows every node)") + ".\n\n")
+        return fleet.table(rows, show_healthy, wide=wide) if rows else ""
 
     def run(kube: Kube, out: Output, s: Settings, reg: Callable) -> None:
         out.table_view = fleet.footer  # the table is the preamble; no details per finding
         rows.extend(scan(kube, selector, s, out, all_nodes=all_nodes, max_probes=max_probes,
                          on_pod=reg))
         out.doc_extra["nodes"] = [fleet.row_doc(r) for r in fleet.ordered(rows)]
+        if not rows and out.fmt in ("table", "wide"):
+            # as `kubectl get nodes -l nosuch=x`: one line on stderr and nothing else
+            out.table_view = fleet.nothing
+            out.err.write("No resources found" + ("" if selector or all_nodes else
+                                                  " (no node has GPUs; --all shows every "
+                                                  "node)") + "\n")
 
     session.preamble = preamble
     target = {"kind": "nodes", "name": selector or ("all nodes" if all_nodes else "GPU nodes"),

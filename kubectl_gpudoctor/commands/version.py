@@ -29,7 +29,7 @@ def version(session: Session, output: str | None = None) -> ExitStatus:
         from ..report.output import yaml_dump
         echo(yaml_dump(version_document()), nl=False)
     else:
-        echo(f"kubectl-gpu_doctor {__version__}\n{DEFAULT_PROBE_IMAGE.describe()}")
+        echo(f"kubectl gpu-doctor {__version__}\n{DEFAULT_PROBE_IMAGE.describe()}")
     return ExitStatus.OK
 
 

@@ -185,6 +185,7 @@ def build(out: Any, code: int, error: errors.GpuDoctorError | None, recorder: Re
                                           "exit_status": int(errors.exit_status_of(error))})
     # for readers of the bundle; replay decides the verdict again from the findings
     report["verdict"] = out.verdict()
+    report["context"] = dict(out.context)  # what the verdict's commands were built from
     try:
         from importlib.metadata import version as _v
         client = _v("kubernetes")
@@ -243,9 +244,44 @@ def keep_node_bundle(doc: Mapping[str, Any]) -> dict:
             "agent": bundle_keep.keep(doc.get("agent"), bundle_keep.KEEP)}
 
 
-def write(path: str, doc: Mapping[str, Any]) -> None:
-    """Atomically, owner-readable, only over a regular file (report/bundle_io.py)."""
-    bundle_io.write(path, doc)
+def write(path: str, doc: Mapping[str, Any], say: Any = None) -> int:
+    """Atomically, owner-readable, only over a regular file (report/bundle_io.py); says where
+    and how big on `say` (stderr), as kubectl confirms what it did."""
+    size = bundle_io.write(path, doc)
+    if say is not None:
+        say.write(f"saved bundle {terminal_safe(path)} ({_size(size)}, mode 0600; "
+                  f"`kubectl gpu-doctor replay {terminal_safe(path)}` shows it again)\n")
+        say.flush()
+    return size
+
+
+def _size(n: int) -> str:
+    return f"{n} B" if n < 1024 else f"{n / 1024:.0f} KiB" if n < 1 << 20 else \
+        f"{n / (1 << 20):.1f} MiB"
+
+
+def origin_of(doc: Mapping[str, Any], source: str, now: float | None = None) -> str:
+    """What a replay says instead of "live": which bundle, when it was captured and how long
+    ago, and the command that captured it (all escaped: the bundle is hostile)."""
+    import calendar
+    created = str(doc.get("created_at") or "")[:40]
+    ago = ""
+    try:
+        t = calendar.timegm(time.strptime(created, "%Y-%m-%dT%H:%M:%SZ"))
+        from node_probe.protocol.duration import human
+        ago = f" ({human((now or time.time()) - t)} ago)"
+    except (ValueError, OverflowError):
+        pass
+    argv = doc.get("command_line") if isinstance(doc.get("command_line"), list) else []
+    words: list[str] = []
+    for a in [str(a)[:200] for a in argv[:24]]:  # whole words, at most ~400 characters
+        if sum(len(w) + 1 for w in words) + len(a) > 400:
+            words.append("...")
+            break
+        words.append(a)
+    cmd = " ".join(words).replace("kubectl-gpu_doctor ", "kubectl gpu-doctor ", 1)
+    return terminal_safe(f"replay of {source}, captured {created or 'at an unknown time'}{ago}"
+                         + (f" by `{cmd}`" if cmd else ""))
 
 
 # -- replay ----------------------------------------------------------------------------------
@@ -275,11 +311,13 @@ def parse(data: bytes, path: str) -> dict:
 
 
 def replay(doc: Mapping[str, Any], fmt: str, fail_on: str | None = None,
-           stdout: Any = None, stderr: Any = None, details: bool = False) -> int:
-    """Render the saved report as the original run did; return its exit code (recomputed from
-    the findings only when --fail-on differs from the saved run's). `doc` is used up: its
-    evidence and finding records are dropped as the report is built (a 64 MiB bundle is not
-    held twice: the CLI's 512 MiB bound)."""
+           stdout: Any = None, stderr: Any = None, details: bool = False,
+           source: str = "a bundle") -> int:
+    """Render the saved report as the original run did, saying it is a replay of `source`
+    and when it was captured; return its exit code (recomputed from the findings only when
+    --fail-on differs from the saved run's). `doc` is used up: its evidence and finding
+    records are dropped as the report is built (a 64 MiB bundle is not held twice: the CLI's
+    512 MiB bound)."""
     from .output import Output
 
     rep = doc["report"]
@@ -291,11 +329,16 @@ def replay(doc: Mapping[str, Any], fmt: str, fail_on: str | None = None,
     out = Output(fmt, fail_on, target, out=stdout, err=stderr, progress=False,
                  details=details)
     r = out.report
+    out.origin = origin_of(doc, source)
+    out.doc_extra["replay"] = {"bundle": source, "captured_at": doc.get("created_at")}
     r.version = terminal_safe(rep.get("version") or r.version)
     if isinstance(doc, dict):
         doc.pop("evidence", None)   # not rendered: its memory goes before the report's grows
     try:
         r.started_at = float(rep.get("started_at") or r.started_at)
+        d = rep.get("duration_s")  # the run's own duration, not the time since it
+        r.duration_s = float(d) if isinstance(d, (int, float)) and not isinstance(d, bool) \
+            else None
         recs = rep["findings"]
         for i, rec in enumerate(recs):  # a bundle is hostile: its advice labelled as ours are
             recs[i] = None              # each record freed once it is a Finding (memory)
@@ -307,6 +350,8 @@ def replay(doc: Mapping[str, Any], fmt: str, fail_on: str | None = None,
     except (ValueError, TypeError, KeyError, AttributeError, ProtocolError) as exc:
         raise errors.UsageError(f"the bundle's report is malformed: "
                                 f"{terminal_safe(str(exc))[:200]}") from None
+    if isinstance(rep.get("context"), dict):  # validated again by the verdict, like the target
+        out.context = dict(rep["context"])
     r.summary_record = rep.get("summary_record")
     r.extra_incomplete_reason = rep.get("incomplete_reason") or ""
     out.api_only = r.summary_record is None
@@ -316,7 +361,7 @@ def replay(doc: Mapping[str, Any], fmt: str, fail_on: str | None = None,
     else:
         code = int(out.exit_status(ExitStatus(err["exit_status"]) if err else None))
     message = None if err is None else terminal_safe(" ".join(err["message"].split()))
-    if err is None or r.findings or fmt != "table":
+    if err is None or r.findings or fmt not in ("table", "wide"):
         out.finish(code, pre_table="\n".join(terminal_safe(line) for line in
                                           (rep.get("preamble") or "").split("\n")),
                    error=None if err is None else {"type": terminal_safe(err.get("type") or ""),
@@ -349,9 +394,9 @@ class Saver:
         bundle is not worth waiting for: the file is left as it was and the report goes on."""
         try:
             with _interruptible():
-                pre = preamble() if self.out.fmt == "table" else ""
+                pre = preamble() if self.out.fmt in ("table", "wide") else ""
                 write(self.path, build(self.out, code, error, self.recorder, self.argv,
-                                       image=self.image, preamble=pre))
+                                       image=self.image, preamble=pre), say=sys.stderr)
         except KeyboardInterrupt:
             sys.stderr.write(f"kubectl gpu-doctor: warning: interrupted: the bundle "
                              f"{terminal_safe(self.path)} was not written\n")

@@ -67,9 +67,10 @@ def check_target(path: str) -> None:
         raise errors.UsageError(f"--save {path}: {problem}")
 
 
-def write(path: str, doc: Mapping[str, Any]) -> None:
+def write(path: str, doc: Mapping[str, Any]) -> int:
     """Atomically (temporary file in the target's directory, renamed over it), readable by the
-    owner only (it describes the cluster); refused when the target is not a regular file."""
+    owner only (it describes the cluster); refused when the target is not a regular file.
+    Returns the bytes written."""
     problem = target_problem(path)
     if problem:
         raise errors.UsageError(f"the bundle {path} {problem}; not written")
@@ -83,10 +84,12 @@ def write(path: str, doc: Mapping[str, Any]) -> None:
             json.dump(doc, f, indent=1, default=str, ensure_ascii=False)
             f.write("\n")
         os.chmod(tmp, 0o600)
+        size = os.stat(tmp).st_size
         problem = target_problem(path)  # again: it may have changed while the run went on
         if problem:
             raise errors.UsageError(f"the bundle {path} {problem}; not written")
         os.replace(tmp, path)
+        return size
     except BaseException:
         try:
             os.unlink(tmp)

@@ -10,15 +10,14 @@ messages come from the cluster).
 """
 from __future__ import annotations
 
+import textwrap
 from typing import IO, Any, Mapping, Sequence
 
 from node_probe.protocol import Report, render
-from node_probe.protocol.evidence import cut as _cut
 from node_probe.protocol.render import terminal_safe
 
 from ..analysis.common import fmt_duration
 
-MIN_VERDICT = 20           # columns the verdict keeps however wide the other columns are
 MAX_NAMED = 5              # nodes named in the agent line before "+N more"
 INTERNAL = ("top", "top_sev")
 
@@ -64,13 +63,15 @@ def _age(s: float | None) -> str:
 
 
 def table(rows: Sequence[Mapping[str, Any]], show_healthy: bool = False,
-          cols: int | None = None) -> str:
-    """The fleet table (sick nodes first; every node with `show_healthy`) and its count lines."""
+          cols: int | None = None, wide: bool = False) -> str:
+    """The fleet table (sick nodes first; every node with `show_healthy`) and its count lines.
+    Each sick node's verdict goes on its own line below its row, wrapped, never cut (`wide`:
+    on the row itself, whole, as kubectl's wide output runs past the terminal)."""
     cols = cols or render.table_width()
     rows = ordered(rows)
     sick = [r for r in rows if is_sick(r)]
     shown = rows if show_healthy else sick
-    watched = any((r.get("agent") or {}).get("state") != "none" for r in rows)
+    watched = wide or any((r.get("agent") or {}).get("state") != "none" for r in rows)
     probed = any("probe" in r for r in rows)  # `--probe`: which way each node was reached
     lines: list[str] = []
     if shown:
@@ -89,39 +90,54 @@ def table(rows: Sequence[Mapping[str, Any]], show_healthy: bool = False,
 
         def line(cells: list[str]) -> str:
             return "  ".join(c.rjust(w) if h in right else c.ljust(w)
-                             for c, w, h in zip(cells, widths, head))
-        pad = sum(widths) + 2 * len(widths)
-        room = max(MIN_VERDICT, cols - pad)
-        lines.append(line(head) + "  VERDICT")
+                             for c, w, h in zip(cells, widths, head)).rstrip()
+        lines.append(line(head) + ("  VERDICT" if wide else ""))
         for b, r in zip(body, shown):
-            verdict = terminal_safe(r.get("verdict") or "-") if is_sick(r) else "-"
-            lines.append(_cut(line(b) + "  " + _cut(verdict, room), cols))
-            if r.get("findings") and is_sick(r):
-                lines.append(_cut("    findings: " + terminal_safe(", ".join(r["findings"])),
-                                  cols))
+            verdict = terminal_safe(" ".join(str(r.get("verdict") or "-").split())) \
+                if is_sick(r) else "-"
+            if wide:
+                ids = ", ".join(r.get("findings") or ()) if is_sick(r) else ""
+                lines.append(line(b) + "  " + verdict + (f"  [{terminal_safe(ids)}]" if ids
+                                                          else ""))
+                continue
+            lines.append(line(b))
+            if is_sick(r):
+                lines += _wrap(verdict, cols, INDENT, INDENT)
+                if r.get("findings"):
+                    lines += _wrap("findings: " + terminal_safe(", ".join(r["findings"])),
+                                   cols, INDENT, INDENT + "  ")
     healthy = len(rows) - len(sick)
     cordoned = sum(1 for r in rows if not r.get("schedulable", True))
     count = (f"{len(rows)} node(s): {len(sick)} with problems, {healthy} healthy"
              + (" (--show-healthy lists them)" if healthy and not show_healthy
                 else "") + (f"; {cordoned} cordoned" if cordoned else ""))
-    lines.append(count)
+    lines += _wrap(count, cols, "", "  ")
     if rows:
-        lines.append(_agent_line(rows, cols))
+        lines += _wrap(_agent_line(rows), cols, "", "  ")
     if probed:
         ways: dict[str, int] = {}
         for r in rows:
             w = str(r.get("probe") or "not probed")
             ways[w] = ways.get(w, 0) + 1
-        lines.append("node probe: " + ", ".join(f"{n} via {w}" if w in ("agent", "debug pod")
-                                                else f"{n} {w}" for w, n in sorted(ways.items())))
+        lines += _wrap("node probe: " + ", ".join(
+            f"{n} via {w}" if w in ("agent", "debug pod") else f"{n} {w}"
+            for w, n in sorted(ways.items())), cols, "", "  ")
     if sick:
-        lines.append(_cut(f"next: `kubectl gpu-doctor node {terminal_safe(sick[0]['node'])}` "
-                          f"for one node's evidence and fix; `kubectl gpu-doctor explain ID` "
-                          f"for a finding", cols))
+        lines += _wrap(f"next: `kubectl gpu-doctor node {terminal_safe(sick[0]['node'])}` "
+                       f"for one node's evidence and fix; `kubectl gpu-doctor explain ID` "
+                       f"for a finding", cols, "", "  ")
     return "\n".join(lines) + "\n"
 
 
-def _agent_line(rows: Sequence[Mapping[str, Any]], cols: int) -> str:
+INDENT = "    "
+
+
+def _wrap(text: str, width: int, first: str, rest: str) -> list[str]:
+    return textwrap.wrap(text, width, initial_indent=first, subsequent_indent=rest,
+                         break_on_hyphens=False, break_long_words=False) or [first.rstrip()]
+
+
+def _agent_line(rows: Sequence[Mapping[str, Any]]) -> str:
     """Which nodes a watching agent covers, and which it does not (named, a few)."""
     by: dict[str, list[str]] = {"watching": [], "stale": [], "none": []}
     for r in rows:
@@ -137,7 +153,7 @@ def _agent_line(rows: Sequence[Mapping[str, Any]], cols: int) -> str:
         parts.append(f"stale heartbeat: {named(by['stale'])}")
     if by["none"]:
         parts.append(f"no agent: {named(by['none'])}")
-    return _cut("; ".join(parts), cols)
+    return "; ".join(parts)
 
 
 def footer(report: Report, stream: IO, fail_on: str, exit_code: int) -> None:
@@ -145,3 +161,7 @@ def footer(report: Report, stream: IO, fail_on: str, exit_code: int) -> None:
     details: `node NAME`): the checks that did not finish or could not look, the warning that
     explains an incomplete run, and the totals with the exit code -- as every report ends."""
     render.write_footer(report, stream, fail_on, exit_code, render.table_width())
+
+
+def nothing(report: Report, stream: IO, fail_on: str, exit_code: int) -> None:
+    """No node matched: the one stderr line the command wrote is the whole answer."""

@@ -25,7 +25,8 @@ from node_probe.protocol import CheckResult, ExitStatus, Finding, Report
 from ..analysis import verdict
 from . import markdown
 
-FORMATS = ("table", "json", "jsonl", "yaml", "markdown")
+FORMATS = ("table", "wide", "json", "jsonl", "yaml", "markdown", "chat")
+HUMAN = ("table", "wide")  # the terminal renderings (wide: one line per finding, nothing cut)
 SINGLE_TARGETS = ("node", "pod", "local")  # targets with one verdict (`nodes`: one per node)
 MAX_STARTUP_S = 60.0  # a process older than this when the report opens is not a CLI start
 
@@ -67,6 +68,12 @@ class Output:
         # and a table view replacing the default one (`nodes`: the fleet table)
         self.doc_extra: dict[str, Any] = {}
         self.table_view: Callable[[Report, IO, str, int], None] | None = None
+        # what the command resolved from the API for the verdict's actions (`plugin_pods`:
+        # the node's device plugin pods); kept in a --save bundle for replay
+        self.context: dict[str, Any] = {}
+        # when the evidence is from, for the header: None is a live run; `replay` says which
+        # bundle and when it was captured
+        self.origin: str | None = None
         self.api_only = True
         self._t0 = time.monotonic()
         self._lock = threading.RLock()  # `nodes --probe` streams several nodes at once
@@ -182,7 +189,9 @@ class Output:
             return None
         with self._lock:
             return verdict.decide(self.report.findings, self.report.target,
-                                  complete=self.report.complete).to_dict()
+                                  complete=self.report.complete, context=self.context,
+                                  could_not_look=len(render.skipped_checks(self.report))
+                                  ).to_dict()
 
     def clear_live(self) -> None:
         """Erase the live status line (before the report or an error line)."""
@@ -195,17 +204,19 @@ class Output:
         self.live.clear()
         r = self.report
         v = self.verdict()
-        if self.fmt == "table":
+        if self.fmt in HUMAN:
             if pre_table:
                 self.out.write(pre_table)
             if self.table_view is not None:   # a command's own view (`nodes`: the fleet)
                 self.table_view(r, self.out, self.fail_on, code)
             else:
                 render.render_table(r, self.out, self.fail_on, code, verdict=v,
-                                    details=self.details)
-        elif self.fmt == "markdown":
+                                    details=self.details, origin=self.origin,
+                                    wide=self.fmt == "wide")
+        elif self.fmt in ("markdown", "chat"):
             self.out.write(markdown.render(r, self.fail_on, code, verdict=v,
-                                           pre_table=pre_table))
+                                           rows=self.doc_extra.get("nodes"),
+                                           origin=self.origin, chat=self.fmt == "chat"))
         elif self.fmt in ("json", "yaml"):
             doc = r.document(self.fail_on, code, lazy=True)
             if v is not None:

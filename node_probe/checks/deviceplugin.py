@@ -285,11 +285,14 @@ def deviceplugin_check(ctx):
                           default=None) if unhealthy else None
 
     all_devices = [d for p in probes for d in p.devices or ()]
+    per_process: list = []  # one plugin process serving several resources: one finding each
     for p in probes:
         yield _inventory(p, rows, ckpt, baseline.get(p.t.pid))
-        yield from _timeouts(p, rows)
-        yield from _blocked(ctx, p, baseline.get(p.t.pid) or [], baseline_at, trace,
-                            trace_res_note, nv, rows, all_devices)
+        per_process += _timeouts(p, rows)
+        per_process += _blocked(ctx, p, baseline.get(p.t.pid) or [], baseline_at, trace,
+                                trace_res_note, nv, rows, all_devices)
+    yield from merge_per_process(per_process)
+    for p in probes:
         yield from _unhealthy(p, rows, nv, xid_groups)
         yield from _checkpoint_mismatch(p, ckpt, kdir, proc)
         if p.t.pid:
@@ -301,6 +304,67 @@ def deviceplugin_check(ctx):
     if grpc_error is not None and targets:
         return Skipped(f"the device plugins' RPCs were not asked: grpcio unavailable in the "
                        f"probe ({grpc_error})")
+
+
+MERGED_IDS = ("deviceplugin.blocked_in_nvml", "deviceplugin.rpc_timeout")
+MAX_NAMED = 3  # resources named in a merged finding's title before "+N more"
+
+
+def merge_per_process(findings: list) -> list:
+    """One finding per plugin process and cause: NVIDIA's plugin with the mixed MIG strategy
+    serves nvidia.com/gpu and every MIG profile from ONE process (a socket each), so a thread
+    stuck in nvmlInit showed as four blocked_in_nvml findings -- and four rpc_timeouts -- for
+    one cause. Findings of MERGED_IDS with the same id, pid (and RPC) become one, the first
+    resource's, whose evidence keeps `resource` (the first) and adds `resources` and
+    `sockets` (all, in order), the pods holding any of their devices, and whose title names
+    the resources. Others pass through unchanged."""
+    import dataclasses
+
+    groups: dict[tuple, list] = {}
+    out: list = []
+    for f in findings:
+        pid = f.evidence.get("pid")
+        if f.id not in MERGED_IDS or not pid:
+            out.append(f)
+            continue
+        key = (f.id, pid, f.evidence.get("rpc"))
+        if key not in groups:
+            groups[key] = []
+            out.append(key)
+        groups[key].append(f)
+    merged = []
+    for item in out:
+        if not isinstance(item, tuple):
+            merged.append(item)
+            continue
+        group = sorted(groups[item], key=lambda f: (f.evidence.get("resource") != "nvidia.com/gpu",
+                                                    str(f.evidence.get("resource") or "")))
+        first = group[0]
+        if len(group) == 1:
+            merged.append(first)
+            continue
+        resources = [str(f.evidence.get("resource") or Path(str(f.evidence.get("socket"))).name)
+                     for f in group]
+        holders, seen = [], set()
+        for f in group:
+            for h in f.evidence.get("pods_holding_devices") or ():
+                k = repr(sorted(h.items())) if isinstance(h, dict) else repr(h)
+                if k not in seen:
+                    seen.add(k)
+                    holders.append(h)
+        ev = dict(first.evidence, resources=resources,
+                  sockets=[f.evidence.get("socket") for f in group],
+                  pods_holding_devices=holders)
+        named = ", ".join(resources[:MAX_NAMED]) + (
+            f" (+{len(resources) - MAX_NAMED} more)" if len(resources) > MAX_NAMED else "")
+        if first.id == "deviceplugin.rpc_timeout":
+            title = (f"{ev['rpc']} on {named} (one plugin process, pid {item[1]}) did not "
+                     f"answer within {float(ev.get('deadline_s') or 0):.1f} s")
+        else:
+            title = f"{first.title}; the same process serves {named}"
+        subject = f"{resources[0]} plugin (pid {item[1]}, {len(resources)} resources)"
+        merged.append(dataclasses.replace(first, title=title, evidence=ev, subject=subject))
+    return merged
 
 
 def _holders(p: _PluginProbe, rows: list[dict], ckpt: dict | None = None) -> list[dict]:

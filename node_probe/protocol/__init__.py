@@ -279,6 +279,7 @@ class Report:
         self.logs: list[dict] = []
         self.summary_record: dict | None = None
         self.extra_incomplete_reason: str = ""
+        self.duration_s: float | None = None  # set for a replay: the run's own duration
 
     def add_finding(self, f: Finding) -> bool:
         """Add unless an (id, subject) finding is already present. True if added. A later
@@ -342,7 +343,8 @@ class Report:
             "version": self.version,
             "target": self.target,
             "started_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(self.started_at)),
-            "duration_s": round(time.time() - self.started_at, 3),
+            "duration_s": round(self.duration_s if self.duration_s is not None
+                                else time.time() - self.started_at, 3),
             "findings": (FindingDocs(self.sorted_findings()) if lazy else
                          [_finding_doc(f) for f in self.sorted_findings()]),
             "checks": [c.to_dict() for c in self.checks],

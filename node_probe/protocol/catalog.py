@@ -81,6 +81,8 @@ CATALOG: dict[str, str] = {
     "hami.plugin_log_error": "The HAMi device plugin log has known error patterns",
     # the probe itself
     "probe.ebpf_unavailable": "eBPF tracing could not run; other checks still ran",
+    "probe.driver_not_seen": "The API says the node has GPUs, but the node probe found no "
+                             "NVIDIA driver: the GPU checks could not look",
     # beyond the seed incidents (issue 15)
     "fabric.not_ready": "NVSwitch fabric not ready: fabric manager not running, wrong version, or GPUs not registered",
     "persistence.off": "Neither nvidia-persistenced nor persistence mode keeps the driver initialised",

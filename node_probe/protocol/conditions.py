@@ -16,6 +16,10 @@ from typing import Iterable, Mapping
 
 # Every condition type the tool owns starts with this prefix; nothing else is ours.
 TYPE_PREFIX = "GpuDoctor"
+# The `source.component` of the Events the agent writes on its node (node_probe/watch/writer.py
+# sends it; tests/data/captures/k8s-1.35/node-status-writes/event-create.201.json shows it as the
+# API server stores it): the client counts them as the tool's own, never another monitor's.
+AGENT_COMPONENT = "gpu-doctor-agent"
 
 # problem class (condition type) -> the finding ids that raise it
 CLASSES: dict[str, tuple[str, ...]] = {

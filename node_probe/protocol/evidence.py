@@ -2,7 +2,7 @@
 
 Why: evidence is raw data with units in key names (`waiting_s: 633`, `gpu: None`,
 `trigger_present: True`), exact in JSON for bots. On a terminal and in markdown the same values
-read better as `waiting: 10m33s`, `gpu: <none>`, `trigger present: true`, and a list of objects
+read better as `waiting: 10m`, `gpu: -`, `trigger present: true`, and a list of objects
 (the stuck pods, the goroutines) as a small table instead of inline JSON. This module only
 turns values into text; the renderers (render.py, the client's markdown) decide where it goes
 and escape it for their medium. Stdlib only (the probe renders its own table too).
@@ -10,40 +10,30 @@ and escape it for their medium. Stdlib only (the probe renders its own table too
 from __future__ import annotations
 
 import json
-import math
 from typing import Any, Mapping, Sequence
+
+from .duration import human
 
 MAX_CELL = 60        # a table cell or a list item longer than this is cut
 MAX_VALUE = 400      # a scalar value longer than this is cut
 MAX_ROWS = 10        # rows of one evidence table
 MAX_COLUMNS = 6      # columns of one evidence table
 MAX_ITEMS = 20       # items of one inline list or mapping
-NONE = "<none>"
+NONE = "-"       # a value that is absent or empty (kubectl describe says <none>: a
+                 # person reads a dash faster, and an unknown value is simply left out)
 
-# key suffix -> (how the key is shown, how a number with it is shown)
+# key suffix -> how a number with it is shown; the longest suffix first (`_per_s` is a rate,
+# not seconds: `pgmajfault_per_s` once read as a duration, "6.6s")
 _UNITS: tuple[tuple[str, str], ...] = (
-    ("_ms", "ms"), ("_s", "s"), ("_min", "min"), ("_pct", "%"), ("_mib", "MiB"),
-    ("_bytes", "B"), ("_per_s", "/s"))
+    ("_per_s", "/s"), ("_bytes", "B"), ("_mib", "MiB"), ("_kib", "KiB"), ("_pct", "%"),
+    ("_min", "min"), ("_ms", "ms"), ("_s", "s"))
+# kernel and internal names as a person says them
+_WORDS = {"pgmajfault": "major page faults", "refault_file": "file refaults",
+          "refault_anon": "anonymous refaults", "refault": "refaults",
+          "pod_uid": "pod uid", "tid": "thread", "comm": "process"}
 
 
-def fmt_duration(seconds: float) -> str:
-    """`0.3s`, `45s`, `10m33s`, `2h05m`, `3d04h`: kubectl's way of saying an age."""
-    if not isinstance(seconds, (int, float)) or isinstance(seconds, bool) \
-            or not math.isfinite(seconds):
-        return str(seconds)
-    s = float(seconds)
-    sign = "-" if s < 0 else ""
-    s = abs(s)
-    if s < 10 and s != int(s):
-        return f"{sign}{s:.1f}s"
-    s = int(round(s))
-    if s < 60:
-        return f"{sign}{s}s"
-    if s < 3600:
-        return f"{sign}{s // 60}m{s % 60:02d}s" if s % 60 else f"{sign}{s // 60}m"
-    if s < 86400:
-        return f"{sign}{s // 3600}h{(s % 3600) // 60:02d}m"
-    return f"{sign}{s // 86400}d{(s % 86400) // 3600:02d}h"
+fmt_duration = human  # the one duration format (protocol/duration.py: kubectl's HumanDuration)
 
 
 def cut(text: str, limit: int) -> str:
@@ -59,9 +49,16 @@ def _unit(key: str) -> tuple[str, str | None]:
 
 
 def label(key: Any) -> str:
-    """The key as a person reads it: unit suffix dropped (the value says it), `_` as space."""
-    base, _ = _unit(str(key))
-    return base.replace("_", " ")
+    """The key as a person reads it: unit suffix dropped (the value says it), `_` as space;
+    a share keeps `(%)` (`mem available` and `mem available (%)` are two values); a name
+    with capitals (an environment variable, a config field) stays as written."""
+    base, unit = _unit(str(key))
+    word = _WORDS.get(base)
+    if word is None:
+        head, _, rest = base.partition("_")
+        word = (f"{head} {rest}" if rest and not rest.islower() and head.islower()
+                else base if not base.islower() else base.replace("_", " "))
+    return word + (" (%)" if unit == "%" else "")
 
 
 def _number(v: float, unit: str | None) -> str:
@@ -77,11 +74,21 @@ def _number(v: float, unit: str | None) -> str:
         return f"{v:g} {unit}"
     if unit == "/s":
         return f"{v:g}/s"
+    if unit == "KiB":
+        return f"{v:g} KiB"
     return f"{v:g}" if isinstance(v, float) else str(v)
 
 
 def scalar(key: Any, v: Any, limit: int = MAX_VALUE) -> str | None:
     """A value that fits on a line, as text; None for a list of objects (a table's job)."""
+    if isinstance(v, (list, tuple)) and v and all(isinstance(x, Mapping) for x in v):
+        return None
+    return cut(_inline(key, v, 0), limit)
+
+
+def _inline(key: Any, v: Any, depth: int) -> str:
+    """Any value as words on one line: never JSON braces or quotes (`admission race: kind:
+    no_healthy_devices; resource: nvidia.com/gpu`), nested at most two levels."""
     _, unit = _unit(str(key))
     if v is None:
         return NONE
@@ -90,26 +97,27 @@ def scalar(key: Any, v: Any, limit: int = MAX_VALUE) -> str | None:
     if isinstance(v, (int, float)):
         return _number(v, unit)
     if isinstance(v, str):
-        return cut(v, limit) if v else '""'
+        return cut(v, MAX_VALUE) if v else '""'
     if isinstance(v, Mapping):
         if not v:
             return NONE
-        if all(not isinstance(x, (Mapping, list, tuple)) for x in v.values()):
-            items = [f"{k}={scalar(k, x, MAX_CELL)}" for k, x in list(v.items())[:MAX_ITEMS]]
-            more = len(v) - len(items)
-            return cut(", ".join(items) + (f", +{more} more" if more > 0 else ""), limit)
-        return cut(json.dumps(v, default=str, ensure_ascii=False), limit)
+        if depth >= 2:
+            return f"{len(v)} field{'s' if len(v) != 1 else ''}"
+        flat = all(not isinstance(x, (Mapping, list, tuple)) for x in v.values())
+        items = [f"{k}={_inline(k, x, depth + 1)}" if flat else
+                 f"{label(k)}: {_inline(k, x, depth + 1)}"
+                 for k, x in list(v.items())[:MAX_ITEMS] if x is not None]
+        more = len(v) - MAX_ITEMS
+        return (", " if flat else "; ").join(items) + (f", +{more} more" if more > 0 else "")
     if isinstance(v, (list, tuple)):
         if not v:
             return NONE
-        if all(isinstance(x, Mapping) for x in v):
-            return None
-        if all(not isinstance(x, (Mapping, list, tuple)) for x in v):
-            items = [scalar(key, x, MAX_CELL) or "" for x in v[:MAX_ITEMS]]
-            more = len(v) - len(items)
-            return cut(", ".join(items) + (f", +{more} more" if more > 0 else ""), limit)
-        return cut(json.dumps(v, default=str, ensure_ascii=False), limit)
-    return cut(str(v), limit)
+        if depth >= 1 and all(isinstance(x, Mapping) for x in v):
+            return f"{len(v)} item{'s' if len(v) != 1 else ''}"
+        items = [cut(_inline(key, x, depth + 1), MAX_CELL) for x in v[:MAX_ITEMS]]
+        more = len(v) - MAX_ITEMS
+        return ", ".join(items) + (f", +{more} more" if more > 0 else "")
+    return str(v)
 
 
 def table(rows: Sequence[Mapping[str, Any]]) -> tuple[list[str], list[list[str]], int]:
@@ -128,7 +136,7 @@ def table(rows: Sequence[Mapping[str, Any]]) -> tuple[list[str], list[list[str]]
             if isinstance(v, (list, tuple)) and v and all(isinstance(x, Mapping) for x in v):
                 text = f"{len(v)} item{'s' if len(v) != 1 else ''}"
             else:
-                text = "" if k not in r else (scalar(k, v, MAX_CELL) or "")
+                text = "" if k not in r else _inline(k, v, 1)
             cells.append(cut(text, MAX_CELL))
         body.append(cells)
     return [label(k).upper() for k in keys], body, max(0, len(rows) - MAX_ROWS)
@@ -138,6 +146,8 @@ def split(evidence: Mapping[str, Any]) -> tuple[list[tuple[str, str]], list[tupl
     """(scalar entries as (label, text), table entries as (label, list of objects))."""
     scalars, tables = [], []
     for k, v in list(evidence.items())[:200]:
+        if v is None:
+            continue  # nothing known: left out rather than shown as a placeholder
         if isinstance(v, Mapping) and v and all(isinstance(x, Mapping) for x in v.values()):
             # a mapping of objects (resource -> counts): one row per key
             tables.append((label(k), [{"name": n, **x} for n, x in list(v.items())[:MAX_ROWS]]

@@ -18,7 +18,7 @@ import sys
 import textwrap
 import threading
 import time
-from typing import IO, Any, Mapping
+from typing import IO, Any, Iterator, Mapping
 
 from node_probe.protocol import Finding, Report, encode
 from node_probe.protocol import evidence as human
@@ -123,9 +123,12 @@ class LiveProgress:
             return
         if node:
             text = f"{terminal_safe(node)}: {text}"
+        waited = rec.get("waited_s")  # the clock started before the record (an API wait)
+        waited = float(waited) if isinstance(waited, (int, float)) and \
+            not isinstance(waited, bool) else 0.0
         with self._lock:
             self._text = text
-            self._since = time.monotonic() if timed else 0.0
+            self._since = time.monotonic() - waited if timed else 0.0
             self._deadline = deadline
             self._draw()
         if timed:
@@ -198,10 +201,13 @@ class LiveProgress:
 
 
 DETAIL_SEVERITIES = ("critical", "warning")
-COMPACT_EVIDENCE_LINES = 1  # evidence lines of a default details block (--details: all)
+COMPACT_EVIDENCE_LINES = 1  # evidence lines of a --details-less block when asked (wide)
 MIN_WIDTH, MAX_WIDTH = 40, 240
 SEP = " | "
-EXPLAIN = "kubectl gpu-doctor explain"
+TOOL = "kubectl gpu-doctor"   # the one name the tool goes by in what it prints
+EXPLAIN = f"{TOOL} explain"
+IND = " " * 10                # the verdict's and the findings' text column
+STEP_W = 9                    # "mitigate" (the longest step name) and a space
 
 
 def table_width(width: int | None = None) -> int:
@@ -212,75 +218,146 @@ def table_width(width: int | None = None) -> int:
 
 
 def _wrap(text: str, width: int, first: str, rest: str) -> list[str]:
+    """Wrapped between words; a word longer than the line (a path, a name) stays whole."""
     return textwrap.wrap(text, width, initial_indent=first, subsequent_indent=rest,
-                         break_on_hyphens=False, break_long_words=True) or [first.rstrip()]
+                         break_on_hyphens=False, break_long_words=False) or [first.rstrip()]
+
+
+def shell_lines(cmd: str, width: int, first: str, rest: str) -> list[str]:
+    """A command as a shell continues it: cut between words, each cut line ending in ` \\`,
+    so the lines pasted together are the same command. A word longer than the width stays
+    whole (a name is never cut)."""
+    words = cmd.split(" ")
+    lines, cur = [], first + words[0]
+    for word in words[1:]:
+        if len(cur) + 1 + len(word) + 2 > width and cur.strip():
+            lines.append(cur + " \\")
+            cur = rest + word
+        else:
+            cur += " " + word
+    return lines + [cur]
 
 
 def verdict_lines(verdict: Mapping[str, Any], width: int, color: bool = False,
                   max_actions: int = 6) -> list[str]:
-    """The verdict block (at most ~10 lines): the headline naming the root cause and the pods
-    held up, the chain from cause to effect, then the ordered actions, one line each: the
-    command whole (never cut: it is copied), what it does and its risk after it, cut to the
-    width. `verdict` is verdict.to_dict() or a replayed copy: every string is escaped."""
+    """The verdict block: the headline naming the root cause and the pods held up, then the
+    ordered actions -- each its command as a shell continues a long one (never cut: it is
+    copied) and below it what it does and its whole risk, wrapped (a short read-only one on
+    one line). The chain from cause to effect is the order the findings follow below it.
+    `verdict` is verdict.to_dict() or a replayed copy: every string is escaped."""
     sev = str(verdict.get("severity") or "ok")
-    head = terminal_safe(str(verdict.get("headline") or ""))
-    lines = _wrap(head, width, " " * 10, " " * 10)
-    lines[0] = f"{_sev(sev, color)}  {lines[0][10:]}"
-    lines = lines[:3]
-    chain = [terminal_safe(str(c)) for c in verdict.get("chain") or () if c][:8]
-    if len(chain) > 1:
-        lines.append(cut(" " * 10 + "cause -> effect: " + " -> ".join(chain), width))
-    elif chain:
-        lines.append(cut(" " * 10 + f"root cause: {chain[0]}", width))
+    head = terminal_safe(" ".join(str(verdict.get("headline") or "").split()))
+    lines = _wrap(head, width, IND, IND)
+    lines[0] = f"{_sev(sev, color)}  {lines[0][len(IND):]}"
     actions = [a for a in verdict.get("actions") or () if isinstance(a, Mapping)]
     for i, a in enumerate(actions[:max_actions], 1):
-        stage = terminal_safe(str(a.get("stage") or ""))
-        text = terminal_safe(str(a.get("text") or ""))
-        risk = terminal_safe(str(a.get("risk") or ""))
+        step = terminal_safe(str(a.get("step") or a.get("stage") or ""))
+        text = terminal_safe(" ".join(str(a.get("text") or "").split()))
+        risk = terminal_safe(" ".join(str(a.get("risk") or "").split()))
         cmd = a.get("command")
-        start = f"  {i}. {stage:<8} "
+        start = f"  {i}. {step:<{STEP_W}} "
+        pad = " " * len(start)
+        note = f"{text[:1].upper()}{text[1:]}" + (
+            "" if not risk else " (read-only)" if risk == "none (read-only)"
+            else f". Risk: {risk}")
         if cmd:
-            line = start + terminal_safe(str(cmd))
-            note = f"  # {text}; risk: {risk}"
-            room = width - len(line)
-            lines.append(line + (cut(note, room) if room > 12 else ""))
+            cmd = " ".join(terminal_safe(str(cmd)).split())
+            one = f"{start}{cmd}  # {text}" + (" (read-only)" if risk == "none (read-only)"
+                                               else "")
+            if len(one) <= width and risk.startswith("none"):  # short and harmless: one line
+                lines.append(one)
+                continue
+            lines += shell_lines(cmd, width, start, pad + "  ")
+            lines += _wrap(note, width, pad, pad)
         else:
-            lines.append(cut(start + f"{text} (risk: {risk})", width))
+            lines += _wrap(note, width, start, pad)
     if len(actions) > max_actions:
         lines.append(f"  ... {len(actions) - max_actions} more in -o json")
     return lines
 
 
-def _details(f: Finding, width: int, color: bool, full: bool, cut_title: bool) -> list[str]:
-    """One finding's details. Compact (default): the full title when the table cut it, and
-    the scalar evidence packed on one line. Full (--details): evidence one entry a
-    line, lists of objects as small tables, the fix and the references."""
+def reached(report: Report) -> str:
+    """How the node side was reached, in words: the agent pod by name, a debug pod, this host,
+    or why it was not (from the `node.probe` check the client records)."""
+    if report.target.get("kind") == "local":
+        return "on this host"
+    probe = next((c for c in report.checks if c.id == "node.probe"), None)
+    if probe is None:
+        return "API side only"
+    msg = terminal_safe(" ".join(str(probe.message or probe.reason or "").split()))
+    if msg.startswith("via agent pod "):
+        return f"node side by exec in agent pod {msg[len('via agent pod '):]}"
+    if msg.startswith("via debug pod "):
+        return f"node side in debug pod {msg[len('via debug pod '):]} (deleted)"
+    if probe.status == "skipped":
+        why = ("the node is NotReady" if "NotReady" in msg else
+               "the kubelet admits no pod" if "admits no pod" in msg else
+               "it never started" if "never started" in msg else "")
+        return "API side only" + (f" (no debug pod: {why})" if why else
+                                  f" ({msg})" if msg and len(msg) < 60 else "")
+    return f"node side: {msg or probe.status}"
+
+
+def header_lines(report: Report, width: int, origin: str | None = None) -> list[str]:
+    """The first line(s): the target, when the evidence is from (live, or the bundle's
+    capture for a replay) and how the node was reached."""
+    t = {k: terminal_safe(v) for k, v in report.target.items() if v is not None}
+    what = f"{t.get('kind', '?')} {t.get('name', '')}".strip()
+    if t.get("node") and t.get("node") != t.get("name"):
+        what += f" on node {t['node']}"
+    when = terminal_safe(origin) if origin else "live " + time.strftime(
+        "%Y-%m-%d %H:%M UTC", time.gmtime(report.started_at))
+    return _wrap(f"{what}: {when}, {reached(report)} ({TOOL} {terminal_safe(report.version)})",
+                 width, "", "  ")
+
+
+def _subject_shown(f: Finding, target: Mapping[str, Any]) -> str:
+    """The subject unless it is the target itself, node or pod (then the header said it)."""
+    node = target.get("node") or target.get("name")
+    if f.subject in ("node", "", f"node/{node}", f"node {node}"):
+        return ""
+    if target.get("kind") == "pod" and f.subject in (f"pod/{target.get('name')}",
+                                                     f"pod {target.get('name')}"):
+        return ""
+    return f.subject
+
+
+def _finding_block(f: Finding, width: int, color: bool, target: Mapping[str, Any],
+                   headline: str = "") -> list[str]:
+    """A problem finding, once: its severity and id, [its subject], and its title, wrapped
+    (never cut) in the text column -- unless the verdict's headline above already says the
+    title, word for word (then it points there instead of saying it twice)."""
+    subj = _subject_shown(f, target)
+    title = " ".join(f.title.split())
+    said = len(title) > 20 and (title.lower() in headline.lower())
+    text = f"{f.id}  " + (f"[{subj}] " if subj else "") + (
+        "(the cause: the verdict above)" if said else title)
+    out = _wrap(text, width, IND, IND)
+    out[0] = f"{_sev(f.severity.value, color)}  " + out[0][len(IND):]
+    return out
+
+
+def _wide_rows(findings: list[Finding], color: bool) -> Iterator[str]:
+    """-o wide: one line per finding, every column whole (as kubectl's wide output: a line
+    may run past the terminal; nothing is cut), each made terminal-safe as it is printed."""
+    idw = max(len("ID"), *(len(terminal_safe(f.id)) for f in findings))
+    subw = max(len("SUBJECT"), *(len(terminal_safe(f.subject)) for f in findings))
+    yield f"{'SEVERITY':8}  {'ID':{idw}}  {'SUBJECT':{subw}}  TITLE"
+    for f in findings:
+        yield (f"{_sev(f.severity.value, color)}  {terminal_safe(f.id):{idw}}  "
+               f"{terminal_safe(f.subject):{subw}}  {' '.join(terminal_safe(f.title).split())}")
+
+
+def _details(f: Finding, width: int, color: bool) -> list[str]:
+    """One finding's full details (--details): evidence one entry a line, lists of objects
+    as small tables, the fix and the references."""
     ind = "    "
-    fixed = len(f.severity.value) + 1 + len(f.id) + 2
-    subject = cut(f.subject, max(12, width - fixed))
-    head = f"{_sev(f.severity.value, color, 0)} {f.id}  {subject}"
-    page = f"({EXPLAIN} {f.id})"
-    out = ([f"{head}  {page}"] if fixed + len(subject) + 2 + len(page) <= width
-           else [head, ind + page])
-    if cut_title or full:
-        out += _wrap(f.title, width, ind, ind)
+    head = f"{_sev(f.severity.value, color, 0)} {f.id}  {f.subject}"
+    out = _wrap(head, width, "", ind) + _wrap(" ".join(f.title.split()), width, ind, ind)
     scalars, tables = human.split(f.evidence)
     # nested values are joined from parts terminal_safe_finding did not reach: escape again
     scalars = [(terminal_safe(k), terminal_safe(v)) for k, v in scalars]
     tables = [(terminal_safe(k), rows) for k, rows in tables]
-    if not full:
-        more = " (more: --details)"
-        parts = [f"{k}: {v}" for k, v in scalars]
-        parts += [f"{k}: {len(v)} row{'s' if len(v) != 1 else ''}" for k, v in tables]
-        room = COMPACT_EVIDENCE_LINES
-        if parts:
-            packed = _wrap(SEP.join(parts), width, ind, ind)
-            if len(packed) > room or tables:
-                packed = packed[:room]
-                packed[-1] = (packed[-1] + more if len(packed[-1]) + len(more) <= width
-                              else cut(packed[-1], width - len(more)) + more)
-            out += packed
-        return out
     if scalars or tables:
         out.append(f"{ind}evidence:")
     for k, v in scalars:
@@ -296,89 +373,92 @@ def _details(f: Finding, width: int, color: bool, full: bool, cut_title: bool) -
     for i, para in enumerate(f.remediation.splitlines() or ([] if not f.remediation else [""])):
         out += _wrap(para, width, f"{ind}fix: " if i == 0 else ind + "     ", ind + "     ")
     out += [f"{ind}ref: {r}" for r in f.refs]
+    out.append(f"{ind}page: {EXPLAIN} {f.id}")
     return out
 
 
 def render_table(report: Report, stream: IO, fail_on: str, exit_code: int,
                  color: bool | None = None, width: int | None = None,
-                 verdict: Mapping[str, Any] | None = None, details: bool = False) -> None:
-    """Human report: the verdict first (when the caller has one), each finding ONCE in a
-    compact table, details blocks (critical and warning; everything with `details`), the
-    checks that did not finish or could not look, the warning that explains an incomplete
-    run, and one summary line."""
+                 verdict: Mapping[str, Any] | None = None, details: bool = False,
+                 origin: str | None = None, wide: bool = False) -> None:
+    """Human report: a header saying what, when and how the node was reached; the verdict
+    (when the caller has one); each finding ONCE -- a problem as its id and its title wrapped
+    in the text column, info and ok findings folded into one line (all of them in full with
+    `details`; one line each, nothing cut, with `wide`) --; the checks that did not finish,
+    the ones that could not look in one line (each with its reason with `details`), the
+    warning that explains an incomplete run, and one summary line."""
     color = use_color(stream) if color is None else color
     width = table_width(width)
     # made terminal-safe one at a time as they are printed (a copy of each held at once is
     # ~300 B a finding: too much for 300,000 of them in a replayed bundle)
     findings = report.sorted_findings()
-    t = {k: terminal_safe(v) for k, v in report.target.items() if v is not None}
-    head = f"gpu-doctor {report.version}  target: {t.get('kind', '?')} {t.get('name', '')}"
-    if t.get("node") and t.get("node") != t.get("name"):
-        head += f" (node {t['node']})"
     w = stream.write
-    w(head + "\n")
+    w("".join(ln + "\n" for ln in header_lines(report, width, origin)))
     if verdict:
         w("".join(ln + "\n" for ln in verdict_lines(verdict, width, color)))
     w("\n")
-    long_titles: set[int] = set()
-    if findings:
-        idw = max(len("ID"), max(len(terminal_safe(f.id)) for f in findings))
-        # one subject for all (a node's own findings): the details blocks name it
-        one_subject = all(f.subject == findings[0].subject for f in findings)
-        subw = (0 if one_subject else
-                max(8, min(32, width - 10 - idw - 2 - 2 - 24,
-                           max(len("SUBJECT"),
-                               max(len(terminal_safe(f.subject)) for f in findings)))))
-        subcol = (lambda text: f"{cut(text, subw):{subw}}  ") if subw else (lambda text: "")
-        titlew = max(20, width - 8 - 2 - idw - 2 - (subw + 2 if subw else 0))
-        w(f"{'SEVERITY':8}  {'ID':{idw}}  {subcol('SUBJECT')}TITLE\n")
-        for i, f in enumerate(findings):
-            safe_title = terminal_safe(f.title)
-            title = cut(" ".join(safe_title.split()), titlew)
-            if title != safe_title:
-                long_titles.add(i)
-            w(f"{_sev(f.severity.value, color)}  {terminal_safe(f.id):{idw}}  "
-              f"{subcol(terminal_safe(f.subject))}{title}\n")
-        w(cut(f"(a finding's page: {EXPLAIN} ID{'' if details else '; every detail: --details'})",
-              width) + "\n")
-        shown = [i for i, f in enumerate(findings)
-                 if details or f.severity.value in DETAIL_SEVERITIES]
-        if shown:
-            w("\n")
-        for n, i in enumerate(shown):
-            if details and n:
-                w("\n")  # full blocks are long: a blank line between them
-            w("".join(ln + "\n" for ln in _details(terminal_safe_finding(findings[i]), width,
-                                                    color, details, i in long_titles)))
-    else:
+    if not findings:
         w("No findings.\n")
-    write_footer(report, stream, fail_on, exit_code, width)
+    elif wide:
+        for ln in _wide_rows(findings, color):
+            w(ln + "\n")
+    elif details:
+        for n, f in enumerate(findings):
+            w(("\n" if n else "") + "".join(ln + "\n" for ln in _details(
+                terminal_safe_finding(f), width, color)))
+    else:
+        problems = [f for f in findings if f.severity.value in DETAIL_SEVERITIES]
+        # cause first, then its effects in order (the verdict's chain), then the rest
+        chain = [str(c) for c in (verdict or {}).get("chain") or ()]
+        problems.sort(key=lambda f: chain.index(f.id) if f.id in chain else len(chain))
+        headline = terminal_safe(" ".join(str((verdict or {}).get("headline") or "").split()))
+        for f in problems:
+            w("".join(ln + "\n" for ln in _finding_block(terminal_safe_finding(f), width,
+                                                          color, report.target, headline)))
+        by: dict[str, dict[str, None]] = {}
+        for f in findings:
+            if f.severity.value not in DETAIL_SEVERITIES:
+                by.setdefault(f.severity.value, {})[terminal_safe(f.id)] = None
+        folded = "; ".join(f"{sev}: {', '.join(ids)}" for sev, ids in by.items())
+        if folded:
+            w("".join(ln + "\n" for ln in _wrap(folded, width, "", "  ")))
+        page = verdict.get("page") if verdict else None
+        w("".join(ln + "\n" for ln in _wrap(
+            "(--details: evidence, fix, references; "
+            + (f"page: {terminal_safe(page)})" if isinstance(page, str) and page
+               and len(page) < width - 50 else f"page: {EXPLAIN} ID)"), width, "", " ")))
+    write_footer(report, stream, fail_on, exit_code, width, details=details)
 
 
 def write_footer(report: Report, stream: IO, fail_on: str, exit_code: int,
-                 width: int = MAX_WIDTH) -> None:
-    """What ends every table report: the checks that did not finish or could not look, the
-    warning that explains an incomplete run, and the one summary line with the exit code."""
+                 width: int = MAX_WIDTH, details: bool = False) -> None:
+    """What ends every table report: the checks that did not finish, the ones that could not
+    look (one line; each with its reason with `details`), the warning that explains an
+    incomplete run, and the one summary line with the exit code."""
     w = stream.write
     bad = [c for c in report.checks if c.status not in ("ok", "skipped")]
     if bad:
         w("\nChecks that did not finish:\n")
         for c in bad:
-            w(cut(f"  {terminal_safe(c.id)}: {terminal_safe(c.status)} after "
-                  f"{fmt_duration(c.duration_s)}"
-                  f"{' - ' + terminal_safe(c.message) if c.message else ''}", width) + "\n")
-    _write_skipped(report, stream, width)
+            w("".join(ln + "\n" for ln in _wrap(
+                f"{terminal_safe(c.id)}: {terminal_safe(c.status)} after "
+                f"{fmt_duration(c.duration_s)}"
+                f"{' - ' + terminal_safe(c.message) if c.message else ''}", width, "  ",
+                "    ")))
+    w("\n")
+    _write_skipped(report, stream, width, details)
     doc = report.document(fail_on, exit_code, lazy=True)  # its summary
     s = doc["summary"]
     if not s["complete"]:
         last = last_warning(report)
         if last:
-            w(cut(f"\nlast warning: {terminal_safe(last)}", width + 1) + "\n")
+            w("".join(ln + "\n" for ln in _wrap(f"last warning: {terminal_safe(last)}",
+                                                       width, "", "  ")))
     why = terminal_safe(s.get("incomplete_reason") or "some checks did not finish")
     last = (f"{s['critical']} critical, {s['warning']} warning, {s['info']} info"
             f"{'' if s['complete'] else ' (INCOMPLETE: ' + why + ')'}"
             f"; {fmt_duration(doc['duration_s'])}; exit {exit_code}")
-    w("\n" + "\n".join(_wrap(last, width, "", "  ")) + "\n")
+    w("\n".join(_wrap(last, width, "", "  ")) + "\n")
     stream.flush()
 
 
@@ -399,16 +479,29 @@ def last_warning(report: Report) -> str | None:
     return raw
 
 
-def _write_skipped(report: Report, stream: IO, width: int = MAX_WIDTH) -> None:
-    """Footer: the checks that could not look, each with its own reason (a check that did
-    not look is never shown as ok)."""
-    skipped = [c for c in report.checks if c.status == "skipped"]
+def skipped_checks(report: Report) -> list:
+    return [c for c in report.checks if c.status == "skipped"]
+
+
+def _write_skipped(report: Report, stream: IO, width: int = MAX_WIDTH,
+                   details: bool = False) -> None:
+    """The checks that could not look: one line (a check that did not look is never shown as
+    ok, and is never noise either); with `details` each with its own reason."""
+    skipped = skipped_checks(report)
     if not skipped:
         return
-    stream.write("\nChecks that could not look (skipped):\n")
+    n = len(skipped)
+    if not details:
+        stream.write("".join(ln + "\n" for ln in _wrap(
+            f"{n} check{'s' if n != 1 else ''} could not look here (--details says why)",
+            width, "", "  ")))
+        return
+    stream.write(f"Checks that could not look ({n}):\n")
     for c in skipped:
         why = c.reason or c.message or "no reason given"
-        stream.write(cut(f"  {terminal_safe(c.id)}: {terminal_safe(why)}", width) + "\n")
+        stream.write("".join(ln + "\n" for ln in _wrap(
+            f"{terminal_safe(c.id)}: {terminal_safe(' '.join(str(why).split()))}", width, "  ",
+            "    ")))
 
 
 def render_json(report: Report, stream: IO, fail_on: str, exit_code: int) -> None:

@@ -31,7 +31,7 @@ def test_list_of_objects_is_a_small_table_one_row_each():
         i = lines.index("      pods:")
         assert re.match(r"^        POD\s+WAITING\s+GPU$", lines[i + 1]), lines[i + 1]
         assert re.match(r"^        default/gdscn-gpu\s+2m56s\s+nvidia.com/gpu=1$", lines[i + 2])
-        assert re.match(r"^        default/gdscn-plain\s+2m53s\s+<none>$", lines[i + 3])
+        assert re.match(r"^        default/gdscn-plain\s+2m53s\s+-$", lines[i + 3])
         assert "pending untouched: 2" in out
         assert '{"' not in out and "None" not in out
 

@@ -43,10 +43,17 @@ def _report() -> Report:
 
 
 def test_table_footer_lists_skipped_checks_and_why():
+    """One line by default (audit ux-round-4 item 13: the list took 3-15 lines of every
+    report); each check with its reason with --details."""
     out = io.StringIO()
     render.render_table(_report(), out, "warning", 0)
     text = out.getvalue()
-    assert "Checks that could not look (skipped):" in text
+    assert "2 checks could not look here (--details says why)\n" in text
+    assert "nvml:" not in text and "api.gpu_fit" not in text
+    out = io.StringIO()
+    render.render_table(_report(), out, "warning", 0, details=True)
+    text = out.getvalue()
+    assert "Checks that could not look (2):" in text
     assert "  nvml: no libnvidia-ml.so.1 under /host: NVML could not be asked" in text
     assert "  api.gpu_fit: cannot list nodes and pods: 403 forbidden" in text
     assert "memory:" not in text.split("could not look")[1]

@@ -23,7 +23,7 @@ def test_one_line_rewritten_in_place_and_cleared():
     parts = text.split(ERASE)
     assert parts[0] == "" and parts[-1] == ""     # starts by erasing, ends erased
     assert parts[1] == "reading gpu-1's pods"
-    assert parts[2] == "debug pod gpu-doctor-x Pending on gpu-1 (0s/1m)"
+    assert parts[2] == "debug pod gpu-doctor-x Pending on gpu-1 (0s/60s)"
     assert parts[3] == "gpu-2: node checks started"
     assert parts[4] == "gpu-2: tracing 5s (0s/5s)"
 

@@ -173,6 +173,36 @@ def test_stuck_thread_without_any_rpc_timeout_is_confirmed_by_two_samples(
     assert p.calls().count("GetPreferredAllocation") == 1  # only the test's own call
 
 
+def test_one_stuck_plugin_process_serving_four_resources_is_one_finding(
+        host, start_plugin, tmp_path):
+    """NVIDIA's plugin with the mixed MIG strategy serves nvidia.com/gpu and each MIG profile
+    from one process, a socket each (the real v0.20.0 plugin in tests/data/captures/k8s-1.35/
+    healthy-nvidia-device-plugin.log: pid 15981 serves nvidia-mig-1g.10gb.sock,
+    nvidia-gpu.sock, nvidia-mig-3g.40gb.sock and nvidia-mig-2g.20gb.sock). Its thread stuck in
+    nvmlInit is one cause: one blocked_in_nvml listing the four resources (the audit saw it
+    four times on a real cluster), not one per socket."""
+    lib = build_fake_nvml(tmp_path / "lib", init="block")
+    extra = [str(host.plugins_dir / n) for n in ("nvidia-mig-1g.10gb.sock",
+                                                 "nvidia-mig-3g.40gb.sock",
+                                                 "nvidia-mig-2g.20gb.sock")]
+    p = start_plugin("nvidia-gpu.sock", mode="nvml-block", nvml_lib=lib,
+                     extra=("--no-preferred-allocation",
+                            *[a for s in extra for a in ("--extra-socket", s)]))
+    with rpc.PluginClient(str(p.socket)) as c:  # the kubelet's call, stuck in nvmlInit_v2
+        assert c.preferred_allocation([GPU_A], 1, 0.5).status == "timeout"
+    run = run_probe(*host.args(*DP_ONLY))
+    assert len(run.findings("deviceplugin.inventory")) == 4  # four sockets, one pid
+    (b,) = run.findings("deviceplugin.blocked_in_nvml")
+    ev = b["evidence"]
+    assert ev["pid"] == p.pid and ev["resource"] == "nvidia.com/gpu"
+    assert ev["resources"] == ["nvidia.com/gpu", "nvidia.com/mig-1g.10gb",
+                               "nvidia.com/mig-2g.20gb", "nvidia.com/mig-3g.40gb"]
+    assert len(ev["sockets"]) == 4
+    assert b["subject"] == f"nvidia.com/gpu plugin (pid {p.pid}, 4 resources)"
+    assert "the same process serves nvidia.com/gpu, nvidia.com/mig-1g.10gb, " \
+           "nvidia.com/mig-2g.20gb (+1 more)" in b["title"]
+
+
 @pytest.mark.bcc
 @pytest.mark.slow
 def test_blocked_in_nvml_seen_by_ebpf(host, start_plugin, podres, tmp_path):

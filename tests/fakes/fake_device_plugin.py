@@ -103,6 +103,11 @@ class FakePlugin(pbg.DevicePluginServicer):
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--socket", required=True)
+    # more sockets served by the same process, as NVIDIA's plugin does with the mixed MIG
+    # strategy: one gRPC server per resource, one process (tests/data/captures/k8s-1.35/
+    # healthy-nvidia-device-plugin.log: pid 15981 serves nvidia-gpu.sock and three
+    # nvidia-mig-*.sock)
+    ap.add_argument("--extra-socket", action="append", default=[])
     ap.add_argument("--mode", choices=("healthy", "unhealthy", "nvml-block"), default="healthy")
     ap.add_argument("--nvml-lib", default=None)
     ap.add_argument("--devices", default="GPU-11111111-2222-3333-4444-555555555555,"
@@ -116,13 +121,15 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     if args.mode == "nvml-block" and not args.nvml_lib:
         ap.error("--mode nvml-block needs --nvml-lib")
-    try:
-        os.unlink(args.socket)
-    except FileNotFoundError:
-        pass
+    for sock in [args.socket, *args.extra_socket]:
+        try:
+            os.unlink(sock)
+        except FileNotFoundError:
+            pass
     server = grpc.server(futures.ThreadPoolExecutor(max_workers=8))
     pbg.add_DevicePluginServicer_to_server(FakePlugin(args), server)
-    server.add_insecure_port("unix:" + args.socket)
+    for sock in [args.socket, *args.extra_socket]:
+        server.add_insecure_port("unix:" + sock)
     server.start()
 
     def stop(signum, frame):

@@ -177,7 +177,10 @@ def test_install_status_uninstall(xc, kube):
     assert rows["gpu-c"]["phase"] == "missing" and rows["gpu-c"]["pod"] is None
     assert not agent.status_ok(st)
     table = agent.status_table(st)
-    assert "3 node(s): 2 with a Running agent, 1 without; 1 with version skew" in table
+    assert table.startswith("3 node(s): 1 with a Running agent of this version, 1 with an "
+                            "agent pod that needs a look, 1 without an agent pod")
+    assert "gpu-b" in table and "no agent pod on: gpu-c;" in table
+    assert "gpu-a" not in table  # a healthy node is counted, not listed
     assert agent_exec.find_agent_pod(kube, "gpu-doctor", "gpu-c") == (None, "no agent pod on this node")
 
     gone = agent.uninstall(kube, "gpu-doctor")

@@ -172,7 +172,7 @@ def test_wedged_3m_is_stalled_and_blocked():
     assert st.evidence["non_gpu_pods_affected"] == 1 and st.evidence["lease_renewing"] is True
     b = by["kubelet.blocked_in_device_plugin"]
     assert b.severity.value == "critical" and b.evidence["longest_wait_min"] == 3
-    assert "the longest for 3 min" in b.title
+    assert "the longest for 3m" in b.title
 
 
 @pytest.mark.parametrize("stage_name", ["wedged-20s", "wedged-3m"])

@@ -180,7 +180,7 @@ def test_held_by_others_lists_holders_and_ignores_finished_pods():
     assert by["gpu-1"]["free"] == {"nvidia.com/gpu": 2}
     assert by["gpu-2"]["held"] == {"nvidia.com/gpu": 6}
     h1 = by["gpu-1"]["holders"]
-    assert h1 == [{"pod": "ml/big-0", "count": {"nvidia.com/gpu": 6}, "age": "2h00m",
+    assert h1 == [{"pod": "ml/big-0", "count": {"nvidia.com/gpu": 6}, "age": "120m",
                    "phase": "Running"}]
     names2 = {h["pod"]: h for h in by["gpu-2"]["holders"]}
     assert set(names2) == {"team-b/infer-0", "team-b/infer-1"}

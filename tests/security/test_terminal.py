@@ -48,7 +48,7 @@ def test_terminal_safe_escapes_every_class():
 @pytest.mark.parametrize("color", [False, True])
 def test_table_shows_hostile_strings_escaped(color):
     out = io.StringIO()
-    render.render_table(_report(), out, "warning", 1, color=color, details=True)
+    render.render_table(_report(), out, "warning", 1, color=color, details=True, width=200)
     text = out.getvalue()
     if color:  # our own colour codes are the only ESCs left
         text = text.replace("\x1b[1;31m", "").replace("\x1b[36m", "").replace("\x1b[0m", "")
@@ -56,7 +56,7 @@ def test_table_shows_hostile_strings_escaped(color):
     assert "\\x1b]52;c;ZWNobyBwd25lZA==\\x07" in text
     assert "\\u009b31m" in text and "\\ud800" in text
     assert "pod-ok\\x1b]52" in text                       # the target (pod name) too
-    assert "comm: ok\\x1b]52" in text                     # scalar evidence
+    assert "process: ok\\x1b]52" in text                  # scalar evidence
     assert "second \\x1b]52" in text                      # each remediation line
     text.encode("utf-8")                                  # printable: no lone surrogates
 
