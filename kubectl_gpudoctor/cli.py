@@ -617,7 +617,8 @@ def explain_cmd(ctx: click.Context, finding_id: str | None) -> int:
     return explain.explain(_session(ctx), finding_id)
 
 
-@cli.command("mcp", context_settings=CONTEXT_SETTINGS, epilog=EXAMPLES["mcp"])
+@cli.command("mcp", context_settings=CONTEXT_SETTINGS, epilog=EXAMPLES["mcp"],
+             short_help="Serve the diagnosis as MCP tools to an incident assistant.")
 @click.option("--allow-node-probe", is_flag=True, default=False,
               help="Let the tools run on a node: the node probe of node, pod and nodes "
                    "(probe=true; exec in the standing agent, else a debug pod) and history "

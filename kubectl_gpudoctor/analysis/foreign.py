@@ -172,8 +172,8 @@ def foreign_conditions(node: Mapping[str, Any], events: Sequence[Mapping[str, An
             f"{source} says {ctype}={c.get('status')}"
             + (f" ({reason})" if reason else "")
             + (f" for {fmt_duration(since)}" if since is not None else "")
-            + (f" -- {meant['headline']}" if meant else "")
-            + (f": {message}" if message else ""),
+            + (f": {message}" if message else "")
+            + (f" -- {meant['headline']}" if meant else ""),
             {"kind": "condition", "source": source, "type": ctype, "status": c.get("status"),
              "reason": reason, "message": message, "since": c.get("lastTransitionTime"),
              "age_s": None if since is None else round(since),

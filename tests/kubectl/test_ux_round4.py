@@ -240,7 +240,7 @@ def test_another_monitors_xid79_is_named_and_drained(cluster, kubeconfig):
     v = json.loads(cli(*args, "-o", "json").stdout)["verdict"]
     assert v["headline"] == ("EKS node monitoring agent says AcceleratedHardwareReady=False "
                              "(NvidiaXID79Error) for 3h: GPU 0000:86:00.0 has fallen off the "
-                             "bus")
+                             "bus -- Xid 79 (GPU has fallen off the bus): NVIDIA says reboot")
     cmds = [a["command"] for a in v["actions"]]
     assert cmds[:2] == ["kubectl cordon gpu-0050", "kubectl drain gpu-0050 --ignore-daemonsets "
                         "--delete-emptydir-data --timeout=10m"]

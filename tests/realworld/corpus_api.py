@@ -100,7 +100,9 @@ ARTIFACTS = [
         "event", "the GPU's display engine wedged (Xid 16) and the device plugin marked it "
         "unhealthy, so the kubelet refused every other GPU pod on the node",
         "fix the display configuration; a host reboot cleared the GPU", "pod.admission_error",
-        "critical", "xid", {"reason": "UnexpectedAdmissionError", "phase": "Failed"}),
+        "critical", "xid", {"reason": "UnexpectedAdmissionError", "phase": "Failed",
+                            # the one GPU is marked unhealthy: the node advertises none of it
+                            "capacity": 1, "allocatable": 0}),
     Artifact(
         "dra-driver-nvidia-gpu#1218-prepare-deadline",
         "https://github.com/kubernetes-sigs/dra-driver-nvidia-gpu/pull/1218",
