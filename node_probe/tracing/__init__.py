@@ -5,7 +5,8 @@ with -D cflags, attaches, reads the ring buffer and returns plain dicts) must st
 separate, and everything that needs `bcc` is imported lazily from here, so the probe runs
 without BCC and reports `probe.ebpf_unavailable` instead.
 
-Layout: bcc_env (can BCC run: module, headers, tracefs), sources (where bpf/ is; the shared
+Layout: bcc_env (can BCC run: module, headers, tracefs), hostbcc (the host's python3-bpfcc
+for a Python without bcc: the frozen plugin, a venv), kheaders (the bundled header sets), sources (where bpf/ is; the shared
 headers of bpf/include pasted into each compile unit), bundle (one compile for all programs,
 syscall tracepoint attach/detach, the event head), abi (the C's integer #defines, read from the
 C), loader (the Loader protocol, LoaderBase, TraceConfig, Targets), fdtrack (the one fd tracker
