@@ -12,7 +12,8 @@ from typing import Any, Mapping, Sequence
 from node_probe.protocol import Finding
 
 from . import (admission, agent_conditions, capacity, dra, foreign, goroutines,  # noqa: F401
-               hami, kubelet_config, memory, mig, pod_status, readiness, runtime)
+               hami, kubelet_config, memory, mig, plugin_messages, pod_status, readiness,
+               runtime)
 
 
 def node_objects(node: Mapping[str, Any], pods_on_node: Sequence[Mapping[str, Any]],
@@ -60,6 +61,9 @@ def node_objects(node: Mapping[str, Any], pods_on_node: Sequence[Mapping[str, An
     run("runtime", lambda: runtime.analyze(pods_on_node, ev_list,
                                            (extra or {}).get("runtimeclasses")))
     run("dra.health", dra.analyze_device_health, pods_on_node)
+    # a GPU plugin pod failing with a known driver cause (version mismatch, lost GPU, NVML)
+    run("plugin_messages", plugin_messages.analyze_plugin_pods,
+        str((node.get("metadata") or {}).get("name") or ""), pods_on_node)
     x = extra or {}
     if x.get("resourceclaims") is not None and x.get("resourceslices") is not None:
         run("dra.claims", lambda: dra.analyze_claims(pods_on_node, x["resourceclaims"],

@@ -15,6 +15,7 @@ from typing import Any, Mapping, Sequence
 from node_probe.protocol import catalog
 from node_probe.protocol import Finding
 
+from .plugin_messages import Cause, classify as classify_plugin_error, finding_for
 from .admission_race import REFS as RACE_REFS, explain as explain_race
 from .admission import untouched_pending
 from .common import event_source, event_time, fmt_duration, gpu_requests, pod_ref
@@ -67,6 +68,14 @@ def analyze_pod(pod: Mapping[str, Any], events: Sequence[Mapping[str, Any]],
         hami = any("device number not matched" in t for t in adm_texts)
         if st.get("reason") and st.get("message"):
             hit = f"{st.get('reason')}: {st.get('message')}"
+        cause = None if hami else next(
+            (c for c in (classify_plugin_error(t) for t in adm_texts) if c), None)
+        if cause is not None:
+            out.append(_plugin_cause_finding(subject, base, st, cause, hit))
+            out.append(finding_for(cause, spec.get("nodeName"), hit,
+                                                   f"the admission error of {subject}",
+                                                   pod=pod_ref(pod)))
+            return out
         race = None if hami else explain_race(pod, evs, now, node, node_events, node_pods)
         if race is not None:
             out.append(_race_finding(subject, base, st, race))
@@ -143,6 +152,19 @@ def analyze_pod(pod: Mapping[str, Any], events: Sequence[Mapping[str, Any]],
             ("The image cannot be pulled: check the name/tag, the registry's reachability from "
              "the node and imagePullSecrets." if image else
              "See the container's waiting message and the pod events."), ()))
+    known = next(((e, c) for e in reversed(warnings)
+                  for c in (classify_plugin_error(str(e.get("message") or "")),) if c), None)
+    if known and not waiting:
+        e, cause = known
+        text = str(e.get("message") or "")
+        out.append(catalog.make(
+            "pod.pending_explained", "critical", subject,
+            f"{e.get('reason')}: {cause.what}",
+            dict(base, caused_by=cause.finding_id, cause=cause.kind),
+            f"Cause: {cause.what}. Fix: {cause.fix}.", cause.refs))
+        out.append(finding_for(cause, spec.get("nodeName"), text,
+                                               f"the {e.get('reason')} event of {subject}",
+                                               pod=pod_ref(pod)))
     elif warnings:
         e = warnings[-1]
         out.append(catalog.make(
@@ -172,3 +194,19 @@ def _race_finding(subject: str, base: dict, st: Mapping[str, Any], race: dict) -
         f"admission is never retried by the kubelet. {after}",
         ("https://kubernetes.io/docs/concepts/extend-kubernetes/compute-storage-net/device-plugins/",
          *RACE_REFS))
+
+
+def _plugin_cause_finding(subject: str, base: dict, st: Mapping[str, Any],
+                          cause: Cause, hit: str) -> Finding:
+    """The admission error of a pod whose device plugin failed for a known cause
+    (plugin_messages): the cause and its fix, not the kubelet's words again."""
+    return catalog.make(
+        "pod.admission_error", "critical", subject,
+        f"the kubelet rejected the pod at admission: {cause.what}",
+        dict(base, reason=st.get("reason"), message=st.get("message"),
+             caused_by=cause.finding_id, cause=cause.kind),
+        f"Cause: {cause.what}. Fix: {cause.fix}. A pod rejected at admission is never retried: "
+        "delete it (its controller recreates it) once the node is fixed; until then a "
+        "controller keeps creating pods that fail the same way.",
+        ("https://kubernetes.io/docs/concepts/extend-kubernetes/compute-storage-net/device-plugins/",
+         *cause.refs))

@@ -179,7 +179,7 @@ def deviceplugin_check(ctx):
     kdir = opts.kubelet_path
     proc = opts.proc_root
     t0 = time.monotonic()
-    here = kubeletconfig.presence(kdir, proc)
+    here = kubeletconfig.presence(kdir, proc, opts.host_root)
     targets = discovery.discover(kdir, proc)
     if not here["kubelet"] and not any(t.pid for t in targets):
         # No kubelet, no device plugins to serve it: a missing plugin is not a fault here.

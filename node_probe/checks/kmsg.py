@@ -1,8 +1,11 @@
-"""Kernel log: NVIDIA Xid errors and hung-task reports.
+"""Kernel log: NVIDIA Xid errors, NVIDIA driver errors without an Xid, and hung tasks.
 
 Why: when a GPU falls off the bus or a task sits in D state inside the driver, the kernel log
 is the only witness. Reads /dev/kmsg without blocking (the whole ring buffer, then stops), or a
-saved log given with --kmsg-file (raw kmsg, `dmesg` or journal format) for offline use.
+saved log given with --kmsg-file (raw kmsg records, `dmesg`, `dmesg -T`/`-H`, journal or syslog
+lines) for offline use. Both are streamed: a record at a time, folded into grouped counts (per
+GPU and code: count, first/last time, one sample line), so a 200,000-line Xid storm costs the
+groups, not the log (issue 28, X-02).
 """
 from __future__ import annotations
 
@@ -12,9 +15,12 @@ import re
 import time
 from collections import OrderedDict
 from pathlib import Path
+from typing import Iterable, Iterator
 
 from node_probe.protocol import catalog
-from node_probe.host import hostfs, xid
+from node_probe.protocol.evidence import cut
+from node_probe.protocol.render import terminal_safe
+from node_probe.host import hostfs, nvrm, xid
 from node_probe.engine.context import Skipped
 from node_probe.engine.facts import KMSG_XIDS
 from node_probe.engine.registry import check
@@ -23,31 +29,94 @@ from node_probe.engine.registry import check
 # must not raise in int(), and `\d` would also take non-ASCII digits
 XID_RE = xid.XID_RE
 HUNG_RE = re.compile(r"INFO: task (.+):([0-9]{1,10}) blocked for more than ([0-9]{1,12}) seconds")
-STATE_RE = re.compile(r"task:(\S+)\s+state:(\w)\b.*?pid:\s*([0-9]{1,10})\b")
+# `task:python3.11      state:D stack:    0 pid:15277 ppid: 15257 flags:0x00000002` (the
+# kernel's sched_show_task since 5.14); `dmesg -H` pastes often start here, without the header
+STATE_RE = re.compile(r"task:(\S{1,64})\s+state:(\w)\b.*?(?<![a-z])pid:\s*([0-9]{1,10})\b")
+# a stack frame's module: `uvm_ioctl+0x13e0/0x16f0 [nvidia_uvm]`
+FRAME_MODULE_RE = re.compile(r"\+0x[0-9a-f]{1,16}/0x[0-9a-f]{1,16} \[([a-z0-9_]{1,32})\]")
+NVIDIA_MODULES = ("nvidia", "nvidia_uvm", "nvidia_modeset", "nvidia_drm", "nvidia_peermem",
+                  "nvidia_fs")
 HUNG_CRITICAL_COMMS = ("kubelet", "containerd", "dockerd", "crio", "nvidia", "runc")
-MAX_RECORDS = 200_000
+MAX_RECORDS = 200_000           # records of /dev/kmsg read in one pass
+MAX_LINE = 4096                 # a longer line is read in part (its rest is skipped)
+MAX_FILE_BYTES = 1 << 30        # a saved log is read up to this many bytes
+MAX_HUNG = 64                   # distinct hung tasks kept
+MAX_FRAMES = 64                 # stack lines read after one hung task
+
+
+class Stats:
+    """What one read saw: records, bytes, and whether it stopped at a bound."""
+
+    def __init__(self) -> None:
+        self.records = 0
+        self.bytes = 0
+        self.cut: str | None = None
+
+
+def _lines(fd: int, stats: Stats, max_bytes: int, max_lines: int) -> Iterator[bytes]:
+    """Lines of an open fd, each at most MAX_LINE bytes, in bounded memory. One read of
+    /dev/kmsg is one record; a regular file gives many lines a read: both are split here."""
+    pending = b""           # the unfinished last line (at most MAX_LINE bytes kept)
+    skipping = False        # the unfinished line was already cut: drop the rest of it
+    lines = 0
+    while True:
+        try:
+            chunk = os.read(fd, 65536)
+        except OSError as exc:
+            if exc.errno == errno.EAGAIN:
+                break
+            if exc.errno == errno.EPIPE:  # /dev/kmsg overwritten while reading: go on
+                continue
+            raise
+        if not chunk:
+            break
+        stats.bytes += len(chunk)
+        parts = chunk.split(b"\n")
+        parts[0] = pending + parts[0]
+        for line in parts[:-1]:
+            if skipping:
+                skipping = False
+                continue
+            lines += 1
+            yield line[:MAX_LINE]
+            if lines >= max_lines:
+                stats.cut = f"stopped after {max_lines} lines"
+                return
+        pending = parts[-1]
+        if len(pending) > MAX_LINE:        # a line without end yet: keep its head only
+            if not skipping:
+                lines += 1
+                yield pending[:MAX_LINE]
+            skipping, pending = True, b""
+        if stats.bytes >= max_bytes:
+            stats.cut = f"stopped after {max_bytes} bytes"
+            break
+    if pending and not skipping:
+        yield pending[:MAX_LINE]
+
+
+def iter_kmsg(path: Path, stats: Stats | None = None) -> Iterator[tuple[float | None, str]]:
+    """The kernel ring buffer's records as (seconds since boot, message), streamed;
+    non-blocking: stops when the buffer is drained. Dictionary lines (` SUBSYSTEM=pci`) are
+    skipped; a message's own newlines (`\\x0a` in the record) become spaces."""
+    stats = stats if stats is not None else Stats()
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+    try:
+        for raw in _lines(fd, stats, MAX_FILE_BYTES, MAX_RECORDS * 4):
+            if raw.startswith(b" "):
+                continue
+            stats.records += 1
+            yield parse_kmsg_record(raw.decode("utf-8", "replace"))
+            if stats.records >= MAX_RECORDS:
+                stats.cut = f"stopped after {MAX_RECORDS} records"
+                return
+    finally:
+        os.close(fd)
 
 
 def read_kmsg(path: Path) -> list[tuple[float | None, str]]:
-    """All records in the kernel ring buffer as (seconds since boot, message); non-blocking."""
-    out: list[tuple[float | None, str]] = []
-    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
-    try:
-        while len(out) < MAX_RECORDS:
-            try:
-                chunk = os.read(fd, 8192)
-            except OSError as exc:
-                if exc.errno == errno.EAGAIN:
-                    break
-                if exc.errno == errno.EPIPE:  # overwritten while reading: continue
-                    continue
-                raise
-            if not chunk:
-                break
-            out.append(parse_kmsg_record(chunk.decode("utf-8", "replace")))
-    finally:
-        os.close(fd)
-    return out
+    """All records in the kernel ring buffer (a list: for callers that want one)."""
+    return list(iter_kmsg(path))
 
 
 def parse_kmsg_record(text: str) -> tuple[float | None, str]:
@@ -56,28 +125,61 @@ def parse_kmsg_record(text: str) -> tuple[float | None, str]:
         return None, text.strip()
     fields = head.split(",")
     ts = None
-    if len(fields) >= 3 and fields[2].isdigit():
+    if len(fields) >= 3 and fields[2].isdigit() and len(fields[2]) <= 18:
         ts = int(fields[2]) / 1e6
-    return ts, msg.split("\n", 1)[0].strip()
+    msg = msg.split("\n", 1)[0].replace("\\x0a", " ").strip()
+    return ts, msg
 
 
-_DMESG_TS = re.compile(r"^\[\s*(\d+\.\d+)\]\s?(.*)$")
+# `[ 1021.339512] msg` (dmesg), `[  +0.000049] msg` (dmesg -H), `[Wed Jan 27 23:04:35 2021]
+# msg` (dmesg -T), `Feb 17 08:02:06 host kernel: msg` / `2024-01-01T00:00:00+00:00 host kernel:
+# msg` (journal, syslog), `4,1234,2200100000,-;msg` (raw kmsg)
+_DMESG_TS = re.compile(r"^\[\s*([0-9]{1,12}\.[0-9]{1,9})\]\s?(.*)$")
+_DMESG_REL = re.compile(r"^\[\s*[+-]?[0-9]{1,12}\.[0-9]{1,9}\]\s?(.*)$")
+_DMESG_T = re.compile(r"^\[[A-Z][a-z]{2} [A-Z][a-z]{2} [ 0-9][0-9] [0-9:]{8} [0-9]{4}\]\s?(.*)$")
+_JOURNAL = re.compile(r"^(?:[A-Z][a-z]{2} [ 0-9][0-9] [0-9:]{8}|[0-9]{4}-[0-9]{2}-[0-9]{2}T\S+) "
+                      r"\S+ kernel: (.*)$")
+_KMSG_REC = re.compile(r"^[0-9]{1,3},[0-9]{1,20},[0-9]{1,20},[^;]{0,16};")
+
+
+def parse_line(line: str) -> tuple[float | None, str]:
+    """One line of a saved kernel log as (seconds since boot or None, message)."""
+    line = line.rstrip()
+    if not line.startswith("["):
+        if _KMSG_REC.match(line):
+            return parse_kmsg_record(line)
+        m = _JOURNAL.match(line)
+        if not m:
+            return None, line
+        line = m.group(1)
+    m = _DMESG_TS.match(line)
+    if m:
+        return float(m.group(1)), m.group(2)
+    m = _DMESG_REL.match(line) or _DMESG_T.match(line)
+    if m:
+        return None, m.group(1)
+    return None, line
+
+
+def iter_log_file(path: Path, stats: Stats | None = None) -> Iterator[tuple[float | None, str]]:
+    """A saved kernel log, streamed a line at a time (bounded by MAX_LINE a line and
+    MAX_FILE_BYTES in all)."""
+    stats = stats if stats is not None else Stats()
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+    try:
+        for raw in _lines(fd, stats, MAX_FILE_BYTES, 1 << 40):
+            text = raw.decode("utf-8", "replace")
+            if not text.strip():
+                continue
+            stats.records += 1
+            yield parse_line(text)
+    finally:
+        os.close(fd)
 
 
 def parse_log_file(text: str) -> list[tuple[float | None, str]]:
-    out = []
-    for line in text.splitlines():
-        line = line.rstrip()
-        if not line:
-            continue
-        m = _DMESG_TS.match(line)
-        if m:
-            out.append((float(m.group(1)), m.group(2)))
-        elif re.match(r"^\d+,\d+,\d+,[^;]*;", line):
-            out.append(parse_kmsg_record(line))
-        else:
-            out.append((None, line))
-    return out
+    """Every line of a saved kernel log given as text (tests, small inputs)."""
+    return [parse_line(line) for line in text.splitlines() if line.strip()]
 
 
 def uptime_s() -> float | None:
@@ -87,39 +189,88 @@ def uptime_s() -> float | None:
         return None
 
 
-def analyze(records: list[tuple[float | None, str]], now_s: float | None = None,
+class _Hung:
+    """Hung-task reports: the `INFO: task NAME:PID blocked` header, or (pasted with `dmesg
+    -H`) the `task:NAME state:D ... pid:PID` line alone, then the stack's modules."""
+
+    def __init__(self) -> None:
+        self.tasks: "OrderedDict[tuple[str, int], dict]" = OrderedDict()
+        self.current: tuple[str, int] | None = None
+        self.frames = 0
+
+    def _task(self, comm: str, pid: int, ts) -> dict | None:
+        key = (comm, pid)
+        d = self.tasks.get(key)
+        if d is None:
+            if len(self.tasks) >= MAX_HUNG:
+                return None
+            d = self.tasks[key] = {"comm": comm, "pid": pid, "blocked_s": None, "count": 0,
+                                   "state": None, "last_s": ts, "modules": []}
+        self.current, self.frames = key, 0
+        return d
+
+    def feed(self, ts, msg: str) -> bool:
+        m = HUNG_RE.search(msg)
+        if m:
+            d = self._task(m.group(1)[:64], int(m.group(2)), ts)
+            if d is not None:
+                d["count"] += 1
+                d["blocked_s"] = max(d["blocked_s"] or 0, int(m.group(3)))
+                d["last_s"] = ts
+            return True
+        m = STATE_RE.search(msg)
+        if m:
+            comm, state, pid = m.group(1), m.group(2), int(m.group(3))
+            cur = self.tasks.get(self.current) if self.current else None
+            if cur is not None and cur["pid"] == pid and cur["state"] is None:
+                cur["state"] = state
+                self.frames = 0
+            elif state == "D":       # a report whose header was not pasted
+                d = self._task(comm, pid, ts)
+                if d is not None:
+                    d["state"], d["last_s"] = state, ts
+                    d["count"] = max(d["count"], 1)
+            else:
+                self.current = None
+            return True
+        if self.current is not None:
+            self.frames += 1
+            if self.frames > MAX_FRAMES:
+                self.current = None
+                return False
+            fm = FRAME_MODULE_RE.search(msg)
+            if fm and fm.group(1) in NVIDIA_MODULES:
+                mods = self.tasks[self.current]["modules"]
+                if fm.group(1) not in mods:
+                    mods.append(fm.group(1))
+                return True
+        return False
+
+
+def analyze(records: Iterable[tuple[float | None, str]], now_s: float | None = None,
             now_wall: float | None = None, grouper: xid.Grouper | None = None):
-    """Findings from kernel log records. `now_s` (seconds since boot) adds ages, and with
-    `now_wall` (epoch seconds at the same instant) the wall-clock first/last times. The Xid
-    groups are folded into `grouper` (a fresh one when None), which the caller may keep."""
-    hung: "OrderedDict[tuple[str, int], dict]" = OrderedDict()
-    last_hung = None
+    """Findings from kernel log records (any iterable: a stream is read once, in bounded
+    memory). `now_s` (seconds since boot) adds ages, and with `now_wall` (epoch seconds at the
+    same instant) the wall-clock first/last times. The Xid groups are folded into `grouper`
+    (a fresh one when None), which the caller may keep."""
+    hung = _Hung()
     grouper = grouper if grouper is not None else xid.Grouper()
+    driver = nvrm.Reader()
     uuids: dict[str, str] = {}
     for ts, msg in records:
         ev = xid.parse(ts, msg)
         if ev is not None:
             grouper.add(ev)
+            hung.current = None
             continue
         m = xid.GPU_AT_RE.search(msg)
         if m:
-            uuids[xid.short_bus(m.group(1))] = m.group(2)
+            if len(uuids) < xid.MAX_GROUPS:
+                uuids[xid.short_bus(m.group(1)) or ""] = m.group(2)
             continue
-        m = HUNG_RE.search(msg)
-        if m:
-            key = (m.group(1), int(m.group(2)))
-            d = hung.setdefault(key, {"comm": m.group(1), "pid": int(m.group(2)),
-                                      "blocked_s": 0, "count": 0, "state": None,
-                                      "last_s": ts})
-            d["count"] += 1
-            d["blocked_s"] = max(d["blocked_s"], int(m.group(3)))
-            d["last_s"] = ts
-            last_hung = key
+        if hung.feed(ts, msg):
             continue
-        m = STATE_RE.search(msg)
-        if m and last_hung is not None and int(m.group(3)) == last_hung[1]:
-            hung[last_hung]["state"] = m.group(2)
-            last_hung = None
+        driver.feed(ts, msg)
 
     def age(ts):
         return round(now_s - ts, 1) if now_s is not None and ts is not None else None
@@ -129,71 +280,174 @@ def analyze(records: list[tuple[float | None, str]], now_s: float | None = None,
             return None
         return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(now_wall - (now_s - ts)))
 
-    for g in grouper.groups():
-        yield _xid_finding(g, uuids.get(xid.short_bus(g.pci)), age, wall, grouper.dropped)
-    for (comm, pid), d in hung.items():
-        # by prefix (containerd-shim, runc:[2:INIT], nvidia-device-p), not substring: a task
-        # named `prunc-job` or `my-kubelet-test` is not a node daemon
-        critical = comm.lower().startswith(HUNG_CRITICAL_COMMS)
-        yield catalog.make(
-            "kernel.hung_task", "critical" if critical else "warning", f"{comm}:{pid}",
-            f"Task {comm} (pid {pid}) blocked for more than {d['blocked_s']} s"
-            + (f" in state {d['state']}" if d["state"] else ""),
-            {"comm": comm, "pid": pid, "blocked_s": d["blocked_s"], "state": d["state"],
-             "reports": d["count"], "last_age_s": age(d["last_s"])},
-            "A task stuck in uninterruptible sleep (D) is waiting in the kernel, often on a "
-            "driver (nvidia ioctl), storage or memory reclaim. Its kernel stack is in "
-            "/proc/<pid>/stack; a node whose kubelet/containerd/driver tasks hang usually needs "
-            "draining and a reboot.",
-            ("https://www.kernel.org/doc/html/latest/admin-guide/sysctl/kernel.html#hung-task-timeout-secs",))
+    groups = grouper.groups()
+    for gpu, gs in xid.per_gpu(groups):
+        yield _xid_finding(gs, uuids.get(gpu), age, wall, grouper.dropped)
+    xid_codes = {g.code for g in groups}
+    for e in driver.errors():
+        if e.xid_like in xid_codes and e.kind != "reset_required":
+            continue          # the same state already has its Xid line (gpu.xid says it)
+        yield _driver_finding(e, age, wall)
+    unknown = driver.unrecognized()
+    if unknown:
+        yield _unrecognized_finding(unknown, driver.unknown_dropped, age)
+    for (comm, pid), d in hung.tasks.items():
+        yield _hung_finding(comm, pid, d, age)
 
 
-def _xid_finding(g: xid.XidGroup, uuid: str | None, age, wall, dropped: int):
+def _hung_finding(comm: str, pid: int, d: dict, age):
+    # by prefix (containerd-shim, runc:[2:INIT], nvidia-device-p), not substring: a task
+    # named `prunc-job` or `my-kubelet-test` is not a node daemon; a task is in the NVIDIA
+    # driver by the modules of its stack (`nvc:[driver]` ... `[nvidia_uvm]`), not by its name
+    daemon = comm.lower().startswith(HUNG_CRITICAL_COMMS)
+    mods = d["modules"]
+    blocked = (f" blocked for more than {d['blocked_s']} s" if d["blocked_s"] is not None
+               else " blocked")
+    title = (f"Task {comm} (pid {pid}){blocked}" + (f" in state {d['state']}" if d["state"] else "")
+             + (f" inside the NVIDIA driver ({', '.join(mods)})" if mods else ""))
+    fix = ("A task stuck in uninterruptible sleep (D) is waiting in the kernel, often on a "
+           "driver (nvidia ioctl), storage or memory reclaim. Its kernel stack is in "
+           "/proc/<pid>/stack; a node whose kubelet/containerd/driver tasks hang usually needs "
+           "draining and a reboot.")
+    if mods:
+        fix = (f"The task is stuck inside the NVIDIA kernel driver ({', '.join(mods)} in its "
+               "stack): it cannot be killed, and the GPUs it holds cannot be reset while it "
+               "waits. Drain the node and reboot it; if it recurs, update the driver and "
+               "report the stack to NVIDIA (nvidia-bug-report.sh).")
+    return catalog.make(
+        "kernel.hung_task", "critical" if daemon or mods else "warning", f"{comm}:{pid}",
+        title,
+        {"comm": comm, "pid": pid, "blocked_s": d["blocked_s"], "state": d["state"],
+         "reports": d["count"], "last_age_s": age(d["last_s"]), "nvidia_modules": list(mods),
+         "in_nvidia_driver": bool(mods)},
+        fix,
+        ("https://www.kernel.org/doc/html/latest/admin-guide/sysctl/kernel.html#hung-task-timeout-secs",))
+
+
+def _code_evidence(g: xid.XidGroup, age, wall) -> dict:
     info = xid.describe(g.code)
-    bucket = g.recovery or info.bucket
+    bucket = g.bucket
+    ev = {"xid": g.code, "mnemonic": info.mnemonic, "meaning": info.meaning,
+          "severity": xid.SEVERITY[bucket], "resolution_bucket": bucket,
+          "nvidia_resolution_bucket": info.nvidia_bucket, "usual_cause": info.blame,
+          "count": g.count, "last_message": g.last_message, "pids": list(g.pids),
+          "first_s_since_boot": g.first_s, "last_s_since_boot": g.last_s,
+          "first_seen": wall(g.first_s), "last_seen": wall(g.last_s),
+          "last_age_s": age(g.last_s)}
+    if g.code in xid.NVLINK5:
+        ev.update(fatal_lines=g.fatal, nonfatal_lines=g.nonfatal)
+    if g.caused_by is not None:
+        ev["caused_by_xid"] = g.caused_by
+    return ev
+
+
+def _xid_finding(gs: list[xid.XidGroup], uuid: str | None, age, wall, dropped: int):
+    """One finding per GPU: every Xid code it logged (grouped per code, worst first), the
+    worst one setting the severity, the headline and the action. The top-level evidence keys
+    are the worst code's (as before, when a GPU had one code); `codes` has them all."""
+    g = gs[0]
+    info = xid.describe(g.code)
+    bucket = g.bucket
     gpu = f"GPU {uuid} (pci {g.pci})" if uuid else f"the GPU at pci {g.pci}"
     times = "once" if g.count == 1 else f"{g.count} times"
     name = f"{info.mnemonic}, " if info.mnemonic else ""
+    why = ""
+    if g.code in xid.NVLINK5 and (g.fatal or g.nonfatal):
+        why = " (the driver says Fatal)" if g.fatal else " (the driver says Nonfatal)"
+    elif g.caused_by is not None:
+        why = f" (caused by a previous Xid {g.caused_by})"
+    others = [f"Xid {o.code} x{o.count}" for o in gs[1:]]
+    also = f"; also {', '.join(others[:6])}" + (" ..." if len(others) > 6 else "") if others else ""
+    codes = [_code_evidence(o, age, wall) for o in gs]
+    ev = dict(codes[0])
+    ev.pop("severity", None)
+    ev.update(pci=g.pci, gpu_uuid=uuid, xids=[o.code for o in gs], codes=codes,
+              groups_dropped_events=dropped)
+    action = info.action
+    if g.caused_by is not None and g.code == 45:
+        cause = xid.describe(g.caused_by)
+        action = (f"Xid 45 tears down contexts after another error: here Xid {g.caused_by} "
+                  f"({cause.meaning}). {cause.action}")
+    elif g.code in xid.NVLINK5 and not g.fatal and g.nonfatal:
+        action = ("The driver marks this NVLink error Nonfatal: workloads go on; watch the "
+                  "rate, and reset the GPU if a Fatal one follows.")
     return catalog.make(
         "gpu.xid", xid.SEVERITY[bucket], f"pci {g.pci}" if g.pci else "gpu",
-        f"Xid {g.code} ({name}{info.meaning}) {times} on {gpu}: "
-        f"NVIDIA says {bucket.replace('_', ' ')}",
-        {"xid": g.code, "pci": g.pci, "gpu_uuid": uuid, "mnemonic": info.mnemonic,
-         "meaning": info.meaning, "resolution_bucket": bucket,
-         "nvidia_resolution_bucket": info.nvidia_bucket, "usual_cause": info.blame,
-         "count": g.count, "last_message": g.last_message, "pids": list(g.pids),
-         "first_s_since_boot": g.first_s, "last_s_since_boot": g.last_s,
-         "first_seen": wall(g.first_s), "last_seen": wall(g.last_s),
-         "last_age_s": age(g.last_s), "groups_dropped_events": dropped},
-        f"{xid.BUCKET_TEXT[bucket][0].upper()}{xid.BUCKET_TEXT[bucket][1:]}. {info.action}",
+        f"Xid {g.code} ({name}{info.meaning}){why} {times} on {gpu}: "
+        f"NVIDIA says {bucket.replace('_', ' ')}{also}",
+        ev,
+        f"{xid.BUCKET_TEXT[bucket][0].upper()}{xid.BUCKET_TEXT[bucket][1:]}. {action}",
         (xid.CATALOG_URL,))
 
 
+DRIVER_REFS = ("https://github.com/NVIDIA/open-gpu-kernel-modules",
+               xid.CATALOG_URL)
 
-@check("kmsg", title="Kernel log: NVIDIA Xid errors, hung tasks", timeout_s=5.0,
+
+def _driver_finding(e: nvrm.DriverError, age, wall):
+    like = xid.describe(e.xid_like)
+    where = f"GPU {e.gpu}" if e.gpu else "a GPU"
+    times = "once" if e.count == 1 else f"{e.count} times"
+    return catalog.make(
+        "gpu.driver_error", xid.SEVERITY[e.bucket],
+        f"pci {e.gpu}" if e.gpu and ":" in e.gpu else (e.gpu.lower() or "gpu"),
+        f"NVIDIA driver on {where}: {e.what}, {times} (no Xid line; the state of Xid "
+        f"{e.xid_like}, {like.meaning})",
+        {"kind": e.kind, "gpu": e.gpu or None, "like_xid": e.xid_like,
+         "resolution_bucket": e.bucket, "count": e.count,
+         "sample": cut(terminal_safe(e.sample), nvrm.MAX_LINE),
+         "first_s_since_boot": e.first_s, "last_s_since_boot": e.last_s,
+         "first_seen": wall(e.first_s), "last_seen": wall(e.last_s),
+         "last_age_s": age(e.last_s)},
+        f"{xid.BUCKET_TEXT[e.bucket][0].upper()}{xid.BUCKET_TEXT[e.bucket][1:]}. "
+        f"Same state as Xid {e.xid_like}: {like.action}",
+        DRIVER_REFS)
+
+
+def _unrecognized_finding(unknown: list[nvrm.Unrecognized], dropped: int, age):
+    total = sum(u.count for u in unknown) + dropped
+    lines = [{"count": u.count, "line": cut(terminal_safe(u.sample), 200),
+              "last_age_s": age(u.last_s)} for u in unknown]
+    return catalog.make(
+        "gpu.driver_message", "info", "kernel log",
+        f"{total} NVIDIA driver error line(s) of {len(unknown) + (1 if dropped else 0)} kind(s) "
+        f"this tool does not recognise: {cut(terminal_safe(unknown[0].sample), 120)}",
+        {"lines": lines, "kinds_not_kept": dropped, "total": total},
+        "Read, not judged: these NVRM lines are not in this tool's catalog. Look them up "
+        "(NVIDIA's Xid catalog, the driver's release notes) and compare with the findings "
+        "above; report them if they come with GPU failures.",
+        DRIVER_REFS)
+
+
+@check("kmsg", title="Kernel log: NVIDIA Xid and driver errors, hung tasks", timeout_s=5.0,
        provides=(KMSG_XIDS,))
 def kmsg_check(ctx):
     opts = ctx.options
+    stats = Stats()
     if opts.kmsg_file is not None:
         source = str(opts.kmsg_file)
         try:
-            records = parse_log_file(opts.kmsg_file.read_text(errors="replace"))
+            stream = iter_log_file(opts.kmsg_file, stats)
+            now = None
+            grouper = xid.Grouper()
+            found = list(analyze(stream, now, None, grouper))
         except OSError as exc:
             ctx.facts.fail(KMSG_XIDS, f"cannot read {source}")
             return Skipped(f"cannot read the kernel log file {source}: {exc.strerror}")
-        now = None
     else:
         dev = hostfs.resolve(opts.host_root, "dev/kmsg") or Path("/dev/kmsg")
         source = str(dev)
+        now = uptime_s()
+        grouper = xid.Grouper()
         try:
-            records = read_kmsg(dev)
+            found = list(analyze(iter_kmsg(dev, stats), now,
+                                 time.time() if now is not None else None, grouper))
         except OSError as exc:
             ctx.facts.fail(KMSG_XIDS, f"cannot read {dev}")
             return Skipped(f"cannot read the kernel log {dev}: {exc.strerror} (needs root or "
                            "CAP_SYSLOG): no Xid or hung-task verdict")
-        now = uptime_s()
-    ctx.progress(message=f"kernel log: {len(records)} records from {source}")
-    grouper = xid.Grouper()
-    found = list(analyze(records, now, time.time() if now is not None else None, grouper))
+    ctx.progress(message=f"kernel log: {stats.records} records from {source}")
+    if stats.cut:
+        ctx.log("warning", f"kernel log {source}: {stats.cut}; later lines were not read")
     ctx.publish(KMSG_XIDS, tuple(grouper.groups()))
     yield from found

@@ -79,7 +79,7 @@ def device_specs_setting(pid: int, proc: Path) -> dict:
 def kubelet_check(ctx):
     opts = ctx.options
     proc = opts.proc_root
-    here = kubeletconfig.presence(opts.kubelet_path, proc)
+    here = kubeletconfig.presence(opts.kubelet_path, proc, opts.host_root)
     if not here["kubelet"] and not (opts.kubelet_path / "config.yaml").is_file():
         ctx.skip(f"not a Kubernetes node: no kubelet process, no "
                  f"{opts.kubelet_path}/device-plugins/kubelet.sock, no kubelet config")

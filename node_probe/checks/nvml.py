@@ -19,20 +19,9 @@ from node_probe.engine.facts import NVML, NvmlInventory
 from node_probe.engine.registry import check
 
 LIB = layout.LIB
-# Where a driver's libraries live, as paths under the host root (tracing/libs looks for other
-# driver libraries here): every driver root's library dirs, from host.layout.
-LIB_DIRS = tuple(f"{r}/{d}".lstrip("/") for r, _why in layout.DRIVER_ROOTS
-                 for d in layout.LIB_SUBDIRS + (("lib64",) if r else ()))
 SEED_REFS = ("https://github.com/NVIDIA/go-nvml/issues/152",
              "https://github.com/kubernetes/kubernetes/issues/117435")
 _VERSION_RE = re.compile(r"libnvidia-ml\.so\.(\d+\.\d+(?:\.\d+)?)$")
-
-
-def find_library(root: Path, proc: Path = Path("/proc")) -> tuple[Path | None, list[str], str]:
-    """libnvidia-ml.so.1 under root as the driver-root resolver finds it, the driver roots it
-    tried, and how it decided."""
-    drv = layout.driver_root(root, proc)
-    return drv.library, list(drv.tried), drv.how
 
 
 def library_version(path: Path | None) -> str | None:
@@ -51,9 +40,27 @@ def kernel_module_version(root: Path) -> str | None:
     return m.group(1) if m else None
 
 
-def run_child(lib: Path, timeout_s: float) -> tuple[dict | None, str, subproc.ChildResult]:
+def child_argv(lib: Path, host_root: Path, proc: Path = Path("/proc")) -> list[str]:
+    """argv of the NVML child for `lib`: it re-checks that the library is the host's own, with
+    this node's kubelet dir and runtime dirs among the areas tenants write."""
+    argv = [*subproc.python_module_argv("node_probe.host.nvml_child"), "--host-root",
+            str(host_root)]
+    kdir = layout.kubelet_dir(host_root, proc).path
+    try:
+        argv += ["--kubelet-dir", str(Path(kdir).relative_to(host_root))]
+    except ValueError:
+        pass
+    rt = layout.runtime(host_root, proc)
+    for d in (rt.state_dir, rt.root_dir):
+        if d:
+            argv += ["--runtime-dir", d]
+    return [*argv, str(lib)]
+
+
+def run_child(lib: Path, timeout_s: float, host_root: Path = Path("/"),
+              proc: Path = Path("/proc")) -> tuple[dict | None, str, subproc.ChildResult]:
     """Run nvml_child; returns (result or None, last stage reached, raw child result)."""
-    res = subproc.run([*subproc.python_module_argv("node_probe.host.nvml_child"), str(lib)], timeout_s)
+    res = subproc.run(child_argv(lib, host_root, proc), timeout_s)
     result, stage = None, "start"
     for obj in res.json_lines():
         if "stage" in obj:
@@ -67,13 +74,18 @@ def run_child(lib: Path, timeout_s: float) -> tuple[dict | None, str, subproc.Ch
        timeout_s=12.0, provides=(NVML,))
 def nvml_check(ctx):
     root = ctx.options.host_root
-    lib, searched, how = find_library(root, ctx.options.proc_root)
+    drv = layout.driver_root(root, ctx.options.proc_root)
+    lib, searched, how = drv.library, list(drv.tried), drv.how
     kmod = kernel_module_version(root)
     if lib is not None:
         ctx.log("info", f"NVIDIA driver: {how}", check="nvml")
     fact = {"status": "unavailable", "library": str(lib) if lib else None,
             "library_version": library_version(lib), "kernel_module_version": kmod,
             "driver_version": None, "cuda_version": None, "gpus": []}
+    if lib is None and drv.refused:
+        ctx.publish(NVML, NvmlInventory.from_record(fact))
+        yield _refused(drv.refused, searched, how, root, kmod)
+        return Skipped(f"no {LIB} that is the host's own under {root}: NVML was not asked")
     if lib is None:
         ctx.publish(NVML, NvmlInventory.from_record(fact))
         loaded = kmod is not None
@@ -91,7 +103,7 @@ def nvml_check(ctx):
 
     timeout = ctx.budget(ctx.options.nvml_timeout_s, reserve=1.0)
     ctx.progress(message=f"NVML init via {lib} (deadline {timeout:.1f}s)")
-    result, stage, raw = run_child(lib, timeout)
+    result, stage, raw = run_child(lib, timeout, root, ctx.options.proc_root)
     subject = "node"
     if raw.timed_out:
         fact["status"] = "hang"
@@ -122,6 +134,10 @@ def nvml_check(ctx):
         return Skipped(f"the NVML helper process failed (exit {raw.returncode}): NVML could "
                        "not be asked")
     status = result.get("status")
+    if status == "refused":
+        ctx.publish(NVML, NvmlInventory.from_record(fact))
+        yield _refused(((str(lib), str(result.get("error"))),), searched, how, root, kmod)
+        return Skipped(f"the NVML child refused {lib}: NVML was not asked")
     if status == "no_client":
         ctx.publish(NVML, NvmlInventory.from_record(fact))
         yield catalog.make("nvml.unavailable", "warning", subject,
@@ -161,6 +177,21 @@ def nvml_check(ctx):
                                                               "mig_mode")} for g in gpus]})
     yield from _health(gpus)
     yield from _mig(gpus)
+
+
+def _refused(refused, searched, how, root, kmod):
+    """A libnvidia-ml.so.1 found only where a tenant can write: never loaded, and said."""
+    return catalog.make(
+        "nvml.unavailable", "warning", "node",
+        f"{LIB} was found only where a pod or container can write it: not loaded, NVML not asked",
+        {"refused": [{"library": lib, "why": why} for lib, why in refused],
+         "searched": searched, "how": how, "host_root": str(root),
+         "kernel_module_version": kmod},
+        "The probe loads the driver's library only from the host's own directories (root-owned "
+        "and not writable by others from / down; never a pod volume, a container's root or a "
+        "container runtime's dir), because it runs that library's code as root. If the driver "
+        "lives elsewhere on purpose, check where its installer put it; a library planted by a "
+        "pod (under /var/lib/kubelet/pods) is a sign of an attempted escalation: find that pod.")
 
 
 MEM_ERR_DOC = "https://docs.nvidia.com/deploy/a100-gpu-mem-error-mgmt/"

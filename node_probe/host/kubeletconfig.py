@@ -16,7 +16,8 @@ import re
 import stat
 from pathlib import Path
 
-from node_probe.deviceplugin.discovery import find_owners
+from node_probe.host import host_owned
+from node_probe.host.unix_sockets import find_owners
 from node_probe.host import hostfs, procfs
 
 KUBELET_SOCKETS = ("device-plugins/kubelet.sock", "pod-resources/kubelet.sock")
@@ -31,7 +32,7 @@ FLAG_KEYS = {
 }
 KEYS = ("cpuManagerPolicy", "cgroupDriver", "topologyManagerPolicy", "memoryManagerPolicy",
         "systemReserved", "kubeReserved", "evictionHard", "featureGates", "cpuManagerPolicyOptions",
-        "reservedSystemCPUs", "maxPods")
+        "reservedSystemCPUs", "maxPods", "containerRuntimeEndpoint")
 
 
 class YamlError(ValueError):
@@ -189,7 +190,7 @@ def find_kubelets(proc: Path = procfs.PROC) -> list[tuple[int, list[str]]]:
 
 def kubelet_pid(kubelet_dir: Path, proc: Path = procfs.PROC) -> int | None:
     """The kubelet serving this kubelet dir: the process listening on its registration or
-    pod-resources socket, matched by socket inode (deviceplugin.discovery.find_owners). Never by
+    pod-resources socket, matched by socket inode (host.unix_sockets.find_owners). Never by
     process name: a tenant process named `kubelet` with `--root-dir` and `--config` flags would
     otherwise hand the probe a config of its choosing. None when nobody serves them (the
     kubelet is down): the kubelet dir's config.yaml is read instead."""
@@ -205,17 +206,20 @@ def kubelet_pid(kubelet_dir: Path, proc: Path = procfs.PROC) -> int | None:
     return next((owners[f][0] for f in files if f in owners), None)
 
 
-def presence(kubelet_dir: Path, proc: Path = procfs.PROC) -> dict:
+def presence(kubelet_dir: Path, proc: Path = procfs.PROC, host_root: Path | None = None) -> dict:
     """Whether this host runs a kubelet at all: its registration socket
     (<kubelet-dir>/device-plugins/kubelet.sock, a stale one counts: the node's kubelet is down)
-    or a process named kubelet. Without either, the host is not a Kubernetes node and the
-    kubelet-facing checks have nothing to judge (a GPU workstation, a build host)."""
+    or a process named kubelet that is the host's own (host.host_owned; with `host_root`): a
+    container's process called kubelet (a tenant's decoy, a kind node) neither makes a host a
+    node nor hides that the node's kubelet is down. Without either, the host is not a
+    Kubernetes node and the kubelet-facing checks have nothing to judge (a workstation)."""
     sock = Path(kubelet_dir) / "device-plugins" / "kubelet.sock"
     try:
         has_sock = stat.S_ISSOCK(os.lstat(sock).st_mode)
     except OSError:
         has_sock = False
-    pids = [pid for pid, _ in find_kubelets(proc)]
+    pids = [pid for pid, _ in find_kubelets(proc)
+            if host_root is None or host_owned.process_refusal(pid, proc, host_root) is None]
     return {"kubelet": bool(has_sock or pids), "kubelet_sock": str(sock) if has_sock else None,
             "kubelet_pids": pids, "kubelet_dir": str(kubelet_dir)}
 

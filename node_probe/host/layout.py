@@ -7,8 +7,11 @@ path on its own disagrees with the next one (`nvml` found the GPU Operator's dri
 
 - kubelet_dir: the running kubelet's --root-dir (a kubelet process whose socket in that dir it
   serves itself), then the documented defaults whose sockets exist.
-- runtime: containerd or CRI-O, from the process serving a CRI socket and its own --config /
-  --state / --root flags and config file, and where its OCI bundles (config.json) are.
+- runtime: containerd or CRI-O, from its own process (the host's own, serving the socket its
+  --address/--listen flag or its config's grpc.address / [crio.api] listen names, the kubelet's
+  --container-runtime-endpoint choosing among several), then the process serving a known CRI
+  socket; its own --config / --state / --root flags and config file (CRI-O's drop-ins too) say
+  where its OCI bundles (config.json) are.
 - driver_root: where libnvidia-ml.so.1 lives: what the NVIDIA device plugin was told
   (NVIDIA_DRIVER_ROOT / --nvidia-driver-root), the host, the GPU Operator's /run/nvidia/driver,
   GKE's /home/kubernetes/bin/nvidia, Bottlerocket's /usr/lib/nvidia/tesla/<version>.
@@ -16,7 +19,11 @@ path on its own disagrees with the next one (`nvml` found the GPU Operator's dri
   then kubepods.slice vs kubepods/).
 
 Processes are identified by the sockets they serve (socket inode, deviceplugin.discovery), never
-by name alone. Results are cached per (host root, /proc, override) for the run.
+by name alone, and what a tenant can write never counts as the host's (host.host_owned): a
+kubelet's --root-dir is believed only from a process that is the host's own (its root is the host
+root, it runs in no pod's cgroup), and a driver library is loaded only from a path that is the
+host's own (in no pod volume, container root or runtime dir; root-owned, not writable by others,
+from the host root down). Results are cached per (host root, /proc, override) for the run.
 
 Documented paths: https://docs.k0sproject.io/head/directories/ and
 https://raw.githubusercontent.com/k0sproject/k0s/main/docs/runtime.md (k0s),
@@ -39,8 +46,8 @@ import time
 import tomllib
 from pathlib import Path
 
-from node_probe.deviceplugin.discovery import find_owners
-from node_probe.host import hostfs, procfs
+from node_probe.host.unix_sockets import find_owners, list_sockets
+from node_probe.host import host_owned, hostfs, procfs
 
 # --- kubelet dir ---------------------------------------------------------------------------
 KUBELET_DEFAULTS = (
@@ -52,6 +59,7 @@ KUBELET_SOCKETS = ("device-plugins/kubelet.sock", "pod-resources/kubelet.sock")
 # processes that run a kubelet: kubelet itself, microk8s's kubelite, k3s/k0s agents
 KUBELET_COMMS = ("kubelet", "kubelite", "k3s-server", "k3s-agent", "k3s", "k0s")
 MAX_PROCS_SEEN = 16
+MAX_SHOWN = 200          # characters of a tenant-chosen path kept in `tried`
 
 # --- runtime -------------------------------------------------------------------------------
 CONTAINERD_SOCKETS = (
@@ -70,6 +78,13 @@ CONTAINERD_SOCKETS = (
 RKE2_CONTAINERD_CONFIG = "var/lib/rancher/rke2/agent/etc/containerd/config.toml"
 CRIO_SOCKETS = ("run/crio/crio.sock", "var/run/crio/crio.sock")
 CRIO_DEFAULTS = ("var/lib/containers/storage", "run/containers/storage", "etc/crio/crio.conf")
+CRIO_CONFIG_DIR = "etc/crio/crio.conf.d"
+# the runtimes' own processes, and their compiled-in defaults when neither a flag nor the config
+# names a value: containerd's `containerd --help`/docs/man/containerd-config.toml.5.md
+# (/run/containerd/containerd.sock, /etc/containerd/config.toml), CRI-O's crio.conf(5)
+# ([crio.api] listen = /var/run/crio/crio.sock; --config-dir /etc/crio/crio.conf.d)
+RUNTIME_COMMS = {"containerd": "containerd", "crio": "cri-o"}
+MAX_DROPINS = 64
 MAX_CONFIG_BYTES = 1 << 20
 
 # --- driver root ---------------------------------------------------------------------------
@@ -85,6 +100,10 @@ DRIVER_ROOTS = (
     (GKE_DRIVER_ROOT, "GKE's driver installer"),
     (TALOS_DRIVER_ROOT, "Talos's NVIDIA extension (its glibc subroot)"),
 )
+# Where a driver's libraries live, as paths under a root: every driver root's library dirs
+# (checks/nvml, and tracing/libs for the libraries uprobes attach to in a process's root).
+LIB_DIRS = tuple(f"{r}/{d}".lstrip("/") for r, _why in DRIVER_ROOTS
+                 for d in LIB_SUBDIRS + (("lib64",) if r else ()))
 BOTTLEROCKET_LIBS = "usr/lib/nvidia/tesla"    # <version>/libnvidia-ml.so.1
 MAX_VERSIONS = 8
 PLUGIN_ROOT_ENV = "NVIDIA_DRIVER_ROOT"
@@ -114,6 +133,7 @@ class Runtime:
     state_dir: str | None = None    # containerd --state / CRI-O runroot (host path)
     root_dir: str | None = None
     tried: tuple[str, ...] = ()
+    config_dir: str | None = None   # CRI-O's drop-in dir (--config-dir), host path
 
     def bundle_configs(self) -> tuple[tuple[str, str], ...]:
         """(OCI config.json path under the host root with {id}, format) for this runtime."""
@@ -134,8 +154,8 @@ class Runtime:
 
     def to_dict(self) -> dict:
         return {"name": self.name, "how": self.how, "pid": self.pid, "socket": self.socket,
-                "config": self.config, "state_dir": self.state_dir, "root_dir": self.root_dir,
-                "tried": list(self.tried)}
+                "config": self.config, "config_dir": self.config_dir,
+                "state_dir": self.state_dir, "root_dir": self.root_dir, "tried": list(self.tried)}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -146,6 +166,7 @@ class DriverRoot:
     kernel_module: bool = False     # proc/driver/nvidia/version exists
     device_nodes: bool = False      # dev/nvidiactl under the host or the driver root
     tried: tuple[str, ...] = ()
+    refused: tuple[tuple[str, str], ...] = ()   # (library, why it is not the host's own)
 
     @property
     def present(self) -> bool:
@@ -156,7 +177,8 @@ class DriverRoot:
         return {"root": None if self.root is None else "/" + self.root,
                 "library": str(self.library) if self.library else None, "how": self.how,
                 "kernel_module": self.kernel_module, "device_nodes": self.device_nodes,
-                "tried": list(self.tried)}
+                "tried": list(self.tried),
+                "refused": [{"library": lib, "why": why} for lib, why in self.refused]}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -217,6 +239,8 @@ def resolve_kubelet_dir(host_root: Path, proc: Path = procfs.PROC,
         return KubeletDir(Path(override), "given with --kubelet-dir")
     host_root = Path(host_root)
     cands: list[tuple[str, str, int | None]] = []      # (rel, why, pid that named it)
+    refused: list[str] = []
+    areas = host_owned.tenant_areas(host_root, proc)
     for pid, argv in _procs(KUBELET_COMMS, proc):
         d = _flag(argv, "--root-dir", "--kubelet-root-dir")
         if d is None:   # k3s/RKE2: --kubelet-arg=root-dir=/x
@@ -225,13 +249,17 @@ def resolve_kubelet_dir(host_root: Path, proc: Path = procfs.PROC,
                 if v and v.startswith("root-dir="):
                     d = v.split("=", 1)[1]
         if d and d.startswith("/"):
-            cands.append((d.strip("/"), f"--root-dir of pid {pid} ({argv[0] if argv else '?'})",
-                          pid))
+            why = f"--root-dir of pid {pid} ({(argv[0] if argv else '?')[:MAX_SHOWN]})"
+            no = _kubelet_dir_refusal(d, pid, host_root, proc, areas)
+            if no:
+                refused.append(f"{d[:MAX_SHOWN]} ({why}: not believed: {no})")
+                continue
+            cands.append((d.strip("/"), why, pid))
     cands += [(rel, why, None) for rel, why in KUBELET_DEFAULTS]
     seen: dict[str, tuple[str, int | None]] = {}
     for rel, why, pid in cands:
         seen.setdefault(rel, (why, pid))
-    tried = tuple("/" + rel for rel in seen)
+    tried = tuple("/" + rel for rel in seen) + tuple(refused)
     socks = {rel: [host_root / rel / s for s in KUBELET_SOCKETS
                    if _is_socket(host_root / rel / s)] for rel in seen}
     owners = find_owners([s for ss in socks.values() for s in ss], proc)
@@ -244,7 +272,6 @@ def resolve_kubelet_dir(host_root: Path, proc: Path = procfs.PROC,
         if socks[rel]:
             return KubeletDir(host_root / rel, f"{why}; {socks[rel][0].name} there, but no "
                               "process serves it (the kubelet is down)", None, False, tried)
-    from node_probe.deviceplugin.discovery import list_sockets
     for rel, (why, _pid) in seen.items():         # a device plugin still serves its socket
         plugin_owners = find_owners(list_sockets(host_root / rel), proc)
         if plugin_owners:
@@ -260,7 +287,23 @@ def resolve_kubelet_dir(host_root: Path, proc: Path = procfs.PROC,
                       None, False, tried)
 
 
-def _containerd_dirs(root: Path, pid: int | None, proc: Path, default: tuple) -> Runtime:
+def _kubelet_dir_refusal(d: str, pid: int, host_root: Path, proc: Path,
+                         areas: host_owned.TenantAreas) -> str | None:
+    """Why the --root-dir `d` of process `pid` is not the host kubelet's (None: it may be):
+    only a process of the host's own names the kubelet dir, and never one a tenant writes."""
+    no = host_owned.process_refusal(pid, proc, host_root)
+    if no:
+        return no
+    area = areas.holding(d)
+    return f"it lies in /{area}, {areas.why.get(area)}" if area else None
+
+
+def _str(v) -> str | None:
+    return v if isinstance(v, str) and v else None
+
+
+def _containerd_dirs(root: Path, pid: int | None, proc: Path, default: tuple,
+                     sock_how: str = "") -> Runtime:
     sock, state, croot, cfg = default
     argv = procfs.read_cmdline(pid, proc) if pid else []
     cfg_arg = _flag(argv, "--config", "-c")
@@ -268,38 +311,112 @@ def _containerd_dirs(root: Path, pid: int | None, proc: Path, default: tuple) ->
     if not cfg_arg and not (root / cfg).is_file() and (root / RKE2_CONTAINERD_CONFIG).is_file():
         cfg = RKE2_CONTAINERD_CONFIG
     doc = _toml(root, cfg)
-    state_v = _flag(argv, "--state") or doc.get("state")
-    root_v = _flag(argv, "--root") or doc.get("root")
+    state_v = _flag(argv, "--state") or _str(doc.get("state"))
+    root_v = _flag(argv, "--root") or _str(doc.get("root"))
     how = []
     if pid:
-        how.append(f"pid {pid} serves /{sock}")
+        how.append(f"pid {pid} serves /{sock}" + sock_how)
     how.append(f"config /{cfg}" + (" (--config)" if cfg_arg else ""))
     how.append("state " + ("from " + ("--state" if _flag(argv, "--state") else "config")
                            if state_v else "default"))
     return Runtime("containerd", "; ".join(how), pid, "/" + sock, "/" + cfg,
-                   str(state_v) if isinstance(state_v, str) and state_v else "/" + state,
-                   str(root_v) if isinstance(root_v, str) and root_v else "/" + croot)
+                   state_v or "/" + state, root_v or "/" + croot)
 
 
-def _crio(root: Path, pid: int | None, proc: Path, sock: str) -> Runtime:
-    sroot, runroot, cfg = CRIO_DEFAULTS
+def _crio_doc(root: Path, argv: list[str]) -> tuple[str, str, dict]:
+    """(config, drop-in dir, the [crio] table of the config with its drop-ins merged in name
+    order, as CRI-O merges them)."""
+    cfg = (_flag(argv, "--config", "-c") or CRIO_DEFAULTS[2]).lstrip("/")
+    cdir = (_flag(argv, "--config-dir", "-d") or CRIO_CONFIG_DIR).lstrip("/")
+    doc = dict(_toml(root, cfg).get("crio") or {})
+    real = hostfs.resolve(root, cdir)
+    names = sorted(os.listdir(real))[:MAX_DROPINS] if real is not None and real.is_dir() else []
+    for n in names:
+        if n.endswith(".conf"):
+            for k, v in (_toml(root, f"{cdir}/{n}").get("crio") or {}).items():
+                doc[k] = {**doc[k], **v} if isinstance(v, dict) and isinstance(doc.get(k), dict) \
+                    else v
+    return cfg, cdir, doc
+
+
+def _crio(root: Path, pid: int | None, proc: Path, sock: str, sock_how: str = "") -> Runtime:
+    sroot, runroot, _ = CRIO_DEFAULTS
     argv = procfs.read_cmdline(pid, proc) if pid else []
-    cfg_arg = _flag(argv, "--config", "-c")
-    cfg = cfg_arg.lstrip("/") if cfg_arg else cfg
-    doc = _toml(root, cfg).get("crio") or {}
-    runroot_v = _flag(argv, "--runroot") or doc.get("runroot")
-    root_v = _flag(argv, "--root") or doc.get("root")
-    how = (f"pid {pid} serves /{sock}; " if pid else "") + f"config /{cfg}"
-    return Runtime("cri-o", how, pid, "/" + sock, "/" + cfg,
-                   str(runroot_v) if isinstance(runroot_v, str) and runroot_v else "/" + runroot,
-                   str(root_v) if isinstance(root_v, str) and root_v else "/" + sroot)
+    cfg, cdir, doc = _crio_doc(root, argv)
+    runroot_v = _flag(argv, "--runroot") or _str(doc.get("runroot"))
+    root_v = _flag(argv, "--root") or _str(doc.get("root"))
+    how = (f"pid {pid} serves /{sock}{sock_how}; " if pid else "") + f"config /{cfg}"
+    return Runtime("cri-o", how, pid, "/" + sock, "/" + cfg, runroot_v or "/" + runroot,
+                   root_v or "/" + sroot, config_dir="/" + cdir)
+
+
+def _address(root: Path, name: str, argv: list[str]) -> tuple[str, str]:
+    """(the CRI socket a runtime process listens on, host-relative; how it was decided): its
+    flag, else its config (containerd `[grpc] address`, CRI-O `[crio.api] listen`), else the
+    runtime's own default."""
+    if name == "containerd":
+        a = _flag(argv, "--address", "-a")
+        if a:
+            return a.strip("/"), " (--address)"
+        cfg = (_flag(argv, "--config", "-c") or CONTAINERD_SOCKETS[0][3]).lstrip("/")
+        a = _str((_toml(root, cfg).get("grpc") or {}).get("address"))
+        if a:
+            return a.strip("/"), f" (grpc.address in /{cfg})"
+        return CONTAINERD_SOCKETS[0][0], " (containerd's default address)"
+    a = _flag(argv, "--listen")
+    if a:
+        return a.strip("/"), " (--listen)"
+    cfg, _cdir, doc = _crio_doc(root, argv)
+    a = _str((doc.get("api") or {}).get("listen"))
+    if a:
+        return a.strip("/"), f" ([crio.api] listen in /{cfg} or its drop-ins)"
+    return CRIO_SOCKETS[1], " (CRI-O's default listen)"
+
+
+def _kubelet_endpoint(root: Path, proc: Path) -> str | None:
+    """The CRI socket the kubelet uses (host-relative): its --container-runtime-endpoint, else
+    containerRuntimeEndpoint in its config (KubeletConfiguration, v1.27+)."""
+    from node_probe.host import kubeletconfig
+    kd = kubelet_dir(root, proc)
+    if kd.pid is None:
+        return None
+    ep = _flag(procfs.read_cmdline(kd.pid, proc), "--container-runtime-endpoint") or \
+        _str(kubeletconfig.load(root, kd.path, proc).get("containerRuntimeEndpoint"))
+    return ep.removeprefix("unix://").strip("/") if ep else None
+
+
+def _from_processes(root: Path, proc: Path) -> list[Runtime]:
+    """The containerd and CRI-O processes that are the host's own and serve the CRI socket their
+    own flags and config name: decided from the running process, wherever its socket is."""
+    out = []
+    for pid, argv in _procs(tuple(RUNTIME_COMMS), proc):
+        name = RUNTIME_COMMS.get(procfs.read_comm(pid, proc))
+        if name is None or host_owned.process_refusal(pid, proc, root):
+            continue
+        sock, why = _address(root, name, argv)
+        p = root / sock
+        if not _is_socket(p) or find_owners([p], proc).get(p, (None,))[0] != pid:
+            continue
+        out.append(_containerd_dirs(root, pid, proc, (sock, *CONTAINERD_SOCKETS[0][1:]), why)
+                   if name == "containerd" else _crio(root, pid, proc, sock, why))
+    return out
 
 
 def resolve_runtime(host_root: Path, proc: Path = procfs.PROC) -> Runtime:
     root = Path(host_root)
     cands = [("containerd", d[0], d) for d in CONTAINERD_SOCKETS] + \
             [("cri-o", s, None) for s in CRIO_SOCKETS]
-    tried = tuple("/" + c[1] for c in cands)
+    live = _from_processes(root, proc)
+    tried = tuple(dict.fromkeys([*(r.socket for r in live), *("/" + c[1] for c in cands)]))
+    if live:
+        ep = _kubelet_endpoint(root, proc) if len(live) > 1 else None
+        pick = next((r for r in live if ep and r.socket == "/" + ep), live[0])
+        why = (f"; the kubelet's runtime endpoint is /{ep}" if ep and pick.socket == "/" + ep
+               else "")
+        others = [f"{r.name} (pid {r.pid}, {r.socket})" for r in live if r is not pick]
+        return dataclasses.replace(
+            pick, how=pick.how + why + (f"; also running: {', '.join(others)}" if others else ""),
+            tried=tried)
     files = {c[1]: root / c[1] for c in cands if _is_socket(root / c[1])}
     owners = find_owners(list(dict.fromkeys(files.values())), proc)
     for served in (True, False):
@@ -335,18 +452,6 @@ def _library_under(root: Path, droot: str) -> Path | None:
     return None
 
 
-def _root_owned(p: Path) -> bool:
-    """The library and its directory belong to root and nobody else may write them: a driver
-    root named by a device plugin (a pod) is loaded into the NVML child only then."""
-    try:
-        for st in (os.stat(p), os.stat(p.parent)):
-            if st.st_uid != 0 or st.st_mode & 0o022:
-                return False
-    except OSError:
-        return False
-    return True
-
-
 def _plugin_driver_roots(proc: Path, plugin_pids) -> list[tuple[str, str]]:
     """(driver root, how) the NVIDIA device plugins were told (env or flag)."""
     out = []
@@ -361,36 +466,48 @@ def _plugin_driver_roots(proc: Path, plugin_pids) -> list[tuple[str, str]]:
     return out
 
 
-def resolve_driver_root(host_root: Path, proc: Path = procfs.PROC,
-                        plugin_pids=()) -> DriverRoot:
+def resolve_driver_root(host_root: Path, proc: Path = procfs.PROC, plugin_pids=(),
+                        areas: host_owned.TenantAreas | None = None) -> DriverRoot:
+    """The first driver root whose libnvidia-ml.so.1 is the host's own (host.host_owned); a
+    library found where a tenant can write is never loaded: it is listed in `refused`."""
     root = Path(host_root)
+    areas = areas if areas is not None else host_owned.tenant_areas(root, proc)
     kmod = hostfs.resolve(root, "proc/driver/nvidia/version") is not None
     told = _plugin_driver_roots(proc, plugin_pids)
     cands = told + list(DRIVER_ROOTS)
     tried: list[str] = []
+    refused: list[tuple[str, str]] = []
     devs = hostfs.resolve(root, "dev/nvidiactl") is not None
+
+    def trusted(lib: Path | None) -> Path | None:
+        no = None if lib is None else host_owned.path_refusal(lib, root, areas)
+        if no:
+            tried[-1] += f" ({LIB} there is not the host's own: not loaded)"
+            refused.append(("/" + str(lib.relative_to(root)).lstrip("/"), no))
+            return None
+        return lib
+
+    def found(droot: str, lib: Path, how: str) -> DriverRoot:
+        return DriverRoot(droot, lib, how, kmod, devs, tuple(tried), tuple(refused))
+
     for droot, why in cands:
-        tried.append("/" + droot)
-        lib = _library_under(root, droot)
-        if lib is not None and (droot, why) in told and not _root_owned(lib):
-            tried[-1] += f" ({LIB} there is not root-owned: not loaded)"
-            lib = None
+        tried.append("/" + droot[:MAX_SHOWN])
+        lib = trusted(_library_under(root, droot))
         if droot and hostfs.resolve(root, f"{droot}/dev/nvidiactl") is not None:
             devs = True
         if lib is not None:
-            return DriverRoot(droot, lib, f"{LIB} under /{droot} ({why})", kmod, devs,
-                              tuple(tried))
+            return found(droot, lib, f"{LIB} under /{droot} ({why})")
     bdir = hostfs.resolve(root, BOTTLEROCKET_LIBS)
     tried.append("/" + BOTTLEROCKET_LIBS + "/<version>")
     if bdir is not None and bdir.is_dir():
         for v in sorted(os.listdir(bdir), reverse=True)[:MAX_VERSIONS]:
             p = hostfs.resolve(root, f"{BOTTLEROCKET_LIBS}/{v}/{LIB}")
-            if p is not None and p.is_file():
-                return DriverRoot("", p, f"{LIB} in /{BOTTLEROCKET_LIBS}/{v} (Bottlerocket)",
-                                  kmod, devs, tuple(tried))
-    how = ("no " + LIB + " found" + ("; the kernel module is loaded" if kmod else "")
+            if p is not None and p.is_file() and trusted(p) is not None:
+                return found("", p, f"{LIB} in /{BOTTLEROCKET_LIBS}/{v} (Bottlerocket)")
+    how = ("no " + LIB + " found" + (" that is the host's own" if refused else "")
+           + ("; the kernel module is loaded" if kmod else "")
            + ("; NVIDIA device nodes exist" if devs else ""))
-    return DriverRoot(None, None, how, kmod, devs, tuple(tried))
+    return DriverRoot(None, None, how, kmod, devs, tuple(tried), tuple(refused))
 
 
 def resolve_cgroups(cgroup_dir: Path, kubelet_cfg: dict | None = None,
@@ -437,6 +554,21 @@ def _cached(key: tuple, fn):
         return val
 
 
+def tenant_areas(host_root: Path, proc: Path = procfs.PROC,
+                 kubelet: Path | None = None) -> host_owned.TenantAreas:
+    """The areas tenants write on this node (host.host_owned), with this node's own kubelet
+    dir and runtime state and storage dirs added to the known ones."""
+    def resolve() -> host_owned.TenantAreas:
+        kdir = kubelet or kubelet_dir(host_root, proc).path
+        try:
+            krel = str(Path(kdir).relative_to(host_root))
+        except ValueError:
+            krel = None
+        rt = runtime(host_root, proc)
+        return host_owned.tenant_areas(host_root, proc, (krel,), (rt.state_dir, rt.root_dir))
+    return _cached(("areas", str(host_root), str(proc), str(kubelet)), resolve)
+
+
 def kubelet_dir(host_root: Path, proc: Path = procfs.PROC,
                 override: Path | None = None) -> KubeletDir:
     return _cached(("kubelet", str(host_root), str(proc), str(override)),
@@ -452,9 +584,8 @@ def driver_root(host_root: Path, proc: Path = procfs.PROC,
                 kubelet: Path | None = None) -> DriverRoot:
     """The driver root; the device plugins serving sockets in the kubelet dir are asked first."""
     def resolve() -> DriverRoot:
-        from node_probe.deviceplugin.discovery import list_sockets
         kdir = kubelet or kubelet_dir(host_root, proc).path
         owners = find_owners(list_sockets(kdir), proc)
         pids = sorted({o[0] for o in owners.values()})
-        return resolve_driver_root(host_root, proc, pids)
+        return resolve_driver_root(host_root, proc, pids, tenant_areas(host_root, proc, kdir))
     return _cached(("driver", str(host_root), str(proc), str(kubelet)), resolve)

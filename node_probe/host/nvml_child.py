@@ -1,17 +1,32 @@
 """The NVML child: loads the host's libnvidia-ml.so.1 by absolute path and reports as JSON.
 
 Why a separate process: nvmlInit can block forever inside the driver (seed 000), and a thread
-stuck in a C call cannot be interrupted. The parent runs `python -m node_probe.host.nvml_child LIB`
+stuck in a C call cannot be interrupted. The parent runs
+`python -m node_probe.host.nvml_child --host-root ROOT [--kubelet-dir D]... [--runtime-dir D]... LIB`
 through node_probe.host.subproc with a deadline and kills it when it passes. Stage lines printed
 before each risky step tell the parent where a hang happened.
+
+The child runs the library's code as root, so it loads nothing but a library that is the host's
+own (host.host_owned: in no pod volume, container root or runtime dir, root-owned and not
+writable by others from the host root down), whoever called it: anything else is refused with
+the reason, before any byte of it is mapped. The file is held open from the check to the load,
+and the library is dlopen()ed by its own path (libraries find their siblings through it with
+dladdr) only if that path still names the checked file: only root, writing in root-owned
+directories that no tenant reaches, could swap it in between.
 
 Output: JSON lines on stdout: {"stage": ...} progress markers, then one {"result": {...}}.
 """
 from __future__ import annotations
 
+import argparse
 import ctypes
 import json
+import os
+import stat
 import sys
+from pathlib import Path
+
+from node_probe.host import host_owned, procfs
 
 
 def _say(obj: dict) -> None:
@@ -156,20 +171,74 @@ def inventory(pynvml) -> dict:
     }
 
 
+class _Usage(Exception):
+    pass
+
+
+class _Args(argparse.ArgumentParser):
+    def error(self, message):
+        raise _Usage(message)
+
+
+def open_host_library(path: str, host_root: str, kubelet_dirs=(), runtime_dirs=()) -> int:
+    """An fd of `path` once it is provably the host's own library; raises PermissionError with
+    the reason otherwise (host.host_owned)."""
+    root = Path(host_root)
+    areas = host_owned.tenant_areas(root, procfs.PROC, kubelet_dirs, runtime_dirs)
+    no = host_owned.path_refusal(Path(path), root, areas)
+    if no:
+        raise PermissionError(f"not the host's own library: {no}")
+    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    st = os.fstat(fd)
+    if not stat.S_ISREG(st.st_mode) or st.st_uid != 0 or st.st_mode & 0o022:
+        os.close(fd)
+        raise PermissionError(f"not the host's own library: {path} changed under the check")
+    return fd
+
+
+def _same_file(fd: int, path: str) -> bool:
+    try:
+        a, b = os.fstat(fd), os.stat(path, follow_symlinks=False)
+    except OSError:
+        return False
+    return (a.st_dev, a.st_ino) == (b.st_dev, b.st_ino)
+
+
 def main(argv: list[str]) -> int:
-    if len(argv) != 1:
-        _say({"result": {"status": "error", "error": "usage: nvml_child LIBRARY"}})
+    ap = _Args(prog="nvml_child", add_help=False)
+    ap.add_argument("--host-root", required=True)
+    ap.add_argument("--kubelet-dir", action="append", default=[])
+    ap.add_argument("--runtime-dir", action="append", default=[])
+    ap.add_argument("library")
+    try:
+        args = ap.parse_args(argv)
+    except _Usage as exc:
+        _say({"result": {"status": "error", "error": f"usage: nvml_child --host-root ROOT "
+                         f"[--kubelet-dir D]... [--runtime-dir D]... LIBRARY ({exc})"}})
         return 2
-    path = argv[0]
     try:
         import pynvml
     except ImportError:
         _say({"result": {"status": "no_client",
                          "error": "the pynvml module (nvidia-ml-py) is not installed"}})
         return 0
+    try:
+        fd = open_host_library(args.library, args.host_root, args.kubelet_dir, args.runtime_dir)
+    except PermissionError as exc:
+        _say({"result": {"status": "refused", "error": str(exc)}})
+        return 0
+    except OSError as exc:
+        _say({"result": {"status": "load_error", "error": str(exc)}})
+        return 0
     _say({"stage": "load"})
     try:
-        lib = ctypes.CDLL(path)
+        if not _same_file(fd, args.library):
+            raise PermissionError(f"not the host's own library: {args.library} changed "
+                                  "under the check")
+        lib = ctypes.CDLL(args.library)
+    except PermissionError as exc:
+        _say({"result": {"status": "refused", "error": str(exc)}})
+        return 0
     except OSError as exc:
         _say({"result": {"status": "load_error", "error": str(exc)}})
         return 0

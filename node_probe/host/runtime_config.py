@@ -6,9 +6,9 @@ nvidia-container-runtime) or CDI enabled in the runtime, and CDI specs whose dev
 paths match the driver that is loaded now. Both are plain files on the host; this module reads
 them (bounded, never leaving --host-root) and returns what they say, without judging.
 
-Which config the runtime really loaded (`--config` on its command line) is read from the one
-process that serves the runtime's CRI socket under --host-root, identified by the socket's inode
-(deviceplugin.discovery.find_owners), never by a process name: any tenant can name a process
+Which config the runtime really loaded is host.layout's answer: the runtime process that is the
+host's own and serves its CRI socket (identified by the socket's inode, host.unix_sockets), with
+its own `--config`; never a process by its name alone: any tenant can name a process
 `containerd` and hand the probe another config to judge.
 """
 from __future__ import annotations
@@ -22,7 +22,6 @@ import tomllib
 from pathlib import Path
 from typing import Any
 
-from node_probe.deviceplugin.discovery import find_owners
 from node_probe.host import hostfs, procfs
 
 MAX_CONFIG_BYTES = 1 << 20
@@ -32,9 +31,6 @@ CONTAINERD_CONFIGS = ("etc/containerd/config.toml",
                       "var/lib/rancher/rke2/agent/etc/containerd/config.toml",
                       "var/lib/rancher/k3s/agent/etc/containerd/config.toml")
 CRIO_CONFIGS = ("etc/crio/crio.conf",)
-CONTAINERD_SOCKETS = ("run/containerd/containerd.sock", "var/run/containerd/containerd.sock",
-                      "run/k3s/containerd/containerd.sock")
-CRIO_SOCKETS = ("run/crio/crio.sock", "var/run/crio/crio.sock")
 CRIO_DROPINS = ("etc/crio/crio.conf.d",)
 CDI_DIRS = ("etc/cdi", "var/run/cdi", "run/cdi")
 # containerd CRI plugin tables: config version 2 (1.x) and 3 (2.x)
@@ -90,32 +86,16 @@ def _read_toml(root: Path, rel: str) -> tuple[dict | None, str | None]:
         return None, f"/{rel.lstrip('/')}: {exc}"
 
 
-def runtime_pid(root: Path, sockets: tuple[str, ...], proc: Path = procfs.PROC) -> int | None:
-    """The process listening on the first of `sockets` (host paths) that someone serves."""
-    files = list(dict.fromkeys(p for p in (hostfs.resolve(root, s) for s in sockets) if p))
-    owners = find_owners(files, proc)
-    return next((owners[f][0] for f in files if f in owners), None)
-
-
-def config_args(pid: int | None, proc: Path = procfs.PROC) -> list[str]:
-    """Host paths (relative to the root) named with --config/-c on a process's command line."""
-    out: list[str] = []
-    argv = procfs.read_cmdline(pid, proc) if pid is not None else []
-    for i, a in enumerate(argv):
-        if a in ("--config", "-c") and i + 1 < len(argv):
-            out.append(argv[i + 1].lstrip("/"))
-        elif a.startswith("--config="):
-            out.append(a.split("=", 1)[1].lstrip("/"))
-    return out
-
-
 def containerd_config_paths(root: Path, proc: Path = procfs.PROC) -> list[str]:
-    """The config host.layout's runtime resolver found (the serving containerd's --config, or
-    its distribution's default: k3s, RKE2, k0s, microk8s), then the usual places."""
-    from node_probe.host import layout   # layout -> deviceplugin.discovery; not at import
+    """The config host.layout's runtime resolver found: the live containerd's own (--config, or
+    containerd's default /etc/containerd/config.toml), read alone -- a running containerd uses
+    that file or its built-in defaults, never another; without a live containerd, that config
+    (its distribution's default: k3s, RKE2, k0s, microk8s), then the usual places."""
+    from node_probe.host import layout   # layout imports this module's neighbours; not at import
     rt = layout.runtime(root, proc)
     out = [rt.config.lstrip("/")] if rt.name == "containerd" and rt.config else []
-    out += config_args(runtime_pid(root, CONTAINERD_SOCKETS, proc), proc)
+    if out and rt.pid is not None:
+        return out
     return list(dict.fromkeys(out + [p for p in CONTAINERD_CONFIGS if p not in out]))
 
 
@@ -154,16 +134,16 @@ def crio(root: Path, proc: Path = procfs.PROC) -> RuntimeConfig | None:
     doc: dict = {}
     from node_probe.host import layout
     rt = layout.runtime(root, proc)
-    given = [rt.config.lstrip("/")] if rt.name == "cri-o" and rt.config else []
-    for rel in (given or config_args(runtime_pid(root, CRIO_SOCKETS, proc), proc)[:1]
-                or CRIO_CONFIGS):
+    ours = rt.name == "cri-o"
+    given = [rt.config.lstrip("/")] if ours and rt.config else []
+    for rel in (given or CRIO_CONFIGS):
         sub, e = _read_toml(root, rel)
         if sub is not None or e:
             files.append("/" + rel)
         if e:
             errors.append(e)
         doc = _merge(doc, sub or {})
-    for d in CRIO_DROPINS:
+    for d in ((rt.config_dir.lstrip("/"),) if ours and rt.config_dir else CRIO_DROPINS):
         for imp in _glob(root, "*.conf", "/" + d):
             sub, e = _read_toml(root, imp)
             files.append(imp)

@@ -70,7 +70,8 @@ XIDS: dict[int, Xid] = {x.code: x for x in (
        "If many unrelated jobs hit it on one GPU, suspect the hardware."),
     _X(31, "ROBUST_CHANNEL_FIFO_ERROR_MMU_ERR_FLT", "GPU memory page fault", RESTART_APP,
        "RESTART_APP", "application",
-       "An illegal memory access by the application: run it under compute-sanitizer memcheck."),
+       "An illegal memory access by the application: run it under compute-sanitizer memcheck. "
+       "If unrelated jobs keep hitting it on one GPU, suspect the GPU (hardware)."),
     _X(32, "ROBUST_CHANNEL_PBDMA_ERROR", "Invalid or corrupted push buffer stream", RESTART_APP,
        "RESTART_APP", "system",
        "Restart the application; repeated 32s point at PCIe quality: check the link and "
@@ -219,46 +220,106 @@ class XidGroup:
     last_message: str
     pids: tuple[str, ...]
     recovery: str | None    # Xid 154 only: the bucket its last message asks for
+    fatal: int = 0          # NVLink5 (144-150): lines that said `Fatal`
+    nonfatal: int = 0       # NVLink5 (144-150): lines that said `Nonfatal`
+    caused_by: int | None = None   # Xid 45: "... caused by previous Xid N"
+
+    @property
+    def bucket(self) -> str:
+        """What NVIDIA says to do for this group (resolution bucket), from the catalog and the
+        message: Xid 154 states it; NVLink5 Xids 144-150 say `Fatal` (reset the GPU) or
+        `Nonfatal` (informational); Xid 45 "caused by previous Xid N" follows Xid N."""
+        if self.recovery:
+            return self.recovery
+        if self.code in NVLINK5:
+            if self.fatal:
+                return RESET_GPU
+            return IGNORE if self.nonfatal else describe(self.code).bucket
+        if self.code == 45 and self.caused_by is not None and self.caused_by != 45:
+            return describe(self.caused_by).bucket
+        return describe(self.code).bucket
 
 
 MAX_GROUPS = 1024       # distinct (gpu, code) pairs kept; a node has <= 16 GPUs
 MAX_PIDS = 10
+MAX_MESSAGE = 300       # one sample line per group, cut: memory is bounded by bytes too
+NVLINK5 = frozenset(range(144, 151))
+# NVLink5 Xids carry the fatality in words: "NETIR_LINK_EVT Fatal XC0 i0 Link 00 (...)",
+# "RLW_RXPIPE Nonfatal XC0 i0 Link 13 (...)" (gpud PR #1160/#1174 quote the driver's lines)
+_FATALITY_RE = re.compile(r"\b(Fatal|Nonfatal)\b")
+_CAUSED_BY_RE = re.compile(r"caused by previous Xid ([0-9]{1,6})")
 
 
 class Grouper:
     """Fold Xid events one at a time into one group per (PCI bus id, code), in order of first
-    appearance: memory bounded by `max_groups` whatever the number of events (a flood of
-    200,000 lines is 1 group); events of pairs beyond it are only counted (`dropped`)."""
+    appearance: memory bounded by `max_groups` and by MAX_MESSAGE bytes a group whatever the
+    number of events (a flood of 200,000 lines is 1 group); events of pairs beyond it are only
+    counted (`dropped`)."""
 
     def __init__(self, max_groups: int = MAX_GROUPS) -> None:
         self.max_groups = max_groups
         self.acc: dict[tuple[str, int], dict] = {}
         self.dropped = 0
+        self.events = 0
 
     def add(self, ev: XidEvent) -> None:
-        key = (ev.pci, ev.code)
+        self.events += 1
+        key = (ev.pci[:64], ev.code)
         d = self.acc.get(key)
         if d is None:
             if len(self.acc) >= self.max_groups:
                 self.dropped += 1
                 return
-            d = self.acc[key] = {"count": 0, "first_s": ev.ts, "last_s": ev.ts, "pids": []}
+            d = self.acc[key] = {"count": 0, "first_s": ev.ts, "last_s": ev.ts, "pids": [],
+                                 "fatal": 0, "nonfatal": 0, "caused_by": None}
         d["count"] += 1
         if ev.ts is not None:
             d["first_s"] = ev.ts if d["first_s"] is None else min(d["first_s"], ev.ts)
             d["last_s"] = ev.ts if d["last_s"] is None else max(d["last_s"], ev.ts)
-        d["message"] = ev.message
+        message = ev.message[:MAX_MESSAGE]
+        d["message"] = message
+        if ev.code in NVLINK5:
+            fm = _FATALITY_RE.search(message)
+            if fm:
+                d["fatal" if fm.group(1) == "Fatal" else "nonfatal"] += 1
+        elif ev.code == 45:
+            cm = _CAUSED_BY_RE.search(message)
+            if cm:
+                d["caused_by"] = int(cm.group(1))
         if len(d["pids"]) < MAX_PIDS:
-            pm = PID_RE.search(ev.message)
+            pm = PID_RE.search(message)
             if pm:
                 entry = pm.group(1) + (f" ({pm.group(2)})" if pm.group(2) else "")
                 if entry not in d["pids"]:
                     d["pids"].append(entry)
 
     def groups(self) -> list[XidGroup]:
-        return [XidGroup(pci, code, d["count"], d["first_s"], d["last_s"], d["message"][:300],
-                         tuple(d["pids"]), recovery_154(d["message"]) if code == 154 else None)
+        return [XidGroup(pci, code, d["count"], d["first_s"], d["last_s"], d["message"],
+                         tuple(d["pids"]), recovery_154(d["message"]) if code == 154 else None,
+                         d["fatal"], d["nonfatal"], d["caused_by"])
                 for (pci, code), d in self.acc.items()]
+
+
+# worst first: what a GPU's severity and headline follow when it has several codes
+_BUCKET_RANK = {REBOOT: 5, CONTACT_SUPPORT: 4, RESET_GPU: 3, RESTART_APP: 2, IGNORE: 1}
+
+
+def worst_first(groups: Iterable[XidGroup]) -> list[XidGroup]:
+    """The groups of one GPU, the one that decides what to do first (reboot before reset
+    before restart-app before informational; then the most recent)."""
+    return sorted(groups, key=lambda g: (-_BUCKET_RANK.get(g.bucket, 0),
+                                         -(g.last_s if g.last_s is not None else -1.0),
+                                         g.code))
+
+
+def per_gpu(groups: Iterable[XidGroup]) -> list[tuple[str, list[XidGroup]]]:
+    """Every group, gathered per GPU (PCI bus id as logged, first appearance order), worst
+    code first: one GPU with Xid 13 and Xid 79 is one GPU whose verdict is Xid 79's, with
+    both codes kept."""
+    out: dict[str, list[XidGroup]] = {}
+    for g in groups:
+        out.setdefault(short_bus(g.pci) or g.pci, []).append(g)
+    return [(gpu, worst_first(gs)) for gpu, gs in out.items()]
 
 
 def group(events: Iterable[XidEvent], max_groups: int = MAX_GROUPS) -> tuple[list[XidGroup], int]:

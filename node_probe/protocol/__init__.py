@@ -265,7 +265,7 @@ class Report:
         self.version = version
         self.started_at = time.time()
         self.findings: list[Finding] = []
-        self._seen: set[tuple] = set()
+        self._seen: dict[tuple, int] = {}   # (id, subject) -> index in self.findings
         self.checks: list[CheckResult] = []
         self.events: list[dict] = []
         self.logs: list[dict] = []
@@ -273,10 +273,16 @@ class Report:
         self.extra_incomplete_reason: str = ""
 
     def add_finding(self, f: Finding) -> bool:
-        """Add unless an identical (id, subject) finding is already present. True if added."""
-        if f.key() in self._seen:
+        """Add unless an (id, subject) finding is already present. True if added. A later
+        finding of the same key that is more severe replaces the earlier one in place (and
+        counts as added): a critical never vanishes behind an earlier minor one."""
+        at = self._seen.get(f.key())
+        if at is not None:
+            if f.severity.rank > self.findings[at].severity.rank:
+                self.findings[at] = f
+                return True
             return False
-        self._seen.add(f.key())
+        self._seen[f.key()] = len(self.findings)
         self.findings.append(f)
         return True
 

@@ -25,6 +25,8 @@ CATALOG: dict[str, str] = {
     "gpu.row_remap_failed": "A GPU's memory row remapping failed: the GPU must be replaced",
     "mig.layout": "MIG mode and instances; mixed MIG and full GPUs on one node",
     "kernel.hung_task": "The kernel reported tasks blocked for a long time",
+    "gpu.driver_error": "The NVIDIA driver reports a GPU failure without an Xid number (off the bus, GSP timeout, init failure, reset required)",
+    "gpu.driver_message": "NVIDIA driver error lines the tool does not recognise (shown, not judged)",
     # device plugin (node)
     "deviceplugin.missing": "No device plugin serves nvidia.com resources on a node with GPUs",
     "deviceplugin.rpc_timeout": "A device plugin RPC did not answer within its deadline",
@@ -94,6 +96,7 @@ CATALOG: dict[str, str] = {
     "cdi.unresolvable_devices": "The runtime could not resolve the CDI devices a pod was given",
     "dra.claim_unallocated": "A pod waits on ResourceClaims that are not allocated, and why",
     "dra.device_unhealthy": "Pod status reports allocated devices as unhealthy",
+    "dra.driver_not_registered": "The kubelet has no registered kubelet plugin for a DRA driver a pod's claims need",
     # the watching agent (issue 23), read from the node's conditions
     "agent.problem_seen": "The watching agent marks this node with a problem, now or within the last hour",
     "kubelet.blocked_in_dra_plugin": "kubelet goroutines are parked in DRA NodePrepareResources calls",

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from node_probe.host import runtime_config
+from node_probe.host import layout, runtime_config
 from tests.fakes import fake_daemon
 
 NVIDIA_CONFIG = """version = 2
@@ -63,7 +63,7 @@ def test_config_of_the_process_serving_the_cri_socket_not_of_a_decoy(tmp_path, p
           bind=tmp_path / "elsewhere/containerd.sock")
     real = procs("--config", "/custom/config.toml", comm="ctrd-real",
                  bind=root / "run/containerd/containerd.sock")
-    assert runtime_config.runtime_pid(root, runtime_config.CONTAINERD_SOCKETS) == real.pid
+    assert layout.runtime(root).pid == real.pid
     assert runtime_config.containerd_config_paths(root)[0] == "custom/config.toml"
     cfg = runtime_config.containerd(root)
     assert cfg.files == ("/custom/config.toml",) and cfg.nvidia_handlers == ["nvidia"]
@@ -77,7 +77,7 @@ def test_a_decoy_alone_leaves_the_default_config(tmp_path, procs):
     s = socket.socket(socket.AF_UNIX)
     s.bind(str(root / "run/containerd/containerd.sock"))
     s.close()
-    assert runtime_config.runtime_pid(root, runtime_config.CONTAINERD_SOCKETS) is None
+    assert layout.runtime(root).pid is None
     cfg = runtime_config.containerd(root)
     assert cfg.files == ("/etc/containerd/config.toml",) and set(cfg.handlers) == {"runc"}
 

@@ -26,8 +26,8 @@ HOOK = {"prestart": [{"path": "/usr/bin/nvidia-container-runtime-hook",
                       "args": ["nvidia-container-runtime-hook", "prestart"]}]}
 
 
-def bundle(host, cid, hooks=None):
-    d = host / f"run/containerd/io.containerd.runtime.v2.task/k8s.io/{cid}"
+def bundle(host, cid, hooks=None, state="run/containerd"):
+    d = host / f"{state}/io.containerd.runtime.v2.task/k8s.io/{cid}"
     d.mkdir(parents=True)
     rules = [{"allow": False, "access": "rwm"}] + [
         {"allow": True, "type": "c", "major": 1, "minor": 3, "access": "rwm"}]
@@ -77,3 +77,47 @@ def test_never_given_is_not_wired_and_a_rewrite_needs_the_devices_first(v1_tree,
     assert "never given its GPU" in f.title
     assert "nvidia-ctk runtime configure --runtime=containerd --set-as-default" in f.remediation
     assert "rewrote" not in f.remediation and "do-not-print" not in json.dumps(f.to_record())
+
+
+CUSTOM = "home/ubuntu/containerd/k8s-containerd"      # canonical/k8s-snap#1046's layout
+NVIDIA_DEFAULT = """version = 2
+[plugins."io.containerd.grpc.v1.cri".containerd]
+  default_runtime_name = "nvidia"
+  [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.nvidia.options]
+    BinaryName = "/usr/bin/nvidia-container-runtime"
+"""
+
+
+def test_a_containerd_outside_the_defaults_is_found_and_its_spec_read(v1_tree, tmp_path):
+    """Issue 29 item 3, as seen on a real node: containerd runs with --config and --address
+    outside the defaults (canonical/k8s-snap#1046). A resolver trying only fixed paths read the
+    default config (which names an nvidia default handler), found no OCI spec and called the
+    never-wired container a rewrite ("unknown_rewrite", "recreate the pod"). Decided from the
+    running containerd, its own config and state dir: runtime.not_wired, from that config."""
+    from tests.fakes import fake_daemon
+    host = make_host_root(tmp_path)
+    (host / "etc/containerd").mkdir(parents=True)
+    (host / "etc/containerd/config.toml").write_text(NVIDIA_DEFAULT)   # not the one in use
+    cfg = host / CUSTOM / "etc/containerd/config.toml"
+    cfg.parent.mkdir(parents=True)
+    cfg.write_text(f'state = "/{CUSTOM}/run/containerd"\n' + CONTAINERD_RUNC_ONLY)
+    ctd = fake_daemon.spawn("containerd", [host / CUSTOM / "run/containerd/containerd.sock"],
+                            "--config", f"/{CUSTOM}/etc/containerd/config.toml",
+                            "--address", f"/{CUSTOM}/run/containerd/containerd.sock", root=host)
+    try:
+        uid, cid = new_uid(), new_cid()
+        cg = v1_tree.container(uid, cid)
+        deny_all_then_allow(cg, BASE)
+        v1_tree.spawn(cg, {"NVIDIA_VISIBLE_DEVICES": GPU0_UUID})
+        bundle(host, cid, state=f"{CUSTOM}/run/containerd")
+        facts = {"trace.ready": {"available": False, "probes": [], "target_pids": []}}
+        findings, _, _ = run_check(host, [uid], facts)
+    finally:
+        ctd.kill()
+        ctd.wait(10)
+    assert [f.id for f in findings] == ["runtime.not_wired"], findings
+    ev = findings[0].evidence
+    assert ev["spec"] == f"/{CUSTOM}/run/containerd/io.containerd.runtime.v2.task/k8s.io/{cid}/" \
+        "config.json"
+    assert ev["runtime_config_files"] == [f"/{CUSTOM}/etc/containerd/config.toml"]
+    assert (ev["default_handler"], ev["nvidia_handlers"]) == ("runc", [])

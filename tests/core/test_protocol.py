@@ -72,3 +72,21 @@ def test_report_document_shape_and_dedup():
 
 def test_severity_ranks():
     assert Severity.CRITICAL.rank > Severity.WARNING.rank > Severity.INFO.rank > Severity.OK.rank
+
+
+def test_a_later_worse_finding_of_the_same_key_replaces_the_earlier_one():
+    """Issue 29: de-duplication by (id, subject) kept the FIRST finding, so a node stream (an
+    older probe, one gpu.xid per code with subject `pci <bus>`) lost the critical Xid 109 behind
+    an earlier Xid 13 on the same GPU. The lines, from leptonai/gpud PR #46
+    (https://github.com/leptonai/gpud/pull/46, `dmesg --ctime` on one GPU):
+    `NVRM: Xid (PCI:0000:cb:00): 13, pid='<unknown>', name=<unknown>, Graphics SM Warp Exception
+    on (GPC 7, TPC 7, SM 0): Illegal Instruction Parameter` then `NVRM: Xid (PCI:0000:cb:00):
+    109, pid=1797828, name=pt_main_thread, Ch 00000008, errorString CTX SWITCH TIMEOUT, Info
+    0x58005`."""
+    r = Report({"kind": "node", "name": "gpu-1", "node": "gpu-1"}, "0.1.0")
+    x13 = catalog.make("gpu.xid", "warning", "pci 0000:cb:00", "Xid 13", {"xid": 13})
+    x109 = catalog.make("gpu.xid", "critical", "pci 0000:cb:00", "Xid 109", {"xid": 109})
+    assert r.add_finding(x13) and r.add_finding(x109)
+    assert [(x.severity.value, x.evidence["xid"]) for x in r.findings] == [("critical", 109)]
+    assert not r.add_finding(x13)            # a milder one does not take it back
+    assert r.document("warning")["summary"]["critical"] == 1

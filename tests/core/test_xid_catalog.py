@@ -35,21 +35,31 @@ LINES = [
 
 
 def by_key(findings):
-    return {(f.evidence["pci"], f.evidence["xid"]): f for f in findings if f.id == "gpu.xid"}
+    """(pci, code) -> the GPU's finding, for every code the finding carries."""
+    return {(f.evidence["pci"], c["xid"]): f for f in findings if f.id == "gpu.xid"
+            for c in f.evidence["codes"]}
+
+
+def code(f, xid_code):
+    return next(c for c in f.evidence["codes"] if c["xid"] == xid_code)
 
 
 def test_each_xid_gets_nvidias_resolution_bucket():
     records = [(10.0 + i, line) for i, line in enumerate(LINES)] + [(50.0, GSP)]
     got = by_key(kmsg.analyze(records, now_s=100.0, now_wall=1_700_000_100.0))
-    bucket = {k: f.evidence["resolution_bucket"] for k, f in got.items()}
+    bucket = {k: code(f, k[1])["resolution_bucket"] for k, f in got.items()}
     assert bucket == {
         ("0000:01:00", 94): "restart_app", ("0000:01:00", 95): "reset_gpu",
         ("0000:10:1c", 63): "ignore", ("0000:86:00", 79): "reboot",
         ("0000:03:00", 149): "reset_gpu", ("0000:03:00", 154): "reboot",
         (BUS, 119): "reset_gpu"}
-    sev = {k[1]: f.severity.value for k, f in got.items()}
+    sev = {k[1]: code(f, k[1])["severity"] for k, f in got.items()}
     assert sev == {94: "warning", 95: "critical", 63: "info", 79: "critical", 149: "critical",
                    154: "critical", 119: "critical"}
+    # one finding per GPU, its severity the worst code's
+    assert got[("0000:01:00", 94)] is got[("0000:01:00", 95)]
+    assert got[("0000:01:00", 94)].severity.value == "critical"
+    assert got[("0000:01:00", 94)].evidence["xid"] == 95
     gsp = got[(BUS, 119)]
     assert gsp.evidence["mnemonic"] == "GSP_RPC_TIMEOUT"
     assert gsp.evidence["nvidia_resolution_bucket"] == "RESET_GPU"
@@ -57,7 +67,7 @@ def test_each_xid_gets_nvidias_resolution_bucket():
     assert UUID in gsp.title and "reset gpu" in gsp.title
     assert gsp.evidence["last_seen"] == "2023-11-14T22:14:10Z"   # wall time of boot + 50 s
     assert got[("0000:86:00", 79)].evidence["nvidia_resolution_bucket"] == "RESTART_BM"
-    assert got[("0000:03:00", 149)].evidence["mnemonic"] == "NVLINK_NETIR_ERROR"
+    assert code(got[("0000:03:00", 149)], 149)["mnemonic"] == "NVLINK_NETIR_ERROR"
     assert got[("0000:03:00", 154)].remediation.startswith("Drain the node and reboot")
 
 

@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 
 from node_probe.deviceplugin import discovery
+from node_probe.host import unix_sockets
 
 
 def test_plugin_socket_maps_to_the_serving_process(host, start_plugin):
@@ -111,5 +112,5 @@ def test_net_unix_parser():
             "device-plugins/nvidia-gpu.sock\n"
             "0000000000000000: 00000002 00000000 00000000 0001 03 4243\n"
             "0000000000000000: 00000002 00000000 00010000 0001 01 4244 @abstract\n")
-    assert discovery.parse_net_unix(text) == [
+    assert unix_sockets.parse_net_unix(text) == [
         (4242, 0x10000, "/var/lib/kubelet/device-plugins/nvidia-gpu.sock")]

@@ -30,3 +30,21 @@ def test_no_kubelet_and_no_live_plugin_is_still_not_a_node(host):
     host.not_a_node()
     run = run_probe(*host.args(*DP_ONLY))
     assert run.findings("node.not_kubernetes") and not run.findings("kubelet.down")
+
+
+def test_a_container_process_named_kubelet_does_not_hide_that_the_kubelet_is_down(host,
+                                                                                 start_plugin):
+    """A process called kubelet whose root is not the host's (a tenant's decoy, a kind node's
+    kubelet on the same machine) is not this node's kubelet: the plugin still serves a socket no
+    kubelet listens to, and the report says the kubelet is down (before: no finding at all)."""
+    from tests.fakes import fake_daemon
+    host.not_a_node()
+    start_plugin("nvidia-gpu.sock")
+    decoy = fake_daemon.spawn("kubelet", [], "--root-dir=/var/lib/kubelet")
+    try:
+        run = run_probe(*host.args(*DP_ONLY))
+    finally:
+        decoy.kill()
+        decoy.wait(10)
+    (down,) = run.findings("kubelet.down")
+    assert down["severity"] == "critical" and decoy.pid not in down["evidence"]["kubelet_pids"]

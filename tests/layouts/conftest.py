@@ -35,11 +35,12 @@ def stale_socket(path: Path) -> None:
 
 @pytest.fixture
 def daemons():
-    """spawn(comm, sockets, *flags, env=...) -> Popen of a process serving `sockets`."""
+    """spawn(comm, sockets, *flags, env=..., root=...) -> Popen of a process serving `sockets`
+    (chrooted in `root`: a daemon of that host root)."""
     made: list[subprocess.Popen] = []
 
-    def start(comm: str, sockets: list[Path], *flags: str, env: dict | None = None):
-        p = fake_daemon.spawn(comm, sockets, *flags, env=env)
+    def start(comm: str, sockets: list[Path], *flags: str, env: dict | None = None, root=None):
+        p = fake_daemon.spawn(comm, sockets, *flags, env=env, root=root)
         made.append(p)
         return p
 

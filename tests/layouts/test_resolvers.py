@@ -15,7 +15,8 @@ def test_kubelet_root_dir_from_the_running_kubelet(tmp_path, daemons):
     root = tmp_path / "host"
     kdir = root / "srv/kubelet"                        # a custom --root-dir
     write(root, "var/lib/kubelet/pods/.keep")          # the default exists but is unused
-    k = daemons("kubelet", [kdir / "device-plugins/kubelet.sock"], "--root-dir=/srv/kubelet")
+    k = daemons("kubelet", [kdir / "device-plugins/kubelet.sock"], "--root-dir=/srv/kubelet",
+                root=root)                             # the host's kubelet: its root is /
     got = layout.resolve_kubelet_dir(root)
     assert got.path == kdir and got.pid == k.pid and got.served
     assert f"--root-dir of pid {k.pid}" in got.how
@@ -127,10 +128,89 @@ def test_a_driver_root_from_a_plugin_is_loaded_only_when_root_owned(tmp_path, da
     libdir = root / "usr/lib/x86_64-linux-gnu"
     libdir.chmod(0o777)                                # anyone could have put it there
     got = layout.driver_root(tmp_path / "host", kubelet=kdir)
-    assert got.library is None and "not root-owned" in " ".join(got.tried)
+    assert got.library is None and "not the host's own" in " ".join(got.tried)
+    assert got.refused == (("/opt/drv/usr/lib/x86_64-linux-gnu/libnvidia-ml.so.1",
+                            "/opt/drv/usr/lib/x86_64-linux-gnu is writable by group or others "
+                            "(mode 777)"),)
 
 
 def test_bundle_paths_from_a_config_with_braces_do_not_break_formatting():
     rt = layout.Runtime("containerd", "test", state_dir="/run/{odd}")
     assert rt.bundle_configs()[0][0].format(id="abc") == \
         "run/{odd}/io.containerd.runtime.v2.task/k8s.io/abc/config.json"
+
+
+# -- the container runtime, decided from its own process (issue 29 item 3) -------------------
+
+def test_containerd_found_from_its_own_config_where_no_default_socket_is(tmp_path, daemons):
+    """canonical/k8s-snap#1046: a containerd whose socket is outside every default
+    (`--container-runtime-endpoint="/home/ubuntu/containerd/k8s-containerd/run/containerd/
+    containerd.sock"`). The address comes from its config's [grpc] address here, the state dir
+    from the same config; the default config (a decoy for a fixed-path resolver) is not read."""
+    root = tmp_path / "host"
+    base = "home/ubuntu/containerd/k8s-containerd"
+    write(root, "etc/containerd/config.toml", 'version = 2\nstate = "/run/containerd"\n')
+    write(root, f"{base}/etc/containerd/config.toml",
+          f'version = 2\nroot = "/{base}/var/lib/containerd"\nstate = "/{base}/run/containerd"\n'
+          f'[grpc]\n  address = "/{base}/run/containerd/containerd.sock"\n')
+    c = daemons("containerd", [root / base / "run/containerd/containerd.sock"],
+                "--config", f"/{base}/etc/containerd/config.toml", root=root)
+    rt = layout.resolve_runtime(root)
+    assert (rt.name, rt.pid, rt.socket, rt.config) == (
+        "containerd", c.pid, f"/{base}/run/containerd/containerd.sock",
+        f"/{base}/etc/containerd/config.toml")
+    assert (rt.state_dir, rt.root_dir) == (f"/{base}/run/containerd",
+                                           f"/{base}/var/lib/containerd")
+    assert f"(grpc.address in /{base}/etc/containerd/config.toml)" in rt.how
+    assert rt.bundle_configs()[0][0] == \
+        f"{base}/run/containerd/io.containerd.runtime.v2.task/k8s.io/{{id}}/config.json"
+
+
+def test_two_containerds_the_kubelets_runtime_endpoint_decides(tmp_path, daemons):
+    """NVIDIA/nvidia-container-toolkit#982: a k0s node with k0s's embedded containerd
+    (--address /run/k0s/containerd.sock, k0s's runtime.md flags) beside a vanilla containerd:
+    the one the kubelet talks to is the one whose containers are judged."""
+    root = tmp_path / "host"
+    write(root, "etc/k0s/containerd.toml", "version = 2\n")
+    vanilla = daemons("containerd", [root / "run/containerd/containerd.sock"], root=root)
+    k0s = daemons("containerd", [root / "run/k0s/containerd.sock"],
+                  "--root=/var/lib/k0s/containerd", "--state=/run/k0s/containerd",
+                  "--address=/run/k0s/containerd.sock", "--config=/etc/k0s/containerd.toml",
+                  root=root)
+    daemons("kubelet", [root / "var/lib/k0s/kubelet/device-plugins/kubelet.sock"],
+            "--root-dir=/var/lib/k0s/kubelet",
+            "--container-runtime-endpoint=unix:///run/k0s/containerd.sock", root=root)
+    rt = layout.resolve_runtime(root)
+    assert (rt.pid, rt.socket, rt.state_dir) == (k0s.pid, "/run/k0s/containerd.sock",
+                                                 "/run/k0s/containerd")
+    assert "the kubelet's runtime endpoint is /run/k0s/containerd.sock" in rt.how
+    assert f"also running: containerd (pid {vanilla.pid}, /run/containerd/containerd.sock)" \
+        in rt.how
+
+
+def test_a_containerd_that_is_not_the_hosts_own_is_not_the_runtime(tmp_path, daemons):
+    """A tenant's process named containerd, serving the socket its own flags name (its root is
+    not the host's): the host's containerd on the default socket is the runtime."""
+    root = tmp_path / "host"
+    write(root, "etc/evil/config.toml", 'version = 2\nstate = "/tmp/evil"\n')
+    daemons("containerd", [root / "run/evil/containerd.sock"], "--address=/run/evil/containerd.sock",
+            "--config=/etc/evil/config.toml")
+    real = daemons("containerd", [root / "run/containerd/containerd.sock"], root=root)
+    rt = layout.resolve_runtime(root)
+    assert (rt.pid, rt.socket, rt.state_dir) == (real.pid, "/run/containerd/containerd.sock",
+                                                 "/run/containerd")
+    assert "containerd's default address" in rt.how
+
+
+def test_crio_listen_and_runroot_from_its_drop_in_dir(tmp_path, daemons):
+    """CRI-O merges /etc/crio/crio.conf.d/*.conf over crio.conf (crio.conf.d(5)); [crio.api]
+    listen and [crio] runroot set there decide where it is."""
+    root = tmp_path / "host"
+    write(root, "etc/crio/crio.conf", '[crio]\nroot = "/var/lib/containers/storage"\n')
+    write(root, "etc/crio/crio.conf.d/10-custom.conf",
+          '[crio]\nrunroot = "/run/custom/runroot"\n[crio.api]\nlisten = "/run/custom/crio.sock"\n')
+    c = daemons("crio", [root / "run/custom/crio.sock"], root=root)
+    rt = layout.resolve_runtime(root)
+    assert (rt.name, rt.pid, rt.socket, rt.state_dir, rt.config_dir) == (
+        "cri-o", c.pid, "/run/custom/crio.sock", "/run/custom/runroot", "/etc/crio/crio.conf.d")
+    assert "[crio.api] listen" in rt.how
