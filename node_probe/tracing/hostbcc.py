@@ -7,39 +7,27 @@ used to skip eBPF on every host. BCC's Python package is pure Python over ctypes
 (`libbcc.so.0`), so the one the host's package manager installed works from any CPython 3. It
 is imported from its own directory alone (never the whole dist-packages, whose compiled
 packages were built for another interpreter), without writing bytecode there, and only when
-that directory, every directory above it and every file in it belong to root and nobody else
-can write them: the probe runs as root. Only the probe's own filesystem is searched, never
---host-root: the image must not run the node's code.
+that directory and every module in it are the host's own by host_owned's rule (no tenant area,
+root's alone from / down): the probe runs as root. Only the probe's own filesystem is
+searched, never --host-root: the image must not run the node's code.
 """
 from __future__ import annotations
 
 import glob
 import importlib.util
 import os
+import stat
 import sys
 from pathlib import Path
 from types import ModuleType
+
+from node_probe.host import host_owned
 
 # Where distributions install python3-bpfcc / python3-bcc (Debian and Ubuntu; Fedora, RHEL,
 # Arch, SUSE: site-packages of their CPython; BCC's own `make install` uses either).
 SEARCH = ("/usr/lib/python3/dist-packages", "/usr/lib/python3.*/site-packages",
           "/usr/lib64/python3.*/site-packages")
 MAX_FILES = 64      # bcc 0.26 has 11 modules
-
-
-def _root_only(p: Path) -> str:
-    """"" when p and every directory above it are root's and not group/other-writable."""
-    cur = p
-    while True:
-        try:
-            st = os.stat(cur)
-        except OSError as exc:
-            return f"{cur}: {exc.strerror or exc}"
-        if st.st_uid != 0 or st.st_mode & 0o022:
-            return f"{cur} is not root's alone (uid {st.st_uid}, mode {st.st_mode & 0o7777:o})"
-        if cur.parent == cur:
-            return ""
-        cur = cur.parent
 
 
 def candidates(search: tuple[str, ...] = SEARCH) -> list[Path]:
@@ -53,18 +41,24 @@ def candidates(search: tuple[str, ...] = SEARCH) -> list[Path]:
     return out
 
 
-def check_dir(pkg: Path) -> str:
-    """Why the package at pkg must not be imported as root, or ""."""
-    why = _root_only(pkg)
-    if why:
-        return why
-    files = [p for p in pkg.iterdir() if p.suffix == ".py"]
+def check_dir(pkg: Path, areas: host_owned.TenantAreas | None = None) -> str:
+    """Why the package at pkg must not be imported as root, or "": the host's own path rule
+    (host_owned.path_refusal: in no tenant-writable area, and every directory from / down to
+    each module root's alone) for the package directory and each of its modules."""
+    root = Path("/")
+    areas = areas if areas is not None else host_owned.tenant_areas(root)
+    try:
+        files = sorted(p for p in pkg.iterdir() if p.suffix == ".py")
+    except OSError as exc:
+        return f"{pkg}: {exc.strerror or exc}"
     if len(files) > MAX_FILES:
         return f"{pkg} holds {len(files)} modules (more than {MAX_FILES})"
-    for f in files:
-        st = os.lstat(f)
-        if not os.path.isfile(f) or os.path.islink(f) or st.st_uid != 0 or st.st_mode & 0o022:
-            return f"{f} is not a regular file that only root may write"
+    for path in (pkg, *files):
+        why = host_owned.path_refusal(path, root, areas)
+        if why:
+            return why
+        if path != pkg and not stat.S_ISREG(os.lstat(path).st_mode):
+            return f"{path} is not a regular file"
     return ""
 
 

@@ -8,8 +8,10 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -65,6 +67,19 @@ def test_the_hosts_bcc_compiles_and_loads_a_program():
     assert got["from_host"] is True and got["compiled"] is True, got
 
 
+@pytest.fixture()
+def root_only(tmp_path: Path):
+    """A directory only root can write, with every directory above it (/run/gd-hostbcc-*):
+    so what is judged is the planted package itself, not /tmp's mode."""
+    if os.geteuid() != 0:
+        pytest.skip("needs root (a root-only directory, chown)")
+    d = Path(tempfile.mkdtemp(prefix="gd-hostbcc-", dir="/run"))
+    try:
+        yield d
+    finally:
+        shutil.rmtree(d, ignore_errors=True)
+
+
 def _planted(tmp_path: Path, owner: int | None = None, mode: int = 0o755) -> tuple[Path, Path]:
     """A site dir holding a `bcc` package whose import would leave a marker file."""
     site = tmp_path / "site"
@@ -94,24 +109,39 @@ def _isolated_import(site: Path) -> tuple:
         sys.modules.update(saved)
 
 
-def test_a_package_someone_else_can_write_is_never_imported(tmp_path: Path):
-    """A bcc dir owned by nobody (or under a world-writable /tmp): refused with the reason,
-    and its code never runs."""
-    if os.geteuid() != 0:
-        pytest.skip("needs root to chown the planted package")
-    site, marker = _planted(tmp_path, owner=65534)
+def test_a_package_someone_else_owns_is_never_imported(root_only: Path):
+    """A bcc dir owned by nobody: refused with the reason, and its code never runs."""
+    site, marker = _planted(root_only, owner=65534)
     module, from_host, why = _isolated_import(site)
     assert module is None and from_host is False
-    assert f"not importing {site / 'bcc'}" in why and "uid 65534" in why
+    assert f"not importing {site / 'bcc'}" in why
+    assert f"{site / 'bcc'} is owned by uid 65534, not root" in why
     assert not marker.exists()
 
 
-def test_a_group_writable_package_dir_is_refused(tmp_path: Path):
-    site, marker = _planted(tmp_path, mode=0o775)
+def test_a_group_writable_package_dir_is_refused(root_only: Path):
+    site, marker = _planted(root_only, mode=0o775)
     why = hostbcc.check_dir(site / "bcc")
-    assert str(site / "bcc") in why and "mode 775" in why
+    assert why == f"{site / 'bcc'} is writable by group or others (mode 775)"
     module, _, _ = _isolated_import(site)
     assert module is None and not marker.exists()
+
+
+def test_a_module_linked_in_from_elsewhere_is_refused(root_only: Path, tmp_path: Path):
+    """Every module is judged, not only the directory: a symlinked one is refused."""
+    site, marker = _planted(root_only)
+    (tmp_path / "table.py").write_text("X = 1\n")
+    (site / "bcc" / "table.py").symlink_to(tmp_path / "table.py")
+    assert hostbcc.check_dir(site / "bcc") == f"{site / 'bcc' / 'table.py'} is a symlink"
+    assert _isolated_import(site)[0] is None and not marker.exists()
+
+
+def test_under_a_world_writable_dir_nothing_is_imported(tmp_path: Path):
+    """/tmp (mode 1777): anyone could have swapped what lies below."""
+    site, marker = _planted(tmp_path)
+    why = hostbcc.check_dir(site / "bcc")
+    assert why.startswith("/tmp is writable by group or others"), why
+    assert _isolated_import(site)[0] is None and not marker.exists()
 
 
 def test_no_host_package_says_where_it_looked(tmp_path: Path):
