@@ -36,6 +36,8 @@
 #                           pushed). Baked into the bundle as kubectl_gpudoctor/_build_info.json;
 #                           unset: a tag-only development build (`version` says so).
 #   GPU_DOCTOR_DIST         where the archive goes (default dist/)
+#   GPU_DOCTOR_KHEADERS_SET a kernel header set already built for this arch (checked against
+#                           its manifest; scripts/build-plugin-arm64.sh builds it natively)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
@@ -118,8 +120,14 @@ if [ -n "$PIN" ]; then
   extra_data=(--add-data "$WORK/_build_info.json:kubectl_gpudoctor")
 fi
 if [ "$KH_MANIFEST" != /dev/null ]; then
-  /usr/bin/python3 scripts/build-kheaders.py build --arch "$ARCH" "$WORK/kheaders" >&2 \
-    || { log "building the kernel header set for $ARCH failed"; exit 1; }
+  if [ -n "${GPU_DOCTOR_KHEADERS_SET:-}" ]; then   # built beforehand (build-plugin-arm64.sh)
+    /usr/bin/python3 scripts/build-kheaders.py check "$GPU_DOCTOR_KHEADERS_SET" >&2 \
+      || { log "GPU_DOCTOR_KHEADERS_SET=$GPU_DOCTOR_KHEADERS_SET is not a complete $ARCH set"; exit 1; }
+    cp -r "$GPU_DOCTOR_KHEADERS_SET" "$WORK/kheaders"
+  else
+    /usr/bin/python3 scripts/build-kheaders.py build --arch "$ARCH" "$WORK/kheaders" >&2 \
+      || { log "building the kernel header set for $ARCH failed"; exit 1; }
+  fi
   extra_data+=(--add-data "$WORK/kheaders:kheaders")
 else
   log "no kernel header set for $OS/$ARCH: \`local\` on a host without headers will not trace"
