@@ -253,7 +253,9 @@ def fetch_deb(name: str, version: str, head: dict, download: bool) -> Path:
             r = apt(["download", f"{name}={version}"], arch, cwd=Path(tmp))
             got = sorted(Path(tmp).glob(f"{name}_*.deb"))
             if r.returncode == 0 and got:
-                shutil.move(str(got[-1]), cached)
+                part = cached.with_suffix(f".part{os.getpid()}")   # whole or absent for others
+                shutil.copyfile(got[-1], part)
+                part.replace(cached)
                 return cached
             why.append(f"apt-get download: {(r.stderr.strip() or 'no .deb')[-300:]}")
     err = _fetch_pool(name, version, head, cached)
