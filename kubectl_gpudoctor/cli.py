@@ -30,6 +30,7 @@ from .commands import agent
 from .commands import cleanup
 from .commands import explain
 from .commands import local
+from .commands import mcp
 from .commands import node
 from .commands import nodes
 from .commands import rbac
@@ -455,6 +456,42 @@ def explain_cmd(ctx: click.Context, finding_id: str | None) -> int:
     kubelet.admission_stalled` (the ids are in the report's ID column); without ID, list
     every id."""
     return explain.explain(_session(ctx), finding_id)
+
+
+@cli.command("mcp", context_settings=CONTEXT_SETTINGS)
+@click.option("--allow-node-probe", is_flag=True, default=False,
+              help="Let the tools run on a node: the node probe of node, pod and nodes "
+                   "(probe=true; exec in the standing agent, else a debug pod) and history "
+                   "(exec in the agent). Without it: API reads only, nothing created.")
+@click.option("--call-timeout", type=params.Duration(1), default=None,
+              help="Wall-clock limit of one tool call; past it the call's run is stopped "
+                   "(its debug pod deleted) and the call answers an error (default 5m).")
+@click.option("--fail-on", type=click.Choice(FAIL_ON), default=None,
+              help="Exit code 1 in a document with findings at or above this severity "
+                   "(default warning).")
+@click.option("--timeout", type=params.Duration(1), default=None,
+              help="Deadline of the node probe (default 60s).")
+@click.option("--trace-seconds", type=params.Duration(0), default=None,
+              help="eBPF trace window of the node probe; 0 disables tracing (default 5s).")
+@click.option("--start-timeout", type=params.Duration(1), default=None,
+              help="How long to wait for a debug pod to run (default 60s).")
+@click.option("--image", default=None, help="Probe image of the debug pod (default: the "
+                                              "release image this plugin pins).")
+@_probe_namespace
+@click.option("--agent-namespace", type=params.NAMESPACE, default=None,
+              envvar="GPU_DOCTOR_AGENT_NAMESPACE",
+              help="Namespace of the standing agent (default gpu-doctor); env "
+                   "GPU_DOCTOR_AGENT_NAMESPACE.")
+@_kubelet_timeout
+@functools.partial(_kube_options, namespace_help=(
+    "Namespace of the pod tool's POD when a call names none (default: the context's "
+    "namespace, else default)."))
+@click.pass_context
+def mcp_cmd(ctx: click.Context, **kw: Any) -> int:
+    """Serve the read-only diagnosis (node, pod, nodes, explain, history, replay) as tools to
+    an MCP client, e.g. an incident assistant, over stdio; each answer is the -o json
+    document. Runs until the client closes stdin."""
+    return mcp.serve(_session(ctx), _opts(ctx, kw))
 
 
 @cli.command("version", context_settings=CONTEXT_SETTINGS)

@@ -78,14 +78,16 @@ if [ ! -f "$VENV/.complete" ]; then
   deps=$("$PY" - <<'EOF'
 import tomllib
 with open("pyproject.toml", "rb") as f:
-    print("\n".join(tomllib.load(f)["project"]["dependencies"]))
+    project = tomllib.load(f)["project"]
+# the runtime deps and the `mcp` extra (the MCP server of `kubectl gpu-doctor mcp`)
+print("\n".join(project["dependencies"] + project["optional-dependencies"]["mcp"]))
 EOF
 )
   # shellcheck disable=SC2086
   printf '%s\n' "$deps" > "$VENV/runtime-requirements.txt"
   "$VENV/bin/pip" install -q --disable-pip-version-check \
     -r "$VENV/runtime-requirements.txt" -r packaging/requirements-build.txt 2>&1 | grep -v "^WARNING: Location" >&2 || true
-  "$VENV/bin/python" -c "import kubernetes, click, grpc, pynvml, yaml, tabulate, PyInstaller" \
+  "$VENV/bin/python" -c "import kubernetes, click, grpc, pynvml, yaml, tabulate, mcp, PyInstaller" \
     || { log "build venv incomplete"; exit 1; }
   touch "$VENV/.complete"
 fi

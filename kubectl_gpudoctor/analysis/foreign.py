@@ -8,7 +8,10 @@ NetworkingReady, StorageReady, ContainerRuntimeReady), GKE (XidCriticalError) an
 checks, and device plugins that report health as events. The on-call engineer should see those
 verdicts with their source and age next to ours instead of a second detection of the same Xid.
 Conditions whose type starts with "GpuDoctor" are our own agent's (protocol/conditions) and are
-not foreign.
+not foreign. What a monitor encodes is decoded into the cause (`decode`): the Xid code in EKS's
+`NvidiaXID79Error` reason, GKE's `{"31":true}` reason and NVSentinel's `ErrorCode:119` message,
+read in NVIDIA's Xid catalog (node_probe/protocol/xid_catalog.py, the one the kernel-log reader
+uses), and EKS's `DCGMError`, which is the monitor failing, not a GPU.
 
 Pure function `foreign_conditions(node, events, now)` over raw API dicts; no I/O.
 """
@@ -18,7 +21,7 @@ import datetime as dt
 import re
 from typing import Any, Mapping, Sequence
 
-from node_probe.protocol import Finding, catalog
+from node_probe.protocol import Finding, catalog, xid_catalog
 from node_probe.protocol.conditions import is_owned, sanitize_message
 
 from .common import age_s, event_source, event_time, fmt_duration
@@ -51,6 +54,73 @@ MSG = 300
 REFS = ("https://kubernetes.io/docs/tasks/debug/debug-cluster/monitor-node-health/",
         "https://docs.aws.amazon.com/eks/latest/userguide/node-health.html",
         "https://github.com/NVIDIA/NVSentinel")
+
+
+# where monitors put an Xid code: EKS reasons `NvidiaXID79Error` / `NvidiaXID43Warning`
+# (eks-node-monitoring-agent pkg/reasons), GKE's XidCriticalError reason `{"31":true}`
+# (container-engine-accelerators), NVSentinel's `ErrorCode:119 PCI:...` (syslog health
+# monitor, XID conditions only: its SXID conditions carry NVSwitch codes), `XID-79` messages
+_XID_REASON = re.compile(r"NvidiaXID([0-9]{1,4})(?:Error|Warning)\b")
+_XID_JSON = re.compile(r'"([0-9]{1,4})"\s*:\s*true')
+_XID_ERRORCODE = re.compile(r"\bErrorCode:([0-9]{1,4})\b")
+_XID_WORD = re.compile(r"\bXID[- ]([0-9]{1,4})\b", re.I)
+MAX_XIDS = 8
+_BUCKET_RANK = {xid_catalog.REBOOT: 5, xid_catalog.CONTACT_SUPPORT: 4, xid_catalog.RESET_GPU: 3,
+                xid_catalog.RESTART_APP: 2, xid_catalog.IGNORE: 1}
+# EKS reasons that are not an Xid (the EKS user guide, "Detect node health issues with the EKS
+# node monitoring agent"): what they mean and what to do
+_EKS_REASONS = {
+    "DCGMError": (
+        "the agent lost or never got its connection to DCGM's host engine (nv-hostengine, its "
+        "dcgm-server pod on hostPort 5555): the monitor's own failure, not a GPU fault, so the "
+        "GPUs may be healthy while auto repair replaces the node",
+        "check the dcgm-server pod on the node and that the agent reaches localhost:5555 (a CNI "
+        "without hostPort support cannot); point the agent at an existing hostengine where one "
+        "runs (the GPU Operator's standalone DCGM); then restart the agent pod: it does not "
+        "clear DCGMError by itself"),
+}
+
+
+def xid_codes(ctype: str, reason: str, message: str) -> list[int]:
+    """The Xid codes a monitor's condition names, in order, each once, at most MAX_XIDS."""
+    found: list[int] = []
+    sources = [(_XID_REASON, reason), (_XID_JSON, reason), (_XID_WORD, message)]
+    # SysLogsXIDError, GpuXidError yes; SysLogsSXIDError (lower-cased it reads "sxid" too) no
+    if "xid" in ctype.lower() and not re.search(r"SXID|SXid|Sxid", ctype):
+        sources.insert(2, (_XID_ERRORCODE, message))
+    for rx, text in sources:
+        for m in rx.finditer(text[:MSG * 4]):
+            code = int(m.group(1))
+            if code not in found and len(found) < MAX_XIDS:
+                found.append(code)
+    return found
+
+
+def decode(ctype: str, reason: str, message: str) -> dict | None:
+    """What the monitor's encoded words mean: {'headline', 'fix', 'severity', 'xids'} or None."""
+    codes = xid_codes(ctype, reason, message)
+    if codes:
+        infos = sorted((xid_catalog.describe(c) for c in codes),
+                       key=lambda x: -_BUCKET_RANK.get(x.bucket, 0))
+        worst = infos[0]
+        bucket = xid_catalog.BUCKET_TEXT[worst.bucket]
+        return {"headline": f"Xid {worst.code} ({worst.meaning}): NVIDIA says "
+                            f"{worst.bucket.replace('_', ' ')}",
+                "fix": f"Xid {worst.code} ({worst.meaning}): {bucket[0].upper()}{bucket[1:]}. "
+                       f"{worst.action}",
+                "severity": worst.severity,
+                "xids": [{"xid": x.code, "mnemonic": x.mnemonic or None, "meaning": x.meaning,
+                          "resolution_bucket": x.bucket,
+                          "nvidia_resolution_bucket": x.nvidia_bucket or None}
+                         for x in infos]}
+    if ctype == "AcceleratedHardwareReady" and reason in _EKS_REASONS:
+        what, fix = _EKS_REASONS[reason]
+        return {"headline": what, "fix": f"{what[0].upper()}{what[1:]}. Fix: {fix}.",
+                "severity": "warning", "xids": []}
+    return None
+
+
+_SEVERITY_RANK = {"info": 0, "warning": 1, "critical": 2}
 
 
 def _source(ctype: str, reason: str, message: str) -> str:
@@ -92,18 +162,24 @@ def foreign_conditions(node: Mapping[str, Any], events: Sequence[Mapping[str, An
         since = age_s(c.get("lastTransitionTime"), now)
         heartbeat = age_s(c.get("lastHeartbeatTime"), now)
         source = _source(ctype, reason, message)
+        meant = decode(ctype, reason, message)
+        severity = "warning" if gpu or meant else "info"
+        if meant and _SEVERITY_RANK[meant["severity"]] > _SEVERITY_RANK[severity]:
+            severity = meant["severity"]
         out.append(catalog.make(
-            "node.foreign_condition", "warning" if gpu else "info", f"{subject} condition {ctype}",
+            "node.foreign_condition", severity, f"{subject} condition {ctype}",
             f"{source} says {ctype}={c.get('status')}"
             + (f" ({reason})" if reason else "")
             + (f" for {fmt_duration(since)}" if since is not None else "")
+            + (f" -- {meant['headline']}" if meant else "")
             + (f": {message}" if message else ""),
             {"kind": "condition", "source": source, "type": ctype, "status": c.get("status"),
              "reason": reason, "message": message, "since": c.get("lastTransitionTime"),
              "age_s": None if since is None else round(since),
              "heartbeat_age_s": None if heartbeat is None else round(heartbeat),
-             "gpu_related": gpu},
-            f"Another monitor already flags this node; read its verdict before acting on ours "
+             "gpu_related": gpu or bool(meant), "xids": meant["xids"] if meant else []},
+            (f"{meant['fix']} " if meant else "")
+            + f"Another monitor already flags this node; read its verdict before acting on ours "
             f"and act on the same cause once (kubectl describe node {name}). A stale condition "
             "(old heartbeat) may outlive the problem: its monitor clears it, not the kubelet.",
             REFS))

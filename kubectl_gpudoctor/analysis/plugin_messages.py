@@ -26,6 +26,13 @@ nothing new. Each has an established cause in the threads where users met it:
   name <name> not found in the list of registered DRA plugins": no kubelet plugin of that DRA
   driver is registered on the node (its kubelet-plugin pod is not running there, or has not
   registered yet): dra-driver-nvidia-gpu #814, kubernetes #131957.
+- `NodePrepareResources: rpc error: code = DeadlineExceeded` (the kubelet's deadline on the DRA
+  driver's kubelet plugin): the plugin did not finish preparing the claim's devices in time;
+  the prepare is blocked, typically by a host process that still holds the GPU the driver must
+  rebind (vfio passthrough), or a hung driver call: dra-driver-nvidia-gpu #1218.
+- `requested device <name> is already allocated to different claim <uid>` (the driver's own
+  prepare checkpoint): a stale PrepareResources retry re-took the device for a claim that was
+  already torn down, so every later claim on the node is refused: dra-driver-nvidia-gpu #1162.
 
 Container-start messages of the `nvidia-container-cli` family on a user's GPU container are
 another module's (the container-start classifier); here they count only on the GPU plugin's own
@@ -49,7 +56,8 @@ MAX_TEXT = 4096
 
 @dataclasses.dataclass(frozen=True)
 class Cause:
-    kind: str               # gpu_lost | nvml_broken | version_mismatch | dra_not_registered
+    kind: str               # gpu_lost | nvml_broken | version_mismatch | dra_not_registered |
+    #                         dra_prepare_timeout | dra_device_held_by_stale_claim
     finding_id: str
     what: str               # the cause, in words
     fix: str                # what fixed it where users met it
@@ -73,6 +81,11 @@ REFS_MISMATCH = ("https://github.com/NVIDIA/k8s-device-plugin/issues/221",
                  "https://github.com/NVIDIA/gpu-operator/issues/898")
 REFS_DRA = ("https://github.com/kubernetes-sigs/dra-driver-nvidia-gpu/issues/814",
             "https://github.com/kubernetes/kubernetes/issues/131957")
+_DRA_DEADLINE = re.compile(r"NodePrepareResources\S{0,40} rpc error: code = DeadlineExceeded")
+_DRA_STALE = re.compile(r"requested device (\S{1,253}) is already allocated to different claim "
+                        r"([0-9a-f-]{1,64})")
+REFS_DRA_DEADLINE = ("https://github.com/kubernetes-sigs/dra-driver-nvidia-gpu/pull/1218",)
+REFS_DRA_STALE = ("https://github.com/kubernetes-sigs/dra-driver-nvidia-gpu/issues/1162",)
 
 
 def classify(text: str) -> Cause | None:
@@ -112,6 +125,27 @@ def classify(text: str) -> Cause | None:
                      "selector, tolerations, the feature enabled in the driver's chart) and "
                      "let it register; the pod starts once it has",
                      REFS_DRA, drv)
+    if _DRA_DEADLINE.search(t):
+        return Cause("dra_prepare_timeout", "dra.plugin_unresponsive",
+                     "the DRA driver's kubelet plugin did not finish preparing the claim's "
+                     "devices (NodePrepareResources) before the kubelet's deadline: its prepare "
+                     "is blocked, typically by a host process that still holds the GPU the "
+                     "driver must switch to another driver (vfio), or by a hung driver call",
+                     "on the node, find which process holds the GPU's /dev/nvidia* device and "
+                     "stop it; read the log of the DRA driver's kubelet-plugin pod; the kubelet "
+                     "retries the prepare by itself once the plugin can finish it",
+                     REFS_DRA_DEADLINE)
+    m = _DRA_STALE.search(t)
+    if m:
+        return Cause("dra_device_held_by_stale_claim", "dra.prepare_failed",
+                     f"the DRA driver's prepare checkpoint still gives {m.group(1)} to claim "
+                     f"{m.group(2)}, which is gone: a stale prepare retry re-took the device "
+                     "after the claim was unprepared, so every later claim for it on this node "
+                     "is refused",
+                     "update the DRA driver to a release with the fix; until then remove the "
+                     "stale entry: delete what still references that claim, then restart the "
+                     "driver's kubelet-plugin pod on the node so it rebuilds its checkpoint",
+                     REFS_DRA_STALE)
     return None
 
 

@@ -124,18 +124,23 @@ def listing(width: int) -> str:
                                  subsequent_indent=" " * (w + 2)) + "\n" for i in ids)
 
 
-def explain(session: Session, finding_id: str | None) -> ExitStatus:
-    ids = sorted(catalog.CATALOG)
-    if finding_id is None:
-        click.echo(listing(_width()), nl=False)
-        return ExitStatus.OK
+def known_id(finding_id: str) -> str:
+    """The catalog id `finding_id` names, else the usage error that says the closest ones
+    (shared with the MCP server's `explain` tool, so both say the same)."""
     fid = finding_id.strip()
     if fid not in catalog.CATALOG:
-        near = close_matches(fid, ids)
+        near = close_matches(fid, sorted(catalog.CATALOG))
         shown = fid[:80]
         raise errors.UsageError(
             f"unknown finding id {shown!r}"
             + (f"; did you mean {', '.join(near)}?" if near else
                "; `kubectl gpu-doctor explain` lists every id"))
-    click.echo(render(page_text(fid), _width()), nl=False)
+    return fid
+
+
+def explain(session: Session, finding_id: str | None) -> ExitStatus:
+    if finding_id is None:
+        click.echo(listing(_width()), nl=False)
+        return ExitStatus.OK
+    click.echo(render(page_text(known_id(finding_id)), _width()), nl=False)
     return ExitStatus.OK

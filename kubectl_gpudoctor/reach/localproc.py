@@ -56,7 +56,7 @@ class ProbeProcess:
         env["PYTHONUNBUFFERED"] = "1"
         self.proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stdin=subprocess.DEVNULL,
                                      env=env, start_new_session=True,
-                                     preexec_fn=_die_with(os.getpid()))
+                                     preexec_fn=die_with(os.getpid()))
         self.deadline_s = _timeout_arg(args) + GRACE_S
 
     def chunks(self) -> Iterator[bytes]:
@@ -109,11 +109,12 @@ class ProbeProcess:
 PR_SET_PDEATHSIG = 1
 
 
-def _die_with(parent: int):
+def die_with(parent: int):
     """preexec_fn: SIGTERM this child when `parent` dies (Linux). prctl is looked up here,
     before the fork: the child only calls it. Kept by execve; if the parent is already gone
     when it is set, the child ends itself. The kernel sends it when the *thread* that forked
-    dies: ProbeProcess is made on the main thread (`local`)."""
+    dies: ProbeProcess is made on the main thread (`local`), the MCP server's children on
+    its event loop's (commands/mcp_calls.py)."""
     try:
         prctl = ctypes.CDLL(None, use_errno=True).prctl
     except (OSError, AttributeError):  # not Linux: the probe's own --timeout still ends it

@@ -1,4 +1,5 @@
-"""Kernel log: NVIDIA Xid errors, NVIDIA driver errors without an Xid, and hung tasks.
+"""Kernel log: NVIDIA Xid errors, NVSwitch SXid errors, NVIDIA driver errors without an Xid,
+and hung tasks.
 
 Why: when a GPU falls off the bus or a task sits in D state inside the driver, the kernel log
 is the only witness. Reads /dev/kmsg without blocking (the whole ring buffer, then stops), or a
@@ -20,7 +21,7 @@ from typing import Iterable, Iterator
 from node_probe.protocol import catalog
 from node_probe.protocol.evidence import cut
 from node_probe.protocol.render import terminal_safe
-from node_probe.host import hostfs, nvrm, xid
+from node_probe.host import hostfs, nvrm, sxid, xid
 from node_probe.engine.context import Skipped
 from node_probe.engine.facts import KMSG_XIDS
 from node_probe.engine.registry import check
@@ -256,11 +257,15 @@ def analyze(records: Iterable[tuple[float | None, str]], now_s: float | None = N
     hung = _Hung()
     grouper = grouper if grouper is not None else xid.Grouper()
     driver = nvrm.Reader()
+    switches = sxid.Grouper()
     uuids: dict[str, str] = {}
     for ts, msg in records:
         ev = xid.parse(ts, msg)
         if ev is not None:
             grouper.add(ev)
+            hung.current = None
+            continue
+        if switches.feed(ts, msg):
             hung.current = None
             continue
         m = xid.GPU_AT_RE.search(msg)
@@ -283,11 +288,15 @@ def analyze(records: Iterable[tuple[float | None, str]], now_s: float | None = N
     groups = grouper.groups()
     for gpu, gs in xid.per_gpu(groups):
         yield _xid_finding(gs, uuids.get(gpu), age, wall, grouper.dropped)
+    for _pci, gs in sxid.per_switch(switches.groups()):
+        yield _sxid_finding(gs, age, wall, switches.dropped)
     xid_codes = {g.code for g in groups}
     for e in driver.errors():
         if e.xid_like in xid_codes and e.kind != "reset_required":
             continue          # the same state already has its Xid line (gpu.xid says it)
         yield _driver_finding(e, age, wall)
+    if driver.mismatch:
+        yield _mismatch_finding(driver.mismatch, age, wall)
     unknown = driver.unrecognized()
     if unknown:
         yield _unrecognized_finding(unknown, driver.unknown_dropped, age)
@@ -380,6 +389,47 @@ def _xid_finding(gs: list[xid.XidGroup], uuid: str | None, age, wall, dropped: i
         (xid.CATALOG_URL,))
 
 
+_SXID_FIX = {
+    sxid.FATAL: ("NVLink traffic through this NVSwitch port stalls: the GPUs behind it hang or "
+                 "abort their CUDA jobs (Xid 45), and NCCL collectives wait forever. Drain the "
+                 "node and reboot it, which resets the GPUs and the NVSwitches and starts the "
+                 "fabric manager again; if the same SXid returns, have the NVSwitch baseboard "
+                 "inspected (NVIDIA / the system vendor)."),
+    sxid.NONFATAL: ("Non-fatal: the switch hardware corrected it or the link recovered; no "
+                    "action. Watch the rate, and act on the fatal SXids or GPU Xids next to it, "
+                    "if any."),
+    sxid.UNKNOWN: ("This SXid is not in the Fabric Manager guide's tables this tool carries: "
+                   "look the code up in the guide and compare with the GPU Xids on the node."),
+}
+_SXID_FIX[sxid.ALWAYS_FATAL] = ("Always fatal to the whole NVLink fabric: every GPU behind "
+                                "the NVSwitches is affected. " + _SXID_FIX[sxid.FATAL])
+
+
+def _sxid_finding(gs: list[sxid.SxidGroup], age, wall, dropped: int):
+    """One finding per NVSwitch: every SXid code it logged, the worst class deciding."""
+    g = gs[0]
+    cls, name = g.klass, sxid.describe(g.code)[1]
+    said = ("the driver says Fatal" if g.fatal else "the driver says Non-fatal" if g.nonfatal
+            else f"the Fabric Manager guide lists it as {cls.replace('_', ' ')}"
+            if cls != sxid.UNKNOWN else "not in the Fabric Manager guide's tables")
+    others = [f"SXid {o.code} x{o.lines}" for o in gs[1:]]
+    also = f"; also {', '.join(others[:6])}" + (" ..." if len(others) > 6 else "") if others else ""
+    links = f", link {', '.join(map(str, g.links[:8]))}" if g.links else ""
+    codes = [{"sxid": o.code, "name": sxid.describe(o.code)[1] or None, "class": o.klass,
+              "lines": o.lines, "fatal_lines": o.fatal, "nonfatal_lines": o.nonfatal,
+              "links": list(o.links), "sample": cut(terminal_safe(o.sample), sxid.MAX_MESSAGE),
+              "first_s_since_boot": o.first_s, "last_s_since_boot": o.last_s,
+              "first_seen": wall(o.first_s), "last_seen": wall(o.last_s),
+              "last_age_s": age(o.last_s)} for o in gs]
+    return catalog.make(
+        "nvswitch.sxid", g.severity, f"nvswitch pci {g.pci}",
+        f"SXid {g.code}" + (f" ({name})" if name else "") + f" on NVSwitch {g.switch} "
+        f"(pci {g.pci}{links}): {said}{also}",
+        {"switch": g.switch, "pci": g.pci, "sxid": g.code, "name": name or None, "class": cls,
+         "sxids": [o.code for o in gs], "codes": codes, "groups_dropped_lines": dropped},
+        _SXID_FIX[cls], (sxid.FM_GUIDE_URL,))
+
+
 DRIVER_REFS = ("https://github.com/NVIDIA/open-gpu-kernel-modules",
                xid.CATALOG_URL)
 
@@ -402,6 +452,30 @@ def _driver_finding(e: nvrm.DriverError, age, wall):
         f"{xid.BUCKET_TEXT[e.bucket][0].upper()}{xid.BUCKET_TEXT[e.bucket][1:]}. "
         f"Same state as Xid {e.xid_like}: {like.action}",
         DRIVER_REFS)
+
+
+def _mismatch_finding(d: dict, age, wall):
+    """`NVRM: API mismatch`: the kernel's word for NVML's "driver/library version mismatch"."""
+    cv, mv = d.get("client_version"), d.get("module_version")
+    versions = (f": user-space driver {cv}, loaded kernel module {mv}" if cv and mv else "")
+    times = "once" if d["count"] == 1 else f"{d['count']} times"
+    return catalog.make(
+        "driver.version_mismatch", "critical", "node",
+        f"The NVIDIA kernel module refused a client of another driver version {times} (NVRM: "
+        f"API mismatch){versions}",
+        {"kernel_module_version": mv, "library_version": cv, "reports": d["count"],
+         "sample": cut(terminal_safe(d.get("sample") or ""), nvrm.MAX_LINE),
+         "first_s_since_boot": d["first_s"], "last_s_since_boot": d["last_s"],
+         "first_seen": wall(d["first_s"]), "last_seen": wall(d["last_s"]),
+         "last_age_s": age(d["last_s"]), "source": "kernel log"},
+        "The user-space driver was upgraded but the old kernel module is still loaded, so "
+        "every NVML and CUDA client fails (nvidia-smi: \"Driver/library version mismatch\"). "
+        "Drain the node and reboot it (or stop everything using the GPU and reload the nvidia "
+        "modules); when the module installed on disk is itself the old version (DKMS did not "
+        "rebuild it, an image shipped mismatched packages), reinstall the module of the "
+        "driver's version first.",
+        ("https://docs.nvidia.com/deploy/nvml-api/group__nvmlDeviceEnumvs.html",
+         "https://github.com/NVIDIA/open-gpu-kernel-modules"))
 
 
 def _unrecognized_finding(unknown: list[nvrm.Unrecognized], dropped: int, age):

@@ -28,6 +28,13 @@ The formats are the driver's own, from NVIDIA/open-gpu-kernel-modules (595.45.04
   src/common/sdk/nvidia/inc/nvstatuscodes.h: `GPU lost from the bus [NV_ERR_GPU_IS_LOST]`
   (Xid 79's state), `Reset required [NV_ERR_RESET_REQUIRED]` (reset the GPU)
 
+- API mismatch: kernel-open/nvidia/nv.c, `"NVRM: API mismatch: the client has the version
+  %s, but\n" "NVRM: this kernel module has the version %s.  Please\n" ...` (newer drivers:
+  `"NVRM: API mismatch: the client '%s' (pid %d)\n" "NVRM: has the version %s, but this kernel
+  module has\n" "NVRM: the version %s. ..."`): a user-space driver of another version than the
+  loaded module (an upgrade without a reboot, a module DKMS did not rebuild) -- the kernel's word
+  for what NVML calls "driver/library version mismatch" (`Reader.mismatch`)
+
 Pure and line-at-a-time: `Reader.feed(ts, msg)` keeps a bounded state (the multi-line off-bus
 message, groups capped by count and bytes), so a kernel log is never held whole.
 """
@@ -81,6 +88,9 @@ MAX_GROUPS = 64          # distinct GPUs x classes kept
 MAX_UNKNOWN = 20         # distinct shapes of unknown lines kept
 MAX_LINE = 300           # one sample line per group, cut
 OFF_BUS_WINDOW = 4       # lines between "The NVIDIA GPU <bus>" and "fallen off the bus"
+MISMATCH_WINDOW = 4      # continuation lines of one "API mismatch" message
+# the versions in "the client has the version 535.54.03, but ... has the version 530.30.02."
+_VERSION_RE = re.compile(r"version ([0-9]{1,4}\.[0-9][0-9.]{0,16})")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -131,6 +141,10 @@ class Reader:
         self.dropped = 0
         self.unknown_dropped = 0
         self._off_head: tuple[str, int] | None = None   # (bus, lines since)
+        # "API mismatch" messages: count, times, the client's and the module's versions
+        self.mismatch: dict | None = None
+        self._mm_left = 0
+        self._mm_text = ""
 
     def _add(self, kind: str, gpu: str, ts: float | None, msg: str) -> None:
         key = (kind, gpu)
@@ -146,14 +160,47 @@ class Reader:
             d["last_s"] = ts if d["last_s"] is None else max(d["last_s"], ts)
         d["sample"] = msg[:MAX_LINE]
 
+    def _mismatch(self, ts: float | None, msg: str, head: bool) -> None:
+        """One line of an "API mismatch" message: its head, or a continuation line (pasted
+        logs split it; /dev/kmsg and syslog's `#012` keep it one line)."""
+        text = msg[msg.find("NVRM"):]
+        if head:
+            self._mm_text = text[:MAX_LINE * 2]
+            self._mm_left = MISMATCH_WINDOW
+            d = self.mismatch
+            if d is None:
+                d = self.mismatch = {"count": 0, "first_s": ts, "last_s": ts,
+                                     "client_version": None, "module_version": None}
+            d["count"] += 1
+            if ts is not None:
+                d["first_s"] = ts if d["first_s"] is None else min(d["first_s"], ts)
+                d["last_s"] = ts if d["last_s"] is None else max(d["last_s"], ts)
+        else:
+            self._mm_left -= 1
+            self._mm_text = (self._mm_text + " " + text.strip())[:MAX_LINE * 2]
+        if self.mismatch is None:
+            return
+        self.mismatch["sample"] = " ".join(self._mm_text.replace("#012", " ").split())[:MAX_LINE]
+        versions = [v.rstrip(".") for v in _VERSION_RE.findall(self._mm_text)]
+        if len(versions) >= 2:
+            self.mismatch["client_version"], self.mismatch["module_version"] = versions[:2]
+
     def feed(self, ts: float | None, msg: str) -> bool:
         """Read one line; True when it was an NVIDIA driver line we classified or showed."""
         if "NVRM" not in msg:
+            self._mm_left = 0
             self._age()
             if _OTHER_ERR_RE.search(msg):        # nvidia-modeset: ERROR: GPU:0: ...
                 self._unknown(ts, msg)
                 return True
             return False
+        if "NVRM: API mismatch" in msg:
+            self._mismatch(ts, msg, head=True)
+            return True
+        if self._mm_left > 0 and msg.lstrip().startswith("NVRM:"):
+            self._mismatch(ts, msg, head=False)
+            return True
+        self._mm_left = 0
         head = _OFF_HEAD_RE.search(msg)
         if head:
             self._off_head = (head.group(1).lower(), 0)

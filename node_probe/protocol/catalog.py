@@ -27,6 +27,7 @@ CATALOG: dict[str, str] = {
     "kernel.hung_task": "The kernel reported tasks blocked for a long time",
     "gpu.driver_error": "The NVIDIA driver reports a GPU failure without an Xid number (off the bus, GSP timeout, init failure, reset required)",
     "gpu.driver_message": "NVIDIA driver error lines the tool does not recognise (shown, not judged)",
+    "nvswitch.sxid": "The kernel log has NVSwitch SXid errors (the NVLink fabric's switches)",
     # device plugin (node)
     "deviceplugin.missing": "No device plugin serves nvidia.com resources on a node with GPUs",
     "deviceplugin.rpc_timeout": "A device plugin RPC did not answer within its deadline",
@@ -97,6 +98,7 @@ CATALOG: dict[str, str] = {
     "dra.claim_unallocated": "A pod waits on ResourceClaims that are not allocated, and why",
     "dra.device_unhealthy": "Pod status reports allocated devices as unhealthy",
     "dra.driver_not_registered": "The kubelet has no registered kubelet plugin for a DRA driver a pod's claims need",
+    "dra.prepare_failed": "A DRA driver's kubelet plugin refuses to prepare a claim's devices, and why",
     # the watching agent (issue 23), read from the node's conditions
     "agent.problem_seen": "The watching agent marks this node with a problem, now or within the last hour",
     "kubelet.blocked_in_dra_plugin": "kubelet goroutines are parked in DRA NodePrepareResources calls",

@@ -235,3 +235,36 @@ def test_frozen_plugin_prints_its_manifests(unpacked_plugin: Path):
     for name in ("rbac.yaml", "rbac-nodes-proxy.yaml", "agent-rbac.yaml",
                  "admission-policy.yaml"):
         assert (REPO / "deploy" / name).read_text().strip() in r.stdout
+
+
+def test_frozen_plugin_serves_mcp(krew_root: Path, tmp_path: Path):
+    """`mcp` from the installed krew archive, the SDK frozen in, driven by the SDK's own stdio
+    client from a directory with no checkout: it lists its six tools, `node` answers what the
+    frozen `node -o json` prints for the same (fake) cluster -- so its per-call run re-enters
+    the frozen executable -- and `explain` reads the bundled pages."""
+    pytest.importorskip("mcp")
+    import time
+    from tests.kubectl.fakecluster import FakeCluster
+    from tests.kubectl.mcpclient import assert_same_document, calls, text
+    exe = str(krew_root / "bin" / "kubectl-gpu_doctor")
+    env = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path)}
+    fc = FakeCluster().start()
+    try:
+        fc.add_node("gpu-1")
+        fc.add_pod("ml", "train-0", "gpu-1", gpus=1)
+        kc = f"--kubeconfig={fc.kubeconfig(tmp_path / 'kubeconfig')}"
+        t0 = time.monotonic()
+        r = subprocess.run([exe, "node", "gpu-1", "--no-probe", "-o", "json", kc],
+                           capture_output=True, text=True, env=env, cwd=tmp_path, timeout=120)
+        assert r.returncode == 0, r.stderr
+        listed, got, err = calls([exe, "mcp", kc], [("node", {"name": "gpu-1"}),
+                                                     ("explain", {"id": "node.not_ready"})],
+                                 env=env, cwd=tmp_path)
+        assert sorted(t.name for t in listed.tools) == ["explain", "history", "node", "nodes",
+                                                        "pod", "replay"]
+        assert not got[0].is_error, text(got[0]) + err
+        assert_same_document(got[0].structured_content, json.loads(r.stdout),
+                             time.monotonic() - t0)
+        assert not got[1].is_error and got[1].structured_content["id"] == "node.not_ready"
+    finally:
+        fc.stop()

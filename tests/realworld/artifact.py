@@ -19,6 +19,7 @@ CHANNELS = {
     "event": "a Kubernetes Event through the fake API server",
     "pod_status": "a pod's status (waiting/terminated reason and message) through the fake API server",
     "node_condition": "a node condition written by another monitor, through the fake API server",
+    "node_status": "a node's GPU capacity and allocatable, through the fake API server",
     "plugin_log": "a device plugin's or DRA driver's log line (the plugin pod's log or its event)",
     "runtime_message": "a container runtime's error as the kubelet reports it on container start",
 }
@@ -36,7 +37,9 @@ class Artifact:
     expect_id: str          # the finding id the tool must report for it
     expect_severity: str    # critical | warning | info
     cause_word: str         # in the finding's title, evidence words or remediation; not in quote
-    context: dict = dataclasses.field(default_factory=dict)   # channel extras (reason, phase, ...)
+    # channel extras (event reason, phase, the condition's type/status/reason, capacity): the
+    # fields around the quoted message, quoted from the same source where it shows them
+    context: dict = dataclasses.field(default_factory=dict)
 
     def __post_init__(self):
         if self.channel not in CHANNELS:

@@ -88,8 +88,33 @@ ARTIFACTS = [
         "nvsentinel#1270-condition-xid119",
         "https://github.com/NVIDIA/NVSentinel/pull/1270",
         "ErrorCode:119 PCI:0002:00:00 GPU_UUID:GPU-22222222-2222-2222-2222-222222222222 kernel: [16450076.435595] NVRM: Xid (PCI:0002:00:00): 119, pid=1582259, name=nvc:[driver], Timeout after 6s of waiting for RPC response from GPU1 GSP! Expected function 76 (GSP_RM_CONTROL) (0x20802a02 0x8). Recommended Action=COMPONENT_RESET;",
-        "node_condition", "NVSentinel's syslog monitor marks the node with the GSP timeout it read",
-        "NVSentinel's remediation (component reset)", "node.foreign_condition", "warning",
-        "monitor",
+        "node_condition", "NVSentinel's syslog monitor marks the node with the GSP timeout it read "
+        "(Xid 119: the GPU System Processor stopped answering)",
+        "NVSentinel's remediation (component reset)", "node.foreign_condition", "critical",
+        "drain",
         {"type": "SysLogsXIDError", "status": "True", "reason": "SysLogsXIDErrorIsNotHealthy"}),
+    Artifact(
+        "steam-headless#249-no-healthy-devices",
+        "https://github.com/Steam-Headless/docker-steam-headless/pull/249",
+        "no healthy devices present; cannot allocate unhealthy devices nvidia.com/gpu",
+        "event", "the GPU's display engine wedged (Xid 16) and the device plugin marked it "
+        "unhealthy, so the kubelet refused every other GPU pod on the node",
+        "fix the display configuration; a host reboot cleared the GPU", "pod.admission_error",
+        "critical", "xid", {"reason": "UnexpectedAdmissionError", "phase": "Failed"}),
+    Artifact(
+        "dra-driver-nvidia-gpu#1218-prepare-deadline",
+        "https://github.com/kubernetes-sigs/dra-driver-nvidia-gpu/pull/1218",
+        "Failed to prepare dynamic resources: prepare dynamic resources: NodePrepareResources: rpc error: code = DeadlineExceeded desc = context deadline exceeded",
+        "event", "the kubelet plugin's prepare of a passthrough GPU blocks: a host process still "
+        "holds the GPU the driver must switch to vfio-pci", "stop the process holding the GPU",
+        "dra.plugin_unresponsive", "critical", "holds",
+        {"reason": "FailedPrepareDynamicResources", "phase": "Pending"}),
+    Artifact(
+        "dra-driver-nvidia-gpu#1162-stale-claim",
+        "https://github.com/kubernetes-sigs/dra-driver-nvidia-gpu/issues/1162",
+        "requested device channel-0 is already allocated to different claim 4914da61-1a20-42b3-bf26-981025df4289",
+        "event", "a stale ComputeDomain PrepareResources retry succeeded after the claim was "
+        "unprepared and left channel-0 allocated to the old claim in the plugin's checkpoint",
+        "a driver fix; restart the kubelet plugin to rebuild its checkpoint", "dra.prepare_failed",
+        "critical", "checkpoint", {"reason": "FailedPrepareDynamicResources", "phase": "Pending"}),
 ]

@@ -152,4 +152,110 @@ ARTIFACTS = [
         "Jun 12 16:31:50 fedora-box kernel: NVRM: nvAssertFailedNoLog: Assertion failed: (status == NV_OK) || (status == NV_ERR_GPU_IN_FULLCHIP_RESET) @ rs_server.c:259",
         "kmsg", "assertions while the GPU was in a full-chip reset after GSP timeouts (Xid 119 -> "
         "154 lockups)", "none reported", "gpu.driver_message", "info", "recognise"),
+    Artifact(
+        "gpud#1209-off-bus-journal", "https://github.com/leptonai/gpud/pull/1209",
+        "Feb 14 05:03:42 000-000-00000-1-gpu-1 kernel: nvidia 0000:18:00.0: enabling device (0140 -> 0142)\n"
+        "\n"
+        "Feb 14 05:03:42 000-000-00000-1-gpu-1 kernel: NVRM: The NVIDIA GPU 0000:18:00.0\n"
+        "                                              NVRM: (PCI ID: 10de:2901) installed in this system has\n"
+        "                                              NVRM: fallen off the bus and is not responding to commands.\n"
+        "\n"
+        "Feb 14 05:03:42 000-000-00000-1-gpu-1 kernel: nvidia: probe of 0000:18:00.0 failed with error -1",
+        "kmsg", "a B200 fell off the bus at driver probe; newer drivers say so in three lines "
+        "and no Xid (GPUd maps it to Xid 79)", "GPUd learnt the format; the node needs a reboot",
+        "gpu.driver_error", "critical", "reboot"),
+    Artifact(
+        "oss#968-nv-open-q-deadlock", OSS + "968",
+        "Nov 19 01:03:26.198647 myserver kernel: task:nv_open_q       state:D stack:0     pid:1014  tgid:1014  ppid:2      flags:0x00004000\n"
+        "Nov 19 01:03:26.198686 myserver kernel: Call Trace:\n"
+        "Nov 19 01:03:26.198721 myserver kernel:  <TASK>\n"
+        "Nov 19 01:03:26.198752 myserver kernel:  __schedule+0x27c/0x6b0\n"
+        "Nov 19 01:03:26.198836 myserver kernel:  schedule+0x33/0x110\n"
+        "Nov 19 01:03:26.198878 myserver kernel:  schedule_preempt_disabled+0x15/0x30\n"
+        "Nov 19 01:03:26.198916 myserver kernel:  rwsem_down_write_slowpath+0x27e/0x550\n"
+        "Nov 19 01:03:26.198948 myserver kernel:  down_write+0x5c/0x80\n"
+        "Nov 19 01:03:26.198978 myserver kernel:  os_acquire_rwlock_write+0x3c/0x70 [nvidia]\n"
+        "Nov 19 01:03:26.199004 myserver kernel:  portSyncRwLockAcquireWrite+0x10/0x40 [nvidia]\n"
+        "Nov 19 01:03:26.199034 myserver kernel:  rmapiLockAcquire+0x294/0x360 [nvidia]\n"
+        "Nov 19 01:03:26.200733 myserver kernel:  kgspInitRm_IMPL+0xcad/0x1680 [nvidia]",
+        "kmsg", "a deadlock in the NVIDIA driver when two containers open two GPUs at once "
+        "(persistence mode off): every GPU open waits on the RM lock", "a driver with the fix "
+        "(595 series); persistence mode avoids the path", "kernel.hung_task", "critical",
+        "update"),
+    Artifact(
+        "oss#968-console-lock-deadlock", OSS + "968",
+        "INFO: task python:564994 blocked for more than 122 seconds.\n"
+        "task:python          state:D stack:0     pid:564994 tgid:564994 ppid:562534\n"
+        "Call Trace:\n"
+        " __schedule+0x27c/0x6b0\n"
+        " schedule+0x33/0x110\n"
+        " schedule_timeout+0x157/0x170\n"
+        " ___down_common+0xfd/0x160\n"
+        " __down_common+0x22/0xd0\n"
+        " __down+0x1d/0x30\n"
+        " down+0x54/0x80\n"
+        " console_lock+0x25/0x70\n"
+        " os_disable_console_access+0xe/0x20 [nvidia]\n"
+        " RmShutdownAdapter+0x195/0x3e0 [nvidia]\n"
+        " rm_shutdown_adapter+0x58/0x60 [nvidia]\n"
+        " nv_shutdown_adapter+0xae/0x1d0 [nvidia]\n"
+        " nv_close_device+0x11e/0x160 [nvidia]",
+        "kmsg", "the same driver deadlock on 590.44.01: a task holds the RM API lock while "
+        "blocked on console_lock in adapter shutdown, everything else queues behind it",
+        "the 595 driver fix; persistence mode was disabled", "kernel.hung_task", "critical",
+        "update"),
+    Artifact(
+        "ansible-slurm#287-api-mismatch-syslog", "https://github.com/stackhpc/ansible-slurm-appliance/issues/287",
+        "Jun 30 11:07:05 gpu-0 kernel: NVRM: API mismatch: the client has the version 535.54.03, but#012NVRM: this kernel module has the version 530.30.02.  Please#012NVRM: make sure that this kernel module and all NVIDIA driver#012NVRM: components have the same version.",
+        "kmsg", "the playbook upgraded the driver packages while the old kernel module stayed "
+        "loaded (syslog escapes the message's newlines as #012)", "fixed by a reboot",
+        "driver.version_mismatch", "critical", "reboot"),
+    Artifact(
+        "nvidia-docker#182-api-mismatch-journal", "https://github.com/NVIDIA/nvidia-docker/issues/182",
+        "Aug 26 14:08:07 nyasara-linux kernel: NVRM: API mismatch: the client has the version 367.44, but\n"
+        "                                      NVRM: this kernel module has the version 367.35.  Please\n"
+        "                                      NVRM: make sure that this kernel module and all NVIDIA driver\n"
+        "                                      NVRM: components have the same version.",
+        "kmsg", "the driver was upgraded to 367.44 and the 367.35 module was still loaded",
+        "a reboot", "driver.version_mismatch", "critical", "reboot"),
+    Artifact(
+        "pop-os-beta#137-api-mismatch-dmesg", "https://github.com/pop-os/beta/issues/137",
+        "               NVRM: API mismatch: the client has the version 465.24.02, but\n"
+        "               NVRM: this kernel module has the version 460.67.  Please\n"
+        "               NVRM: make sure that this kernel module and all NVIDIA driver\n"
+        "               NVRM: components have the same version.",
+        "kmsg", "an OS upgrade brought the 465 driver while the 460 module was loaded, before "
+        "the reboot", "reboot after the upgrade", "driver.version_mismatch", "critical",
+        "reboot"),
+    Artifact(
+        "nvidia-all#394-api-mismatch-new-format", "https://github.com/Frogging-Family/nvidia-all/issues/394",
+        "[    9.424670] NVRM: API mismatch: the client 'kwin_wayland' (pid 1005)\n"
+        "               NVRM: has the version 595.84, but this kernel module has\n"
+        "               NVRM: the version 595.80.  Please make sure that this\n"
+        "               NVRM: kernel module and all NVIDIA driver components\n"
+        "               NVRM: have the same version.",
+        "kmsg", "user space upgraded to 595.84 but the DKMS module on disk is still 595.80 "
+        "(modinfo), so a reboot alone loads the old module again", "rebuild the module for the "
+        "new driver", "driver.version_mismatch", "critical", "DKMS"),
+    Artifact(
+        "bazzite#2668-api-mismatch-image", "https://github.com/ublue-os/bazzite/issues/2668",
+        "[   12.014918] NVRM: API mismatch: the client has the version 570.153.02, but\n"
+        "               NVRM: this kernel module has the version 570.144.  Please\n"
+        "               NVRM: make sure that this kernel module and all NVIDIA driver\n"
+        "               NVRM: components have the same version.\n"
+        "[   12.105293] NVRM: API mismatch: the client has the version 570.153.02, but\n"
+        "               NVRM: this kernel module has the version 570.144.  Please\n"
+        "               NVRM: make sure that this kernel module and all NVIDIA driver\n"
+        "               NVRM: components have the same version.\n"
+        "[   12.107719] NVRM: API mismatch: the client has the version 570.153.02, but\n"
+        "               NVRM: this kernel module has the version 570.144.  Please\n"
+        "               NVRM: make sure that this kernel module and all NVIDIA driver\n"
+        "               NVRM: components have the same version.\n"
+        "[   23.991660] nvidia 0000:07:00.0: Direct firmware load for nvidia/570.144/gsp_ga10x.bin failed with error -2\n"
+        "[   23.991667] NVRM: RmFetchGspRmImages: No firmware image found\n"
+        "[   23.991672] NVRM: GPU 0000:07:00.0: RmInitAdapter failed! (0x61:0x56:1770)\n"
+        "[   23.991822] NVRM: GPU 0000:07:00.0: rm_init_adapter failed, device minor number 0",
+        "kmsg", "the image updated the user-space driver but not the kernel module (nor its GSP "
+        "firmware): the desktop does not start", "(ublue-os/main#891) ship kmod and driver of "
+        "one version", "driver.version_mismatch", "critical", "upgraded"),
 ]

@@ -179,4 +179,92 @@ ARTIFACTS = [
         "kernel: [16450076.435595] NVRM: Xid (PCI:0002:00:00): 119, pid=1582259, name=nvc:[driver], Timeout after 6s of waiting for RPC response from GPU1 GSP! Expected function 76 (GSP_RM_CONTROL) (0x20802a02 0x8).",
         "kmsg", "a GSP RPC timeout; NVSentinel's remediation is a component (GPU) reset",
         "COMPONENT_RESET", "gpu.xid", "critical", "drain"),
+    Artifact(
+        "steam-headless#249-xid16-display", "https://github.com/Steam-Headless/docker-steam-headless/pull/249",
+        "NVRM: Xid (PCI:0000:02:00): 16, pid=41466, name=Xorg, Head 00000003\n"
+        "NVRM: krcWatchdogCallbackVblankRecovery_IMPL: RM has detected that 7 Seconds\n"
+        "      without a Vblank Counter Update on head:D0\n"
+        "nvidia-modeset: ERROR: GPU:0: Idling display engine timed out",
+        "kmsg", "a client-requested 4K120 mode on a fake monitor pinned to a 165 MHz TMDS head "
+        "wedged the display engine; Xorg hung, HAMi marked the GPU unhealthy", "fix the xorg "
+        "monitor configuration; only a host reboot cleared the GPU", "gpu.xid", "critical",
+        "monitor"),
+    Artifact(
+        "vkd3d-proton#1605-xid69", "https://github.com/HansKristian-Work/vkd3d-proton/issues/1605",
+        "NVRM: Xid (PCI:0000:08:00): 69, pid=4729, name=F1_2021_dx12.ex, Class Error: ChId 00ce, Class 0000c597, Offset 00002388, Data fffffff0, ErrorCode 00000004\n"
+        "NVRM: GPU at PCI:0000:08:00: GPU-a8fb3a3a-9dd5-b430-1b78-cb1f1ecd6079",
+        "kmsg", "a graphics-engine class error from one shader: reproduced by the maintainer "
+        "on another GPU and called an NVIDIA driver bug; the GPU itself is fine",
+        "the previous driver (530.41.3) works", "gpu.xid", "warning", "driver"),
+    Artifact(
+        "oss#1151-xid79-gsp-lost", OSS + "1151",
+        "NVRM: GPU at PCI:0000:06:00: GPU-0b6b7808-c002-f593-ac86-cd8e57757b94\n"
+        "NVRM: GPU Board Serial Number: 0\n"
+        "NVRM: Xid (PCI:0000:06:00): 79, GPU has fallen off the bus.\n"
+        "NVRM: GPU 0000:06:00.0: GPU has fallen off the bus.\n"
+        "NVRM: GPU 0000:06:00.0: GPU serial number is 0.\n"
+        "NVRM: kgspRcAndNotifyAllChannels_IMPL: RC all channels for critical error 79.\n"
+        "NVRM: _threadNodeCheckTimeout: API_GPU_ATTACHED_SANITY_CHECK failed!",
+        "kmsg", "an RTX 5090 falls off the PCIe bus with no precursor; recovery needs a full "
+        "reboot (another reporter's box was stable once moved to a dedicated power circuit)",
+        "reboot; check the power feed", "gpu.xid", "critical", "reboot"),
+    Artifact(
+        "akash#209-xid79-crash-dump", "https://github.com/akash-network/support/issues/209",
+        "[Mon Apr  8 17:04:05 2024] NVRM: loading NVIDIA UNIX x86_64 Kernel Module  535.161.07  Sat Feb 17 22:55:48 UTC 2024\n"
+        "[Tue Apr  9 01:21:38 2024] NVRM: GPU at PCI:0000:a1:00: GPU-979426f2-893a-7cbb-c4cf-81472f89a462\n"
+        "[Tue Apr  9 01:21:38 2024] NVRM: Xid (PCI:0000:a1:00): 79, pid='<unknown>', name=<unknown>, GPU has fallen off the bus.\n"
+        "[Tue Apr  9 01:21:38 2024] NVRM: GPU 0000:a1:00.0: GPU has fallen off the bus.\n"
+        "[Tue Apr  9 01:21:38 2024] NVRM: A GPU crash dump has been created. If possible, please run\n"
+        "                           NVRM: nvidia-bug-report.sh as root to collect this data before\n"
+        "                           NVRM: the NVIDIA kernel module is unloaded.",
+        "kmsg", "one GPU of a provider node keeps falling off the bus; the lost GPU made the "
+        "node spew thousands of failed pods", "cordon the node, reboot it, file an NVIDIA bug "
+        "report", "gpu.xid", "critical", "reboot"),
+    Artifact(
+        "oss#1208-xid31-jax-jit", OSS + "1208",
+        "NVRM: Xid (PCI:0000:01:00): 31, pid=<varies>, name=python3, channel 0x00000002,\n"
+        "  intr 00000000. MMU Fault: ENGINE GRAPHICS GPC0 GPCCLIENT_T1_0 faulted\n"
+        "  @ 0x0_00019000. Fault is of type FAULT_PDE ACCESS_TYPE_VIRT_READ",
+        "kmsg", "the application created a new jax.jit per optimisation run (~20 programs in one "
+        "context) and faulted; the same on all three cards, not the hardware",
+        "compile once and reuse the function", "gpu.xid", "warning", "application"),
+    Artifact(
+        "syv-ai#98-vllm-xid31-dflash2", "https://github.com/syv-ai/qwen38-27b-rtx3090/issues/98",
+        "NVRM: Xid (PCI:0000:0a:00): 31, name=VLLM::EngineCor, channel 0x00000002.\n"
+        "MMU Fault: ENGINE GRAPHICS GPC0/1/2/4 GPCCLIENT_T1_* faulted @ <varies>.\n"
+        "Fault is of type FAULT_PDE ACCESS_TYPE_VIRT_READ",
+        "kmsg", "vLLM's dflash2 speculative decoding faults within minutes at any setting, "
+        "while SPEC=mtp on the same box runs for 9+ hours: the serving code path, not the GPU",
+        "use SPEC=mtp", "gpu.xid", "warning", "application"),
+    Artifact(
+        "gpud-testdata-xid119-rpc-history",
+        "https://github.com/leptonai/gpud/blob/main/components/accelerator/nvidia/xid/testdata/dmesg-with-xid-119.log",
+        "[Sun Feb 23 16:24:18 2025] NVRM: GPU at PCI:0000:9b:00: GPU-509665ad-b600-ac93-3616-d754b23d636d\n"
+        "[Sun Feb 23 16:24:18 2025] NVRM: GPU Board Serial Number: 1650124014249\n"
+        "[Sun Feb 23 16:24:18 2025] NVRM: Xid (PCI:0000:9b:00): 119, pid=2024380, name=nvidia-smi, Timeout after 6s of waiting for RPC response from GPU4 GSP! Expected function 103 (GSP_RM_ALLOC) (0x2081 0x4).\n"
+        "[Sun Feb 23 16:24:18 2025] NVRM: GPU4 GSP RPC buffer contains function 103 (GSP_RM_ALLOC) and data 0x0000000000002081 0x0000000000000004.\n"
+        "[Sun Feb 23 16:24:18 2025] NVRM: GPU4 RPC history (CPU -> GSP):\n"
+        "[Sun Feb 23 16:24:18 2025] NVRM:     entry function                   data0              data1              ts_start           ts_end             duration actively_polling\n"
+        "[Sun Feb 23 16:24:18 2025] NVRM:      0    103  GSP_RM_ALLOC          0x0000000000002081 0x0000000000000004 0x00062ed1a6bd61fa 0x0000000000000000          y\n"
+        "[Sun Feb 23 16:24:18 2025] NVRM:     -1    103  GSP_RM_ALLOC          0x0000000000002080 0x0000000000000004 0x00062ed1a6b51c6f 0x00062ed1a6b51f2a    699us",
+        "kmsg", "a GSP RPC timeout on GPU4 with the driver's RPC history dump (a real node's "
+        "dmesg GPUd keeps as test data): the GSP stopped answering", "reset the GPU / reboot",
+        "gpu.xid", "critical", "reset"),
+    Artifact(
+        "oss#1045-xid62-pmu-halt", OSS + "1045",
+        "Mar 11 10:37:00 dev.luketic kernel: NVRM: GPU at PCI:0000:01:00: GPU-cccfc25d-fc66-0d40-e289-3b1a1f5d7896\n"
+        "Mar 11 10:37:00 dev.luketic kernel: NVRM: GPU Board Serial Number: 0\n"
+        "Mar 11 10:37:00 dev.luketic kernel: NVRM: Xid (PCI:0000:01:00): 62, 3239edf9 0000c3d8 00000000 206dae60 206da022 206da190 206d85f6 206d8d86\n"
+        "Mar 11 10:37:00 dev.luketic kernel: NVRM: GPU0 _kgspRpcGspEventPmuHalted: Received signal from GSP that PMU has halted.",
+        "kmsg", "the GPU's PMU micro-controller halted (Xid 62) on an idle desktop: firmware; "
+        "the system needed a hard reset", "hard reset; driver/firmware update",
+        "gpu.xid", "critical", "reset"),
+    Artifact(
+        "nixpkgs#334180-xid13-after-suspend", "https://github.com/NixOS/nixpkgs/issues/334180",
+        "[  409.775718] NVRM: Xid (PCI:0000:01:00): 13, Graphics Exception: Shader Program Header 11 Error                                                                                     \n"
+        "[  409.775722] NVRM: Xid (PCI:0000:01:00): 13, Graphics Exception: Shader Program Header 18 Error                                                                                     \n"
+        "[  409.775842] NVRM: Xid (PCI:0000:01:00): 13, Graphics Exception: ESR 0x405840=0xa0040800                                                                                            ",
+        "kmsg", "a vLLM container left running through a suspend faulted on resume: the "
+        "application's GPU state did not survive; the GPU is fine", "stop the workload before "
+        "suspending; reload the module", "gpu.xid", "warning", "restart"),
 ]

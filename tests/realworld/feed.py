@@ -1,5 +1,5 @@
 """How each channel's artifact reaches the tool, in one place (the feeding tests and
-scripts/realworld-score share it).
+tests/realworld/score.py share it).
 
 kmsg: the quote becomes /dev/kmsg records (`PRI,SEQ,USEC,-;message`, a message's continuation
 lines joined with the kernel's `\\x0a` escape) in a host root, and a pasted file given as
@@ -72,13 +72,19 @@ def answers(a: Artifact, findings) -> bool:
 
 # -- the API channels: through the fake API server, read by `pod Y` / `node X` -----------------
 
+API_CHANNELS = frozenset({"event", "pod_status", "node_condition", "node_status"})
+
+
 def load_api(cluster, a: Artifact, i: int) -> tuple[str, str | None]:
     """Put the artifact where the API server shows it; (node, pod name or None)."""
     import datetime as dt
     node = f"gpu-{i}"
-    n = cluster.add_node(node, gpus=8)
+    n = cluster.add_node(node, gpus=ctx_int(a, "capacity", 8),
+                         allocatable_gpus=ctx_int(a, "allocatable", None))
     now = dt.datetime.now(dt.timezone.utc)
     ctx = a.context
+    if a.channel == "node_status":
+        return node, None
     if a.channel == "node_condition":
         n["status"]["conditions"].append({
             "type": ctx["type"], "status": ctx["status"], "reason": ctx["reason"],
@@ -106,6 +112,11 @@ def load_api(cluster, a: Artifact, i: int) -> tuple[str, str | None]:
         cluster.add_event(pod, "Warning", ctx["reason"], a.quote, "kubelet",
                           now - dt.timedelta(seconds=60), host=node)
     return node, name
+
+
+def ctx_int(a: Artifact, key: str, default):
+    v = a.context.get(key)
+    return default if v is None else int(v)
 
 
 def diagnose(kubeconfig: Path, node: str, pod: str | None):

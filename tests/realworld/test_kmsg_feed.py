@@ -3,10 +3,10 @@ a kernel log: /dev/kmsg records in a host root, and a pasted file (--kmsg-file).
 the cause its source established (finding id, severity, a cause word not in the quote)."""
 import pytest
 
-from tests.realworld import corpus_kmsg_driver, corpus_kmsg_xid
+from tests.realworld import corpus
 from tests.realworld.feed import answers, probe_kmsg_file, probe_kmsg_host_root
 
-KMSG = corpus_kmsg_xid.ARTIFACTS + corpus_kmsg_driver.ARTIFACTS
+KMSG = corpus.artifacts({"kmsg"})
 
 
 @pytest.mark.parametrize("a", KMSG, ids=[a.key for a in KMSG])
