@@ -8,9 +8,9 @@
 #      package lists, this recipe, debootstrap version). Cold ~1-2 min; warm: skipped.
 #   2. podman import of that tarball as localhost/gpu-doctor-base:<key>        (no network)
 #   3. buildah build of packaging/Containerfile on top, from a staged context holding only
-#      node_probe/, bpf/ and kheaders/ (the bundled kernel header set, built by
-#      scripts/build-kheaders.py from the Debian packages pinned in packaging/kheaders.manifest:
-#      installed ones, else apt-get download)
+#      node_probe/, bpf/ and kheaders/ (the bundled kernel header set for the image's arch, built
+#      by scripts/build-kheaders.py from the Debian packages pinned in
+#      packaging/kheaders-<arch>.manifest: installed ones, else downloaded and cached)
 #      -> localhost/gpu-doctor-probe:<node_probe.__version__>
 #   4. podman save --format oci-archive -> dist/gpu-doctor-probe-<version>-<arch>.oci.tar
 #      naming the image <plugin's default repo>:<version> (skipped when inputs are unchanged)
@@ -144,7 +144,7 @@ RELEASE=$RELEASE_REPO:$VERSION
 LOCAL_RELEASE=$RELEASE; [ "$FOREIGN" = 1 ] && LOCAL_RELEASE=$RELEASE-$ARCH
 mkdir -p dist
 OUT=dist/gpu-doctor-probe-$VERSION-$ARCH.oci.tar
-src_hash=$( { echo "$KEY $RELEASE"; cat packaging/Containerfile packaging/kheaders.manifest;
+src_hash=$( { echo "$KEY $RELEASE"; cat packaging/Containerfile "packaging/kheaders-$ARCH.manifest";
               find node_probe bpf -type f ! -name '*.pyc' ! -path '*/__pycache__/*' -print0 | sort -z | xargs -0 sha256sum; } \
             | sha256sum | cut -c1-16)
 stamp=$OUT.inputs
@@ -159,13 +159,10 @@ fi
 ctx=$(mktemp -d /tmp/gpu-doctor-ctx.XXXXXX)
 trap 'rm -rf "$ctx"' EXIT
 tar -C "$ROOT" --exclude='__pycache__' --exclude='*.pyc' -cf - node_probe bpf | tar -C "$ctx" -xf -
-if [ "$(sed -n 's/^# arch: //p' packaging/kheaders.manifest)" = "$ARCH" ]; then
-  python3 scripts/build-kheaders.py build "$ctx/kheaders" >&2 \
-    || { log "building the bundled kernel header set failed"; exit 1; }
-else  # the manifest lists arch/x86 files: another arch needs its own trace
-  log "warning: no bundled kernel header set for $ARCH (packaging/kheaders.manifest is for $(sed -n 's/^# arch: //p' packaging/kheaders.manifest)); nodes without headers get no eBPF"
-  mkdir -p "$ctx/kheaders"
-fi
+[ -f "packaging/kheaders-$ARCH.manifest" ] \
+  || { log "no kernel header manifest for $ARCH (scripts/build-kheaders.py trace --arch $ARCH)"; exit 1; }
+GPU_DOCTOR_CACHE=$CACHE /usr/bin/python3 scripts/build-kheaders.py build --arch "$ARCH" "$ctx/kheaders" >&2 \
+  || { log "building the bundled kernel header set for $ARCH failed"; exit 1; }
 old_id=$(podman image inspect --format '{{.Id}}' "$IMAGE" 2>/dev/null || true)
 log "buildah build $IMAGE (base $BASE_IMAGE)"
 tags=(-t "$IMAGE" -t "$LOCAL_RELEASE")

@@ -76,10 +76,16 @@ fi
 
 rm -rf "$CHROOT/src"; mkdir -p "$CHROOT/src"
 tar -C "$ROOT" --exclude='__pycache__' --exclude='*.pyc' -cf - \
-  LICENSE pyproject.toml kubectl_gpudoctor node_probe bpf packaging scripts | tar -C "$CHROOT/src" -xf -
+  LICENSE pyproject.toml kubectl_gpudoctor node_probe bpf packaging scripts deploy docs/findings \
+  | tar -C "$CHROOT/src" -xf -
+# the arm64 kernel header set, built natively here (no apt or dpkg-deb under emulation); the
+# build inside checks it against packaging/kheaders-arm64.manifest
+GPU_DOCTOR_CACHE=$CACHE /usr/bin/python3 scripts/build-kheaders.py build --arch arm64 \
+  "$CHROOT/src/build/kheaders-arm64" >&2 || { log "building the arm64 kernel header set failed"; exit 1; }
 log "scripts/build-plugin.sh inside the arm64 chroot"
 chroot "$CHROOT" /usr/bin/env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin HOME=/root LANG=C.UTF-8 \
   GPU_DOCTOR_CACHE=/var/cache/gpu-doctor PIP_CERT=/etc/ssl/certs/ca-certificates.crt \
+  GPU_DOCTOR_KHEADERS_SET=/src/build/kheaders-arm64 \
   ${HTTPS_PROXY:+HTTPS_PROXY=$HTTPS_PROXY} ${https_proxy:+https_proxy=$https_proxy} \
   bash /src/scripts/build-plugin.sh >&2
 VERSION=$(sed -n 's/^__version__ = "\(.*\)"/\1/p' node_probe/protocol/version.py)

@@ -12,8 +12,12 @@
 # pyproject.toml + packaging/requirements-build.txt + the Python version) that holds only the
 # project's runtime dependencies; the project's own code comes from this work tree. node_probe
 # and bpf/ are bundled too (`kubectl gpu-doctor local` runs the probe by re-entering the frozen
-# executable); bcc is never bundled (it needs the host's libbcc and kernel headers). The finding
-# pages (docs/findings) are bundled for `kubectl gpu-doctor explain ID`, which works offline.
+# executable); bcc is never bundled (libbcc, LLVM and clang are the host's): the frozen probe
+# imports the host's python3-bpfcc (node_probe/tracing/hostbcc.py), so the stdlib modules that
+# package uses are bundled as hidden imports. On Linux the kernel header set for this arch
+# (scripts/build-kheaders.py, packaging/kheaders-<arch>.manifest) is bundled as _internal/kheaders
+# for hosts without headers. The finding pages (docs/findings) are bundled for
+# `kubectl gpu-doctor explain ID`, which works offline.
 #
 # Platforms: PyInstaller cannot cross-compile. This script builds the archive for the machine it
 # runs on (here linux/amd64). linux/arm64: scripts/build-plugin-arm64.sh runs this script in an
@@ -32,6 +36,8 @@
 #                           pushed). Baked into the bundle as kubectl_gpudoctor/_build_info.json;
 #                           unset: a tag-only development build (`version` says so).
 #   GPU_DOCTOR_DIST         where the archive goes (default dist/)
+#   GPU_DOCTOR_KHEADERS_SET a kernel header set already built for this arch (checked against
+#                           its manifest; scripts/build-plugin-arm64.sh builds it natively)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
@@ -99,7 +105,9 @@ DIST=${GPU_DOCTOR_DIST:-dist}
 mkdir -p "$DIST"
 OUT=$DIST/kubectl-gpu_doctor-$VERSION-$OS-$ARCH.tar.gz
 WORK=$ROOT/build/plugin/$KIND${PIN:+-pinned}
-src_hash=$( { echo "$KEY $KIND $PIN"; cat LICENSE packaging/kubectl-gpu_doctor.py "$0";
+KH_MANIFEST=packaging/kheaders-$ARCH.manifest   # `local` on a host without kernel headers
+[ "$OS" = linux ] && [ -f "$KH_MANIFEST" ] || KH_MANIFEST=/dev/null
+src_hash=$( { echo "$KEY $KIND $PIN"; cat LICENSE packaging/kubectl-gpu_doctor.py "$0" "$KH_MANIFEST";
               find kubectl_gpudoctor node_probe bpf deploy docs/findings -type f ! -name '*.pyc' ! -path '*/__pycache__/*' -print0 \
                 | sort -z | xargs -0 sha256sum; } | sha256sum | cut -c1-16)
 if [ "$ARCHIVE" = 1 ] && [ -s "$OUT" ] && [ "$(cat "$OUT.inputs" 2>/dev/null)" = "$src_hash" ] && [ -z "${FORCE:-}" ]; then
@@ -113,6 +121,23 @@ if [ -n "$PIN" ]; then
   printf '{"probe_image": "%s"}\n' "$PIN" > "$WORK/_build_info.json"
   extra_data=(--add-data "$WORK/_build_info.json:kubectl_gpudoctor")
 fi
+if [ "$KH_MANIFEST" != /dev/null ]; then
+  if [ -n "${GPU_DOCTOR_KHEADERS_SET:-}" ]; then   # built beforehand (build-plugin-arm64.sh)
+    /usr/bin/python3 scripts/build-kheaders.py check "$GPU_DOCTOR_KHEADERS_SET" >&2 \
+      || { log "GPU_DOCTOR_KHEADERS_SET=$GPU_DOCTOR_KHEADERS_SET is not a complete $ARCH set"; exit 1; }
+    cp -r "$GPU_DOCTOR_KHEADERS_SET" "$WORK/kheaders"
+  else
+    /usr/bin/python3 scripts/build-kheaders.py build --arch "$ARCH" "$WORK/kheaders" >&2 \
+      || { log "building the kernel header set for $ARCH failed"; exit 1; }
+  fi
+  extra_data+=(--add-data "$WORK/kheaders:kheaders")
+else
+  log "no kernel header set for $OS/$ARCH: \`local\` on a host without headers will not trace"
+fi
+# the stdlib modules the host's bcc package imports (hostbcc.py loads it at run time)
+bcc_stdlib=(atexit ctypes errno fcntl json platform re subprocess traceback warnings functools
+            collections.abc)
+hidden=(); for m in "${bcc_stdlib[@]}"; do hidden+=(--hidden-import "$m"); done
 mode=--onedir; [ "$KIND" = onefile ] && mode=--onefile
 log "PyInstaller $mode kubectl-gpu_doctor $VERSION ($OS/$ARCH)"
 (
@@ -123,7 +148,7 @@ log "PyInstaller $mode kubectl-gpu_doctor $VERSION ($OS/$ARCH)"
     --distpath "$WORK/dist" --workpath "$WORK/work" --specpath "$WORK" \
     --paths "$ROOT" \
     --collect-submodules kubectl_gpudoctor --collect-submodules node_probe \
-    --add-data "$ROOT/bpf:bpf" "${extra_data[@]}" \
+    --add-data "$ROOT/bpf:bpf" "${extra_data[@]}" "${hidden[@]}" \
     --add-data "$ROOT/deploy/*.yaml:kubectl_gpudoctor/manifests" \
     --add-data "$ROOT/docs/findings:docs/findings" \
     --exclude-module bcc --exclude-module tkinter --exclude-module pytest \

@@ -5,17 +5,18 @@ with -D cflags, attaches, reads the ring buffer and returns plain dicts) must st
 separate, and everything that needs `bcc` is imported lazily from here, so the probe runs
 without BCC and reports `probe.ebpf_unavailable` instead.
 
-Layout: bcc_env (can BCC run: module, headers, tracefs), sources (where bpf/ is; the shared
-headers of bpf/include pasted into each compile unit), bundle (one compile for all programs,
-syscall tracepoint attach/detach, the event head), abi (the C's integer #defines, read from the
-C), loader (the Loader protocol, LoaderBase, TraceConfig, Targets), fdtrack (the one fd tracker
-every syscall program shares), ucalls (library calls watched by entry/return uprobe pairs,
-bpf/include/ucall.h), ticks (the kernel tick as the ioctl clock), libs (a process's copy of a
-driver library, for uprobes), one loader per program (nvidia_dev, cgroup_devices, nvml_calls,
-cuda_calls, futex_wait), session (one trace window; LOADERS, the one list of probes). Verdicts
-live in node_probe/checks/_trace_verdicts.py. What a blocked thread is inside, from /proc,
-comes from node_probe.host.proctasks and node_probe.host.elfsyms (shared with the
-device-plugin check).
+Layout: bcc_env (can BCC run: module, headers, tracefs), hostbcc (the host's python3-bpfcc for
+a Python without bcc: the frozen plugin, a venv), kheaders (the bundled header sets), sources
+(where bpf/ is; the shared headers of bpf/include pasted into each compile unit), bundle (one
+compile for all programs, syscall tracepoint attach/detach, the event head), abi (the C's
+integer #defines, read from the C), loader (the Loader protocol, LoaderBase, TraceConfig,
+Targets), fdtrack (the one fd tracker every syscall program shares), ucalls (library calls
+watched by entry/return uprobe pairs, bpf/include/ucall.h), ticks (the kernel tick as the ioctl
+clock), libs (a process's copy of a driver library, for uprobes), one loader per program
+(nvidia_dev, cgroup_devices, nvml_calls, cuda_calls, futex_wait), session (one trace window;
+LOADERS, the one list of probes). Verdicts live in node_probe/checks/_trace_verdicts.py. What a
+blocked thread is inside, from /proc, comes from node_probe.host.proctasks and
+node_probe.host.elfsyms (shared with the device-plugin check).
 
 Known limits, by design or for now:
 - Only syscall tracepoint arguments, user memory and BPF helpers are read: no kernel structs

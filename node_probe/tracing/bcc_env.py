@@ -7,7 +7,9 @@ and BCC_KERNEL_SOURCE takes one directory, so a merged tree of symlinks is built
 and a mounted tracefs (mounted here when absent, and said so in a log record). Checked before
 `import bcc`, because bcc reads the tracefs location at import time. When the node has no
 headers at all (no /lib/modules/<release>/{build,source}, no kheaders.tar.xz), the probe's own
-bundled set (kheaders.py) is used; `headers` says which ones were used, for the report.
+bundled set (kheaders.py) is used; `headers` says which ones were used, for the report. A
+Python without bcc (the frozen krew plugin, a venv) uses the host's python3-bpfcc (hostbcc.py);
+`bcc_module` says which.
 """
 from __future__ import annotations
 
@@ -20,7 +22,7 @@ from pathlib import Path
 from typing import Callable
 
 from node_probe.host import hostfs, subproc
-from . import kheaders
+from . import hostbcc, kheaders
 
 TRACEFS_CANDIDATES = ("/sys/kernel/tracing", "/sys/kernel/debug/tracing")
 KCONFIG = "include/linux/kconfig.h"
@@ -41,6 +43,7 @@ class BccEnv:
     # which headers BCC compiles against: {"source": env|probe|host|kheaders|bundled, "path":
     # ..., "kernel_version": (bundled only) ...}; {} when none were found
     headers: dict = dataclasses.field(default_factory=dict)
+    bcc_module: str = ""        # which bcc Python package was imported (hostbcc.import_bcc)
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)
@@ -156,17 +159,26 @@ def check(host_root: Path, log: Log) -> BccEnv:
         remedies.append(f"install headers on the host (`apt-get install linux-headers-{release}`)"
                         " and mount the host's /lib/modules and /usr/src into the probe, or set"
                         " BCC_KERNEL_SOURCE to one directory holding the headers (the probe"
-                        " image carries a small bundled set: run it, or build one with"
-                        " scripts/build-kheaders.py and set GPU_DOCTOR_KHEADERS_DIR)")
+                        " image, the krew plugin and the wheel carry a small bundled set; a"
+                        " checkout builds one with scripts/build-kheaders.py and"
+                        " GPU_DOCTOR_KHEADERS_DIR names it)")
     else:
         notes.append(f"kernel headers: {headers['how']}")
         if ksrc:
             os.environ["BCC_KERNEL_SOURCE"] = ksrc
-    try:
-        import bcc  # noqa: F401  (the availability test; tracefs is settled by now)
-    except Exception as exc:  # ImportError, or a libbcc that fails to load
-        missing.append(f"the bcc Python module cannot be imported ({type(exc).__name__}: {exc})")
-        remedies.append("install BCC: `apt-get install python3-bpfcc` (and run the probe with "
-                        "the Python it installs into)")
+    # the availability test (tracefs is settled by now): this Python's bcc, else the host's
+    module, from_host, why = hostbcc.import_bcc()
+    where = ""
+    if module is None:
+        missing.append(f"the bcc Python module cannot be imported ({why})")
+        remedies.append("install BCC on the node: `apt-get install python3-bpfcc` (Debian, "
+                        "Ubuntu) or `dnf install python3-bcc` (Fedora, RHEL)")
+    else:
+        pkg = Path(module.__file__).parent
+        where = f"the host's {pkg}" if from_host else f"this Python's {pkg}"
+        notes.append(f"bcc: {where}")
+        if from_host:
+            log("info", f"this Python has no bcc module: using {where}", check="trace")
     return BccEnv(ok=not missing, missing=missing, remedies=remedies, kernel_release=release,
-                  kernel_source=ksrc, tracefs=tracefs, notes=notes, headers=headers)
+                  kernel_source=ksrc, tracefs=tracefs, notes=notes, headers=headers,
+                  bcc_module=where)

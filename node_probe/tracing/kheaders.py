@@ -5,16 +5,21 @@ Bottlerocket, Talos, Flatcar and many driver-container nodes do not have. Our pr
 kernel structures: only syscall tracepoint arguments (whose layout bundle.py checks against the
 running kernel's tracefs format files), user memory and BPF helpers. So a fixed set of Debian's
 headers compiles them for any kernel the programs can run on. The set holds only the files a
-traced compile opened (scripts/build-kheaders.py, packaging/kheaders.manifest) with a
-metadata.json saying which kernel's headers they are; the image has it at
-/opt/gpu-doctor/kheaders, a checkout at build/kheaders (`scripts/build-kheaders.py build
-build/kheaders`), and GPU_DOCTOR_KHEADERS_DIR overrides both.
+traced compile opened (scripts/build-kheaders.py, packaging/kheaders-<arch>.manifest) with a
+metadata.json saying which kernel's and machine's headers they are. Where a set ships, and the
+name `bundle` the report gives it:
+  image            /opt/gpu-doctor/kheaders (beside node_probe; scripts/build-image.sh)
+  plugin artifact  _internal/kheaders in the frozen krew archive (scripts/build-plugin.sh)
+  wheel            node_probe/kheaders/<uname -m>/ (one set per machine; scripts/build-wheel.sh)
+  checkout         build/kheaders (`scripts/build-kheaders.py build build/kheaders`)
+and GPU_DOCTOR_KHEADERS_DIR overrides them all.
 """
 from __future__ import annotations
 
 import dataclasses
 import json
 import os
+import sys
 from pathlib import Path
 
 import node_probe
@@ -34,26 +39,32 @@ class HeaderSet:
     files: int
     size_bytes: int
     packages: tuple[str, ...]
+    bundle: str = ""      # what carried it: image, plugin artifact, wheel, checkout, ENV
 
     def describe(self) -> str:
-        return (f"the probe's bundled Linux {self.kernel_version} headers ({self.files} files"
-                f" from {', '.join(self.packages) or 'Debian linux-headers'})")
+        carried = f" from the {self.bundle}" if self.bundle and self.bundle != ENV else ""
+        return (f"the probe's bundled Linux {self.kernel_version} headers{carried} ({self.files}"
+                f" files of {', '.join(self.packages) or 'Debian linux-headers'})")
 
     def to_dict(self) -> dict:
         return {"path": str(self.path), "kernel_version": self.kernel_version, "abi": self.abi,
                 "machine": self.machine, "files": self.files, "size_bytes": self.size_bytes,
-                "packages": list(self.packages)}
+                "packages": list(self.packages), "bundle": self.bundle}
 
 
-def candidates() -> list[Path]:
+def candidates() -> list[tuple[Path, str]]:
+    """(where a set may be, the bundle that puts it there), in the order they are tried."""
     env = os.environ.get(ENV)
     if env:
-        return [Path(env)]
-    top = Path(node_probe.__file__).resolve().parent.parent
-    return [top / "kheaders", top / "build" / "kheaders"]
+        return [(Path(env), ENV)]
+    pkg = Path(node_probe.__file__).resolve().parent
+    top = pkg.parent
+    beside = "plugin artifact" if getattr(sys, "frozen", False) else "image"
+    return [(top / "kheaders", beside), (pkg / "kheaders" / os.uname().machine, "wheel"),
+            (top / "build" / "kheaders", "checkout")]
 
 
-def load(path: Path) -> tuple[HeaderSet | None, str]:
+def load(path: Path, bundle: str = "") -> tuple[HeaderSet | None, str]:
     """The set at `path`, or (None, why it is not usable)."""
     meta_path = path / META
     try:
@@ -68,7 +79,7 @@ def load(path: Path) -> tuple[HeaderSet | None, str]:
         hs = HeaderSet(path=path, kernel_version=str(meta["kernel_version"]),
                        abi=str(meta.get("abi", "")), machine=str(meta["machine"]),
                        files=int(meta["files"]), size_bytes=int(meta["bytes"]),
-                       packages=tuple(str(p) for p in meta.get("packages", ())))
+                       packages=tuple(str(p) for p in meta.get("packages", ())), bundle=bundle)
     except (ValueError, KeyError, TypeError) as exc:
         return None, f"{meta_path}: not a header set's metadata ({exc})"
     machine = os.uname().machine
@@ -82,8 +93,8 @@ def load(path: Path) -> tuple[HeaderSet | None, str]:
 def find() -> tuple[HeaderSet | None, str]:
     """The first usable bundled set, or (None, why none is)."""
     why = []
-    for c in candidates():
-        hs, err = load(c)
+    for c, bundle in candidates():
+        hs, err = load(c, bundle)
         if hs is not None:
             return hs, ""
         why.append(err)

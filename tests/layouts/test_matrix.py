@@ -82,6 +82,29 @@ SOURCES = {
         "libnvidia-ml.so.1)",
         "https://github.com/siderolabs/extensions/pull/476 (the NVIDIA extension's glibc "
         "subroot; GPU Operator toolkit; CDI mode)"],
+    # Grace (arm64) nodes: the same kubelet/containerd layout as x86, the driver's libraries in
+    # Debian/Ubuntu's aarch64 multiarch dir, and only the open kernel modules
+    "gh200-ubuntu": [
+        "https://docs.nvidia.com/datacenter/cloud-native/gpu-operator/latest/platform-support.html"
+        " (arm64 platforms: GH200 and GB200 on Ubuntu 22.04/24.04)",
+        "https://github.com/NVIDIA/nvidia-container-toolkit/blob/main/pkg/lookup/library.go "
+        "(the toolkit's library search paths: /usr/lib/aarch64-linux-gnu beside "
+        "/usr/lib/x86_64-linux-gnu and /usr/lib64)",
+        "https://developer.nvidia.com/blog/nvidia-transitions-fully-towards-open-source-gpu-kernel-"
+        "modules/ (Grace Hopper and Blackwell: the open GPU kernel modules only)",
+        "https://github.com/NVIDIA/open-gpu-kernel-modules/blob/595.45.04/utils.mk "
+        "(GENERATE_NVIDSTRING: 'NVIDIA UNIX Open Kernel Module for $(TARGET_ARCH)  <version>', "
+        "printed after 'NVRM version: ' by kernel-open/nvidia/nv-procfs.c)"],
+    "gb200-gpu-operator": [
+        "https://docs.nvidia.com/datacenter/cloud-native/gpu-operator/latest/platform-support.html"
+        " (GB200 NVL on arm64 with the driver container: /run/nvidia/driver)",
+        "https://github.com/NVIDIA/nvidia-container-toolkit/blob/main/pkg/lookup/library.go "
+        "(/usr/lib/aarch64-linux-gnu under the driver root)",
+        "https://docs.nvidia.com/multi-node-nvlink-systems/imex-guide/imexchannels.html "
+        "(/dev/nvidia-caps-imex-channels/channelN, major from /proc/devices)",
+        "https://docs.nvidia.com/datacenter/tesla/fabric-manager-user-guide/index.html "
+        "(a GPU is usable once its NVLink fabric registration is completed: "
+        "nvmlDeviceGetGpuFabricInfo)"],
 }
 
 
@@ -125,6 +148,8 @@ class Layout:
     plugin_env: dict = dataclasses.field(default_factory=dict)
     fault: str = ""               # finding id the faulty variant must produce
     faulty: dict = dataclasses.field(default_factory=dict)   # what the fault changes
+    arch: str = "x86_64"          # the kernel module's (/proc/driver/nvidia/version)
+    gpu: dict = dataclasses.field(default_factory=dict)      # FakeGpu fields (name, fabric)
 
 
 NVIDIA_DEFAULT = containerd_toml()
@@ -212,15 +237,39 @@ LAYOUTS = [
             "var/run/cdi/nvidia.yaml": cdi_spec(DRIVER, "usr/local/glibc/usr/lib")},
            "/run/containerd", "/usr/local/glibc", "usr/local/glibc/usr/lib",
            fault="deviceplugin.missing", faulty={"no_plugin": True}),
+    # Grace Hopper: NVIDIA's driver packages on Ubuntu arm64 (sbsa), containerd configured by
+    # nvidia-ctk; the open kernel module for aarch64
+    Layout("gh200-ubuntu", "var/lib/kubelet", ("kubelet", "--config=/var/lib/kubelet/config.yaml"),
+           "containerd", "run/containerd/containerd.sock", ("--config", "/etc/containerd/config.toml"),
+           {"etc/containerd/config.toml": NVIDIA_DEFAULT}, "/run/containerd", "/",
+           "usr/lib/aarch64-linux-gnu", arch="aarch64", gpu={"name": "NVIDIA GH200 480GB"},
+           fault="driver.version_mismatch", faulty={"kmod": "570.158.01"}),
+    # GB200 NVL72 compute tray: the GPU Operator's driver container, CDI, an IMEX channel, and
+    # GPUs registered with the rack's NVLink fabric (no NVSwitch on the tray itself)
+    Layout("gb200-gpu-operator", "var/lib/kubelet", ("kubelet",), "containerd",
+           "run/containerd/containerd.sock", (),
+           {"etc/containerd/config.toml": containerd_toml(cdi=True),
+            "dev/nvidia-caps-imex-channels/channel0": ""}, "/run/containerd",
+           "/run/nvidia/driver", "run/nvidia/driver/usr/lib/aarch64-linux-gnu",
+           plugin_env={"NVIDIA_DRIVER_ROOT": "/run/nvidia/driver"}, arch="aarch64",
+           gpu={"name": "NVIDIA GB200", "fabric_state": 3},
+           fault="fabric.not_ready", faulty={"gpu": {"fabric_state": 1}}),
 ]
 
 
-def install_driver(root, libdir: str, gpus, kmod: str) -> None:
+# /proc/driver/nvidia/version as each driver flavour prints it: the proprietary x86_64 module,
+# and the open module (the only one on Grace; NVIDIA/open-gpu-kernel-modules utils.mk)
+NVRM = {"x86_64": "NVIDIA UNIX x86_64 Kernel Module  {v}  Tue Jun 10 11:07:42 UTC 2025",
+        "aarch64": "NVIDIA UNIX Open Kernel Module for aarch64  {v}  Release Build  "
+                   "(dvs-builder@U22-I3-AE18-09-3)  Tue Jun 10 11:07:42 UTC 2025"}
+
+
+def install_driver(root, libdir: str, gpus, kmod: str, arch: str = "x86_64") -> None:
     build_fake_nvml(root / libdir, driver_version=DRIVER, gpus=gpus)
     drv = root / "proc/driver/nvidia"
     drv.mkdir(parents=True, exist_ok=True)
-    (drv / "version").write_text(f"NVRM version: NVIDIA UNIX x86_64 Kernel Module  {kmod}  "
-                                 "Tue Jun 10 11:07:42 UTC 2025\nGCC version:  gcc 12.2.0\n")
+    (drv / "version").write_text(f"NVRM version: {NVRM[arch].format(v=kmod)}\n"
+                                 "GCC version:  gcc 12.2.0\n")
     for g in gpus:
         bus = g.bus_id[4:].lower()
         d = drv / "gpus" / bus
@@ -251,8 +300,8 @@ def plugins():
 def build(tmp_path, lay: Layout, daemons, plugins, faulty: bool):
     root = tmp_path / "h"
     f = lay.faulty if faulty else {}
-    gpus = healthy_gpus(2)
-    install_driver(root, lay.libdir, gpus, f.get("kmod", DRIVER))
+    gpus = [dataclasses.replace(g, **{**lay.gpu, **f.get("gpu", {})}) for g in healthy_gpus(2)]
+    install_driver(root, lay.libdir, gpus, f.get("kmod", DRIVER), lay.arch)
     for rel, text in {**lay.runtime_files, **f.get("files", {})}.items():
         write(root, rel, text)
     kdir = root / lay.kubelet_dir

@@ -81,6 +81,9 @@ def test_archive_layout(unpacked_plugin: Path):
     assert bundled and bundled == sorted(p.name for p in (REPO / "bpf").glob("*.bpf.c"))
     assert not (internal / "bcc").exists()  # bcc is the host's (libbcc + kernel headers), never bundled
     assert list(internal.glob("libpython3*.so*"))  # carries its own interpreter: no system Python needed
+    # the kernel header set for this machine (hosts without headers; test_local_trace.py)
+    meta = json.loads((internal / "kheaders" / "metadata.json").read_text())
+    assert meta["machine"] == os.uname().machine and (internal / "kheaders/include/linux/kconfig.h").is_file()
 
 
 def test_frozen_plugin_runs_the_probes_child_processes(krew_root: Path, tmp_path: Path):
@@ -151,8 +154,9 @@ def test_frozen_plugin_runs_the_list_page_parser(unpacked_plugin: Path):
 ARM64 = REPO / "dist" / f"kubectl-gpu_doctor-{__version__}-linux-arm64.tar.gz"
 
 
+@pytest.mark.arm64
 @pytest.mark.skipif(not ARM64.exists(), reason="no linux/arm64 archive in dist/: it is a release step "
-                    "(sudo scripts/build-plugin-arm64.sh builds it under qemu: ~6 min once for the arm64 builder, ~4 min per build), not CI")
+                    "(sudo scripts/build-plugin-arm64.sh builds it under qemu: 6-14 min once for the arm64 builder, 4-11 min per build), not CI")
 def test_linux_arm64_archive(tmp_path: Path):
     """The archive scripts/build-plugin-arm64.sh made: same layout, an aarch64 executable, and
     (where binfmt_misc runs aarch64 binaries through qemu) kubectl dispatches `version` to it."""
@@ -162,6 +166,8 @@ def test_linux_arm64_archive(tmp_path: Path):
     assert sorted(os.listdir(unpacked)) == ["LICENSE", "_internal", "kubectl-gpu_doctor"]
     header = (unpacked / "kubectl-gpu_doctor").read_bytes()[:20]
     assert header[:4] == b"\x7fELF" and int.from_bytes(header[18:20], "little") == 183  # EM_AARCH64
+    meta = json.loads((unpacked / "_internal/kheaders/metadata.json").read_text())
+    assert (meta["arch"], meta["machine"]) == ("arm64", "aarch64")   # arm64's headers, not ours
     if not Path("/proc/sys/fs/binfmt_misc/qemu-aarch64").exists():
         pytest.skip("cannot run aarch64 binaries here (no qemu-aarch64 binfmt handler)")
     cache = Path(os.environ.get("GPU_DOCTOR_CACHE", "/var/cache/gpu-doctor"))
@@ -179,6 +185,46 @@ def test_linux_arm64_archive(tmp_path: Path):
     r = kubectl(root, "gpu-doctor", "version", timeout_s=300, env={"QEMU_LD_PREFIX": str(sysroots[-1])})
     assert r.returncode == 0, r.stderr
     assert f"kubectl gpu-doctor {__version__}" in r.stdout
+
+
+def _local_verdict(exe: str, root: Path, env: dict | None = None) -> dict:
+    args = ["local", "--host-root", str(root), "--kmsg-file", str(root / "kmsg"), "--skip", "trace",
+            "--timeout", "120", "-o", "json"]
+    r = subprocess.run([exe, *args], capture_output=True, text=True, timeout=300,
+                       env={**os.environ, **(env or {})}, cwd=root)
+    assert r.returncode == 1, r.stderr[-2000:]         # 1: findings at/above --fail-on
+    doc = json.loads(r.stdout)
+    assert doc["summary"]["complete"] is True
+    # memory.pressure and hami.* judge this machine's memory and processes at that moment
+    return {"checks": sorted((c["id"], c["status"]) for c in doc["checks"]),
+            "findings": sorted((f["id"], f["severity"], f["subject"]) for f in doc["findings"]
+                               if f["id"] != "memory.pressure" and not f["id"].startswith("hami."))}
+
+
+@pytest.mark.arm64
+@pytest.mark.skipif(not ARM64.exists(), reason="no linux/arm64 archive in dist/ (sudo "
+                    "scripts/build-plugin-arm64.sh), not CI")
+def test_linux_arm64_archive_runs_local_like_amd64(unpacked_plugin: Path, tmp_path: Path):
+    """`local` from the frozen arm64 plugin, under qemu-user against a Grace-like host root
+    (aarch64 stand-in NVML: the NVML child is the arm64 executable re-entered), reaches the
+    amd64 archive's verdict on the same node built for x86_64 (test_arm64_smoke.py's roots)."""
+    from tests.packaging.test_arm64_smoke import CC, grace_like_root
+    if not Path("/proc/sys/fs/binfmt_misc/qemu-aarch64").exists() or not shutil.which(CC["aarch64"]):
+        pytest.skip("needs the qemu-aarch64 binfmt handler and gcc-aarch64-linux-gnu")
+    cache = Path(os.environ.get("GPU_DOCTOR_CACHE", "/var/cache/gpu-doctor"))
+    sysroots = sorted(p.parent.parent for p in cache.glob("arm64-builder-*/lib/ld-linux-aarch64.so.1"))
+    if not sysroots:
+        pytest.skip("no arm64 glibc to run it with (scripts/build-plugin-arm64.sh leaves one in the cache)")
+    arm = tmp_path / "arm"
+    arm.mkdir()
+    subprocess.run(["tar", "-xzf", str(ARM64), "-C", str(arm)], check=True, timeout=120)
+    got = _local_verdict(str(arm / "kubectl-gpu_doctor"), grace_like_root(tmp_path / "arm-root", "aarch64"),
+                         {"QEMU_LD_PREFIX": str(sysroots[-1])})
+    want = _local_verdict(str(unpacked_plugin / "kubectl-gpu_doctor"),
+                          grace_like_root(tmp_path / "amd-root", "x86_64"))
+    assert got == want
+    assert ("driver.known_bad", "critical") in {f[:2] for f in got["findings"]}
+    assert ("nvml", "ok") in got["checks"]
 
 
 def test_frozen_plugin_prints_its_manifests(unpacked_plugin: Path):

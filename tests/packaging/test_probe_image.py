@@ -229,6 +229,7 @@ def test_the_plugins_debug_pod_manifest_runs_the_image(image: Path, tmp_path: Pa
 ARM64_IMAGE = REPO / "dist" / f"gpu-doctor-probe-{__version__}-arm64.oci.tar"
 
 
+@pytest.mark.arm64
 @pytest.mark.skipif(not ARM64_IMAGE.exists(), reason="no arm64 image archive in dist/: it is a release "
                     "step (sudo GPU_DOCTOR_ARCH=arm64 scripts/build-image.sh, under qemu), not CI")
 def test_arm64_image_archive(tmp_path: Path):

@@ -104,18 +104,23 @@ def test_no_host_headers_trace_still_catches_eperm_and_rewrite(
 @pytest.mark.root
 @pytest.mark.bcc
 @pytest.mark.slow
-def test_manifest_lists_exactly_what_a_compile_opens(bcc_ready, tmp_path):
-    """Re-trace the compile against the installed headers: the committed manifest must be
-    what it opens now (an #include added to bpf/ without re-tracing fails here)."""
-    manifest = REPO / "packaging" / "kheaders.manifest"
+@pytest.mark.parametrize("arch", ["amd64", "arm64"])
+def test_manifest_lists_exactly_what_a_compile_opens(bcc_ready, tmp_path, arch):
+    """Re-trace the compile against the pinned headers: the committed manifest must be what it
+    opens now (an #include added to bpf/ without re-tracing fails here). arm64's is traced
+    with BCC's own cross switch (ARCH=arm64: clang's aarch64 target, arch/arm64 includes),
+    from the pinned Debian arm64 package (downloaded once into the build cache)."""
+    manifest = REPO / "packaging" / f"kheaders-{arch}.manifest"
     head = manifest.read_text()
     abi = next(line.split(":", 1)[1].strip() for line in head.splitlines()
                if line.startswith("# abi:"))
     if not Path(f"/usr/src/linux-headers-{abi}-common").is_dir():
         pytest.skip(f"linux-headers-{abi} is not installed here")
     out = tmp_path / "manifest"
-    r = subprocess.run([sys.executable, str(SCRIPT), "trace", "--abi", abi, "--python",
-                        sys.executable, "--output", str(out)],
-                       capture_output=True, text=True, timeout=300)
+    r = subprocess.run([sys.executable, str(SCRIPT), "trace", "--abi", abi, "--arch", arch,
+                        "--python", sys.executable, "--output", str(out)],
+                       capture_output=True, text=True, timeout=600)
+    if r.returncode != 0 and "neither installed nor downloadable" in r.stderr:
+        pytest.skip(f"the pinned {arch} headers cannot be fetched here: {r.stderr[-300:]}")
     assert r.returncode == 0, r.stderr
     assert out.read_text() == head

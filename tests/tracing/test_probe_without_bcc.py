@@ -1,4 +1,8 @@
-"""Without BCC the probe still completes and says what is missing (no root, no BCC needed)."""
+"""Without BCC the probe still completes and says what is missing.
+
+A Python without bcc now imports the host's python3-bpfcc (node_probe/tracing/hostbcc.py), so a
+host without BCC is made here: a private mount namespace with an empty tmpfs over each bcc
+package directory hostbcc would find (root, for the namespace)."""
 from __future__ import annotations
 
 import os
@@ -7,6 +11,7 @@ import time
 
 import pytest
 
+from node_probe.tracing import hostbcc
 from tests.tracing.conftest import findings
 
 
@@ -16,8 +21,12 @@ def test_without_bcc_the_probe_completes_with_ebpf_unavailable(probe):
         pytest.skip(f"{py} (a Python without bcc) is not installed here")
     if subprocess.run([py, "-c", "import bcc"], capture_output=True).returncode == 0:
         pytest.skip(f"{py} has bcc, so it cannot show the missing-BCC path")
+    if os.geteuid() != 0:
+        pytest.skip("hiding the host's python3-bpfcc needs a mount namespace (root)")
+    hide = " && ".join(f"mount -t tmpfs none {d}" for d in hostbcc.candidates()) or "true"
+    wrapper = ["unshare", "-m", "--propagation", "private", "sh", "-c", f'{hide} && exec "$0" "$@"']
     t0 = time.monotonic()
-    recs = probe("--only", "trace", "--trace-seconds", "3", python=py).finish()
+    recs = probe("--only", "trace", "--trace-seconds", "3", python=py, wrapper=wrapper).finish()
     found = findings(recs, "probe.ebpf_unavailable")
     assert len(found) == 1
     assert "bcc" in found[0]["title"]
