@@ -100,6 +100,14 @@ def events_by_uid(events: Iterable[Mapping[str, Any]]) -> dict[str, list[Mapping
     return out
 
 
+def both_ends(text: str, limit: int) -> str:
+    """`text` cut to about `limit` characters keeping both ends: the kubelet's and the container
+    runtimes' messages put the cause last, after layers of wrapping."""
+    if len(text) <= limit:
+        return text
+    return text[:limit // 3] + " \u2026 " + text[-(2 * limit // 3):]
+
+
 def fmt_duration(seconds: float | None) -> str:
     if seconds is None:
         return "?"

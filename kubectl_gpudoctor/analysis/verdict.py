@@ -65,10 +65,15 @@ CHAINS: tuple[tuple[str, ...], ...] = (
      "kubelet.admission_stalled"),
     ("runtime.handler_missing", "pod.admission_error"),
     ("mig.config_failed", "mig.mode_pending"),
+    # a node that fails every GPU pod sent to it, and what makes it so (issue 32); the causes a
+    # runtime's message names are in the findings' own `caused_by`
+    ("gpu.xid", "gpu.lost", "node.gpu_black_hole"),
+    ("deviceplugin.unhealthy", "node.gpu_black_hole"),
 )
 
 # What the last link of a chain means for the workload, most telling first.
 EFFECTS: tuple[tuple[str, str], ...] = (
+    ("node.gpu_black_hole", "the node fails the GPU pods sent to it"),
     ("kubelet.admission_stalled", "the kubelet admits no pod"),
     ("kubelet.blocked_in_device_plugin", "the kubelet is blocked in the device plugin"),
     ("node.not_ready", "the node is NotReady"),
@@ -315,6 +320,12 @@ FIXES = {
     "deviceplugin.missing": "deploy the NVIDIA device plugin (or the GPU Operator) on the node",
     "runtime.handler_missing": "configure the nvidia runtime handler in containerd/CRI-O on "
                                "the node (nvidia-ctk runtime configure) and restart the runtime",
+    "pod.gpu_start_failed": "fix the node fault the runtime's message names (the finding "
+                            "says which, and the node check that proves it), then delete the "
+                            "pod so its controller recreates it",
+    "node.gpu_black_hole": "find why the node fails GPU pods (a lost GPU, the device plugin, "
+                           "the runtime): `kubectl gpu-doctor node` runs the node-side checks; "
+                           "then delete the pods it rejected so their controllers recreate them",
 }
 
 
@@ -351,7 +362,14 @@ def _actions(root: Finding, chain: Sequence[str], names: _Names,
     acts: list[Action | None] = []
     wedge = {"kubelet.admission_stalled", "kubelet.blocked_in_device_plugin",
              "deviceplugin.blocked_in_nvml", "nvml.init_hang"} & set(chain)
-    if root.id == "driver.known_bad" or wedge:
+    if "node.gpu_black_hole" in chain and root.id not in ("driver.known_bad",) and not wedge:
+        # stop the bleeding first: the scheduler keeps sending it pods while it is schedulable
+        acts.append(_cordon(names))
+        if root.id in FIXES:
+            acts.append(Action("fix", FIXES[root.id], None, "depends on the change; read "
+                               f"`kubectl gpu-doctor explain {root.id}` first"))
+        acts.append(_explain(root.id))
+    elif root.id == "driver.known_bad" or wedge:
         acts += [_cordon(names),
                  _plugin_restart(names) if "kubelet.blocked_in_device_plugin" in chain
                  or "deviceplugin.blocked_in_nvml" in chain else None]

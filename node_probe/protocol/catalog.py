@@ -57,6 +57,7 @@ CATALOG: dict[str, str] = {
     "node.not_kubernetes": "This host runs no kubelet: not a Kubernetes node",
     "node.not_ready": "The node is NotReady: its kubelet does not run new pods",
     "node.foreign_condition": "Another health monitor (node-problem-detector, NVSentinel, EKS, GKE, AKS, a device plugin) flags the node",
+    "node.gpu_black_hole": "A Ready, schedulable node fails or rejects the GPU pods sent to it",
     # pods (API side)
     "pod.pending_explained": "Why the pod is not running, from its events and conditions",
     "pod.admission_error": "The kubelet rejected the pod at admission",
@@ -65,6 +66,7 @@ CATALOG: dict[str, str] = {
     "pod.gpu_held_by_others": "Nodes that could take the pod have their GPUs held by other pods",
     "pod.gpu_placement_excluded": "Nodes with enough GPUs are excluded by taints, selectors, affinity, cordon or NotReady",
     "pod.gpu_quota_exhausted": "The namespace ResourceQuota on a GPU resource is used up",
+    "pod.gpu_start_failed": "A GPU container cannot start: the container runtime's message names a node fault",
     "probe.pod_not_started": "The debug pod did not start on the node (a consequence, not the cause)",
     # memory
     "memory.pressure": "Memory or IO pressure on the node; binary page-cache thrash",
