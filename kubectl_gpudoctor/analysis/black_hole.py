@@ -159,8 +159,7 @@ def attempt(pod: Mapping[str, Any], events: Sequence[Mapping[str, Any]], now: dt
 
 
 def event_node(ev: Mapping[str, Any]) -> str | None:
-    """The node a kubelet event comes from (core/v1 source.host, events.k8s.io
-    reportingInstance)."""
+    """The node a kubelet event comes from (`source.host`, else `reportingInstance`)."""
     host = (ev.get("source") or {}).get("host") or ev.get("reportingInstance")
     return host if isinstance(host, str) and host else None
 

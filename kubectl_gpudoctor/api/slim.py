@@ -39,6 +39,17 @@ def slim(obj: dict) -> dict:
     return obj
 
 
+def slim_workload(obj: dict) -> dict:
+    """A Kueue Workload without what no analysis reads: managedFields and each pod set's pod
+    template (a whole pod spec per pod set); the name and count of each pod set are kept."""
+    slim(obj)
+    spec = obj.get("spec")
+    if isinstance(spec, dict) and isinstance(spec.get("podSets"), list):
+        spec["podSets"] = [{"name": ps.get("name"), "count": ps.get("count")}
+                           for ps in spec["podSets"] if isinstance(ps, dict)]
+    return obj
+
+
 class PodCompactor:
     """Fleet-scale pod lists: a pod in steady state (Running, every container ready and never
     restarted, not being deleted, no HAMi annotations) is kept as the skeleton the fleet

@@ -78,6 +78,7 @@ CATALOG: dict[str, str] = {
     "hami.isolation_missing": "HAMi vGPU isolation (libvgpu.so preload) is missing in a container",
     "hami.allocation_mismatch": "HAMi pod device annotations disagree",
     "hami.plugin_log_error": "The HAMi device plugin log has known error patterns",
+    "hami.filter_failed": "The HAMi scheduler filtered out every node for a GPU pod, and why per node",
     # the probe itself
     "probe.ebpf_unavailable": "eBPF tracing could not run; other checks still ran",
     # beyond the seed incidents (issue 15)
@@ -102,6 +103,10 @@ CATALOG: dict[str, str] = {
     # the watching agent's node conditions, read by `nodes` (issue 23)
     "agent.heartbeat_stale": "The node's gpu-doctor agent stopped refreshing its node conditions",
     "agent.condition": "The gpu-doctor agent marks the node with a problem this client does not know",
+    # queueing systems and other schedulers holding a Pending GPU pod (issue 32)
+    "kueue.not_admitted": "Kueue has not admitted the pod's Workload: quota, queue or admission checks",
+    "volcano.podgroup_pending": "Volcano has not enqueued the pod's PodGroup, or cannot place its gang",
+    "kai.podgroup_unschedulable": "The KAI scheduler says why the pod's PodGroup cannot be scheduled",
 }
 
 

@@ -37,6 +37,7 @@ LEASE = re.compile(r"^/apis/coordination.k8s.io/v1/namespaces/kube-node-lease/le
 LEASES = "/apis/coordination.k8s.io/v1/namespaces/kube-node-lease/leases"
 NS_QUOTAS = re.compile(r"^/api/v1/namespaces/([^/]+)/resourcequotas$")
 NAMESPACE = re.compile(r"^/api/v1/namespaces/([^/]+)$")
+API_GROUP = re.compile(r"^/apis/([^/]+)$")
 
 
 def ts(t: dt.datetime) -> str:
@@ -99,6 +100,10 @@ class FakeCluster:
         # other cluster-wide lists by path, e.g. "/apis/resource.k8s.io/v1/resourceslices":
         # (kind of the list, items); a path absent here answers 404 as an unserved API does
         self.lists: dict[str, tuple[str, list[dict]]] = {}
+        # single objects by path (a CRD's, e.g. a Kueue ClusterQueue), and the API groups the
+        # server serves beyond the core ones: group -> (preferred version, other versions)
+        self.objects: dict[str, dict] = {}
+        self.api_groups: dict[str, tuple[str, tuple[str, ...]]] = {}
         # name -> labels; "gpu-doctor" as deploy/rbac.yaml makes it (the probe namespace)
         self.namespaces: dict[str, dict] = {"default": {}, "gpu-doctor": {
             "gpu-doctor.io/probe-namespace": "true",
@@ -471,6 +476,14 @@ class FakeCluster:
                 return self._list("LeaseList", list(self.leases.values()), q)
             if path in self.lists:
                 return self._list(self.lists[path][0], list(self.lists[path][1]), q)
+            if path in self.objects:
+                return self._json(self.objects[path])
+            m = API_GROUP.match(path)
+            if m and m.group(1) in self.api_groups:
+                pref, more = self.api_groups[m.group(1)]
+                gv = [{"groupVersion": f"{m.group(1)}/{v}", "version": v} for v in (pref, *more)]
+                return self._json({"kind": "APIGroup", "apiVersion": "v1", "name": m.group(1),
+                                   "versions": gv, "preferredVersion": gv[0]})
             m = LEASE.match(path)
             if m:
                 if m.group(1) not in self.leases:
