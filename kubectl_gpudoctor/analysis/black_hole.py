@@ -30,9 +30,10 @@ from typing import Any, Iterable, Mapping, Sequence
 
 from node_probe.protocol import Finding, catalog
 
-from .container_start import CAUSES, EVENT_REASONS, KNOWN_KEYS, classify, failures
-from .common import (GPU_RESOURCE_PREFIXES, both_ends, event_source, event_time, fmt_duration,
+from .common import (both_ends, event_source, event_time, fmt_duration,
                      node_is_ready, parse_time, pod_ref)
+from .container_start import CAUSES, EVENT_REASONS, KNOWN_KEYS, classify, failures
+from .fit import pod_gpu_requests
 
 WINDOW_S = 3600.0     # what the API server keeps of events by default (--event-ttl 1h)
 MIN_FAILED = 3
@@ -68,19 +69,6 @@ class Attempt:
 
 def window() -> dt.timedelta:
     return dt.timedelta(seconds=WINDOW_S)
-
-
-def _asks_gpu(pod: Mapping[str, Any]) -> bool:
-    spec = pod.get("spec") or {}
-    for key in ("containers", "initContainers"):
-        for c in spec.get(key) or ():
-            res = c.get("resources") if isinstance(c, Mapping) else None
-            if res:
-                for part in ("limits", "requests"):
-                    for k in res.get(part) or ():
-                        if k.startswith(GPU_RESOURCE_PREFIXES):
-                            return True
-    return False
 
 
 def controller_of(pod: Mapping[str, Any]) -> tuple[tuple[str, str], str]:
@@ -124,7 +112,7 @@ def attempt(pod: Mapping[str, Any], events: Sequence[Mapping[str, Any]], now: dt
     bound, not yet decided (still creating), or outside the window."""
     spec, st, md = pod.get("spec") or {}, pod.get("status") or {}, pod.get("metadata") or {}
     node = spec.get("nodeName")
-    if not node or not _asks_gpu(pod):
+    if not node or not pod_gpu_requests(pod):
         return None
     ctl, kind = controller_of(pod)
     ref = pod_ref(pod)
