@@ -66,9 +66,13 @@ def node_objects(node: Mapping[str, Any], pods_on_node: Sequence[Mapping[str, An
     run("runtime", lambda: runtime.analyze(pods_on_node, ev_list,
                                            (extra or {}).get("runtimeclasses")))
     run("dra.health", dra.analyze_device_health, pods_on_node)
-    run("black_hole", lambda: black_hole.analyze(
-        node, pods_on_node, events if isinstance(events, Mapping) else events_by_uid(events),
-        gone, now, peers))
+    # a kubelet that admits nothing now is the wedge, not a black hole (pods wait, none is
+    # rejected any more): kubelet.admission_stalled says it, once
+    if not any(f.id == "kubelet.admission_stalled" and f.severity.value == "critical"
+               for f in findings):
+        run("black_hole", lambda: black_hole.analyze(
+            node, pods_on_node, events if isinstance(events, Mapping) else events_by_uid(events),
+            gone, now, peers))
     x = extra or {}
     if x.get("resourceclaims") is not None and x.get("resourceslices") is not None:
         run("dra.claims", lambda: dra.analyze_claims(pods_on_node, x["resourceclaims"],

@@ -241,11 +241,12 @@ def analyze(node: Mapping[str, Any], pods_on_node: Sequence[Mapping[str, Any]],
     last_ok = max((a.at for a in ok if a.at), default=None)
     if rate < MIN_RATE or (last_ok and last_fail and last_ok > last_fail):
         return []  # most pods run there, or it has recovered since
-    controllers = {a.controller for a in failed}
+    by_ctl: dict[tuple[str, str], list[Attempt]] = {}
+    for a in failed:  # grouped in one pass: a node may have thousands of failed pods
+        by_ctl.setdefault(a.controller, []).append(a)
     sent_else = failed_else = 0
     rows = []
-    for ctl in sorted(controllers, key=lambda c: -sum(1 for a in failed if a.controller == c)):
-        here = [a for a in failed if a.controller == ctl]
+    for ctl, here in sorted(by_ctl.items(), key=lambda kv: (-len(kv[1]), kv[0])):
         other = [(s, f) for n, (s, f) in ((peers or {}).get(ctl) or {}).items() if n != name]
         s_o, f_o = sum(s for s, _ in other), sum(f for _, f in other)
         sent_else, failed_else = sent_else + s_o, failed_else + f_o

@@ -23,7 +23,7 @@ from typing import Any, Iterable, Mapping, Sequence
 from node_probe.protocol import catalog
 from node_probe.protocol import Finding
 
-from . import admission
+from .admission import stalled_nodes
 from .common import GPU_RESOURCE_PREFIXES, ByIdentity, age_s, fmt_duration, pod_ref
 from .quantity import count as qty
 
@@ -715,7 +715,7 @@ def analyze_pending(pod: Mapping[str, Any], nodes: Sequence[Mapping[str, Any]],
         return []
     pods = list(pods)
     fit = compute(pod, nodes, pods, now,
-                  admission.stalled_nodes(pods, now or dt.datetime.now(dt.timezone.utc)))
+                  stalled_nodes(pods, now or dt.datetime.now(dt.timezone.utc)))
     if fit is None:
         return []
     out = findings(pod, fit, events, now)

@@ -191,3 +191,21 @@ def test_the_verdict_cordons_a_black_hole_before_anything_else():
     assert v.root_cause == "node.gpu_black_hole"
     assert v.actions[0].command == f"kubectl cordon {names[0]}"
     assert v.impact["gpu_pods"] == 7
+
+
+def test_a_wedged_kubelet_is_the_wedge_not_also_a_black_hole():
+    """The captured 1.35 wedge (tests/data/captures/k8s-1.35/wedged-3m-*) has three GPU pods
+    the kubelet rejected while the plugin restarted, and the kubelet now admits nothing: the
+    answer is kubelet.admission_stalled alone (pods wait there; none is rejected any more)."""
+    from kubectl_gpudoctor import analysis
+
+    fc, names = _fleet()
+    add_black_hole(fc, names[0], "ci", "runner-1", rejected=4, gone=0, now=NOW)
+    assert "node.gpu_black_hole" in {f.id for f in _judge(fc, names[0])}
+    fc.add_pod("ci", "stuck-0", names[0], phase="Pending", gpus=1, age_s=600, now=NOW,
+               events="scheduled-only")
+    pods = [p for p in fc.pods.values() if p["spec"].get("nodeName") == names[0]]
+    fs, errs = analysis.node_objects(fc.nodes[names[0]], pods, fc.events, fc.leases[names[0]],
+                                     NOW, peers={})
+    ids = {f.id for f in fs}
+    assert "kubelet.admission_stalled" in ids and "node.gpu_black_hole" not in ids and not errs
