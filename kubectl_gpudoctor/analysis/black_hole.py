@@ -298,8 +298,10 @@ def analyze(node: Mapping[str, Any], pods_on_node: Sequence[Mapping[str, Any]],
          "controllers": rows, "compared_elsewhere": compared,
          "elsewhere": {"pods": sent_else, "failed": failed_else} if peers is not None else None,
          "messages": samples, "caused_by": caused_by or None,
-         "pods": [{"pod": a.pod, "gpu": True, "reason": a.reason}
-                  for a in sorted(failed, key=lambda a: a.at or now, reverse=True)[:MAX_SHOWN]]},
+         # the latest ones, not `pods`: the verdict counts `pods` as held up, and these
+         # were rejected (their controllers made new ones)
+         "latest_failed": [{"pod": a.pod, "reason": a.reason} for a in
+                           sorted(failed, key=lambda a: a.at or now, reverse=True)[:MAX_SHOWN]]},
         f"The node is Ready and schedulable, so the scheduler keeps sending it GPU pods, and "
         f"they fail there. Cordon it now (`kubectl cordon {name}`: running pods stay) so the "
         f"next pods go elsewhere; then find the cause with `kubectl gpu-doctor node {name}` "

@@ -190,7 +190,9 @@ def test_the_verdict_cordons_a_black_hole_before_anything_else():
     v = verdict.decide(fs, {"kind": "node", "name": names[0], "node": names[0]})
     assert v.root_cause == "node.gpu_black_hole"
     assert v.actions[0].command == f"kubectl cordon {names[0]}"
-    assert v.impact["gpu_pods"] == 7
+    # rejected pods are not "stuck": their controllers made new ones; the title counts them
+    assert v.impact["pods"] == 0 and fs[0].evidence["failed_pods"] == 7
+    assert len(fs[0].evidence["latest_failed"]) == 7
 
 
 def test_a_wedged_kubelet_is_the_wedge_not_also_a_black_hole():
