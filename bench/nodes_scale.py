@@ -12,6 +12,9 @@ the numbers; it does not assert them (timing belongs in benchmarks, not in tests
     .venv/bin/python bench/nodes_scale.py [--nodes 1000] [--pods 30000] [--runs 3]
     .venv/bin/python bench/nodes_scale.py --nodes 5000 --pods 150000 --runs 2
     .venv/bin/python bench/nodes_scale.py --nodes 5000 --pods 150000 --baseline /tmp/base
+    .venv/bin/python bench/nodes_scale.py --nodes 5000 --pods 150000 --runs 0 --profile P
+      (after the warm-up, one run of the CLI under cProfile: where its own time goes; the page
+      parsers' share is the run's CPU minus the CLI's)
 """
 from __future__ import annotations
 
@@ -103,6 +106,9 @@ def main() -> int:
     ap.add_argument("--nodes", type=int, default=1000)
     ap.add_argument("--pods", type=int, default=30000)
     ap.add_argument("--runs", type=int, default=3)
+    ap.add_argument("--profile", default=None, metavar="FILE",
+                    help="run the CLI once more under cProfile and write its stats to FILE "
+                         "(where the CLI's own time goes; the page parsers are children)")
     ap.add_argument("--baseline", default=None,
                     help="another checkout (e.g. `git archive REV | tar -x -C DIR`): its CLI "
                          "runs alternately with this tree's, under the same load")
@@ -132,12 +138,18 @@ def main() -> int:
                         runs[label].append((dt, rss_mib, tree_mib, cpu_s))
                     print(f"{'warm-up' if i == 0 else f'run {i}'}"
                           + (f" [{label}]" if a.baseline else "") + f": {line}")
+            if a.profile:
+                _run_once(fc, launcher, kc, Path(d), REPO, ["-c", PROFILED.replace(
+                    "OUT", repr(str(Path(a.profile).resolve())))])
+                _print_profile(a.profile)
     finally:
         fc.stop()
         launcher.stdin.close()
         launcher.wait(10)
     budget_s, budget_mib = (5.0, None) if a.nodes <= 1000 else (10.0, 500.0)
     for label, _ in variants:
+        if not runs[label]:
+            continue  # --runs 0: the warm-up (and the profile) only
         times = [r[0] for r in runs[label]]
         rss, tree, cpu = [r[1] for r in runs[label]], [r[2] for r in runs[label]], \
             [r[3] for r in runs[label]]
@@ -155,13 +167,28 @@ def main() -> int:
     return 0
 
 
-def _run_once(fc, launcher, kc: Path, d: Path, tree_dir: Path):
-    """One `nodes -o json` run of the CLI from `tree_dir` (PYTHONPATH)."""
+# the CLI's main() under cProfile (its entrypoint ends with os._exit, which would skip the
+# profiler's dump)
+PROFILED = ("import cProfile, sys\nfrom kubectl_gpudoctor.cli import main\n"
+            "cProfile.run('main(sys.argv[1:], exiting=True)', OUT)")
+
+
+def _print_profile(path: str, n: int = 30) -> None:
+    import pstats
+    st = pstats.Stats(path)
+    print(f"profile of the CLI process (cProfile adds overhead; children not included): {path}")
+    st.sort_stats("tottime").print_stats(n)
+    st.sort_stats("cumulative").print_stats(n)
+
+
+def _run_once(fc, launcher, kc: Path, d: Path, tree_dir: Path, pre: list | None = None):
+    """One `nodes -o json` run of the CLI from `tree_dir` (PYTHONPATH); `pre`: how to start it
+    instead of `-m kubectl_gpudoctor` (the profiler)."""
     env = dict(os.environ, PYTHONPATH=str(tree_dir), NO_COLOR="1")
     before = len(fc.requests())
     so, se = d / "out", d / "err"
     launcher.stdin.write(json.dumps({
-        "argv": [sys.executable, "-m", "kubectl_gpudoctor", "nodes",
+        "argv": [sys.executable, *(pre or ("-m", "kubectl_gpudoctor")), "nodes",
                  "--kubeconfig", str(kc), "-o", "json"],
         # cwd too: `python -m` puts the working directory first on sys.path
         "env": env, "cwd": str(tree_dir), "out": str(so), "err": str(se)}) + "\n")

@@ -36,8 +36,9 @@ if [ -n "${GPU_DOCTOR_SETUP_LIB:-}" ]; then return 0 2>/dev/null || exit 0; fi
 
 need_pkgs=()
 pkgs=(python3-bpfcc python3-venv python3-pip gcc libc6-dev)
-# the test suite also runs a real OCI registry (tests/packaging/test_release.py)
-[ -n "${GPU_DOCTOR_SETUP_TESTS:-}" ] && pkgs+=(docker-registry)
+# the test suite also runs a real OCI registry (tests/packaging/test_release.py) and checks the
+# alert rules with promtool (tests/prometheus/; Debian's prometheus package ships it)
+[ -n "${GPU_DOCTOR_SETUP_TESTS:-}" ] && pkgs+=(docker-registry prometheus)
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || need_pkgs+=("$p")
 done

@@ -11,9 +11,10 @@ from typing import Any, Mapping, Sequence
 
 from node_probe.protocol import Finding
 
-from . import (admission, agent_conditions, capacity, dra, foreign, goroutines,  # noqa: F401
-               hami, kubelet_config, memory, mig, plugin_messages, pod_status, readiness,
-               runtime)
+from . import (admission, agent_conditions, black_hole, capacity, dra, foreign,  # noqa: F401
+               goroutines, hami, kubelet_config, memory, mig, plugin_messages, pod_status,
+               readiness, runtime)
+from .common import events_by_uid
 
 
 def node_objects(node: Mapping[str, Any], pods_on_node: Sequence[Mapping[str, Any]],
@@ -24,7 +25,9 @@ def node_objects(node: Mapping[str, Any], pods_on_node: Sequence[Mapping[str, An
                  events_known: bool = True,
                  extra: Mapping[str, Any] | None = None,
                  node_events: Sequence[Mapping[str, Any]] = (),
-                 agent_marks: bool = True) -> tuple[list[Finding], list[str]]:
+                 agent_marks: bool = True,
+                 gone: Sequence[black_hole.Attempt] = (),
+                 peers: black_hole.Peers | None = None) -> tuple[list[Finding], list[str]]:
     """Every list-based analysis of one node. Returns (findings, errors of analyses).
     The one place both `node X` (commands/node.py collect_node) and `nodes` (commands/nodes.py
     scan) judge a node from its objects: a verdict added here is in both, so they never
@@ -35,7 +38,10 @@ def node_objects(node: Mapping[str, Any], pods_on_node: Sequence[Mapping[str, An
     them itself with what cleared within the hour (agent_seen), so it passes False and each
     mark is reported once.
     `extra`: lists beyond the core ones (kubectl_gpudoctor.extra_lists.fetch): runtimeclasses,
-    resourceclaims, resourceslices, deviceclasses; a list that could not be read is None."""
+    resourceclaims, resourceslices, deviceclasses; a list that could not be read is None.
+    `gone`, `peers`: what the black-hole test (black_hole.analyze) needs beyond the node's pods:
+    the failed GPU pods that are gone (from the kubelet's events), and the same controllers'
+    outcomes on other nodes (None: not known; the finding then says it did not compare)."""
     findings: list[Finding] = []
     errs: list[str] = []
     ev_list = events if not isinstance(events, Mapping) else [
@@ -64,6 +70,13 @@ def node_objects(node: Mapping[str, Any], pods_on_node: Sequence[Mapping[str, An
     # a GPU plugin pod failing with a known driver cause (version mismatch, lost GPU, NVML)
     run("plugin_messages", plugin_messages.analyze_plugin_pods,
         str((node.get("metadata") or {}).get("name") or ""), pods_on_node)
+    # a kubelet that admits nothing now is the wedge, not a black hole (pods wait, none is
+    # rejected any more): kubelet.admission_stalled says it, once
+    if not any(f.id == "kubelet.admission_stalled" and f.severity.value == "critical"
+               for f in findings):
+        run("black_hole", lambda: black_hole.analyze(
+            node, pods_on_node, events if isinstance(events, Mapping) else events_by_uid(events),
+            gone, now, peers))
     x = extra or {}
     if x.get("resourceclaims") is not None and x.get("resourceslices") is not None:
         run("dra.claims", lambda: dra.analyze_claims(pods_on_node, x["resourceclaims"],

@@ -116,6 +116,9 @@ def analyze_node(node: Mapping[str, Any], pods_on_node: Sequence[Mapping[str, An
     index = events if isinstance(events, Mapping) else events_by_uid(events or ())
     pending, terminating = [], []
     for pod in pods_on_node:
+        if (pod.get("status") or {}).get("phase") not in (None, "Pending") \
+                and not (pod.get("metadata") or {}).get("deletionTimestamp"):
+            continue  # neither untouched (kubelet set a phase) nor Terminating: most pods
         ev = index.get(pod_uid(pod), ())
         waited = untouched_pending(pod, ev, now)
         if waited is not None and waited >= threshold_s:

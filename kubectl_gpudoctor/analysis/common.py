@@ -6,7 +6,7 @@ once here keeps the analyses pure and short.
 from __future__ import annotations
 
 import datetime as dt
-from typing import Any, Iterable, Mapping
+from typing import Any, Callable, Iterable, Mapping
 
 from node_probe.protocol.duration import human
 
@@ -100,6 +100,40 @@ def events_by_uid(events: Iterable[Mapping[str, Any]]) -> dict[str, list[Mapping
         if uid:
             out.setdefault(uid, []).append(ev)
     return out
+
+
+class ByIdentity:
+    """`fn(obj)` remembered for the very object passed (not for an equal one).
+
+    Why: a fleet's steady pods are kept as skeletons that share one containers list per page
+    and shape (api/slim.PodCompactor), so what is derived from a pod's containers (its GPU
+    requests, its memory limit) is the same for thousands of pods; computed once per shared
+    list instead of once per pod. Keyed by id(); each entry holds its object, so no id is
+    reused while it is remembered. Bounded: cleared at `size` entries. An object that is not
+    shared (a whole pod's own list) simply misses."""
+
+    def __init__(self, fn: Callable[[Any], Any], size: int = 4096) -> None:
+        self._fn = fn
+        self._size = size
+        self._memo: dict[int, tuple[Any, Any]] = {}
+
+    def __call__(self, obj: Any) -> Any:
+        hit = self._memo.get(id(obj))
+        if hit is not None and hit[0] is obj:
+            return hit[1]
+        value = self._fn(obj)
+        if len(self._memo) >= self._size:
+            self._memo.clear()
+        self._memo[id(obj)] = (obj, value)
+        return value
+
+
+def both_ends(text: str, limit: int) -> str:
+    """`text` cut to about `limit` characters keeping both ends: the kubelet's and the container
+    runtimes' messages put the cause last, after layers of wrapping."""
+    if len(text) <= limit:
+        return text
+    return text[:limit // 3] + " \u2026 " + text[-(2 * limit // 3):]
 
 
 fmt_duration = human  # the one duration format: node_probe/protocol/duration.human

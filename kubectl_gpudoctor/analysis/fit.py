@@ -23,8 +23,8 @@ from typing import Any, Iterable, Mapping, Sequence
 from node_probe.protocol import catalog
 from node_probe.protocol import Finding
 
-from . import admission
-from .common import GPU_RESOURCE_PREFIXES, age_s, fmt_duration, pod_ref
+from .admission import stalled_nodes
+from .common import GPU_RESOURCE_PREFIXES, ByIdentity, age_s, fmt_duration, pod_ref
 from .quantity import count as qty
 
 # HAMi's per-device memory/core shares: the HAMi scheduler extender judges them from the node's
@@ -86,23 +86,23 @@ def _container_requests(c: Mapping[str, Any]) -> dict[str, int]:
     return out
 
 
-def _asks_gpu(spec: Mapping[str, Any]) -> bool:
-    for part in ("containers", "initContainers"):
-        for c in spec.get(part) or ():
-            res = c.get("resources")
-            if res:
-                for kind in ("limits", "requests"):
-                    for k in res.get(kind) or ():
-                        if k.startswith(GPU_RESOURCE_PREFIXES):
-                            return True
-    return any(k.startswith(GPU_RESOURCE_PREFIXES) for k in spec.get("overhead") or ())
+def _requests(spec: Mapping[str, Any]) -> Mapping[str, int]:
+    """pod_gpu_requests of a pod spec, not to be changed (it may be shared)."""
+    if "initContainers" in spec or "overhead" in spec:
+        return _gpu_requests(spec.get("containers"), spec.get("initContainers"),
+                             spec.get("overhead"))
+    return _gpu_requests_of(spec.get("containers"))
 
 
 def pod_gpu_requests(pod: Mapping[str, Any]) -> dict[str, int]:
     """The pod's effective GPU requests as kube-scheduler computes them: regular containers and
     sidecars (restartable init containers) add up; a plain init container runs alone, so the
     pod needs max(init + sidecars started before it, sum); plus spec.overhead."""
-    spec = pod.get("spec") or {}
+    return dict(_requests(pod.get("spec") or {}))
+
+
+def _gpu_requests(containers: Any, init_containers: Any, overhead: Any) -> dict[str, int]:
+    spec = {"containers": containers, "initContainers": init_containers, "overhead": overhead}
     reqs: dict[str, int] = {}
     for c in spec.get("containers") or ():
         for k, n in _container_requests(c).items():
@@ -126,6 +126,10 @@ def pod_gpu_requests(pod: Mapping[str, Any]) -> dict[str, int]:
         if is_gpu_resource(k) and qty(v):
             reqs[k] = reqs.get(k, 0) + qty(v)
     return {k: n for k, n in reqs.items() if n > 0}
+
+
+# skeleton pods share their containers list (api/slim.PodCompactor); callers get a copy
+_gpu_requests_of = ByIdentity(lambda containers: _gpu_requests(containers, None, None))
 
 
 def holds(pod: Mapping[str, Any]) -> bool:
@@ -360,12 +364,10 @@ def index_held(pods: Iterable[Mapping[str, Any]], resources: Iterable[str] | Non
     held: dict[str, dict[str, int]] = {}
     by_node: dict[str, list[Mapping[str, Any]]] = {}
     for p in pods:
-        if not holds(p):
-            continue
         spec = p.get("spec") or {}
-        if not _asks_gpu(spec):  # most pods ask for no GPU at all
+        reqs = _requests(spec)
+        if not reqs or not holds(p):  # most pods ask for no GPU at all
             continue
-        reqs = pod_gpu_requests(p)
         if wanted is not None:
             reqs = {k: n for k, n in reqs.items() if k in wanted}
         if not reqs:
@@ -713,7 +715,7 @@ def analyze_pending(pod: Mapping[str, Any], nodes: Sequence[Mapping[str, Any]],
         return []
     pods = list(pods)
     fit = compute(pod, nodes, pods, now,
-                  admission.stalled_nodes(pods, now or dt.datetime.now(dt.timezone.utc)))
+                  stalled_nodes(pods, now or dt.datetime.now(dt.timezone.utc)))
     if fit is None:
         return []
     out = findings(pod, fit, events, now)

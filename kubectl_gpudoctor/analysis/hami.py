@@ -34,7 +34,7 @@ from typing import Any, Iterable, Mapping, Sequence
 from node_probe.protocol import catalog
 from node_probe.protocol import Finding
 
-from .common import fmt_duration
+from .common import ByIdentity, fmt_duration
 from .quantity import count
 
 REGISTER_KEY = "hami.io/node-nvidia-register"
@@ -356,6 +356,14 @@ def _msg(ev: Mapping[str, Any]) -> str:
 
 # -- the analysis -----------------------------------------------------------------------------
 
+_HAMI_KEYS = ByIdentity(lambda annos: any(k.startswith("hami.io/") for k in annos))
+
+
+def _hami_annotated(annos: Mapping[str, Any]) -> bool:
+    # a fleet's steady pods share their annotations dict (api/slim.PodCompactor): once each
+    return bool(annos) and _HAMI_KEYS(annos)
+
+
 def analyze_node(node: Mapping[str, Any], pods_on_node: Sequence[Mapping[str, Any]],
                  events: Sequence[Mapping[str, Any]], now: dt.datetime,
                  all_pods_index: Mapping[str, Mapping[str, Any]] | None = None) -> list[Finding]:
@@ -372,7 +380,7 @@ def analyze_node(node: Mapping[str, Any], pods_on_node: Sequence[Mapping[str, An
     annos = _annotations(node)
     node_name = str(_meta(node).get("name", ""))
     hami_node = any(k.startswith("hami.io/") for k in annos)
-    hami_pods = [p for p in pods_on_node if any(k.startswith("hami.io/") for k in _annotations(p))]
+    hami_pods = [p for p in pods_on_node if _hami_annotated(_annotations(p))]
     if not hami_node and not hami_pods:
         return []
     plugin = _find_plugin_pod(pods_on_node)

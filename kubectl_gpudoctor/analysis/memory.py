@@ -21,6 +21,7 @@ from typing import Any, Mapping, Sequence
 from node_probe.protocol import catalog
 from node_probe.protocol import Finding
 
+from .common import ByIdentity
 from .quantity import to_float
 
 GiB = 1 << 30
@@ -76,14 +77,20 @@ def pod_memory_limit(pod: Mapping[str, Any]) -> float | None:
     """The pod's effective memory limit (max of init containers vs. the sum of app containers,
     plus pod overhead), None if any container that runs alongside the others has no limit."""
     spec = pod.get("spec") or {}
+    if "initContainers" in spec or "overhead" in spec:
+        return _memory_limit(spec.get("containers"), spec.get("initContainers"),
+                             spec.get("overhead"))
+    return _limit_of(spec.get("containers"))
 
+
+def _memory_limit(containers: Any, init_containers: Any, overhead: Any) -> float | None:
     def lim(c):
         return to_float(((c.get("resources") or {}).get("limits") or {}).get("memory"))
 
-    apps = [lim(c) for c in spec.get("containers") or ()]
+    apps = [lim(c) for c in containers or ()]
     # restartable init containers (sidecars) run alongside the app containers
-    sidecars = [lim(c) for c in spec.get("initContainers") or () if c.get("restartPolicy") == "Always"]
-    inits = [lim(c) for c in spec.get("initContainers") or () if c.get("restartPolicy") != "Always"]
+    sidecars = [lim(c) for c in init_containers or () if c.get("restartPolicy") == "Always"]
+    inits = [lim(c) for c in init_containers or () if c.get("restartPolicy") != "Always"]
     if any(v is None for v in apps + sidecars) or not apps:
         return None
     total = sum(apps) + sum(sidecars)
@@ -91,8 +98,11 @@ def pod_memory_limit(pod: Mapping[str, Any]) -> float | None:
         if any(v is None for v in inits):
             return None
         total = max(total, max(inits) + sum(sidecars))
-    overhead = to_float(((spec.get("overhead") or {}).get("memory"))) or 0.0
-    return total + overhead
+    return total + (to_float(((overhead or {}).get("memory"))) or 0.0)
+
+
+# skeleton pods share their containers list (api/slim.PodCompactor)
+_limit_of = ByIdentity(lambda containers: _memory_limit(containers, None, None))
 
 
 def _uses_gpu(pod: Mapping[str, Any]) -> bool:

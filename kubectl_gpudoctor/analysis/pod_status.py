@@ -17,6 +17,7 @@ from node_probe.protocol import Finding
 
 from .plugin_messages import Cause, classify as classify_plugin_error, finding_for
 from .admission_race import REFS as RACE_REFS, explain as explain_race
+from .container_start import classify as start_failure
 from .admission import untouched_pending
 from .common import event_source, event_time, fmt_duration, gpu_requests, pod_ref
 from .wedge import blocking_findings
@@ -137,6 +138,8 @@ def analyze_pod(pod: Mapping[str, Any], events: Sequence[Mapping[str, Any]],
     waiting = []
     for cs in list(st.get("initContainerStatuses") or ()) + list(st.get("containerStatuses") or ()):
         w = (cs.get("state") or {}).get("waiting")
+        if w and start_failure(w.get("message")):
+            continue  # a GPU start failure with a known cause: pod.gpu_start_failed says it
         if w and w.get("reason") not in (None, "ContainerCreating", "PodInitializing"):
             waiting.append({"container": cs.get("name"), "reason": w.get("reason"),
                             "message": str(w.get("message") or "")[:300]})

@@ -87,11 +87,16 @@ CHAINS: tuple[tuple[str, ...], ...] = (
      "kubelet.admission_stalled"),
     ("runtime.handler_missing", "pod.admission_error"),
     ("mig.config_failed", "mig.mode_pending"),
+    # a node that fails every GPU pod sent to it, and what makes it so (issue 32); the causes a
+    # runtime's message names are in the findings' own `caused_by`
+    ("gpu.xid", "gpu.lost", "node.gpu_black_hole"),
+    ("deviceplugin.unhealthy", "node.gpu_black_hole"),
 )
 
 # What the last link of a chain means for the workload, most telling first; the words that
 # show a headline already says it (then it is not said twice).
 EFFECTS: tuple[tuple[str, str, str], ...] = (
+    ("node.gpu_black_hole", "the node fails the GPU pods sent to it", "fails"),
     ("kubelet.admission_stalled", "the kubelet admits no pod", "admit"),
     ("kubelet.blocked_in_device_plugin", "the kubelet admits no pod", "admit"),
     ("node.not_ready", "the node is NotReady", "notready"),
@@ -559,7 +564,7 @@ def _plugin_restart(names: _Names, findings: Sequence[Finding]) -> Action | None
         return Action("mitigate", "restart the device plugin; its DaemonSet recreates it",
                       f"kubectl delete pod -n {_q(pod['namespace'])} {_q(pod['name'])}", risk)
     return Action(
-        "mitigate", f"restart the device plugin: find its pod here and delete it (no pod "
+        "mitigate", "restart the device plugin: find its pod here and delete it (no pod "
                     "matched a known install's labels; on Bottlerocket and EKS Auto Mode it is "
                     "a host service)",
         f"kubectl get pods -A -o wide --field-selector spec.nodeName={_q(names.node)}", risk)
@@ -599,6 +604,12 @@ FIXES = {
                             "handshake",
     "hami.lock_stale": "remove the stale hami.io/mutex.lock annotation from the node once its "
                        "owner is gone",
+    "pod.gpu_start_failed": "fix the node fault the runtime's message names (the finding "
+                            "says which, and the node check that proves it), then delete the "
+                            "pod so its controller recreates it",
+    "node.gpu_black_hole": "find why the node fails GPU pods (a lost GPU, the device plugin, "
+                           "the runtime): `kubectl gpu-doctor node` runs the node-side checks; "
+                           "then delete the pods it rejected so their controllers recreate them",
 }
 _RESET = ("reset the GPU on the node once nothing uses it (`nvidia-smi -r -i <bus id>`), or "
           "reboot the node; replace the GPU if it fails again")
@@ -639,6 +650,13 @@ def _actions(root: Finding, chain: Sequence[str], names: _Names,
                 f"kubectl delete pod {_q(names.pod)} -n {_q(names.namespace)}",
                 "none: it never ran" if race.get("recreated") else
                 "the pod is gone until it is created again"))
+    elif "node.gpu_black_hole" in chain and not wedge and root.id not in GPU_DOWN \
+            and root.id != "driver.known_bad":
+        # stop the bleeding first: the scheduler keeps sending it pods while it is schedulable
+        acts.append(cordon(names))
+        if root.id in FIXES:
+            acts.append(Action("fix", FIXES[root.id], None,
+                               "depends on the change; the finding's page says more"))
     elif root.id == "driver.known_bad" or wedge:
         acts += [cordon(names),
                  _plugin_restart(names, findings) if {"kubelet.blocked_in_device_plugin",

@@ -177,7 +177,7 @@ class _Child:
                 result = _checked(marshal.loads(body))
                 del body
                 self.pages += 1
-                fut.set_result(result)
+                fut.set_result((*result, n))  # n: what the reduced page weighs (pager.py)
             except Exception as exc:  # noqa: BLE001 - whatever it sent: this child is done
                 # the child closed under a page (the pool is ending): the walk stops too,
                 # instead of fetching that page again to parse it here
@@ -269,9 +269,10 @@ class ParsePool:
         return fut
 
     def result(self, fut: cf.Future, again: Callable[[], bytes],
-               each: Callable[[dict], Any] | None) -> tuple[list, str | None]:
-        """The future's (items, token). When the child failed or stalled, the page is fetched
-        `again` (same continue token) and parsed here: the CLI keeps no copy of pages it sent."""
+               each: Callable[[dict], Any] | None) -> tuple[list, str | None, int | None]:
+        """The future's (items, token, their marshalled size). When the child failed or
+        stalled, the page is fetched `again` (same continue token) and parsed here (size None):
+        the CLI keeps no copy of pages it sent."""
         try:
             return fut.result(timeout=PAGE_TIMEOUT_S)
         except (BrokenChild, cf.TimeoutError, cf.CancelledError):
@@ -279,7 +280,7 @@ class ParsePool:
                 with self._lock:
                     for c in self.children:
                         c.kill()
-            return parse_page(again(), each)
+            return (*parse_page(again(), each), None)
 
     def close(self) -> None:
         with self._lock:

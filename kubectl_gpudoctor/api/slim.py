@@ -47,6 +47,17 @@ def slim(obj: dict) -> dict:
     return obj
 
 
+def slim_workload(obj: dict) -> dict:
+    """A Kueue Workload without what no analysis reads: managedFields and each pod set's pod
+    template (a whole pod spec per pod set); the name and count of each pod set are kept."""
+    slim(obj)
+    spec = obj.get("spec")
+    if isinstance(spec, dict) and isinstance(spec.get("podSets"), list):
+        spec["podSets"] = [{"name": ps.get("name"), "count": ps.get("count")}
+                           for ps in spec["podSets"] if isinstance(ps, dict)]
+    return obj
+
+
 class PodCompactor:
     """Fleet-scale pod lists: a pod in steady state (Running, every container ready and never
     restarted, not being deleted, no HAMi annotations) is kept as the skeleton the fleet
@@ -65,14 +76,23 @@ class PodCompactor:
         # the node side's records name containers by id only (analysis/subjects.py)
         self.container_ids = container_ids
 
-    def _one(self, obj: Any) -> Any:
+    def _one(self, obj: Any, key: Any = None) -> Any:
+        """The object equal to `obj` seen before on this page (kept once), else `obj`.
+        `key`: a hashable stand-in the caller built more cheaply than repr (labels' items)."""
         if not obj:
             return obj
         if len(self._shared) >= self.MAX_SHARED:
             self._shared.clear()
         # repr, not json.dumps(sort_keys=True): 3x cheaper, and one API server writes equal
         # objects with their keys in the same order
-        return self._shared.setdefault(repr(obj), obj)
+        return self._shared.setdefault(repr(obj) if key is None else key, obj)
+
+    def _mapping(self, d: dict) -> Any:
+        """_one for a mapping of strings (labels, annotations), keyed by its items."""
+        try:
+            return self._one(d, ("m",) + tuple(d.items()))
+        except TypeError:  # a value that is not hashable (not a string): by repr
+            return self._one(d)
 
     def __call__(self, pod: dict) -> dict:
         md, spec, st = pod.get("metadata") or {}, pod.get("spec") or {}, pod.get("status") or {}
@@ -85,12 +105,18 @@ class PodCompactor:
                 "creationTimestamp": sys.intern(md.get("creationTimestamp") or "")}
         for k, v in (("labels", md.get("labels")), ("annotations", ann)):
             if v:
-                meta[k] = self._one(v)
+                meta[k] = self._mapping(v) if type(v) is dict else self._one(v)
         owners = md.get("ownerReferences")
         if owners:  # the replicas of one ReplicaSet share theirs
+            kept = [(_intern(o.get("kind")), o.get("name"), o.get("controller"))
+                    for o in owners if isinstance(o, dict)]
+            try:
+                key: Any = ("o",) + tuple(kept)
+                hash(key)
+            except TypeError:
+                key = None
             meta["ownerReferences"] = self._one(
-                [{"kind": _intern(o.get("kind")), "name": o.get("name"),
-                  "controller": o.get("controller")} for o in owners if isinstance(o, dict)])
+                [{"kind": k, "name": n, "controller": c} for k, n, c in kept], key)
         sp: dict = {"nodeName": sys.intern(spec.get("nodeName") or "")}
         for key in ("containers", "initContainers"):
             cs = [{"name": c.get("name"), "resources": c.get("resources") or {}}
@@ -100,7 +126,7 @@ class PodCompactor:
         for key in ("priority", "priorityClassName", "overhead", "resourceClaims",
                     "schedulerName"):
             if key in spec:
-                sp[key] = spec[key]
+                sp[key] = _intern(spec[key])  # the same few names in 150,000 pods
         phase, qos = st.get("phase") or "", st.get("qosClass")
         status = {"phase": phase, **({"qosClass": qos} if qos else {})}
         if self.container_ids:
@@ -119,14 +145,19 @@ def _intern(v: Any) -> Any:
 
 
 def _steady(md: Mapping[str, Any], spec: Mapping[str, Any], st: Mapping[str, Any]) -> bool:
+    # plain loops, not any()/all() over generators: this runs for every pod of the fleet
     if st.get("phase") != "Running" or md.get("deletionTimestamp") or not spec.get("nodeName"):
         return False
-    if any("hami.io" in k or "nvidia.com" in k for k in md.get("annotations") or ()):
-        return False
-    statuses = st.get("containerStatuses") or ()
+    for k in md.get("annotations") or ():
+        if "hami.io" in k or "nvidia.com" in k:
+            return False
+    statuses = st.get("containerStatuses")
     if not statuses:
         return False
-    return all(c.get("ready") and not c.get("restartCount") and
-               "running" in (c.get("state") or {}) for c in statuses)
+    for c in statuses:
+        if not (c.get("ready") and not c.get("restartCount")
+                and "running" in (c.get("state") or ())):
+            return False
+    return True
 
 

@@ -22,9 +22,10 @@ from node_probe.protocol.render import terminal_safe
 from .. import analysis, errors
 from ..api import extra_lists
 from . import pending
-from ..analysis import admission, capacity, dra, goroutines, kubelet_config, pod_status
-from ..analysis import agent_seen, plugin_pods, wedge
-from ..analysis.common import pod_ref
+from ..analysis import admission, capacity, container_start, dra, goroutines, kubelet_config
+from ..analysis import pod_status
+from ..analysis import agent_seen, black_hole, plugin_pods, wedge
+from ..analysis.common import events_by_uid, pod_ref
 from ..api.kube import Kube, seg, worker_pool
 from ..report.output import Output
 from node_probe.protocol import ExitStatus
@@ -147,11 +148,13 @@ def collect_node(kube: Kube, name: str, settings: Settings, out: Output,
         extra = _extra_lists(out, f_extra, t0)
         node_events = list((_result(out, "api.node_events", f_nev, t0, quiet=True) or {})
                            .get("items") or ())
+    gone, peers = _black_hole_context(kube, name, pods, index, warn, now, out)
     findings, errs = analysis.node_objects(node, pods, index, lease, now,
                                            threshold_s=settings.stall_threshold_s,
                                            kubelet_cfg=cfg, events_known=events_known,
                                            extra=extra, node_events=node_events,
-                                           agent_marks=False)  # agent_seen below reads them
+                                           agent_marks=False,  # agent_seen below reads them
+                                           gone=gone, peers=peers)
     for e in errs:
         out.log("warning" if "failed" in e else "debug", e)
     findings += kubelet_config.analyze(name, cfg)
@@ -164,6 +167,47 @@ def collect_node(kube: Kube, name: str, settings: Settings, out: Output,
     # what the watching agent marked on the node, now or within the hour (even if cleared)
     findings += agent_seen.analyze(node, now)
     return NodeView(node, pods, lease, cfg, findings, events=node_events)
+
+
+MAX_PEER_NAMESPACES = 5
+
+
+def _black_hole_context(kube: Kube, name: str, pods: list[dict], index: Mapping[str, list],
+                        warn: Mapping[str, Any] | None, now: Any, out: Output
+                        ) -> tuple[list, dict | None]:
+    """For the black-hole test on one node (analysis/black_hole.py): the failed GPU pods sent
+    there that are gone (the kubelet's Warning events, already read), and -- only when the node
+    has enough failures to be one -- how the same controllers' GPU pods fare elsewhere, from
+    the pods of their namespaces (one list each, at most MAX_PEER_NAMESPACES) and the Warning
+    events. (gone, None) when those could not be read: the finding then says so."""
+    from ..api import pager, slim
+    if warn is None:
+        return [], None
+    items = list(warn.get("items") or ())
+    listed = {(p.get("metadata") or {}).get("uid") for p in pods}
+    since = now - black_hole.window()
+    gone_all = black_hole.gone_attempts(items, listed, since)
+    gone = [a for a in gone_all if a.node == name]
+    failed = black_hole.node_attempts(pods, index, gone, now, failed_only=True)
+    failing = {a.controller for a in failed if a.node == name}
+    if len(failed) < black_hole.MIN_FAILED:
+        return gone, None  # not one: nothing more to read
+    namespaces = sorted({ns for ns, _ in failing})[:MAX_PEER_NAMESPACES]
+    theirs: list[dict] = []
+    t0 = time.monotonic()
+    try:
+        for ns in namespaces:
+            got, _ = pager.list_items(kube, f"/api/v1/namespaces/{seg(ns)}/pods", timeout=30,
+                                      each=slim.PodCompactor())
+            theirs += [p for p in got if black_hole.controller_of(p)[0] in failing]
+    except errors.ApiError as exc:
+        out.check("api.black_hole_peers", "skipped", time.monotonic() - t0, _why(exc))
+        return gone, None
+    out.check("api.black_hole_peers", "ok", time.monotonic() - t0,
+              f"{len(theirs)} pods of {len(failing)} controller(s) in {len(namespaces)} "
+              f"namespace(s)")
+    attempts = black_hole.node_attempts(theirs, events_by_uid(items), gone_all, now)
+    return gone, black_hole.peer_table(attempts, only=failing)
 
 
 def _extra_lists(out: Output, fut: cf.Future, t0: float) -> dict | None:
@@ -319,6 +363,7 @@ def diagnose_pod(kube: Kube, namespace: str, name: str, settings: Settings, out:
             out.findings(dra.analyze_claims([pod], extra["resourceclaims"],
                                             extra["resourceslices"],
                                             extra.get("deviceclasses") or (), evs, now_utc()))
+    out.findings(container_start.analyze_pod(pod, evs))  # a GPU start the runtime refused
     out.findings(pod_status.analyze_pod(pod, evs, now_utc(), settings.stall_threshold_s,
                                         fit=fit, node_findings=view.findings if view else (),
                                         node=view.node if view else None,

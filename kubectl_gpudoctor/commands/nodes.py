@@ -23,7 +23,7 @@ from ..api import extra_lists
 from ..api import pageparse
 from ..api import pager
 from ..api import slim
-from ..analysis import agent_marks, capacity, fit, goroutines, verdict, wedge
+from ..analysis import agent_marks, black_hole, capacity, fit, goroutines, verdict, wedge
 from ..analysis.common import events_by_uid, node_is_ready
 from ..reach.probe_run import Settings, now_utc
 from .node import _extra_lists
@@ -111,20 +111,24 @@ def scan(kube: Kube, selector: str | None, settings: Settings, out: Output,
     by_node: dict[str, list[dict]] = {n: [] for n in names}
     ev_by_node: dict[str, dict] = {}  # node -> {uid: events} of its pods that have events
     claim_nodes: set[str] = set()     # nodes where a bound pod still waits on a DRA claim
+    listed: set[str] = set()          # uids with events whose pod is listed
     for p in pods:  # one pass over 150,000 pods
         spec = p.get("spec") or {}
         nn = spec.get("nodeName")
+        uid = (p.get("metadata") or {}).get("uid")
+        if isinstance(uid, str) and uid in ev_index:
+            listed.add(uid)
         if nn not in by_node:
             continue
         by_node[nn].append(p)
-        uid = (p.get("metadata") or {}).get("uid")
-        if isinstance(uid, str) and uid in ev_index:
+        if uid in ev_index:
             ev_by_node.setdefault(nn, {})[uid] = ev_index[uid]
         if spec.get("resourceClaims") and (p.get("status") or {}).get("phase") in (None,
                                                                                  "Pending"):
             claim_nodes.add(nn)
     lease_by = {(le.get("metadata") or {}).get("name"): le for le in leases or ()}
     now = now_utc()
+    gone, peers = _black_hole_context(pods, ev_index, listed, now)
     # the claim analysis only where a bound pod still waits on a claim: it reads every claim
     # and slice, so once per such node, not once per node
     no_claims = {"runtimeclasses": extra.get("runtimeclasses")} if extra else None
@@ -137,7 +141,8 @@ def scan(kube: Kube, selector: str | None, settings: Settings, out: Output,
                                          lease_by.get(name), now,
                                          threshold_s=settings.stall_threshold_s,
                                          events_known=events is not None,
-                                         extra=extra if name in claim_nodes else no_claims)
+                                         extra=extra if name in claim_nodes else no_claims,
+                                         gone=gone.get(name, ()), peers=peers)
         fs += wedge.known_bad_driver(n, fs)  # GFD labels: a wedge waiting to happen
         for e in errs:
             if "failed" in e:
@@ -156,6 +161,29 @@ def scan(kube: Kube, selector: str | None, settings: Settings, out: Output,
     for row in rows:
         _finish_row(row, node_findings.get(row["node"], []))
     return rows
+
+
+def _black_hole_context(pods: list[dict], ev_index: Mapping[str, list], listed: set[str],
+                        now: Any) -> tuple[dict[str, list], dict]:
+    """What the black-hole test needs beyond one node's pods, from the lists already read:
+    the failed GPU pods that are gone (by node, from the kubelet's events), and for the
+    controllers failing anywhere, how their GPU pods fare on every node (black_hole.peers).
+    A healthy fleet costs one look at its non-steady pods."""
+    since = now - black_hole.window()
+    gone_all = black_hole.gone_attempts(
+        (e for uid, evs in ev_index.items() if uid not in listed for e in evs), listed, since)
+    failed = black_hole.node_attempts(pods, ev_index, gone_all, now, failed_only=True)
+    failing = {a.controller for a in failed if a.failed}
+    gone: dict[str, list] = {}
+    for a in gone_all:
+        gone.setdefault(a.node, []).append(a)
+    if not failing:
+        return gone, {}
+    namespaces = {ns for ns, _ in failing}
+    theirs = [p for p in pods if (p.get("metadata") or {}).get("namespace") in namespaces
+              and black_hole.controller_of(p)[0] in failing]
+    attempts = black_hole.node_attempts(theirs, ev_index, gone_all, now)
+    return gone, black_hole.peer_table(attempts, only=failing)
 
 
 def _agent_nodes(kube: Kube, settings: Settings, out: Output) -> set[str]:

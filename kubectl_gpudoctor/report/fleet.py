@@ -28,9 +28,11 @@ def is_sick(row: Mapping[str, Any]) -> bool:
 
 
 def sort_key(row: Mapping[str, Any]) -> tuple:
-    """Critical nodes first, and among them NotReady ones (nothing runs there), then by how
-    many problems, then by name."""
-    return (-bool(row.get("critical")), -bool(row.get("warning")), row.get("ready") is not False,
+    """Black holes first (Ready nodes that fail the GPU pods still sent to them), then critical
+    nodes, and among them NotReady ones (nothing runs there), then by how many problems, then
+    by name."""
+    return ("node.gpu_black_hole" not in (row.get("findings") or ()),
+            -bool(row.get("critical")), -bool(row.get("warning")), row.get("ready") is not False,
             -int(row.get("critical") or 0), -int(row.get("warning") or 0), str(row["node"]))
 
 

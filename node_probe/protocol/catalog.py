@@ -60,6 +60,7 @@ CATALOG: dict[str, str] = {
     "node.not_kubernetes": "This host runs no kubelet: not a Kubernetes node",
     "node.not_ready": "The node is NotReady: its kubelet does not run new pods",
     "node.foreign_condition": "Another health monitor (node-problem-detector, NVSentinel, EKS, GKE, AKS, a device plugin) flags the node",
+    "node.gpu_black_hole": "A Ready, schedulable node fails or rejects the GPU pods sent to it",
     # pods (API side)
     "pod.pending_explained": "Why the pod is not running, from its events and conditions",
     "pod.admission_error": "The kubelet rejected the pod at admission",
@@ -68,6 +69,7 @@ CATALOG: dict[str, str] = {
     "pod.gpu_held_by_others": "Nodes that could take the pod have their GPUs held by other pods",
     "pod.gpu_placement_excluded": "Nodes with enough GPUs are excluded by taints, selectors, affinity, cordon or NotReady",
     "pod.gpu_quota_exhausted": "The namespace ResourceQuota on a GPU resource is used up",
+    "pod.gpu_start_failed": "A GPU container cannot start: the container runtime's message names a node fault",
     "probe.pod_not_started": "The debug pod did not start on the node (a consequence, not the cause)",
     # memory
     "memory.pressure": "Memory or IO pressure on the node; binary page-cache thrash",
@@ -79,6 +81,7 @@ CATALOG: dict[str, str] = {
     "hami.isolation_missing": "HAMi vGPU isolation (libvgpu.so preload) is missing in a container",
     "hami.allocation_mismatch": "HAMi pod device annotations disagree",
     "hami.plugin_log_error": "The HAMi device plugin log has known error patterns",
+    "hami.filter_failed": "The HAMi scheduler filtered out every node for a GPU pod, and why per node",
     # the probe itself
     "probe.ebpf_unavailable": "eBPF tracing could not run; other checks still ran",
     "probe.driver_not_seen": "The API says the node has GPUs, but the node probe found no "
@@ -107,6 +110,10 @@ CATALOG: dict[str, str] = {
     # the watching agent's node conditions, read by `nodes` (issue 23)
     "agent.heartbeat_stale": "The node's gpu-doctor agent stopped refreshing its node conditions",
     "agent.condition": "The gpu-doctor agent marks the node with a problem this client does not know",
+    # queueing systems and other schedulers holding a Pending GPU pod (issue 32)
+    "kueue.not_admitted": "Kueue has not admitted the pod's Workload: quota, queue or admission checks",
+    "volcano.podgroup_pending": "Volcano has not enqueued the pod's PodGroup, or cannot place its gang",
+    "kai.podgroup_unschedulable": "The KAI scheduler says why the pod's PodGroup cannot be scheduled",
 }
 
 

@@ -44,6 +44,7 @@ NAMESPACE = re.compile(r"^/api/v1/namespaces/([^/]+)$")
 ADMISSION = re.compile(r"^/apis/admissionregistration\.k8s\.io/v1/"
                        r"(validatingadmissionpolicies|validatingadmissionpolicybindings)"
                        r"(?:/([^/]+))?$")
+API_GROUP = re.compile(r"^/apis/([^/]+)$")
 
 
 def ts(t: dt.datetime) -> str:
@@ -130,6 +131,10 @@ class FakeCluster:
         # other cluster-wide lists by path, e.g. "/apis/resource.k8s.io/v1/resourceslices":
         # (kind of the list, items); a path absent here answers 404 as an unserved API does
         self.lists: dict[str, tuple[str, list[dict]]] = {}
+        # single objects by path (a CRD's, e.g. a Kueue ClusterQueue), and the API groups the
+        # server serves beyond the core ones: group -> (preferred version, other versions)
+        self.objects: dict[str, dict] = {}
+        self.api_groups: dict[str, tuple[str, tuple[str, ...]]] = {}
         # name -> labels; "gpu-doctor" as deploy/rbac.yaml makes it (the probe namespace)
         self.namespaces: dict[str, dict] = {"default": {}, "gpu-doctor": {
             "gpu-doctor.io/probe-namespace": "true",
@@ -550,6 +555,14 @@ class FakeCluster:
                 return self._list("LeaseList", list(self.leases.values()), q)
             if path in self.lists:
                 return self._list(self.lists[path][0], list(self.lists[path][1]), q)
+            if path in self.objects:
+                return self._json(self.objects[path])
+            m = API_GROUP.match(path)
+            if m and m.group(1) in self.api_groups:
+                pref, more = self.api_groups[m.group(1)]
+                gv = [{"groupVersion": f"{m.group(1)}/{v}", "version": v} for v in (pref, *more)]
+                return self._json({"kind": "APIGroup", "apiVersion": "v1", "name": m.group(1),
+                                   "versions": gv, "preferredVersion": gv[0]})
             m = LEASE.match(path)
             if m:
                 if m.group(1) not in self.leases:
@@ -780,3 +793,58 @@ def build_fleet(fc: "FakeCluster", nodes: int, pods: int, wedged: tuple[int, ...
         fc.goroutines[n] = __import__("tests.kubectl.kubelet_dump", fromlist=["x"]) \
             .wedged_kubelet_dump(stuck=2, minutes=10)
     return names
+
+
+# -- black holes (issue 32): a Ready node that rejects every GPU pod sent to it -------------------
+
+# the kubelet's message for the pods ip-10-4-164-212 rejected, quoted in pytorch/ci-infra PR
+# #1058 (https://github.com/pytorch/ci-infra/pull/1058; the PR breaks it over five lines for
+# reading, the kubelet writes one)
+LOST_GPU_ADMISSION = (
+    "Allocate failed due to device plugin GetPreferredAllocation rpc failed with err: "
+    "rpc error: code = Unknown desc = error getting list of preferred allocation devices: "
+    "unable to get device link information: error getting NVLink for devices (0, 1): "
+    "failed to get nvlink remote pci info: failed to get nvlink state: GPU is lost, "
+    "which is unexpected")
+_SUFFIX = "bcdfghjklmnpqrstvwxz2456789"  # generateName's alphabet (apimachinery util/rand)
+
+
+def generated_name(prefix: str, i: int) -> str:
+    s = "".join(_SUFFIX[(i // len(_SUFFIX) ** k) % len(_SUFFIX)] for k in range(5))
+    return f"{prefix}-{s}"
+
+
+def add_black_hole(fc: "FakeCluster", node: str, namespace: str, replicaset: str,
+                   rejected: int, gone: int, elsewhere: list[str] = (),
+                   message: str = LOST_GPU_ADMISSION, now: dt.datetime | None = None,
+                   start: int = 0) -> list[dict]:
+    """GPU pods of ReplicaSet `replicaset` that the kubelet on `node` rejected at admission:
+    `rejected` still listed (Failed, UnexpectedAdmissionError, with the kubelet's event), `gone`
+    more whose controller deleted them (only their events remain, as in PR #1058's 554), and
+    one Running pod of the same ReplicaSet on each node of `elsewhere` (started within the
+    hour). Rejections every 20 s, the last a minute ago."""
+    now = now or dt.datetime.now(dt.timezone.utc)
+    made = []
+    owner = [{"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": replicaset,
+              "uid": str(uuid.uuid4()), "controller": True, "blockOwnerDeletion": True}]
+    for k in range(rejected + gone):
+        when = now - dt.timedelta(seconds=60 + 20 * k)
+        name = generated_name(replicaset, start + k)
+        if k < rejected:
+            pod = fc.add_pod(namespace, name, node, phase="Failed", gpus=1,
+                             age_s=(now - when).total_seconds(), now=now, events="none",
+                             extra_status={"reason": "UnexpectedAdmissionError",
+                                           "message": "Pod was rejected: " + message,
+                                           "startTime": ts(when)})
+            pod["metadata"]["ownerReferences"] = owner
+            made.append(pod)
+        else:  # deleted since: a pod dict only to address its events
+            pod = {"metadata": {"name": name, "namespace": namespace, "uid": str(uuid.uuid4())}}
+        fc.add_event(pod, "Warning", "UnexpectedAdmissionError", message, "kubelet", when,
+                     host=node)
+    for i, other in enumerate(elsewhere):
+        pod = fc.add_pod(namespace, generated_name(replicaset, start + rejected + gone + i),
+                         other, gpus=1, age_s=600, now=now, events="none")
+        pod["metadata"]["ownerReferences"] = owner
+        made.append(pod)
+    return made

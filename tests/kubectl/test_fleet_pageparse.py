@@ -113,7 +113,8 @@ def test_children_own_session_and_exit_on_close():
         fut = pp.submit(json.dumps({"items": [{"metadata": {"name": "a",
                                                            "managedFields": [{}]}}]}).encode(),
                         pageparse.KIND_SLIM)
-        assert fut.result(timeout=30) == ([{"metadata": {"name": "a"}}], None)
+        items, token, size = fut.result(timeout=30)
+        assert (items, token) == ([{"metadata": {"name": "a"}}], None) and size > 0
         procs = [c.proc for c in pp.children]
         assert len(procs) == 2
         for p in procs:  # Ctrl-C goes to the terminal's foreground group: not to them

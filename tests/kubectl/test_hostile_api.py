@@ -80,6 +80,30 @@ def test_a_list_that_never_ends_is_one_error_line(hc, kc, what):
     assert m.returncode == 3 and what in line and "pages" in line, line
 
 
+def fat_pod_items(n: int, start: int) -> list[dict]:
+    """Pods the fleet keeps whole (Pending, so not a steady skeleton), each with a 24 KB
+    annotation: far under the item bound, far over the memory one."""
+    return [{"metadata": {"name": f"fat-{start + i:07d}", "namespace": "ml",
+                          "uid": f"u-{start + i}",
+                          "annotations": {"note": f"{start + i:07d}" + "x" * 24_000}},
+             "spec": {"nodeName": NODE, "containers": [{"name": "c", "image": "x"}]},
+             "status": {"phase": "Pending"}} for i in range(n)]
+
+
+def test_memory_is_bounded_by_bytes_not_only_by_items(hc, kc):
+    """Audit L-01: 199,990 fat pods took the CLI past 512 MiB under the 200,000-item bound. A
+    list of pods that are each kept whole must stop at the memory bound, long before the item
+    one, with one error line that says how to narrow it."""
+    hc.hostile["/api/v1/pods"] = endless_pages("PodList", 500, fat_pod_items)
+    m = run_measured("nodes", "--kubeconfig", kc, timeout=300)
+    _bounded(m, "pods each kept whole")
+    line = one_error_line(m.stderr)
+    assert m.returncode == 3 and "too large to analyse in the memory" in line, line
+    assert "-l SELECTOR" in line and "MiB" in line, line
+    served = hc.hostile["/api/v1/pods"].served[0]
+    assert served * 500 < 100_000, served  # stopped by bytes, not by the item count
+
+
 def test_a_repeated_continue_token_is_an_error_not_a_loop(hc, kc):
     hc.hostile["/api/v1/nodes"] = repeated_token()
     m = run_measured("nodes", "--kubeconfig", kc, timeout=120)

@@ -48,7 +48,7 @@ page = json.dumps({{"kind": "NodeList", "metadata": {{"continue": "t1"}},
                     "items": [{{"metadata": {{"name": "n%d" % i}}}} for i in range(50)]}}).encode()
 with pageparse.ParsePool(1) as pp:
     fut = pp.submit(page, pageparse.KIND_SLIM)
-    items, token = pp.result(fut, lambda: page, slim.slim)
+    items, token, _ = pp.result(fut, lambda: page, slim.slim)
     broken = type(fut.exception(timeout=5)).__name__
 rss = next(int(l.split()[1]) for l in open("/proc/self/status")
            if l.startswith("VmHWM:")) / 1024

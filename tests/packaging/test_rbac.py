@@ -53,7 +53,14 @@ def test_base_cluster_role_is_read_only_and_has_no_nodes_proxy():
                  ("", "namespaces", "get"), ("node.k8s.io", "runtimeclasses", "list"),
                  ("resource.k8s.io", "resourceclaims", "list"),
                  ("resource.k8s.io", "resourceslices", "list"),
-                 ("resource.k8s.io", "deviceclasses", "list")}
+                 ("resource.k8s.io", "deviceclasses", "list"),
+                 # the queueing systems that may hold a Pending GPU pod (`pod Y`, issue 32)
+                 ("kueue.x-k8s.io", "workloads", "list"),
+                 ("kueue.x-k8s.io", "localqueues", "get"),
+                 ("kueue.x-k8s.io", "clusterqueues", "get"),
+                 ("scheduling.volcano.sh", "podgroups", "get"),
+                 ("scheduling.volcano.sh", "queues", "get"),
+                 ("scheduling.run.ai", "podgroups", "get")}
     # namespaces get is for the probe namespace's label only
     [ns_rule] = [r for r in cr["rules"] if "namespaces" in r["resources"]]
     assert ns_rule["resourceNames"] == [DEBUG_NS]
@@ -78,6 +85,9 @@ def test_grants_the_client_never_uses_are_gone():
         "resourceclaims": r"/apis/resource\.k8s\.io/v1/resourceclaims\"",
         "resourceslices": r"/apis/resource\.k8s\.io/v1/resourceslices\"",
         "deviceclasses": r"/apis/resource\.k8s\.io/v1/deviceclasses\"",
+        "workloads": r'/workloads"', "localqueues": r"/localqueues/",
+        "clusterqueues": r"/clusterqueues/", "podgroups": r"/podgroups/",
+        "queues": r"/queues/\{",
     }
     for _, res, _ in g:
         assert re.search(evidence[res], CLIENT_SRC), f"{res} is granted but never called"
