@@ -1,4 +1,4 @@
-"""deploy/prometheus-rules.yaml: the alerts for Prometheus users (issue 32) are valid rules
+"""deploy/examples/prometheus-rules.yaml: the alerts for Prometheus users (issue 32) are valid rules
 (`promtool check rules`), behave as tests/prometheus/gpu_doctor_rules_test.yaml says on series
 named as kube-state-metrics and the agent write them (`promtool test rules`: a black hole fires
 after 10 minutes on the node that rejects its GPU pods, not on a cordoned one nor where a
@@ -18,7 +18,7 @@ import yaml
 from node_probe.protocol import conditions
 
 REPO = Path(__file__).resolve().parents[2]
-RULES = REPO / "deploy" / "prometheus-rules.yaml"
+RULES = REPO / "deploy" / "examples" / "prometheus-rules.yaml"
 UNIT = Path(__file__).with_name("gpu_doctor_rules_test.yaml")
 
 

@@ -72,7 +72,8 @@ def answers(a: Artifact, findings) -> bool:
 
 # -- the API channels: through the fake API server, read by `pod Y` / `node X` -----------------
 
-API_CHANNELS = frozenset({"event", "pod_status", "node_condition", "node_status"})
+API_CHANNELS = frozenset({"event", "pod_status", "node_condition", "node_status",
+                          "runtime_message"})
 
 
 def load_api(cluster, a: Artifact, i: int) -> tuple[str, str | None]:
@@ -103,15 +104,34 @@ def load_api(cluster, a: Artifact, i: int) -> tuple[str, str | None]:
     name = f"train-{i}"
     phase = ctx.get("phase", "Pending")
     extra = {"reason": ctx["reason"], "message": a.quote} if a.channel == "pod_status" else {}
-    if phase == "Pending" and ctx.get("reason") == "FailedPrepareDynamicResources":
-        extra = {"containerStatuses": [{"name": "main", "ready": False, "restartCount": 0,
-                                        "state": {"waiting": {"reason": "ContainerCreating"}}}]}
+    creating = {"containerStatuses": [{"name": "main", "ready": False, "restartCount": 0,
+                                       "state": {"waiting": {"reason": "ContainerCreating"}}}]}
+    if (phase == "Pending" and ctx.get("reason") == "FailedPrepareDynamicResources") \
+            or a.channel == "runtime_message":
+        extra = creating      # the kubelet's event says why the container is not created
+    elif a.channel == "pod_status" and ctx.get("state"):
+        extra = {"containerStatuses": [_container_state(ctx, a.quote)]}
     pod = cluster.add_pod("default", name, node, phase=phase, gpus=1, age_s=120,
                           events="scheduled-only", extra_status=extra)
-    if a.channel == "event":
+    if a.channel in ("event", "runtime_message"):
         cluster.add_event(pod, "Warning", ctx["reason"], a.quote, "kubelet",
                           now - dt.timedelta(seconds=60), host=node)
     return node, name
+
+
+def _container_state(ctx: dict, quote: str) -> dict:
+    """A container's status as the kubelet reports a runtime's refusal: `waiting` with the
+    runtime's message (CreateContainerError, RunContainerError), or a failed start
+    (`terminated` StartError, exit 128, the kubelet backing off)."""
+    cs = {"name": "main", "ready": False, "restartCount": 4, "image": "registry.example/a:1"}
+    if ctx["state"] == "waiting":
+        cs["state"] = {"waiting": {"reason": ctx["reason"], "message": quote}}
+    else:
+        cs["state"] = {"waiting": {"reason": ctx.get("waiting", "CrashLoopBackOff"),
+                                   "message": "back-off 40s restarting failed container"}}
+        cs["lastState"] = {"terminated": {"reason": ctx["reason"], "exitCode": 128,
+                                          "message": quote}}
+    return cs
 
 
 def ctx_int(a: Artifact, key: str, default):

@@ -5,7 +5,6 @@ thread's cause as pod.gpu_start_failed, with a cause word the quote itself does 
 """
 from __future__ import annotations
 
-import datetime as dt
 import json
 
 import pytest
@@ -14,45 +13,25 @@ from tests.kubectl.conftest import run_cli
 from tests.kubectl.fakecluster import FakeCluster
 
 from .corpus_container_start import ARTIFACTS
+from .feed import load_api
 
 CHANNELS = ("pod_status", "runtime_message")
 
 
-def _feed(fc: FakeCluster, a) -> None:
-    now = dt.datetime.now(dt.timezone.utc)
-    fc.add_node("gpu-a", now=now)
-    pod = fc.add_pod("ml", "train-0", "gpu-a", phase="Pending", gpus=1, age_s=300, now=now,
-                     events="scheduled-only")
-    st = pod["status"]
-    name = pod["spec"]["containers"][0]["name"]
-    if a.channel == "pod_status":
-        ctx = a.context
-        cs = {"name": name, "ready": False, "restartCount": 4, "image": "registry.example/a:1",
-              "state": {}}
-        if ctx["state"] == "waiting":
-            cs["state"] = {"waiting": {"reason": ctx["reason"], "message": a.quote}}
-        else:  # a failed start: terminated StartError, the kubelet backing off
-            cs["state"] = {"waiting": {"reason": ctx.get("waiting", "CrashLoopBackOff"),
-                                       "message": "back-off 40s restarting failed container"}}
-            cs["lastState"] = {"terminated": {"reason": ctx["reason"], "exitCode": 128,
-                                              "message": a.quote}}
-        st["containerStatuses"] = [cs]
-    else:
-        st["containerStatuses"] = [{"name": name, "ready": False, "restartCount": 0,
-                                    "image": "registry.example/a:1",
-                                    "state": {"waiting": {"reason": "ContainerCreating"}}}]
-        fc.add_event(pod, "Warning", a.context["reason"], a.quote, "kubelet",
-                     now - dt.timedelta(seconds=20), host="gpu-a")
+def _feed(fc: FakeCluster, a) -> tuple[str, str]:
+    """As every API-side artifact is fed (feed.load_api): the container's status or the
+    kubelet's Warning event about the pod. (node, pod) in namespace default."""
+    return load_api(fc, a, 0)
 
 
 @pytest.mark.parametrize("a", [a for a in ARTIFACTS if a.channel in CHANNELS],
                          ids=lambda a: a.key)
 def test_real_container_start_failures_name_their_cause(a, tmp_path):
     fc = FakeCluster()
-    _feed(fc, a)
+    _node, pod = _feed(fc, a)
     fc.start()
     try:
-        r = run_cli("pod", "train-0", "-n", "ml", "--no-probe", "--kubeconfig",
+        r = run_cli("pod", pod, "-n", "default", "--no-probe", "--kubeconfig",
                     str(fc.kubeconfig(tmp_path / "kc")), "-o", "json")
     finally:
         fc.stop()
@@ -84,7 +63,7 @@ def test_the_probe_proves_the_cause_and_the_verdict_roots_there(tmp_path):
 
     a = next(x for x in ARTIFACTS if x.key == "k8s-device-plugin#1431-driver-library-mismatch")
     fc = FakeCluster()
-    _feed(fc, a)
+    _node, pod = _feed(fc, a)
     mismatch = catalog.make(
         "driver.version_mismatch", "critical", "node",
         "Kernel module 570.124.06 but user-space driver library 570.195.03",
@@ -98,7 +77,7 @@ def test_the_probe_proves_the_cause_and_the_verdict_roots_there(tmp_path):
     fc.log_chunks = cut_odd("".join(protocol.encode(r) + "\n" for r in stream).encode())
     fc.start()
     try:
-        r = run_cli("pod", "train-0", "-n", "ml", "--kubeconfig",
+        r = run_cli("pod", pod, "-n", "default", "--kubeconfig",
                     str(fc.kubeconfig(tmp_path / "kc")), "--start-timeout", "10", "-o", "json")
     finally:
         fc.stop()
