@@ -13,10 +13,12 @@ Python without bcc (the frozen krew plugin, a venv) uses the host's python3-bpfc
 """
 from __future__ import annotations
 
+import atexit
 import dataclasses
 import hashlib
 import os
 import shutil
+import stat
 import tempfile
 from pathlib import Path
 from typing import Callable
@@ -51,6 +53,28 @@ class BccEnv:
 
 def _has_headers(d: Path | None) -> bool:
     return d is not None and (d / KCONFIG).is_file()
+
+
+def own_dir(path: Path) -> Path:
+    """`path` as a directory only this process's user can write: created 0700 here, or kept
+    when it already is one (a real directory, not a symlink, owned by us, no access for group
+    or others). Anything else at that name -- a directory another local user made in the shared
+    temp dir, with headers of their choosing for the BCC compile that runs as root -- is left
+    alone, and a fresh private directory is used instead (security audit round 4, B-01)."""
+    try:
+        os.mkdir(path, 0o700)
+        return path
+    except FileExistsError:
+        try:
+            st = os.lstat(path)
+        except OSError:
+            st = None
+        if st is not None and stat.S_ISDIR(st.st_mode) and st.st_uid == os.getuid() \
+                and not st.st_mode & 0o077:
+            return path
+    fresh = Path(tempfile.mkdtemp(prefix=path.name + "-"))
+    atexit.register(shutil.rmtree, fresh, True)      # not reusable by name: nothing left behind
+    return fresh
 
 
 def merged_tree(build: Path, source: Path, dest: Path) -> Path:
@@ -116,9 +140,10 @@ def _headers(host_root: Path, release: str, log: Log) -> tuple[str | None, str |
         return str(build), None, {"source": "host", "path": str(build), "how": str(build)}
     if build is not None and _has_headers(source):
         key = hashlib.sha256(f"{build}\0{source}".encode()).hexdigest()[:12]
-        dest = Path(tempfile.gettempdir()) / f"gpu-doctor-kheaders-{release}-{key}"
-        if dest.exists() and not _has_headers(dest):   # stale links from an older tree
-            shutil.rmtree(dest, ignore_errors=True)
+        dest = own_dir(Path(tempfile.gettempdir()) / f"gpu-doctor-kheaders-{release}-{key}")
+        if not _has_headers(dest):   # new, or stale links from an older tree
+            for entry in os.scandir(dest):
+                (shutil.rmtree if entry.is_dir(follow_symlinks=False) else os.unlink)(entry.path)
         merged_tree(build, source, dest)
         log("info", f"kernel headers are split ({build}, {source}): merged them for BCC "
                     f"at {dest}", check="trace")

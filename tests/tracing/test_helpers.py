@@ -156,3 +156,28 @@ def test_library_lookup_stays_inside_the_process_root_and_skips_non_files(tmp_pa
     maps.write_text("7f00-7f01 r-xp 00000000 08:01 1 /opt/libcuda.so.550.1\n")
     assert libs.find_in_process(42, pat, "libcuda.so.1", tmp_path / "proc")[1:] == (
         str(root / "opt/libcuda.so.550.1"), "mapped")
+
+
+def test_the_merged_header_dir_is_never_one_another_user_prepared(tmp_path):
+    """B-01 (security audit round 4): `local` merged split kernel headers into a fixed,
+    predictable name in the shared temp dir and reused whatever it found there holding
+    kconfig.h: another local user could pre-create it with headers of their choosing for the
+    BCC compile that runs as root. Only a directory this user created, 0700, is reused."""
+    mine = bcc_env.own_dir(tmp_path / "gpu-doctor-kheaders-x")
+    assert mine == tmp_path / "gpu-doctor-kheaders-x"
+    assert (mine.stat().st_mode & 0o777, mine.stat().st_uid) == (0o700, os.getuid())
+    assert bcc_env.own_dir(mine) == mine                       # ours: reused
+    squat = tmp_path / "squat"
+    (squat / "include/linux").mkdir(parents=True)
+    (squat / "include/linux/kconfig.h").write_text("#define PLANTED 1\n")
+    os.chown(squat, 65534, 65534)                              # another user's
+    got = bcc_env.own_dir(squat)
+    assert got != squat and not any(got.iterdir())
+    assert (squat / "include/linux/kconfig.h").exists()        # left alone
+    opened = tmp_path / "opened"
+    opened.mkdir(mode=0o777)
+    opened.chmod(0o777)                                        # ours, but anyone may write
+    assert bcc_env.own_dir(opened) != opened
+    link = tmp_path / "link"
+    link.symlink_to(mine)
+    assert bcc_env.own_dir(link) != link
