@@ -244,7 +244,8 @@ def test_a_mark_written_by_another_node_status_writer_says_so_and_is_not_the_too
     writers = {c["type"]: "gpu-doctor-agent" for c in marks}
     writers[STUCK] = "kubectl-edit"
     node = _written_by(_node(marks), writers)
-    fleet = agent_conditions.analyze(node, now())
+    t = now()                 # one clock for both views: their ages are compared below
+    fleet = agent_conditions.analyze(node, t)
     (f,) = [f for f in fleet if f.evidence.get("condition") == STUCK]
     assert (f.id, f.severity.value) == ("agent.condition", "info")
     assert "written by kubectl-edit, not the gpu-doctor agent" in f.title
@@ -256,7 +257,7 @@ def test_a_mark_written_by_another_node_status_writer_says_so_and_is_not_the_too
     from kubectl_gpudoctor.api.slim import slim
     slimmed = slim(json.loads(json.dumps(node)))
     assert "managedFields" not in slimmed["metadata"]
-    assert agent_conditions.analyze(slimmed, now()) == fleet
+    assert agent_conditions.analyze(slimmed, t) == fleet
 
 
 def test_the_agents_own_marks_keep_their_rank_and_a_forged_heartbeat_watches_nothing():
