@@ -222,16 +222,9 @@ def main(argv: list[str]) -> int:
         _say({"result": {"status": "no_client",
                          "error": "the pynvml module (nvidia-ml-py) is not installed"}})
         return 0
-    try:
-        fd = open_host_library(args.library, args.host_root, args.kubelet_dir, args.runtime_dir)
-    except PermissionError as exc:
-        _say({"result": {"status": "refused", "error": str(exc)}})
-        return 0
-    except OSError as exc:
-        _say({"result": {"status": "load_error", "error": str(exc)}})
-        return 0
     _say({"stage": "load"})
     try:
+        fd = open_host_library(args.library, args.host_root, args.kubelet_dir, args.runtime_dir)
         if not _same_file(fd, args.library):
             raise PermissionError(f"not the host's own library: {args.library} changed "
                                   "under the check")
