@@ -12,4 +12,12 @@ Layout (each folder's __init__ says why it exists):
   tracing/    eBPF loaders for bpf/*.bpf.c (BCC imported lazily)
   checks/     one check family per module: every verdict lives here
 """
-from node_probe.protocol.version import __version__  # noqa: F401
+
+
+def __getattr__(name: str):
+    """`node_probe.__version__` on first use (PEP 562): importing a part of the probe (the NVML
+    child, each agent pass's helpers) does not import the record model with it."""
+    if name == "__version__":
+        from node_probe.protocol.version import __version__
+        return __version__
+    raise AttributeError(f"module 'node_probe' has no attribute {name!r}")

@@ -27,7 +27,7 @@ import os
 import stat
 from pathlib import Path
 
-from node_probe.host import containers, hostfs, procfs
+from node_probe.host import hostfs, procfs
 
 # The kubelet dirs of every distribution the layouts know (host.layout.KUBELET_DEFAULTS),
 # whose pods/ hold every pod's volumes.
@@ -137,6 +137,7 @@ def process_refusal(pid: int, proc: Path, host_root: Path) -> str | None:
     root (a container), or it runs in a pod's cgroup."""
     if not same_root(pid, proc, Path(host_root)):
         return f"pid {pid}'s root is not the host's (a container's process)"
+    from node_probe.host import containers   # not at import: the NVML child needs only paths
     for path in procfs.read_cgroups(pid, proc).values():
         if "kubepods" in path or containers.parse_cgroup_path(path) is not None:
             return f"pid {pid} runs in a pod's cgroup"
