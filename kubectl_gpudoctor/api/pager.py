@@ -129,6 +129,9 @@ def _walk(kube: Kube, path: str, query: list, page_size: int, timeout: float | N
 
     kind = _kind(each)
     sid = shape.schema_id(path)   # items checked (in the child, else here) before reduced
+    # pages parsed here: typedpods decodes pod pages where it can (pageparse.parse_reduced)
+    compactor = each if kind is not None and shape.SCHEMA_IDS.get(sid) is shape.POD \
+        and type(each) is PodCompactor else None
     if kind is not None:
         kind |= sid << pageparse.KIND_BITS
     each = shape.checking(each, sid)
@@ -174,7 +177,7 @@ def _walk(kube: Kube, path: str, query: list, page_size: int, timeout: float | N
                     if fut is not None:
                         got, real, size = parsers.result(fut, lambda t=this: fetch(t), each)
                     else:
-                        got, real = pageparse.parse_page(raw, each)
+                        got, real = pageparse.parse_reduced(raw, each, compactor)
                         size = None
                 except pageparse.NotJson:
                     raise errors.ApiError(

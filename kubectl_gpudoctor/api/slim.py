@@ -98,18 +98,41 @@ class PodCompactor:
         md, spec, st = pod.get("metadata") or {}, pod.get("spec") or {}, pod.get("status") or {}
         if not _steady(md, spec, st):
             return slim(pod)
-        ann = {k: v for k, v in (md.get("annotations") or {}).items()
+        owners = md.get("ownerReferences")
+        return self.skeleton(
+            md.get("name"), md.get("namespace"), md.get("uid"), md.get("creationTimestamp"),
+            md.get("labels"), md.get("annotations"),
+            [(o.get("kind"), o.get("name"), o.get("controller")) for o in owners
+             if isinstance(o, dict)] if owners else None,
+            spec.get("nodeName"),
+            [(key, [(c.get("name"), c.get("resources")) for c in spec.get(key) or ()])
+             for key in ("containers", "initContainers")],
+            [(key, spec[key]) for key in SKELETON_SPEC if key in spec],
+            st.get("phase"), st.get("qosClass"),
+            [(key, [(c.get("name"), c.get("containerID")) for c in st.get(key) or ()
+                    if isinstance(c, dict)])
+             for key in ("initContainerStatuses", "containerStatuses")]
+            if self.container_ids else ())
+
+    def skeleton(self, name: Any, namespace: Any, uid: Any, created: Any, labels: Any,
+                 annotations: Any, owners: list | None, node: Any,
+                 containers: list, spec_kept: list, phase: Any, qos: Any,
+                 statuses: Any) -> dict:
+        """The skeleton of a steady pod, from its fields as plain values (what __call__ reads
+        of a parsed pod, and api/typedpods.py of a typed one: one construction for both).
+        `owners`: (kind, name, controller) of each owner reference, None when it has none;
+        `containers`: (key, [(name, resources)]); `spec_kept`: (key, value) of each
+        SKELETON_SPEC field present; `statuses`: (key, [(name, containerID)]), used only
+        with container_ids."""
+        ann = {k: v for k, v in (annotations or {}).items()
                if not k.endswith("last-applied-configuration")}
-        meta = {"name": md.get("name"), "namespace": sys.intern(md.get("namespace") or ""),
-                "uid": md.get("uid"),
-                "creationTimestamp": sys.intern(md.get("creationTimestamp") or "")}
-        for k, v in (("labels", md.get("labels")), ("annotations", ann)):
+        meta = {"name": name, "namespace": sys.intern(namespace or ""), "uid": uid,
+                "creationTimestamp": sys.intern(created or "")}
+        for k, v in (("labels", labels), ("annotations", ann)):
             if v:
                 meta[k] = self._mapping(v) if type(v) is dict else self._one(v)
-        owners = md.get("ownerReferences")
-        if owners:  # the replicas of one ReplicaSet share theirs
-            kept = [(_intern(o.get("kind")), o.get("name"), o.get("controller"))
-                    for o in owners if isinstance(o, dict)]
+        if owners is not None:  # the replicas of one ReplicaSet share theirs
+            kept = [(_intern(k), n, c) for k, n, c in owners]
             try:
                 key: Any = ("o",) + tuple(kept)
                 hash(key)
@@ -117,27 +140,24 @@ class PodCompactor:
                 key = None
             meta["ownerReferences"] = self._one(
                 [{"kind": k, "name": n, "controller": c} for k, n, c in kept], key)
-        sp: dict = {"nodeName": sys.intern(spec.get("nodeName") or "")}
-        for key in ("containers", "initContainers"):
-            cs = [{"name": c.get("name"), "resources": c.get("resources") or {}}
-                  for c in spec.get(key) or ()]
+        sp: dict = {"nodeName": sys.intern(node or "")}
+        for key, cs in containers:
             if cs:
-                sp[key] = self._one(cs)
-        for key in ("priority", "priorityClassName", "overhead", "resourceClaims",
-                    "schedulerName"):
-            if key in spec:
-                sp[key] = _intern(spec[key])  # the same few names in 150,000 pods
-        phase, qos = st.get("phase") or "", st.get("qosClass")
-        status = {"phase": phase, **({"qosClass": qos} if qos else {})}
+                sp[key] = self._one([{"name": n, "resources": r or {}} for n, r in cs])
+        for key, v in spec_kept:
+            sp[key] = _intern(v)  # the same few names in 150,000 pods
+        status = {"phase": phase or "", **({"qosClass": qos} if qos else {})}
         if self.container_ids:
-            for key in ("initContainerStatuses", "containerStatuses"):
-                ids = [{"name": c.get("name"), "containerID": c.get("containerID")}
-                       for c in st.get(key) or () if isinstance(c, dict)]
+            for key, ids in statuses:
                 if ids:
-                    status[key] = ids
+                    status[key] = [{"name": n, "containerID": c} for n, c in ids]
         else:
             status = self._one(status)  # a few kinds in a whole cluster
         return {"metadata": meta, "spec": sp, "status": status}
+
+
+# what a skeleton keeps of a steady pod's spec besides its node and containers, when present
+SKELETON_SPEC = ("priority", "priorityClassName", "overhead", "resourceClaims", "schedulerName")
 
 
 def _intern(v: Any) -> Any:
