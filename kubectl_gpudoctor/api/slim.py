@@ -6,7 +6,7 @@ reduction, and pager uses the page parsers; one module each way keeps the import
 from __future__ import annotations
 
 import sys
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
 
 from ..analysis import agent_marks
 
@@ -117,47 +117,90 @@ class PodCompactor:
     def skeleton(self, name: Any, namespace: Any, uid: Any, created: Any, labels: Any,
                  annotations: Any, owners: list | None, node: Any,
                  containers: list, spec_kept: list, phase: Any, qos: Any,
-                 statuses: Any) -> dict:
+                 statuses: Any, check: Callable[[list], None] | None = None) -> dict:
         """The skeleton of a steady pod, from its fields as plain values (what __call__ reads
         of a parsed pod, and api/typedpods.py of a typed one: one construction for both).
         `owners`: (kind, name, controller) of each owner reference, None when it has none;
         `containers`: (key, [(name, resources)]); `spec_kept`: (key, value) of each
         SKELETON_SPEC field present; `statuses`: (key, [(name, containerID)]), used only
-        with container_ids."""
-        ann = {k: v for k, v in (annotations or {}).items()
-               if not k.endswith("last-applied-configuration")}
-        meta = {"name": name, "namespace": sys.intern(namespace or ""), "uid": uid,
-                "creationTimestamp": sys.intern(created or "")}
-        for k, v in (("labels", labels), ("annotations", ann)):
-            if v:
-                meta[k] = self._mapping(v) if type(v) is dict else self._one(v)
+        with container_ids. `check(cs)`: called on each containers list not shared yet (one
+        already shared has passed it, or came from a checked pod); it may raise."""
+        # plain loops and few calls: this runs for every steady pod of the fleet
+        if annotations:
+            for k in annotations:
+                if k.endswith(_LAST_APPLIED):  # kubectl's copy of the whole object: dropped
+                    annotations = {k: v for k, v in annotations.items()
+                                   if not k.endswith(_LAST_APPLIED)}
+                    break
+        intern = sys.intern
+        meta = {"name": name, "namespace": intern(namespace or ""), "uid": uid,
+                "creationTimestamp": intern(created or "")}
+        if labels:
+            meta["labels"] = self._mapping(labels) if type(labels) is dict else self._one(labels)
+        if annotations:
+            meta["annotations"] = (self._mapping(annotations) if type(annotations) is dict
+                                   else self._one(annotations))
         if owners is not None:  # the replicas of one ReplicaSet share theirs
-            kept = [(_intern(k), n, c) for k, n, c in owners]
+            kept = [(intern(k) if type(k) is str else k, n, c) for k, n, c in owners]
             try:
                 key: Any = ("o",) + tuple(kept)
                 hash(key)
             except TypeError:
                 key = None
-            meta["ownerReferences"] = self._one(
-                [{"kind": k, "name": n, "controller": c} for k, n, c in kept], key)
-        sp: dict = {"nodeName": sys.intern(node or "")}
+            if key is None or not kept:
+                meta["ownerReferences"] = self._one(
+                    [{"kind": k, "name": n, "controller": c} for k, n, c in kept], key)
+            else:  # built only when no replica has shared it yet
+                meta["ownerReferences"] = self._shared_by(key, _owners, kept)
+        sp: dict = {"nodeName": intern(node or "")}
         for key, cs in containers:
             if cs:
-                sp[key] = self._one([{"name": n, "resources": r or {}} for n, r in cs])
+                # keyed by the (name, resources) pairs' repr: the list of dicts is built once
+                pairs = [(n, r or {}) for n, r in cs]
+                sp[key] = self._shared_by(("c", repr(pairs)), _containers, pairs, check)
         for key, v in spec_kept:
-            sp[key] = _intern(v)  # the same few names in 150,000 pods
-        status = {"phase": phase or "", **({"qosClass": qos} if qos else {})}
+            sp[key] = intern(v) if type(v) is str else v  # the same few names in 150,000 pods
         if self.container_ids:
+            status = {"phase": phase or "", **({"qosClass": qos} if qos else {})}
             for key, ids in statuses:
                 if ids:
                     status[key] = [{"name": n, "containerID": c} for n, c in ids]
-        else:
-            status = self._one(status)  # a few kinds in a whole cluster
+        else:  # a few kinds in a whole cluster
+            status = self._shared_by(("s", repr(phase or ""), repr(qos) if qos else None),
+                                     _status, phase, qos)
         return {"metadata": meta, "spec": sp, "status": status}
+
+    def _shared_by(self, key: Any, build: Callable[..., Any], *args: Any) -> Any:
+        """_one for the object `build(*args)` makes, built only when none is shared under
+        `key` (which stands for its value); never called for an empty one."""
+        table = self._shared
+        if len(table) >= self.MAX_SHARED:
+            table.clear()
+        got = table.get(key)
+        if got is None:
+            got = table[key] = build(*args)
+        return got
 
 
 # what a skeleton keeps of a steady pod's spec besides its node and containers, when present
 SKELETON_SPEC = ("priority", "priorityClassName", "overhead", "resourceClaims", "schedulerName")
+
+
+_LAST_APPLIED = "last-applied-configuration"
+
+
+def _containers(pairs: list, check: Callable[[list], None] | None) -> list:
+    if check is not None:
+        check(pairs)
+    return [{"name": n, "resources": r} for n, r in pairs]
+
+
+def _owners(kept: list) -> list:
+    return [{"kind": k, "name": n, "controller": c} for k, n, c in kept]
+
+
+def _status(phase: Any, qos: Any) -> dict:
+    return {"phase": phase or "", **({"qosClass": qos} if qos else {})}
 
 
 def _intern(v: Any) -> Any:

@@ -36,7 +36,7 @@ available = msgspec is not None
 
 
 def _types() -> tuple[Any, Any]:
-    """(decoder of a list page: items as raw bytes, decoder of one pod), the pod's types made
+    """(decoder of a pod list page, decoder of its items as raw bytes), the pod's types made
     from shape.POD: a struct per object with the member names as attributes, every field
     optional. Absent reads as None, like dict.get, except where the compactor tells absent
     from null (PRESENCE: UNSET); OBJ is an empty struct (an object is checked to be one, its
@@ -75,14 +75,18 @@ def _types() -> tuple[Any, Any]:
 
     pod = typ(shape.POD)
 
-    class Page(msgspec.Struct, gc=False):
-        items: List[msgspec.Raw] = []   # null or not an array: declined (the stdlib decides)
-        metadata: Any = None
-
-    return msgspec.json.Decoder(Page), msgspec.json.Decoder(pod)
+    # items null, not an array, or an item not an object: declined (the stdlib decides)
+    page = msgspec.defstruct("TypedPage", [("items", List[pod], []), ("metadata", Any, None)],
+                             gc=False)
+    raw_page = msgspec.defstruct("RawPage", [("items", List[msgspec.Raw], [])], gc=False)
+    return msgspec.json.Decoder(page), msgspec.json.Decoder(raw_page)
 
 
 _decoders: tuple[Any, Any] | None = None
+
+
+class _Declined(Exception):
+    """The stdlib path reads this page differently: it parses it."""
 
 
 def parse(raw: bytes, each: Callable[[dict], Any],
@@ -95,7 +99,7 @@ def parse(raw: bytes, each: Callable[[dict], Any],
         return None
     if _decoders is None:
         _decoders = _types()
-    page_dec, pod_dec = _decoders
+    page_dec, raw_dec = _decoders
     if not raw.isascii():
         try:  # the stdlib decodes the whole page first: a bad byte anywhere is not JSON
             raw.decode("utf-8")
@@ -103,29 +107,29 @@ def parse(raw: bytes, each: Callable[[dict], Any],
             return None
     try:
         page = page_dec.decode(raw)
-        pods = [pod_dec.decode(r) for r in page.items]
     except (msgspec.ValidationError, msgspec.DecodeError, RecursionError):
         return None
     md = page.metadata
     t = md.get("continue") if type(md) is dict else None
     token = t if isinstance(t, str) and t else None
     out: list = []
-    for r, p in zip(page.items, pods):
-        got = _skeleton(p, compactor)
-        if got is _DECLINE:
-            return None
-        if got is None:  # not steady: the stdlib's own reduction of its own parse
-            got = each(json.loads(bytes(r)))
-        out.append(got)
+    raws = None
+    try:
+        for i, p in enumerate(page.items):
+            got = _skeleton(p, compactor)
+            if got is None:  # not steady: the stdlib's own reduction of its own parse
+                if raws is None:  # the items' bytes, once a page has such a pod
+                    raws = raw_dec.decode(raw).items
+                got = each(json.loads(bytes(raws[i])))
+            out.append(got)
+    except _Declined:
+        return None
     return out, token
-
-
-_DECLINE = object()
 
 
 def _skeleton(p: Any, comp: "slim.PodCompactor") -> Any:
     """The compactor's skeleton of typed pod `p` when it is steady (slim._steady), None when
-    it is not, _DECLINE where the stdlib path would read it differently (a null element the
+    it is not; _Declined where the stdlib path would read it differently (a null element the
     compactor calls .get on: that path raises, this one must not decide)."""
     unset = msgspec.UNSET
     md, spec, st = p.metadata, p.spec, p.status
@@ -144,7 +148,7 @@ def _skeleton(p: Any, comp: "slim.PodCompactor") -> Any:
         return None
     for c in statuses:
         if c is None:
-            return _DECLINE
+            raise _Declined
         if not (c.ready and not c.restartCount and c.state is not None
                 and c.state.running is not unset):
             return None
@@ -153,11 +157,8 @@ def _skeleton(p: Any, comp: "slim.PodCompactor") -> Any:
         kept = []
         for c in cs or ():
             if c is None:
-                return _DECLINE
-            res = c.resources
-            if res is not None and shape._bad(res, shape.RESOURCES) is not None:
-                return _DECLINE  # shape names this field: the stdlib path says how
-            kept.append((c.name, res))
+                raise _Declined
+            kept.append((c.name, c.resources))
         containers.append((key, kept))
     spec_kept = [(key, v) for key in slim.SKELETON_SPEC
                  if (v := getattr(spec, key)) is not unset]
@@ -168,10 +169,20 @@ def _skeleton(p: Any, comp: "slim.PodCompactor") -> Any:
                                          ("containerStatuses", statuses))]
     if md is None:
         return comp.skeleton(None, None, None, None, None, None, None, spec.nodeName,
-                             containers, spec_kept, st.phase, st.qosClass, statuses_kept)
+                             containers, spec_kept, st.phase, st.qosClass, statuses_kept,
+                             _check_resources)
     owners = md.ownerReferences
     return comp.skeleton(md.name, md.namespace, md.uid, md.creationTimestamp, md.labels, ann,
                          [(o.kind, o.name, o.controller) for o in owners if o is not None]
                          if owners else None,
                          spec.nodeName, containers, spec_kept, st.phase, st.qosClass,
-                         statuses_kept)
+                         statuses_kept, _check_resources)
+
+
+def _check_resources(pairs: list) -> None:
+    """Each container's resources as shape checks them: typed only as a map (they are kept
+    whole, members shape does not name included), so checked here, once per distinct list
+    (the compactor calls this only for containers it has not shared yet)."""
+    for _, res in pairs:
+        if shape._bad(res, shape.RESOURCES) is not None:
+            raise _Declined  # the stdlib path says which field, as it always has
