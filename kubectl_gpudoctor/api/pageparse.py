@@ -32,6 +32,8 @@ import threading
 from json.decoder import scanstring
 from typing import Any, Callable
 
+from .slim import DECODER
+
 _HEAD = struct.Struct("!BQ")  # kind (request) or status (answer), payload length
 KIND_SLIM, KIND_PODS, KIND_PODS_IDS = 0, 1, 2  # slim.slim, slim.PodCompactor(container_ids)
 _OK, _NOT_JSON = 0, 1
@@ -60,7 +62,9 @@ def parse_page(raw: bytes, each: Callable[[dict], Any] | None) -> tuple[list, st
 
 
 _WS = re.compile(r"[ \t\n\r]*")
-_DECODE = json.JSONDecoder().raw_decode
+
+
+_DECODE = DECODER.raw_decode  # member names interned (slim.DECODER)
 
 
 def _walk_list(s: str, each: Callable[[dict], Any] | None) -> tuple[list, str | None]:

@@ -33,7 +33,8 @@ from .kube import Kube, malformed
 from .slim import PodCompactor, slim
 
 PAGE_SIZE = 1000  # ~3.5 MiB of pod JSON per page: bounded memory (in the CLI and each page
-
+                  # parser), one page parsed while the next arrives; 2,000 cost ~30 MiB more at
+                  # 150,000 pods for no measurable speed
 
 MiB = 1 << 20
 MAX_NODES = 50_000     # a slimmed node is ~2.5 KiB in memory: 125 MiB

@@ -22,7 +22,6 @@ stdlib path does everything, only slower.
 """
 from __future__ import annotations
 
-import json
 from typing import Any, Callable, Dict, List, Optional, Union
 
 from . import shape, slim
@@ -120,7 +119,7 @@ def parse(raw: bytes, each: Callable[[dict], Any],
             if got is None:  # not steady: the stdlib's own reduction of its own parse
                 if raws is None:  # the items' bytes, once a page has such a pod
                     raws = raw_dec.decode(raw).items
-                got = each(json.loads(bytes(raws[i])))
+                got = each(slim.DECODER.decode(bytes(raws[i]).decode()))
             out.append(got)
     except _Declined:
         return None
