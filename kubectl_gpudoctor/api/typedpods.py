@@ -4,8 +4,8 @@ Why: on 150,000 pods the page parsers (pageparse.py) spent ~35 ms of CPU on each
 ~25 of them in the stdlib's json building every object of every pod (managedFields, volumes,
 env...) only for slim.PodCompactor to keep a skeleton of each. msgspec, the field's library for
 schema-directed JSON decoding, decodes only the fields shape.POD names, into types made from
-that schema (so it checks what shape checks), and skips the rest without building it: ~7 ms a
-page. The reduced items are exactly what the stdlib path gives (tests/kubectl/test_typedpods.py
+that schema (so it checks what shape checks), and skips the rest without building it: ~5 ms a
+page, ~15 ms with the skeletons built (bench pages). The reduced items are exactly what the stdlib path gives (tests/kubectl/test_typedpods.py
 compares both on realistic and hostile pages):
 
 - a steady pod (slim._steady, read from the typed fields) becomes PodCompactor.skeleton of the
@@ -38,7 +38,7 @@ def _types() -> tuple[Any, Any]:
     """(decoder of a pod list page, decoder of its items as raw bytes), the pod's types made
     from shape.POD: a struct per object with the member names as attributes, every field
     optional. Absent reads as None, like dict.get, except where the compactor tells absent
-    from null (PRESENCE: UNSET); OBJ is an empty struct (an object is checked to be one, its
+    from null (`presence`: UNSET); OBJ is an empty struct (an object is checked to be one, its
     members skipped, never built)."""
     unset = msgspec.UNSET
     qty = Union[str, int, float]  # resource.Quantity as shape._is takes it (a bool is not)
