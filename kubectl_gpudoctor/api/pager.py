@@ -42,7 +42,8 @@ MAX_ITEMS = 200_000    # of any other list (pods share skeletons: far less per i
 MAX_LIST_BYTES = 2 << 30
 # The CLI's own resident memory, checked after each page: with its two page parsers (~35 MiB
 # each at their peak) the whole stays under the 512 MiB the CLI promises against any stream.
-# bench/nodes_scale.py: 150,000 fat pods on 5,000 nodes peak at ~390 MiB.
+# bench/nodes_scale.py: 150,000 fat pods on 5,000 nodes peak at ~345 MiB (~380 before list
+# items' member names were interned: slim.DECODER).
 MAX_RSS_BYTES = 432 << 20
 # what one list keeps, as marshal measures it (~1/6 of a skeleton pod's size in memory, ~1/3
 # of a whole pod's): the bound where the resident size cannot be read (no /proc, no resource)
