@@ -87,7 +87,7 @@ EOF
   printf '%s\n' "$deps" > "$VENV/runtime-requirements.txt"
   "$VENV/bin/pip" install -q --disable-pip-version-check \
     -r "$VENV/runtime-requirements.txt" -r packaging/requirements-build.txt 2>&1 | grep -v "^WARNING: Location" >&2 || true
-  "$VENV/bin/python" -c "import kubernetes, click, grpc, pynvml, yaml, tabulate, mcp, PyInstaller" \
+  "$VENV/bin/python" -c "import kubernetes, click, grpc, pynvml, yaml, tabulate, msgspec, mcp, PyInstaller" \
     || { log "build venv incomplete"; exit 1; }
   touch "$VENV/.complete"
 fi

@@ -88,7 +88,7 @@ want=$(cat pyproject.toml | sha256sum | cut -c1-16)
 if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
   log "installing the project and its test dependencies into $VENV"
   "$VENV/bin/pip" install -q --disable-pip-version-check -e ".[test,mcp]" 2>&1 | grep -v "^WARNING: Location" >&2 || true
-  "$VENV/bin/python" -c "import kubernetes, click, grpc, pynvml, tabulate, pytest, xdist, mcp"
+  "$VENV/bin/python" -c "import kubernetes, click, grpc, pynvml, tabulate, msgspec, pytest, xdist, mcp"
   echo "$want" > "$stamp"
 fi
 log "ready: $VENV"

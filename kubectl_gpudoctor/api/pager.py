@@ -33,7 +33,8 @@ from .kube import Kube, malformed
 from .slim import PodCompactor, slim
 
 PAGE_SIZE = 1000  # ~3.5 MiB of pod JSON per page: bounded memory (in the CLI and each page
-
+                  # parser), one page parsed while the next arrives; 2,000 cost ~30 MiB more at
+                  # 150,000 pods for no measurable speed
 
 MiB = 1 << 20
 MAX_NODES = 50_000     # a slimmed node is ~2.5 KiB in memory: 125 MiB
@@ -41,7 +42,8 @@ MAX_ITEMS = 200_000    # of any other list (pods share skeletons: far less per i
 MAX_LIST_BYTES = 2 << 30
 # The CLI's own resident memory, checked after each page: with its two page parsers (~35 MiB
 # each at their peak) the whole stays under the 512 MiB the CLI promises against any stream.
-# bench/nodes_scale.py: 150,000 fat pods on 5,000 nodes peak at ~390 MiB.
+# bench/nodes_scale.py: 150,000 fat pods on 5,000 nodes peak at ~345 MiB (~380 before list
+# items' member names were interned: slim.DECODER).
 MAX_RSS_BYTES = 432 << 20
 # what one list keeps, as marshal measures it (~1/6 of a skeleton pod's size in memory, ~1/3
 # of a whole pod's): the bound where the resident size cannot be read (no /proc, no resource)
@@ -129,6 +131,9 @@ def _walk(kube: Kube, path: str, query: list, page_size: int, timeout: float | N
 
     kind = _kind(each)
     sid = shape.schema_id(path)   # items checked (in the child, else here) before reduced
+    # pages parsed here: typedpods decodes pod pages where it can (pageparse.parse_reduced)
+    compactor = each if kind is not None and shape.SCHEMA_IDS.get(sid) is shape.POD \
+        and type(each) is PodCompactor else None
     if kind is not None:
         kind |= sid << pageparse.KIND_BITS
     each = shape.checking(each, sid)
@@ -174,7 +179,7 @@ def _walk(kube: Kube, path: str, query: list, page_size: int, timeout: float | N
                     if fut is not None:
                         got, real, size = parsers.result(fut, lambda t=this: fetch(t), each)
                     else:
-                        got, real = pageparse.parse_page(raw, each)
+                        got, real = pageparse.parse_reduced(raw, each, compactor)
                         size = None
                 except pageparse.NotJson:
                     raise errors.ApiError(

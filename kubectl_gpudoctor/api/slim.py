@@ -5,18 +5,29 @@ reduction, and pager uses the page parsers; one module each way keeps the import
 """
 from __future__ import annotations
 
+import json
 import sys
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
 
 from ..analysis import agent_marks
 
-
-
-                  # parser), one page parsed while the next arrives; 2,000 cost ~30 MiB more at
-                  # 150,000 pods for no measurable speed
 _POD_SPEC_BULK = ("volumes",)
 _CONTAINER_BULK = ("env", "envFrom", "volumeMounts", "livenessProbe", "readinessProbe",
                    "startupProbe", "terminationMessagePath", "terminationMessagePolicy")
+
+
+def _interned_names(pairs: list) -> dict:
+    """An object with its member names interned: json decodes each list item with a fresh
+    memo of names, so 5,000 nodes carried 5,000 copies of each of their ~80 names (12,000
+    events, ~25 each), ~50 bytes a copy, and marshal hands the CLI one object per copy;
+    interned, the CLI keeps one string per name (bench/nodes_scale.py: ~20 MiB less). The same
+    dict as without the hook: pairs in order, a repeated name's last value at its first place."""
+    return {_intern(k): v for k, v in pairs}
+
+
+_intern = sys.intern
+# how list items are decoded (pageparse, typedpods): json's own, names interned
+DECODER = json.JSONDecoder(object_pairs_hook=_interned_names)
 
 
 def slim(obj: dict) -> dict:
@@ -98,46 +109,109 @@ class PodCompactor:
         md, spec, st = pod.get("metadata") or {}, pod.get("spec") or {}, pod.get("status") or {}
         if not _steady(md, spec, st):
             return slim(pod)
-        ann = {k: v for k, v in (md.get("annotations") or {}).items()
-               if not k.endswith("last-applied-configuration")}
-        meta = {"name": md.get("name"), "namespace": sys.intern(md.get("namespace") or ""),
-                "uid": md.get("uid"),
-                "creationTimestamp": sys.intern(md.get("creationTimestamp") or "")}
-        for k, v in (("labels", md.get("labels")), ("annotations", ann)):
-            if v:
-                meta[k] = self._mapping(v) if type(v) is dict else self._one(v)
         owners = md.get("ownerReferences")
-        if owners:  # the replicas of one ReplicaSet share theirs
-            kept = [(_intern(o.get("kind")), o.get("name"), o.get("controller"))
-                    for o in owners if isinstance(o, dict)]
+        return self.skeleton(
+            md.get("name"), md.get("namespace"), md.get("uid"), md.get("creationTimestamp"),
+            md.get("labels"), md.get("annotations"),
+            [(o.get("kind"), o.get("name"), o.get("controller")) for o in owners
+             if isinstance(o, dict)] if owners else None,
+            spec.get("nodeName"),
+            [(key, [(c.get("name"), c.get("resources")) for c in spec.get(key) or ()])
+             for key in ("containers", "initContainers")],
+            [(key, spec[key]) for key in SKELETON_SPEC if key in spec],
+            st.get("phase"), st.get("qosClass"),
+            [(key, [(c.get("name"), c.get("containerID")) for c in st.get(key) or ()
+                    if isinstance(c, dict)])
+             for key in ("initContainerStatuses", "containerStatuses")]
+            if self.container_ids else ())
+
+    def skeleton(self, name: Any, namespace: Any, uid: Any, created: Any, labels: Any,
+                 annotations: Any, owners: list | None, node: Any,
+                 containers: list, spec_kept: list, phase: Any, qos: Any,
+                 statuses: Any, check: Callable[[list], None] | None = None) -> dict:
+        """The skeleton of a steady pod, from its fields as plain values (what __call__ reads
+        of a parsed pod, and api/typedpods.py of a typed one: one construction for both).
+        `owners`: (kind, name, controller) of each owner reference, None when it has none;
+        `containers`: (key, [(name, resources)]); `spec_kept`: (key, value) of each
+        SKELETON_SPEC field present; `statuses`: (key, [(name, containerID)]), used only
+        with container_ids. `check(cs)`: called on each containers list not shared yet (one
+        already shared has passed it, or came from a checked pod); it may raise."""
+        # plain loops and few calls: this runs for every steady pod of the fleet
+        if annotations:
+            for k in annotations:
+                if k.endswith(_LAST_APPLIED):  # kubectl's copy of the whole object: dropped
+                    annotations = {k: v for k, v in annotations.items()
+                                   if not k.endswith(_LAST_APPLIED)}
+                    break
+        intern = sys.intern
+        meta = {"name": name, "namespace": intern(namespace or ""), "uid": uid,
+                "creationTimestamp": intern(created or "")}
+        if labels:
+            meta["labels"] = self._mapping(labels) if type(labels) is dict else self._one(labels)
+        if annotations:
+            meta["annotations"] = (self._mapping(annotations) if type(annotations) is dict
+                                   else self._one(annotations))
+        if owners is not None:  # the replicas of one ReplicaSet share theirs
+            kept = [(intern(k) if type(k) is str else k, n, c) for k, n, c in owners]
             try:
                 key: Any = ("o",) + tuple(kept)
                 hash(key)
             except TypeError:
                 key = None
-            meta["ownerReferences"] = self._one(
-                [{"kind": k, "name": n, "controller": c} for k, n, c in kept], key)
-        sp: dict = {"nodeName": sys.intern(spec.get("nodeName") or "")}
-        for key in ("containers", "initContainers"):
-            cs = [{"name": c.get("name"), "resources": c.get("resources") or {}}
-                  for c in spec.get(key) or ()]
+            if key is None or not kept:
+                meta["ownerReferences"] = self._one(
+                    [{"kind": k, "name": n, "controller": c} for k, n, c in kept], key)
+            else:  # built only when no replica has shared it yet
+                meta["ownerReferences"] = self._shared_by(key, _owners, kept)
+        sp: dict = {"nodeName": intern(node or "")}
+        for key, cs in containers:
             if cs:
-                sp[key] = self._one(cs)
-        for key in ("priority", "priorityClassName", "overhead", "resourceClaims",
-                    "schedulerName"):
-            if key in spec:
-                sp[key] = _intern(spec[key])  # the same few names in 150,000 pods
-        phase, qos = st.get("phase") or "", st.get("qosClass")
-        status = {"phase": phase, **({"qosClass": qos} if qos else {})}
+                # keyed by the (name, resources) pairs' repr: the list of dicts is built once
+                pairs = [(n, r or {}) for n, r in cs]
+                sp[key] = self._shared_by(("c", repr(pairs)), _containers, pairs, check)
+        for key, v in spec_kept:
+            sp[key] = intern(v) if type(v) is str else v  # the same few names in 150,000 pods
         if self.container_ids:
-            for key in ("initContainerStatuses", "containerStatuses"):
-                ids = [{"name": c.get("name"), "containerID": c.get("containerID")}
-                       for c in st.get(key) or () if isinstance(c, dict)]
+            status = {"phase": phase or "", **({"qosClass": qos} if qos else {})}
+            for key, ids in statuses:
                 if ids:
-                    status[key] = ids
-        else:
-            status = self._one(status)  # a few kinds in a whole cluster
+                    status[key] = [{"name": n, "containerID": c} for n, c in ids]
+        else:  # a few kinds in a whole cluster
+            status = self._shared_by(("s", repr(phase or ""), repr(qos) if qos else None),
+                                     _status, phase, qos)
         return {"metadata": meta, "spec": sp, "status": status}
+
+    def _shared_by(self, key: Any, build: Callable[..., Any], *args: Any) -> Any:
+        """_one for the object `build(*args)` makes, built only when none is shared under
+        `key` (which stands for its value); never called for an empty one."""
+        table = self._shared
+        if len(table) >= self.MAX_SHARED:
+            table.clear()
+        got = table.get(key)
+        if got is None:
+            got = table[key] = build(*args)
+        return got
+
+
+# what a skeleton keeps of a steady pod's spec besides its node and containers, when present
+SKELETON_SPEC = ("priority", "priorityClassName", "overhead", "resourceClaims", "schedulerName")
+
+
+_LAST_APPLIED = "last-applied-configuration"
+
+
+def _containers(pairs: list, check: Callable[[list], None] | None) -> list:
+    if check is not None:
+        check(pairs)
+    return [{"name": n, "resources": r} for n, r in pairs]
+
+
+def _owners(kept: list) -> list:
+    return [{"kind": k, "name": n, "controller": c} for k, n, c in kept]
+
+
+def _status(phase: Any, qos: Any) -> dict:
+    return {"phase": phase or "", **({"qosClass": qos} if qos else {})}
 
 
 def _intern(v: Any) -> Any:

@@ -133,7 +133,8 @@ def test_frozen_plugin_explains_a_finding_offline(krew_root: Path, tmp_path: Pat
 def test_frozen_plugin_runs_the_list_page_parser(unpacked_plugin: Path):
     """`nodes` parses big list pages in child processes (kubectl_gpudoctor.api.pageparse); frozen,
     a child is the executable re-entered with `__run_module`, which allows that module and no
-    other module of the client."""
+    other module of the client. Pod pages are decoded there by msgspec, which the bundle
+    carries."""
     import marshal
     import struct
     binary = str(unpacked_plugin / "kubectl-gpu_doctor")
@@ -146,6 +147,27 @@ def test_frozen_plugin_runs_the_list_page_parser(unpacked_plugin: Path):
     status, n = struct.unpack("!BQ", r.stdout[:9])
     assert status == 0 and marshal.loads(r.stdout[9:9 + n]) == ([{"metadata": {"name": "a"}}],
                                                                  "t")
+    # a pod page, which the frozen child decodes with msgspec (api/typedpods.py): the bundle
+    # carries it, the child has loaded it once it answers, and the answer is the stdlib path's
+    from kubectl_gpudoctor.api import pageparse, shape
+    from tests.kubectl.fakecluster import FakeCluster, build_fleet
+    fc = FakeCluster()
+    build_fleet(fc, 2, 6, wedged=(1,), fat=True)
+    page = json.dumps({"metadata": {"continue": "t"}, "items": list(fc.pods.values())}).encode()
+    kind = pageparse.KIND_PODS | shape.schema_id("/api/v1/pods") << pageparse.KIND_BITS
+    child = subprocess.Popen([binary, "__run_module", "kubectl_gpudoctor.api.pageparse"],
+                             stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+    try:
+        child.stdin.write(struct.pack("!BQ", kind, len(page)) + page)
+        child.stdin.flush()
+        status, n = struct.unpack("!BQ", child.stdout.read(9))
+        answer = child.stdout.read(n)
+        loaded = Path(f"/proc/{child.pid}/maps").read_text()
+    finally:
+        child.stdin.close()
+        child.wait(60)
+    assert status == 0 and "msgspec/_core" in loaded
+    assert marshal.loads(answer) == pageparse.parse_page(page, pageparse._each(kind)[0])
     bad = subprocess.run([binary, "__run_module", "kubectl_gpudoctor.cli"], capture_output=True,
                          text=True, timeout=60)
     assert bad.returncode != 0 and "refusing to run module" in bad.stderr
