@@ -194,6 +194,8 @@ def _bad(value: Any, schema: Any) -> tuple[list, Any, str] | None:
             return [], value, "an array"
         sub = schema[0]
         for i, v in enumerate(value):
+            if v is None and type(sub) is dict:   # a null object in a list: Go never sends one
+                return [i], v, "an object"
             bad = _bad(v, sub)
             if bad is not None:
                 bad[0].append(i)

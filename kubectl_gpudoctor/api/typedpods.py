@@ -63,8 +63,9 @@ def _types() -> tuple[Any, Any]:
                       else (k, Optional[typ(sub)], None) for k, sub in schema.items()]
             count[0] += 1
             return msgspec.defstruct(f"Typed{count[0]}", fields, gc=False)
-        if type(schema) is list:
-            return List[Optional[typ(schema[0])]]
+        if type(schema) is list:     # a null in a list of objects is a misfit (shape._bad)
+            sub = typ(schema[0])
+            return List[sub] if type(schema[0]) is dict else List[Optional[sub]]
         if type(schema) is set:          # {QTY}: a map of quantities
             return Dict[str, qty]
         if schema is shape.STRMAP:

@@ -145,6 +145,13 @@ BAD_PODS = {"kind": "PodList", "items": [1, "x", None, [], {"metadata": 5, "spec
     (["nodes"], POD_PATH, BAD_PODS, "an item.metadata is a number, not an object"),
     (["nodes"], "/api/v1/nodes", {"kind": "NodeList", "items": [{"metadata": {"labels": []}}]},
      "metadata.labels is an array, not an object"),
+    # a Running pod whose status lists a null container status: `nodes` ended in exit 70
+    # (AttributeError in slim's steady-pod test) before the shape refused null list objects
+    (["nodes"], POD_PATH, {"kind": "PodList", "items": [{
+        "metadata": {"name": "p", "namespace": NS, "uid": "u1"},
+        "spec": {"nodeName": NODE, "containers": [{"name": "main"}]},
+        "status": {"phase": "Running", "containerStatuses": [None]}}]},
+     "status.containerStatuses[0] is null, not an object"),
 ])
 def test_the_audits_answers_are_one_line_and_the_documented_code(tmp_path, argv, path, doc,
                                                                  want):

@@ -104,7 +104,7 @@ def fleet_pods() -> list[dict]:
         "state is empty": lambda p: p["status"]["containerStatuses"][0].update(state={}),
         "no labels, no owners": lambda p: [p["metadata"].pop(k, None)
                                            for k in ("labels", "ownerReferences")],
-        "empty owners": lambda p: p["metadata"].update(ownerReferences=[None]),
+        "empty owners": lambda p: p["metadata"].update(ownerReferences=[]),
         "metadata null": lambda p: p.update(metadata=None),
         "float quantities": lambda p: p["spec"]["containers"][0]["resources"].update(
             limits={"cpu": 1.5, "memory": 10 ** 30}),
