@@ -2,14 +2,15 @@
 # Set up (idempotently) and run the whole test suite, as CI does.
 #
 # With no arguments: the tests that may share the machine run on GPU_DOCTOR_TEST_WORKERS
-# workers (default 2, one per core here; whole files per worker), then the `serial` ones alone
+# workers (default 3 on this 2-core machine: most of these tests wait on child processes and
+# sockets; whole files per worker), then the `serial` ones alone
 # (eBPF, image and build tests: tests/conftest.py says which and why). Both phases always run;
 # the exit code is the first failing phase's. GPU_DOCTOR_TEST_WORKERS=1 runs everything in one
 # process. Extra args go to one plain pytest run, e.g. `scripts/test.sh -m "not image"` or
 # `scripts/test.sh tests/core`.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-workers=${GPU_DOCTOR_TEST_WORKERS:-2}
+workers=${GPU_DOCTOR_TEST_WORKERS:-3}
 case "$workers" in
   ''|*[!0-9]*) echo "scripts/test.sh: GPU_DOCTOR_TEST_WORKERS=$workers: want a whole number of workers" >&2; exit 2 ;;
 esac

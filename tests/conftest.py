@@ -8,7 +8,7 @@ own port, its own cgroups (named with the owning pid), its own processes. What i
     a wheel built in the checkout): they write into dist/, build/ and container storage;
   - tests marked `serial` by hand, which look at machine-wide state (a global temp dir glob,
     signal timing under load).
-This hook marks all of them `serial`; scripts/test.sh runs `-m "not serial"` on two workers,
+This hook marks all of them `serial`; scripts/test.sh runs `-m "not serial"` on three workers,
 then `-m serial` alone. A plain `pytest` runs everything in one process, as before.
 """
 from __future__ import annotations
