@@ -78,7 +78,7 @@ _HAMI_EVENT = re.compile(r"^(\d+) nodes ([A-Za-z]+)\(([^)]{0,2000})\)$")
 def system_of(pod: Mapping[str, Any]) -> str | None:
     """Which queueing system or scheduler holds this pod: kueue, volcano, kai, hami, or None
     (kube-scheduler alone)."""
-    spec, md = pod.get("spec") or {}, pod.get("metadata") or {}
+    spec = pod.get("spec") or {}
     gates = {g.get("name") for g in spec.get("schedulingGates") or () if isinstance(g, Mapping)}
     if KUEUE_GATE in gates:
         return "kueue"

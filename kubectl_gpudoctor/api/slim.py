@@ -22,10 +22,10 @@ def _interned_names(pairs: list) -> dict:
     events, ~25 each), ~50 bytes a copy, and marshal hands the CLI one object per copy;
     interned, the CLI keeps one string per name (bench/nodes_scale.py: ~20 MiB less). The same
     dict as without the hook: pairs in order, a repeated name's last value at its first place."""
-    return {_intern(k): v for k, v in pairs}
+    return {intern(k): v for k, v in pairs}
 
 
-_intern = sys.intern
+intern = sys.intern    # member names are always strings (json keys): no type test needed
 # how list items are decoded (pageparse, typedpods): json's own, names interned
 DECODER = json.JSONDecoder(object_pairs_hook=_interned_names)
 
@@ -212,10 +212,6 @@ def _owners(kept: list) -> list:
 
 def _status(phase: Any, qos: Any) -> dict:
     return {"phase": phase or "", **({"qosClass": qos} if qos else {})}
-
-
-def _intern(v: Any) -> Any:
-    return sys.intern(v) if type(v) is str else v
 
 
 def _steady(md: Mapping[str, Any], spec: Mapping[str, Any], st: Mapping[str, Any]) -> bool:

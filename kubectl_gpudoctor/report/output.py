@@ -10,7 +10,6 @@ first lines, `verdict` in the JSON/YAML document and the jsonl summary).
 """
 from __future__ import annotations
 
-import json
 import os
 import sys
 import threading
