@@ -72,16 +72,17 @@ def _other(v: Any) -> Any:
     return ["x"] if v else 5
 
 
-def _paths(v: Any, path: tuple = ()) -> Iterator[tuple]:
-    """Every field and every list item, outermost first."""
+def _paths(v: Any, path: tuple = (), max_items: int | None = None) -> Iterator[tuple]:
+    """Every field and every list item (the first `max_items` of each list), outermost
+    first (test_replay_type_confusion walks bundles with it too)."""
     if path:
         yield path
     if isinstance(v, dict):
         for k, sub in v.items():
-            yield from _paths(sub, path + (k,))
+            yield from _paths(sub, path + (k,), max_items)
     elif isinstance(v, list):
-        for i, sub in enumerate(v):
-            yield from _paths(sub, path + (i,))
+        for i, sub in enumerate(v[:max_items]):
+            yield from _paths(sub, path + (i,), max_items)
 
 
 def _mutated(doc: Any, path: tuple) -> Any:

@@ -20,6 +20,7 @@ from kubectl_gpudoctor.report import bundle
 from kubectl_gpudoctor.report.output import FORMATS
 from tests.kubectl.test_bundle import _run, fc  # noqa: F401 - fixture: the fake API server
 from tests.kubectl.conftest import run_cli
+from tests.kubectl.test_api_type_confusion import _paths as walk
 
 # numbers JSON can carry that no clock or duration can be: json.loads reads all of them
 NUMBERS = (1e300, -1e18, 10 ** 400, -1, float("nan"), float("inf"))
@@ -37,15 +38,9 @@ def _others(v: Any) -> list[Any]:
     return [5, ["x"], {"a": "b"}]
 
 
-def _paths(v: Any, path: tuple = ()) -> Iterator[tuple]:
-    if path:
-        yield path
-    if isinstance(v, dict):
-        for k, sub in v.items():
-            yield from _paths(sub, path + (k,))
-    elif isinstance(v, list):
-        for i, sub in enumerate(v[:2]):
-            yield from _paths(sub, path + (i,))
+def _paths(v: Any) -> Iterator[tuple]:
+    """Every field, and the first two items of each list (a bundle repeats its shapes)."""
+    return walk(v, max_items=2)
 
 
 def _replace(doc: Any, path: tuple, value: Any) -> Any:
