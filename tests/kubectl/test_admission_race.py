@@ -126,13 +126,11 @@ def test_other_rejections_and_healthy_pods_are_not_called_races():
     assert pod_status.analyze_pod(running, [], NOW) == []
 
 
-def test_pod_command_names_the_race_from_the_nodes_events(cluster, kubeconfig):
-    import json
-
-    from .conftest import run_cli
-
-    now = dt.datetime.now(dt.timezone.utc)
-    started = now - dt.timedelta(minutes=20)
+def rejected_after_a_kubelet_restart(cluster) -> dt.datetime:
+    """On the fake API server: node gpu-1 whose kubelet restarted 20 minutes ago, and pod
+    ml/train-7 of ReplicaSet train-5d8f that it then rejected at admission (Failed,
+    UnexpectedAdmissionError, the kubelet's event 15 s after its start). The kubelet's start."""
+    started = dt.datetime.now(dt.timezone.utc) - dt.timedelta(minutes=20)
     cluster.add_node("gpu-1")
     msg = ("Allocate failed due to no healthy devices present; cannot allocate unhealthy "
            "devices nvidia.com/gpu, which is unexpected")
@@ -145,10 +143,18 @@ def test_pod_command_names_the_race_from_the_nodes_events(cluster, kubeconfig):
                                            "controller": True}]
     cluster.add_event(pod, "Warning", "UnexpectedAdmissionError", msg, "kubelet",
                       started + dt.timedelta(seconds=15), host="gpu-1")
-    for reason, text in (("Starting", "Starting kubelet."),):
-        ev = node_event(reason, text, started)
-        ev["metadata"] = {"name": "gpu-1.start", "namespace": "default"}
-        cluster.events.append(ev)
+    ev = node_event("Starting", "Starting kubelet.", started)
+    ev["metadata"] = {"name": "gpu-1.start", "namespace": "default"}
+    cluster.events.append(ev)
+    return started
+
+
+def test_pod_command_names_the_race_from_the_nodes_events(cluster, kubeconfig):
+    import json
+
+    from .conftest import run_cli
+
+    started = rejected_after_a_kubelet_restart(cluster)
     plugin = cluster.add_pod("gpu-operator", "nvidia-device-plugin-daemonset-x7k2p", "gpu-1")
     for cs in plugin["status"].get("containerStatuses") or ():
         cs["state"] = {"running": {"startedAt": ts(started + dt.timedelta(seconds=70))}}

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import datetime as dt
 import json
-import os
 import re
 import subprocess
 import sys
@@ -156,26 +155,8 @@ def test_a_cleared_admission_race_is_not_stuck_and_its_action_is_the_delete(clus
     node fine again and its ReplicaSet's replacement running, was `CRITICAL ... 1 pod stuck`
     with `explain` as the fix. Now: info, says it cleared and why, one action: delete the
     Failed pod; exit 0 (nothing at or above warning)."""
-    now = dt.datetime.now(dt.timezone.utc)
-    started = now - dt.timedelta(minutes=20)
-    cluster.add_node("gpu-1")
-    msg = ("Allocate failed due to no healthy devices present; cannot allocate unhealthy "
-           "devices nvidia.com/gpu, which is unexpected")
-    pod = cluster.add_pod("ml", "train-7", "gpu-1", phase="Failed", gpus=1, events="none",
-                          extra_status={"reason": "UnexpectedAdmissionError",
-                                        "message": "Pod was rejected: " + msg,
-                                        "containerStatuses": []})
-    pod["metadata"]["ownerReferences"] = [{"apiVersion": "apps/v1", "kind": "ReplicaSet",
-                                           "name": "train-5d8f", "uid": "o-1",
-                                           "controller": True}]
-    cluster.add_event(pod, "Warning", "UnexpectedAdmissionError", msg, "kubelet",
-                      started + dt.timedelta(seconds=15), host="gpu-1")
-    cluster.events.append({"reason": "Starting", "message": "Starting kubelet.",
-                           "type": "Normal", "source": {"component": "kubelet",
-                                                        "host": "gpu-1"},
-                           "firstTimestamp": ts(started), "lastTimestamp": ts(started),
-                           "count": 1, "involvedObject": {"kind": "Node", "name": "gpu-1"},
-                           "metadata": {"name": "gpu-1.start", "namespace": "default"}})
+    from .test_admission_race import rejected_after_a_kubelet_restart
+    rejected_after_a_kubelet_restart(cluster)
     args = ("pod", "train-7", "-n", "ml", "--kubeconfig", str(kubeconfig), "--no-probe")
     r = cli(*args)
     doc = json.loads(cli(*args, "-o", "json").stdout)
