@@ -45,6 +45,8 @@ ADMISSION = re.compile(r"^/apis/admissionregistration\.k8s\.io/v1/"
                        r"(validatingadmissionpolicies|validatingadmissionpolicybindings)"
                        r"(?:/([^/]+))?$")
 API_GROUP = re.compile(r"^/apis/([^/]+)$")
+# a namespaced custom resource (a CRD's list or one object): /apis/GROUP/VERSION/namespaces/NS/PLURAL[/NAME]
+CUSTOM = re.compile(r"^/apis/([^/]+)/([^/]+)/namespaces/([^/]+)/([^/]+)(?:/([^/]+))?$")
 
 
 def ts(t: dt.datetime) -> str:
@@ -135,6 +137,10 @@ class FakeCluster:
         # server serves beyond the core ones: group -> (preferred version, other versions)
         self.objects: dict[str, dict] = {}
         self.api_groups: dict[str, tuple[str, tuple[str, ...]]] = {}
+        # namespaced custom resources the server serves (CRDs installed):
+        # (group, version, plural) -> {(namespace, name): object}; any other /apis/GROUP/...
+        # path answers 404 as a real server does for an API it does not serve
+        self.custom: dict[tuple[str, str, str], dict[tuple[str, str], dict]] = {}
         # name -> labels; "gpu-doctor" as deploy/rbac.yaml makes it (the probe namespace)
         self.namespaces: dict[str, dict] = {"default": {}, "gpu-doctor": {
             "gpu-doctor.io/probe-namespace": "true",
@@ -283,6 +289,33 @@ class FakeCluster:
                                 ("Started", "Started container main")):
                 self.add_event(pod, "Normal", reason, msg, "kubelet", sched, host=node)
         return pod
+
+    def serve(self, group: str, version: str, plural: str) -> dict:
+        """Install a CRD: its list and objects are served from now on (empty at first)."""
+        return self.custom.setdefault((group, version, plural), {})
+
+    def add_custom(self, group: str, version: str, plural: str, obj: dict) -> dict:
+        """A custom resource as its controller's API writes it (served from then on)."""
+        md = obj.setdefault("metadata", {})
+        md.setdefault("uid", str(uuid.uuid4()))
+        md.setdefault("resourceVersion", "1")
+        self.serve(group, version, plural)[(md["namespace"], md["name"])] = obj
+        return obj
+
+    def _custom(self, m: "re.Match", q: dict) -> Any:
+        group, version, ns, plural, name = m.groups()
+        objs = self.custom.get((group, version, plural))
+        if objs is None:  # not installed: what a real server answers for an API it lacks
+            return self._status(404, "NotFound", "the server could not find the requested "
+                                                 "resource")
+        if name is None:
+            return self._list("List", [o for (n, _), o in objs.items() if n == ns], q)
+        obj = objs.get((ns, name))
+        if obj is None:
+            return kmock.Response(status=404, payload=status_body(
+                404, "NotFound", f'{plural}.{group} "{name}" not found',
+                {"name": name, "group": group, "kind": plural}))
+        return self._json(obj)
 
     def add_event(self, pod: dict, type_: str, reason: str, message: str, component: str,
                   when: dt.datetime, host: str | None = None) -> dict:
@@ -568,6 +601,9 @@ class FakeCluster:
                 if m.group(1) not in self.leases:
                     return self._status(404, "NotFound", f'leases "{m.group(1)}" not found')
                 return self._json(self.leases[m.group(1)])
+            m = CUSTOM.match(path)
+            if m:
+                return self._custom(m, q)
         if method in ("POST", "DELETE", "PATCH"):
             self.list_cache.clear()
         m = NODE_STATUS.match(path) or NODE.match(path)
