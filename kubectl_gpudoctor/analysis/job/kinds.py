@@ -195,13 +195,21 @@ def owner_of(workload: Mapping[str, Any]) -> tuple[Kind, str] | None:
 
 def owned(pods: Sequence[Mapping[str, Any]], q: PodQuery) -> list[Mapping[str, Any]]:
     """The pods of the selector that belong to the job: a pod whose controller is of the
-    job's kind must be the job's (a PyTorchJob and a TFJob of one name share the label)."""
+    job's kind must be the job's, and one controlled by another kind that writes the same
+    label (a TFJob beside a PyTorchJob of one name) is not the job's. Pods controlled by
+    the job's own children (a JobSet's Jobs, an MPIJob's launcher Job, a LeaderWorkerSet's
+    StatefulSets) stay."""
     if q.owner_uid is None:
         return list(pods)
+    key = q.selector.split("=", 1)[0]
+    rivals = {k.kind for k in KINDS if k.label == key and k.kind != q.owner_kind}
     out = []
     for p in pods:
         ref = controller_ref(p)
-        if ref is not None and ref.get("kind") == q.owner_kind and ref.get("uid") != q.owner_uid:
+        kind = ref.get("kind") if ref is not None else None
+        if kind == q.owner_kind and ref.get("uid") != q.owner_uid:
+            continue
+        if kind in rivals:
             continue
         out.append(p)
     return out
