@@ -162,6 +162,10 @@ class FakeCluster:
         self.log_chunks: list[bytes] = []
         self.log_chunk_delay_s = 0.0
         self.log_hang = False                # keep the log stream open after the chunks
+        # per node: the log of a debug pod on that node (else log_chunks), and the nodes whose
+        # debug pod log never ends (a node that does not answer)
+        self.node_log_chunks: dict[str, list[bytes]] = {}
+        self.node_log_hang: set[str] = set()
         self.pod_security_enforce: dict[str, str] = {}  # ns -> level (rejects privileged)
         # ValidatingAdmissionPolicies and bindings: (resource, name) -> object, written as a
         # real 1.35 API server writes them (apiwrites: 409/422, resourceVersions, apply)
@@ -566,7 +570,8 @@ class FakeCluster:
             if m:
                 if (m.group(1), m.group(2)) not in self.pods:
                     return self._status(404, "NotFound", f'pods "{m.group(2)}" not found')
-                return kmock.Response(status=200, payload=self._log_stream(),
+                node = (self.pods[(m.group(1), m.group(2))].get("spec") or {}).get("nodeName")
+                return kmock.Response(status=200, payload=self._log_stream(node),
                                       headers={"Content-Type": "text/plain"})
             if path == "/api/v1/events":
                 return self._list("EventList", list(self.events), q)
@@ -720,12 +725,12 @@ class FakeCluster:
                              "startTime": ts(dt.datetime.now(dt.timezone.utc))}
         # "pending": the wedged kubelet never touches it
 
-    async def _log_stream(self):
-        for chunk in self.log_chunks:
+    async def _log_stream(self, node: str | None = None):
+        for chunk in self.node_log_chunks.get(node or "", self.log_chunks):
             if self.log_chunk_delay_s:
                 await asyncio.sleep(self.log_chunk_delay_s)
             yield chunk
-        while self.log_hang:
+        while self.log_hang or node in self.node_log_hang:
             await asyncio.sleep(0.2)
             yield b""
 

@@ -270,3 +270,44 @@ def test_kind_spellings_and_shared_labels():
         {"kind": "Job", "uid": "u4", "controller": True}]}}
     assert [p["metadata"]["name"] for p in jk.owned([mine, theirs, other_pt, launcher], q)] \
         == ["a", "d"]
+
+
+# -- --probe: the node side, one deadline -------------------------------------------------------
+
+def _streams():
+    from .conftest import DATA
+    full = (DATA / "probe_stream.ndjson").read_bytes()
+    healthy = b"\n".join(ln for ln in full.split(b"\n") if b'"nvml.init_hang"' not in ln)
+    return full, healthy
+
+
+def test_probe_names_the_node_side_odd_one_and_the_node_that_does_not_answer(cluster,
+                                                                              kubeconfig):
+    """Four nodes, all Ready: the probe finds NVML init hanging on gpu-1 only; gpu-3's probe
+    never answers. The verdict names gpu-1 from its node side; gpu-3 is named as not
+    answering and the run is partial, within the one --timeout."""
+    for n in NODES[:4]:
+        cluster.add_node(n)
+    jobkinds.batch_job(cluster, "ml", "train", NODES[:4])
+    full, healthy = _streams()
+    cluster.log_chunks = [healthy]
+    cluster.node_log_chunks["gpu-1"] = [full]
+    cluster.node_log_hang.add("gpu-3")
+    cluster.node_log_chunks["gpu-3"] = [healthy.split(b"\n")[0] + b"\n"]
+    r = run_cli("job", "train", "-n", "ml", "--kubeconfig", str(kubeconfig), "-o", "json",
+                "--probe", "--no-agent", "--timeout", "8s", "--trace-seconds", "0",
+                timeout=90)
+    doc = json.loads(r.stdout)
+    v = doc["verdict"]
+    assert v["subject"] == "node gpu-1", v
+    assert v["root_cause"] == "nvml.init_hang"
+    rows = {x["node"]: x for x in doc["nodes"]}
+    assert rows["gpu-1"]["differs"] and "nvml.init_hang" in rows["gpu-1"]["signature"]
+    assert rows["gpu-3"]["probe"] == "no answer"
+    assert rows["gpu-0"]["probe"] != "no answer"
+    assert doc["summary"]["complete"] is False
+    assert "gpu-3" in doc["summary"]["incomplete_reason"]
+    assert "partial" in doc["summary"]["incomplete_reason"]
+    assert r.returncode == 1, r.stderr  # a critical finding outranks the partial run (4)
+    # every debug pod is gone
+    assert not [k for k in cluster.pods if k[0] == "gpu-doctor"]
