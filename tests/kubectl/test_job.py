@@ -311,3 +311,24 @@ def test_probe_names_the_node_side_odd_one_and_the_node_that_does_not_answer(clu
     assert r.returncode == 1, r.stderr  # a critical finding outranks the partial run (4)
     # every debug pod is gone
     assert not [k for k in cluster.pods if k[0] == "gpu-doctor"]
+
+
+# -- the MCP tool `job` -------------------------------------------------------------------------
+
+def test_mcp_job_tool_answers_the_cli_document(cluster, kubeconfig):
+    pytest.importorskip("mcp")
+    from .mcpclient import assert_same_document, calls, server_command, text
+    _fleet(cluster, how="fewer")  # (a NotReady node's words carry ages: not comparable)
+    jobkinds.pytorchjob(cluster, "ml", "bert", NODES)
+    kc = f"--kubeconfig={kubeconfig}"
+    r = run_cli("job", "bert", "-n", "ml", kc, "-o", "json")
+    want = json.loads(r.stdout)
+    _, got, _ = calls(server_command(kc), [
+        ("job", {"name": "bert", "namespace": "ml"}),
+        ("job", {"name": "bert", "namespace": "ml", "probe": True}),
+        ("job", {"namespace": "ml"})])
+    assert_same_document(got[0].structured_content, want, 30.0)
+    assert got[0].structured_content["verdict"]["subject"] == "node gpu-5"
+    assert got[1].is_error and "--allow-node-probe" in text(got[1])
+    assert got[2].is_error and "give name or selector" in text(got[2])
+    assert not cluster.created
