@@ -13,6 +13,7 @@ from typing import Any, Mapping, Sequence
 from node_probe.protocol import Finding, Severity
 from node_probe.protocol.catalog import CATALOG
 
+from ...params import name_problem
 from .. import verdict as node_verdict
 from ..verdict import Action, Verdict
 from .nodes import Comparison
@@ -24,6 +25,16 @@ NO_IMPACT = {"pods": 0, "gpu_pods": 0, "non_gpu_pods": 0}
 
 def _q(s: str) -> str:
     return shlex.quote(s)
+
+
+def _ok(kind: str, value) -> bool:
+    """A name the API server would accept: only such names go into a suggested command
+    (names come from the cluster: a pod's nodeName is whatever was written there)."""
+    return isinstance(value, str) and name_problem(kind, value) is None
+
+
+def _cmd(ok: bool, text: str) -> str | None:
+    return text if ok else None
 
 
 def _page(fid: str | None) -> str | None:
@@ -63,19 +74,21 @@ def _odd_node(job: Mapping[str, Any], c: Comparison, node_findings: Mapping[str,
     head = (f"Node {name} differs from the job's other {others} node"
             f"{'s' if others != 1 else ''}{more}: {why}")
     ns, sel = job["namespace"], job.get("pod_selector")
-    acts = [Action("mitigate", f"keep the job's pods off {name}", f"kubectl cordon {_q(name)}",
+    good = _ok("node", name)
+    acts = [Action("mitigate", f"keep the job's pods off {name}",
+                   _cmd(good, f"kubectl cordon {_q(name)}"),
                    "none for running pods; its free GPUs stay idle until uncordoned")]
     if sel:
         acts.append(Action(
             "fix", f"restart the job's ranks on {name} from the job's checkpoint (the "
                    f"controller re-creates them on another node)",
-            f"kubectl delete pod -n {_q(ns)} -l {_q(sel)} --field-selector "
-            f"spec.nodeName={_q(name)}",
+            _cmd(good, f"kubectl delete pod -n {_q(ns)} -l {_q(sel)} --field-selector "
+                       f"spec.nodeName={_q(name)}"),
             "those ranks lose their in-memory state; the job resumes from its last "
             "checkpoint (a Job's backoffLimit counts the deletions as failures)"))
     acts += [a for a in nv.actions if a.step == "fix" and a.command][:1]
     acts.append(Action("verify", f"the evidence on {name}",
-                       f"kubectl gpu-doctor node {_q(name)}", "none (read-only)"))
+                       _cmd(good, f"kubectl gpu-doctor node {_q(name)}"), "none (read-only)"))
     acts.append(Action("verify", "compare the job's nodes again", _again(job),
                        "none (read-only)"))
     root = nv.root_cause or ("job.node_fewer_gpus" if v.gpus is not None and
@@ -99,16 +112,17 @@ def _odd_rank(job: Mapping[str, Any], f: Finding, total: int) -> Verdict:
         return Verdict(head[:node_verdict.MAX_HEADLINE], pv.root_cause, f"pod {pod}",
                        pv.severity, pv.impact, pv.actions, pv.chain, False, pv.page)
     head = f"Rank {ev.get('rank')} differs from the job's other {total - 1}: {f.title}"
+    good = _ok("namespace", ns) and _ok("pod", name)
     acts = [Action("verify", f"why {pod} exits",
-                   f"kubectl logs -n {_q(ns)} {_q(name)} --previous", "none (read-only)"),
+                   _cmd(good, f"kubectl logs -n {_q(ns)} {_q(name)} --previous"),
+                   "none (read-only)"),
             Action("fix", f"replace the pod {pod} (its controller re-creates it)",
-                   f"kubectl delete pod -n {_q(ns)} {_q(name)}",
+                   _cmd(good, f"kubectl delete pod -n {_q(ns)} {_q(name)}"),
                    "the rank loses its in-memory state; the job resumes from its last "
                    "checkpoint")]
-    if ev.get("node"):
-        acts.append(Action("verify", f"the node it ran on", f"kubectl gpu-doctor node "
-                                                             f"{_q(str(ev['node']))}",
-                           "none (read-only)"))
+    if _ok("node", ev.get("node")):
+        acts.append(Action("verify", "the node it ran on",
+                           f"kubectl gpu-doctor node {_q(str(ev['node']))}", "none (read-only)"))
     acts.append(Action("verify", "compare the job's nodes again", _again(job),
                        "none (read-only)"))
     return Verdict(head[:node_verdict.MAX_HEADLINE], f.id, f"pod {pod}", f.severity.value,
