@@ -50,7 +50,10 @@ def _again(job: Mapping[str, Any]) -> str:
 
 
 def _node_verdict(node: str, findings: Sequence[Finding]) -> Verdict:
-    return node_verdict.decide(findings, {"kind": "node", "name": node, "node": node})
+    """The node's own verdict, from what its checks found (an `ok` finding says a check
+    looked and found nothing: never a cause, so it is left out)."""
+    return node_verdict.decide([f for f in findings if f.severity is not Severity.OK],
+                               {"kind": "node", "name": node, "node": node})
 
 
 def _odd_node(job: Mapping[str, Any], c: Comparison, node_findings: Mapping[str, Sequence],
