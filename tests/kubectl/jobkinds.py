@@ -18,6 +18,8 @@ def _owner(api: str, kind: str, name: str, uid: str) -> dict:
 
 def _pod(fc: FakeCluster, ns: str, name: str, node: str | None, labels: dict,
          owner: dict, annotations: dict | None = None, **kw) -> dict:
+    if node is None:  # not scheduled (yet)
+        kw = {**kw, "phase": "Pending"}
     p = fc.add_pod(ns, name, node, gpus=GPUS, **kw)
     p["metadata"]["labels"] = dict(labels)
     p["metadata"]["ownerReferences"] = [owner]

@@ -332,3 +332,31 @@ def test_mcp_job_tool_answers_the_cli_document(cluster, kubeconfig):
     assert got[1].is_error and "--allow-node-probe" in text(got[1])
     assert got[2].is_error and "give name or selector" in text(got[2])
     assert not cluster.created
+
+
+def test_a_pending_rank_gets_the_pending_explanation(cluster, kubeconfig):
+    """A node with 7 of 8 GPUs left one worker Pending (NVIDIA/aicr#1858): the job's seven
+    nodes are alike; the rank that differs is the Pending one, with the scheduler's words."""
+    _fleet(cluster, bad=None)
+    jobkinds.pytorchjob(cluster, "ml", "bert", NODES[:7] + [None])
+    pod = cluster.pods[("ml", "bert-worker-6")]
+    pod["status"] = {"phase": "Pending", "conditions": [{
+        "type": "PodScheduled", "status": "False", "reason": "Unschedulable",
+        "message": "0/9 nodes are available: 1 Insufficient nvidia.com/gpu, 8 node(s) didn't "
+                   "match pod anti-affinity rules. preemption: 0/9 nodes are available: 9 No "
+                   "preemption victims found for incoming pod.",
+        "lastTransitionTime": "2026-11-29T00:00:00Z"}]}
+    r, doc = _json(kubeconfig, "bert")
+    assert r.returncode == 1
+    v = doc["verdict"]
+    assert v["subject"] == "pod ml/bert-worker-6", v
+    assert v["root_cause"] == "pod.pending_explained"
+    assert doc["job"]["unscheduled"] == 1 and doc["job"]["nodes"] == 7
+
+
+def test_kind_given_but_not_served(cluster, kubeconfig):
+    _fleet(cluster, bad=None)
+    jobkinds.batch_job(cluster, "ml", "train", NODES[:2])
+    r = run_cli("job", "train", "-n", "ml", "--kind", "RayJob", "--kubeconfig", str(kubeconfig))
+    assert r.returncode == 3
+    assert 'no RayJob named "train" in namespace ml' in one_error_line(r.stderr)
