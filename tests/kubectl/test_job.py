@@ -360,3 +360,32 @@ def test_kind_given_but_not_served(cluster, kubeconfig):
     r = run_cli("job", "train", "-n", "ml", "--kind", "RayJob", "--kubeconfig", str(kubeconfig))
     assert r.returncode == 3
     assert 'no RayJob named "train" in namespace ml' in one_error_line(r.stderr)
+
+
+def test_the_agents_mark_and_another_monitors_condition_make_a_node_differ(cluster,
+                                                                           kubeconfig):
+    """16 watched nodes (the agent's GpuDoctor* conditions, quiet): gpu-3's agent marks Xid
+    errors; gpu-9 carries node-problem-detector's XidCriticalError (GKE's condition). Both
+    differ from the 14 alike; the healthy marks of the others are no difference."""
+    from node_probe.protocol import conditions
+
+    from .test_fleet_view import watching
+    from .test_foreign_conditions import cond
+    names = [f"gpu-{i}" for i in range(16)]
+    for n in names:
+        node = cluster.add_node(n)
+        problems = {"GpuDoctorXidErrors": (conditions.reason_of("gpu.xid"),
+                                           "Xid 79 on GPU 3", 600)} if n == "gpu-3" else None
+        node["status"]["conditions"] += watching(problems=problems)
+        if n == "gpu-9":
+            node["status"]["conditions"].append(cond("XidCriticalError", "True",
+                                                     "XidCriticalError", "Xid 48"))
+    jobkinds.jobset(cluster, "ml", "llm", names)
+    r, doc = _json(kubeconfig, "llm")
+    assert r.returncode == 1, r.stderr
+    assert sorted(doc["job"]["differ"]) == ["gpu-3", "gpu-9"]
+    rows = {x["node"]: x for x in doc["nodes"]}
+    assert "node.foreign_condition" in rows["gpu-9"]["differs_by"]
+    assert rows["gpu-3"]["differs_by"] and all(not rows[n]["differs"] for n in names
+                                               if n not in ("gpu-3", "gpu-9"))
+    assert doc["verdict"]["subject"] in ("node gpu-3", "node gpu-9")
