@@ -77,6 +77,8 @@ def test_fewer_allocatable_gpus_than_siblings(cluster, kubeconfig):
     assert f["evidence"]["siblings_gpu_allocatable"] == 8
     assert doc["verdict"]["subject"] == "node gpu-5"
     assert doc["nodes"][0]["node"] == "gpu-5"
+    assert doc["nodes"][0]["differs_by"] == ["job.node_fewer_gpus"]
+    assert doc["nodes"][0]["severity"] == "warning"
 
 
 def test_healthy_job_exits_0_and_says_no_node_differs(cluster, kubeconfig):

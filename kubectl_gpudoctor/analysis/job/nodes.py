@@ -45,6 +45,7 @@ class Comparison:
     shared: bool
     gpus_usual: int | None
     findings: tuple[Finding, ...]
+    fewer: tuple[str, ...] = ()   # nodes with fewer allocatable GPUs than most
 
 
 def _worst(fs: Sequence[Finding]) -> str:
@@ -81,12 +82,14 @@ def compare(job: str, views: Sequence[NodeView]) -> Comparison:
         baseline = max((s for s, n in sigs.items() if n == top), key=lambda s: (len(s), s))
     usual = _usual([v.gpus for v in views if v.gpus is not None])
     findings: list[Finding] = []
+    fewer_nodes: list[str] = []
     odd: list[tuple[tuple, str]] = []
     alike = sigs.get(baseline, 0)
     for v in views:
         extra = tuple(p for p in v.problems if p not in baseline)
         fewer = usual is not None and v.gpus is not None and v.gpus < usual
         if fewer:
+            fewer_nodes.append(v.name)
             findings.append(make(
                 "job.node_fewer_gpus", "warning", f"node/{v.name}",
                 f"node {v.name} has {v.gpus} allocatable GPUs where the job's other nodes "
@@ -114,13 +117,17 @@ def compare(job: str, views: Sequence[NodeView]) -> Comparison:
     odd.sort()
     shared = bool(baseline) and alike * 2 > len(views)
     return Comparison(tuple(views), baseline, tuple(n for _, n in odd), shared, usual,
-                      tuple(findings))
+                      tuple(findings), tuple(fewer_nodes))
 
 
 def signature(v: NodeView, c: Comparison) -> dict:
     """A node's row in `-o json`: what it has, and how it differs from its siblings."""
-    return {"node": v.name, "signature": list(v.problems),
+    fewer = v.name in c.fewer
+    worst = "warning" if fewer and v.worst == "ok" else v.worst
+    return {"node": v.name, "signature": list(v.problems) + (["job.node_fewer_gpus"] if fewer
+                                                             else []),
             "differs": v.name in c.odd,
-            "differs_by": [p for p in v.problems if p not in c.baseline],
-            "severity": v.worst, "ready": v.ready, "gpu_allocatable": v.gpus,
+            "differs_by": [p for p in v.problems if p not in c.baseline]
+            + (["job.node_fewer_gpus"] if fewer else []),
+            "severity": worst, "ready": v.ready, "gpu_allocatable": v.gpus,
             "job_pods": list(v.pods[:MAX_RANKS_SHOWN]), "job_pods_on_node": len(v.pods)}
