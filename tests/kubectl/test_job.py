@@ -391,3 +391,34 @@ def test_the_agents_mark_and_another_monitors_condition_make_a_node_differ(clust
     assert rows["gpu-3"]["differs_by"] and all(not rows[n]["differs"] for n in names
                                                if n not in ("gpu-3", "gpu-9"))
     assert doc["verdict"]["subject"] in ("node gpu-3", "node gpu-9")
+
+
+def test_pod_queries_of_workloads_and_rayjobs():
+    """A Kueue Workload of a plain pod group (no owner) selects its pods by
+    kueue.x-k8s.io/pod-group-name (kubernetes-sigs/kueue pkg/controller/jobs/pod: GroupNameLabel);
+    one owned by a Job resolves to that Job; a RayJob names its pods only once its status
+    has a rayClusterName."""
+    wl = jk.by_name("workload")[0]
+    group = {"metadata": {"name": "nccl-test", "labels": {jk.KUEUE_GROUP: "nccl-test"}}}
+    assert jk.pod_query(wl, group).selector == "kueue.x-k8s.io/pod-group-name=nccl-test"
+    owned_wl = {"metadata": {"name": "job-train-3f2a1", "ownerReferences": [
+        {"apiVersion": "batch/v1", "kind": "Job", "name": "train", "uid": "u",
+         "controller": True}]}}
+    assert jk.pod_query(wl, owned_wl) is None
+    kind, name = jk.owner_of(owned_wl)
+    assert (kind.kind, kind.group, name) == ("Job", "batch", "train")
+    rj = jk.by_name("RayJob")[0]
+    assert jk.pod_query(rj, {"metadata": {"name": "rj"}, "status": {}}) is None
+    assert jk.pod_query(rj, {"metadata": {"name": "rj"}, "status": {
+        "rayClusterName": "rj-raycluster-x8k2p"}}).selector == "ray.io/cluster=rj-raycluster-x8k2p"
+
+
+def test_a_rayjob_without_its_cluster_yet_has_no_pods(cluster, kubeconfig):
+    _fleet(cluster, bad=None)
+    rj = jobkinds._obj(cluster, "ray.io", "v1", "rayjobs", "RayJob", "ml", "rj",
+                       {"entrypoint": "python train.py"}, {"jobDeploymentStatus": "Initializing"})
+    assert rj
+    r, doc = _json(kubeconfig, "rj")
+    assert r.returncode == 0, r.stderr
+    assert doc["verdict"]["headline"] == "RayJob ml/rj has no pods"
+    assert doc["job"]["pods"] == 0
