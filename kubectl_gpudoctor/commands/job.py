@@ -19,6 +19,7 @@ import time
 from typing import Any, Callable, Mapping
 
 from node_probe.protocol import ExitStatus
+from node_probe.protocol.catalog import make
 
 from .. import errors
 from ..analysis.common import node_is_ready, pod_ref
@@ -244,8 +245,15 @@ def job(session: Session, o: dict, name: str | None, kind_text: str | None,
         node_objs: dict = keep.get("nodes") or {}
         node_findings: dict[str, list] = keep.get("node_findings") or {}
         missing = sorted(set(by_node) - set(node_objs))
-        for m in missing:
-            out.log("warning", f"node {m} of the job's pods is not in the node list (deleted?)")
+        for m in missing:  # pods bound to a node that is gone: the node differs
+            node_findings.setdefault(m, []).append(make(
+                "job.node_missing", "critical", f"node/{m}",
+                f"{len(by_node[m])} pod(s) of the job are bound to node {m}, which is not in "
+                f"the node list", {"node": m, "job_pods": by_node[m][:16],
+                                   "job_pods_on_node": len(by_node[m])},
+                "the node was deleted (autoscaler, repair) while the job's pods stayed bound: "
+                "the pods are lost; restart the job from its checkpoint"))
+            out.findings(node_findings[m][-1:])
         paths: dict[str, str] = {}
         if s.probe and node_objs:
             pods_on: dict[str, list] = {}

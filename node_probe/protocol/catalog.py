@@ -64,6 +64,7 @@ CATALOG: dict[str, str] = {
     # jobs (API side, `job NAME`: the nodes and ranks of one job compared)
     "job.node_differs": "One node of a multi-node job differs from its siblings (its findings)",
     "job.node_fewer_gpus": "One node of a multi-node job has fewer allocatable GPUs than its siblings",
+    "job.node_missing": "Pods of a multi-node job are bound to a node that is not in the node list (deleted)",
     "job.rank_crashloop": "A rank (pod) of a multi-node job is in CrashLoopBackOff",
     "job.rank_restarts": "A rank of a multi-node job restarted far more often than the others",
     "job.rank_replaced": "A rank of a multi-node job was re-created long after the others",

@@ -422,3 +422,16 @@ def test_a_rayjob_without_its_cluster_yet_has_no_pods(cluster, kubeconfig):
     assert r.returncode == 0, r.stderr
     assert doc["verdict"]["headline"] == "RayJob ml/rj has no pods"
     assert doc["job"]["pods"] == 0
+
+
+def test_pods_bound_to_a_deleted_node_make_it_differ(cluster, kubeconfig):
+    _fleet(cluster, bad=None)
+    jobkinds.mpijob(cluster, "ml", "mpi", NODES[:4] + ["gpu-gone"])
+    r, doc = _json(kubeconfig, "mpi")
+    assert r.returncode == 1
+    v = doc["verdict"]
+    assert v["subject"] == "node gpu-gone" and v["root_cause"] == "job.node_missing"
+    cmds = [a["command"] for a in v["actions"]]
+    assert not any(c and c.startswith("kubectl cordon") for c in cmds)
+    assert "kubectl delete pod -n ml -l training.kubeflow.org/job-name=mpi --field-selector " \
+           "spec.nodeName=gpu-gone" in cmds

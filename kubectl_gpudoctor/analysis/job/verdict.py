@@ -78,9 +78,11 @@ def _odd_node(job: Mapping[str, Any], c: Comparison, node_findings: Mapping[str,
             f"{'s' if others != 1 else ''}{more}: {why}")
     ns, sel = job["namespace"], job.get("pod_selector")
     good = _ok("node", name)
-    acts = [Action("mitigate", f"keep the job's pods off {name}",
-                   _cmd(good, f"kubectl cordon {_q(name)}"),
-                   "none for running pods; its free GPUs stay idle until uncordoned")]
+    gone = "job.node_missing" in v.problems  # no node to cordon or to look at
+    acts = [] if gone else [
+        Action("mitigate", f"keep the job's pods off {name}",
+               _cmd(good, f"kubectl cordon {_q(name)}"),
+               "none for running pods; its free GPUs stay idle until uncordoned")]
     if sel:
         acts.append(Action(
             "fix", f"restart the job's ranks on {name} from the job's checkpoint (the "
@@ -90,8 +92,10 @@ def _odd_node(job: Mapping[str, Any], c: Comparison, node_findings: Mapping[str,
             "those ranks lose their in-memory state; the job resumes from its last "
             "checkpoint (a Job's backoffLimit counts the deletions as failures)"))
     acts += [a for a in nv.actions if a.step == "fix" and a.command][:1]
-    acts.append(Action("verify", f"the evidence on {name}",
-                       _cmd(good, f"kubectl gpu-doctor node {_q(name)}"), "none (read-only)"))
+    if not gone:
+        acts.append(Action("verify", f"the evidence on {name}",
+                           _cmd(good, f"kubectl gpu-doctor node {_q(name)}"),
+                           "none (read-only)"))
     acts.append(Action("verify", "compare the job's nodes again", _again(job),
                        "none (read-only)"))
     root = nv.root_cause or ("job.node_fewer_gpus" if v.gpus is not None and
