@@ -435,3 +435,18 @@ def test_pods_bound_to_a_deleted_node_make_it_differ(cluster, kubeconfig):
     assert not any(c and c.startswith("kubectl cordon") for c in cmds)
     assert "kubectl delete pod -n ml -l training.kubeflow.org/job-name=mpi --field-selector " \
            "spec.nodeName=gpu-gone" in cmds
+
+
+def test_probe_refuses_more_debug_pods_than_max_probes_and_fail_on(cluster, kubeconfig):
+    _fleet(cluster, how="fewer")
+    jobkinds.batch_job(cluster, "ml", "train", NODES)
+    r = run_cli("job", "train", "-n", "ml", "--kubeconfig", str(kubeconfig), "--probe",
+                "--no-agent", "--max-probes", "4")
+    assert r.returncode == 2
+    assert "--probe would start debug pods on 8 nodes" in one_error_line(r.stderr)
+    assert not cluster.created
+    # a warning (fewer GPUs) is below --fail-on critical: exit 0
+    r = run_cli("job", "train", "-n", "ml", "--kubeconfig", str(kubeconfig), "--fail-on",
+                "critical")
+    assert r.returncode == 0, r.stdout
+    assert "gpu-5" in r.stdout
