@@ -29,6 +29,7 @@ from . import errors, params
 from .commands import agent
 from .commands import cleanup
 from .commands import explain
+from .commands import job
 from .commands import local
 from .commands import mcp
 from .commands import node
@@ -58,6 +59,8 @@ EXAMPLES = {
         "kubectl gpu-doctor pod trainer-0 -n ml",
         "The sick GPU nodes of the fleet, worst first",
         "kubectl gpu-doctor nodes",
+        "Which node holds up this multi-node job",
+        "kubectl gpu-doctor job llama-train -n ml",
         "This host, over SSH on a node where no pod can start",
         "sudo kubectl-gpu_doctor local",
         "What a finding means and how to fix it (offline)",
@@ -85,6 +88,15 @@ EXAMPLES = {
         "kubectl gpu-doctor nodes -l pool=h100 --show-healthy -o wide",
         "Also the node side of each (by exec where an agent runs, else a debug pod)",
         "kubectl gpu-doctor nodes -l pool=h100 --probe"),
+    "job": examples(
+        "Which node holds up this job? Its nodes and ranks compared (the API side)",
+        "kubectl gpu-doctor job llama-train -n ml",
+        "A name that is two kinds of job: say which",
+        "kubectl gpu-doctor job llama-train -n ml --kind JobSet",
+        "The pods of a selector as one job, the node side too (agents, else debug pods)",
+        "kubectl gpu-doctor job -l app=trainer -n ml --probe",
+        "For a bot",
+        "kubectl gpu-doctor job llama-train -n ml -o json"),
     "local": examples(
         "This host (run it on the node, e.g. over SSH, where no pod can start)",
         "sudo kubectl-gpu_doctor local",
@@ -440,6 +452,69 @@ def nodes_cmd(ctx: click.Context, selector: str | None, all_nodes: bool, probe: 
     o = _opts(ctx, kw)
     o["no_probe"] = not probe
     return nodes.nodes(_session(ctx), o, selector, all_nodes, max_probes, show_healthy)
+
+
+def _complete_kinds(ctx, param, incomplete):  # pragma: no cover - interactive
+    from .analysis.job.kinds import kind_names
+    return [k for k in kind_names() if k.lower().startswith(incomplete.lower())]
+
+
+@cli.command("job", context_settings=CONTEXT_SETTINGS, epilog=EXAMPLES["job"],
+             short_help="The node (or rank) that holds up a multi-node GPU job.")
+@click.argument("name", required=False, metavar="[NAME]")
+@click.option("--kind", "kind", default=None, shell_complete=_complete_kinds,
+              help="The kind of NAME when it is more than one (any case): Job, JobSet, "
+                   "PyTorchJob, TFJob, MPIJob, LeaderWorkerSet, RayJob, RayCluster, vcjob "
+                   "(Volcano), Workload (Kueue), or KIND.GROUP.")
+@click.option("-l", "--selector", default=None,
+              help="Treat the pods this label selector matches in the namespace (-n) as "
+                   "the job, instead of NAME.")
+@click.option("--probe", "probe", is_flag=True, default=False,
+              help="Also run the node probe on every node of the job, --concurrency at a "
+                   "time, all within --timeout: by exec in the standing agent where one "
+                   "runs, else in a debug pod. A node that does not answer in time is named.")
+@click.option("--concurrency", type=click.IntRange(min=1, max=64), default=None,
+              help="Parallel node probes and kubelet calls (default 8).")
+@click.option("--max-probes", type=click.IntRange(min=1), default=20, show_default=True,
+              help="Refuse --probe when more than this many nodes would need a debug pod "
+                   "(nodes with a Running agent do not count).")
+@click.option("--stall-threshold", type=params.Duration(1), default=None,
+              help="How long a bound pod may go untouched before it counts as stalled "
+                   "(default 2m).")
+@click.option("--start-timeout", type=params.Duration(1), default=None,
+              help="How long to wait for each debug pod to run (default 60s).")
+@click.option("--agent-namespace", type=params.NAMESPACE, default=None,
+              envvar="GPU_DOCTOR_AGENT_NAMESPACE",
+              help="Namespace of the standing agent (default gpu-doctor); env "
+                   "GPU_DOCTOR_AGENT_NAMESPACE.")
+@click.option("--no-agent", is_flag=True, default=False,
+              help="Do not exec into a Running agent pod; always use a debug pod.")
+@_probe_namespace
+@_kubelet_timeout
+@functools.partial(_common, namespace_help="Namespace of the job (default: the kubeconfig "
+                                           "context's namespace, else default).")
+@click.pass_context
+def job_cmd(ctx: click.Context, name: str | None, kind: str | None, selector: str | None,
+            probe: bool, max_probes: int, **kw: Any) -> int:
+    """Which node (or rank) holds up a multi-node GPU job. NAME is a batch Job, JobSet,
+    Kubeflow job (PyTorchJob, MPIJob...), LeaderWorkerSet, RayJob, RayCluster, Volcano Job or
+    Kueue Workload (its kind found, --kind when the name is more than one); -l takes the
+    pods of a selector instead. Every node of the job is judged as `nodes` judges it (the
+    agent's marks, NotReady, black holes, allocatable GPUs, other monitors' conditions) and
+    every pod (Pending, CrashLoopBackOff, restarts, replaced, started late); the node or rank
+    that differs from its siblings is named with the action that fits."""
+    if name and "/" in name:  # kubectl's TYPE/NAME: jobset/llama-train
+        typ, name = name.split("/", 1)
+        if kind and kind.lower() != typ.lower():
+            raise click.UsageError(f"--kind {kind} and {typ}/{name} disagree", ctx)
+        kind = typ
+    if name:
+        problem = params.name_problem("job", name)
+        if problem:
+            raise click.BadParameter(problem, ctx, param_hint="NAME")
+    o = _opts(ctx, kw)
+    o["no_probe"] = not probe
+    return job.job(_session(ctx), o, name, kind, selector, max_probes)
 
 
 @cli.command("local", context_settings=CONTEXT_SETTINGS, epilog=EXAMPLES["local"],
