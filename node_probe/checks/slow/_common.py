@@ -1,0 +1,47 @@
+"""What every slow-GPU judge shares: is the GPU busy, how to name it, its base evidence.
+
+Why: "judge the link generation only while busy" and "clocks held down only under load" are one
+rule, and each finding names the GPU the same way (index, bus id, UUID, the pods holding it).
+"""
+from __future__ import annotations
+
+from typing import Any, Mapping, Sequence
+
+
+def busy(g: Mapping[str, Any]) -> bool | None:
+    """True: utilisation above 0 or compute processes running; False: NVML said 0 % and no
+    process; None: NVML could not say either."""
+    util = g.get("utilization_gpu_pct")
+    procs = g.get("processes")
+    if (isinstance(util, (int, float)) and util > 0) or procs:
+        return True
+    if isinstance(util, (int, float)) or procs == []:
+        return False
+    return None
+
+
+def subject(g: Mapping[str, Any]) -> str:
+    return str(g.get("uuid") or g.get("pci_bus_id") or f"gpu{g.get('index')}")
+
+
+def label(g: Mapping[str, Any]) -> str:
+    """`GPU 2 (00000000:3B:00.0)`: how a finding's title names the GPU."""
+    bus = g.get("pci_bus_id")
+    idx = g.get("index")
+    name = f"GPU {idx}" if idx is not None else "GPU"
+    return f"{name} ({bus})" if bus else name
+
+
+def evidence(g: Mapping[str, Any], holders: Mapping[str, Sequence[str]] | None) -> dict:
+    pods = list((holders or {}).get(str(g.get("uuid")), ()))
+    return {"index": g.get("index"), "uuid": g.get("uuid"), "pci_bus_id": g.get("pci_bus_id"),
+            "name": g.get("name"), "pods": pods,
+            "utilization_gpu_pct": g.get("utilization_gpu_pct"),
+            "processes": None if g.get("processes") is None else len(g.get("processes") or ())}
+
+
+def num(v: Any) -> float | None:
+    """A number from a record field (bools are not numbers here)."""
+    if isinstance(v, bool) or not isinstance(v, (int, float)):
+        return None
+    return v
