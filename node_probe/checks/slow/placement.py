@@ -16,6 +16,7 @@ from __future__ import annotations
 from typing import Any, Mapping, Sequence
 
 from node_probe.checks.slow import _common
+from node_probe.host.numa import parse_cpulist  # noqa: F401 (re-exported for offline sources)
 from node_probe.protocol import Finding, catalog
 
 NUMA_FID = "pod.numa_misplaced"
@@ -25,23 +26,6 @@ NUMA_REFS = ("https://kubernetes.io/docs/tasks/administer-cluster/topology-manag
 SHARED_REFS = ("https://github.com/NVIDIA/k8s-device-plugin#shared-access-to-gpus-with-cuda-time-slicing",
                "https://docs.nvidia.com/deploy/mps/index.html")
 MAX_CPUS_SHOWN = 64
-
-
-def parse_cpulist(text: str, limit: int = 8192) -> list[int]:
-    """`0-3,8,10-11` -> [0, 1, 2, 3, 8, 10, 11] (bounded; junk parts are skipped)."""
-    out: list[int] = []
-    for part in (text or "").strip().split(","):
-        a, _, b = part.strip().partition("-")
-        try:
-            lo, hi = int(a), int(b or a)
-        except ValueError:
-            continue
-        if lo < 0 or hi < lo:
-            continue
-        out.extend(range(lo, min(hi, lo + limit) + 1))
-        if len(out) > limit:
-            break
-    return out[:limit]
 
 
 def judge_numa(placements: Sequence[Mapping[str, Any]], gpus: Sequence[Mapping[str, Any]],
