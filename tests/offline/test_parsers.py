@@ -1,0 +1,337 @@
+"""The offline readers on real captures (tests/offline/sources.py says where each comes from
+and what it showed), and the slow judges over what they read.
+
+Idle GPUs at Gen1 (A10 text, A10G, RTX 3090, the pasted A4000 and 4090 LnkSta lines) and a busy
+healthy GPU (RTX 3080 at 65 %, Gen4 x16) are the controls: they must raise nothing.
+"""
+from __future__ import annotations
+
+import gzip
+
+import pynvml
+import pytest
+
+from node_probe.checks.slow import judge
+from node_probe.host.offline import UnknownFormat, bounded, lspci, nvsmi_text, nvsmi_xml, \
+    values
+from tests.offline.sources import DATA, SOURCES
+
+
+def lines(name):
+    return bounded.iter_lines(DATA / name)
+
+
+def xml_gpus(name):
+    return nvsmi_xml.parse(lines(name))
+
+
+def ids(findings):
+    return sorted(f.id for f in findings)
+
+
+def test_every_data_file_has_its_source():
+    assert {p.name for p in DATA.iterdir()} == set(SOURCES)
+
+
+# -- the contract's bits are NVML's ---------------------------------------------------------
+
+def test_reason_bits_are_nvmls_own():
+    """nvml.h nvmlClocksEventReason* as nvidia-ml-py (the field's bindings) defines them."""
+    want = {"gpu_idle": pynvml.nvmlClocksEventReasonGpuIdle,
+            "applications_clocks_setting": pynvml.nvmlClocksEventReasonApplicationsClocksSetting,
+            "sw_power_cap": pynvml.nvmlClocksEventReasonSwPowerCap,
+            "hw_slowdown": pynvml.nvmlClocksEventReasonHwSlowdown,
+            "sync_boost": pynvml.nvmlClocksEventReasonSyncBoost,
+            "sw_thermal_slowdown": pynvml.nvmlClocksEventReasonSwThermalSlowdown,
+            "hw_thermal_slowdown": pynvml.nvmlClocksEventReasonHwThermalSlowdown,
+            "hw_power_brake_slowdown": pynvml.nvmlClocksEventReasonHwPowerBrakeSlowdown,
+            "display_clocks_setting": pynvml.nvmlClocksEventReasonDisplayClockSetting}
+    assert nvsmi_xml.REASON_TAGS == want
+    assert sorted(nvsmi_text.REASON_LINES.values()) == sorted(want.values())
+    assert pynvml.nvmlClocksThrottleReasonHwSlowdown == pynvml.nvmlClocksEventReasonHwSlowdown
+
+
+# -- nvidia-smi -q -x ----------------------------------------------------------------------
+
+def test_a10g_xml_idle_gen1_x8():
+    [g] = xml_gpus("nvsmi-x-a10g.xml")
+    assert g["uuid"] == "GPU-9a9a6c50-2a47-2f51-a902-b82c3b127e94"
+    assert g["pci_bus_id"] == "00000000:00:1E.0" and g["name"] == "NVIDIA A10G"
+    assert g["pcie"] == {"gen_cur": 1, "gen_max": 4, "gen_gpu_max": None, "gen_host_max": None,
+                         "width_cur": 8, "width_max": 16, "width_gpu_max": None}
+    assert g["utilization_gpu_pct"] == 0 and g["processes"] == []
+    assert g["clocks"] == {"event_reasons": 0x1, "sm_mhz": 210, "sm_max_mhz": 1710,
+                           "mem_mhz": 405, "mem_max_mhz": 6251}
+    assert g["temperature"] == {"gpu_c": 17.0, "slowdown_c": 95.0, "shutdown_c": 98.0}
+    assert g["power"] == {"draw_w": 25.58, "limit_w": 300.0, "default_limit_w": 300.0}
+    assert g["remapped_rows"] == {"correctable": 0, "uncorrectable": 0, "pending": False,
+                                  "failure": False,
+                                  "histogram": {"max": 192, "high": 0, "partial": 0, "low": 0,
+                                                "none": 0}}
+
+
+def test_a10g_idle_gen1_is_not_judged_but_its_x8_width_is():
+    """The generation is judged only under load (idle GPUs drop to Gen1 by design); the width
+    is judged at any time: x8 of a reported x16 max is said, as the live probe would say it
+    from NVML's same numbers (the capture is an AWS VM: see the report on platforms whose VM
+    reports a x16 max on a x8 link)."""
+    found = judge.judge_gpus(xml_gpus("nvsmi-x-a10g.xml"))
+    assert ids(found) == ["gpu.pcie_downtrained"]
+    assert "x8 of Gen4 x16" in found[0].title and "Gen1" not in found[0].title
+
+
+def test_busy_healthy_rtx3080_raises_nothing():
+    [g] = xml_gpus("nvsmi-x-rtx-3080-v13.xml")
+    assert g["utilization_gpu_pct"] == 65
+    assert (g["pcie"]["gen_cur"], g["pcie"]["gen_max"], g["pcie"]["width_cur"]) == (4, 4, 16)
+    assert g["clocks"]["event_reasons"] == 0     # v13 <clocks_event_reasons>, none active
+    assert g["ecc"] is None and g["remapped_rows"] is None   # GeForce: N/A, not zero
+    assert judge.judge_gpus([g]) == []
+
+
+def test_idle_rtx3090_with_a_lowered_power_limit_raises_nothing():
+    [g] = xml_gpus("nvsmi-x-rtx-3090-v12.xml")
+    assert g["power"]["limit_w"] == 200.0 and g["power"]["default_limit_w"] == 350.0
+    assert g["clocks"]["event_reasons"] == 0x1 and g["pcie"]["gen_cur"] == 1
+    assert judge.judge_gpus([g]) == []
+
+
+def test_a100_mig_utilisation_not_known_stays_none():
+    [g] = xml_gpus("nvsmi-x-a100-sxm4-v12.xml")
+    assert g["utilization_gpu_pct"] is None        # N/A under MIG: never 0
+    assert g["ecc"] == {"sbe_volatile": 0, "dbe_volatile": 0, "retired_pending": None}
+    assert judge.judge_gpus([g]) == []
+
+
+def test_t4_processes_are_the_compute_ones():
+    [g] = xml_gpus("nvsmi-x-tesla-t4.xml")
+    assert g["processes"] == [{"pid": 5762, "used_memory_bytes": 1005 << 20}]
+    assert g["ecc"]["retired_pending"] is False
+
+
+# -- nvidia-smi -q text --------------------------------------------------------------------
+
+def test_a10_text_idle_record():
+    [g] = nvsmi_text.parse(lines("nvsmi-q-a10-idle.txt"))
+    assert g == {
+        "index": 0, "uuid": "GPU-51ae0086-e1ac-4a20-f062-9caa44e4df6d",
+        "pci_bus_id": "00000000:06:00.0", "name": "NVIDIA A10",
+        "pcie": {"gen_cur": 1, "gen_max": 4, "gen_gpu_max": 4, "gen_host_max": None,
+                 "width_cur": 16, "width_max": 16, "width_gpu_max": None},
+        "utilization_gpu_pct": 0,
+        "clocks": {"event_reasons": 0x1, "sm_mhz": 210, "sm_max_mhz": 1695, "mem_mhz": 405,
+                   "mem_max_mhz": 6251},
+        "temperature": {"gpu_c": 33.0, "slowdown_c": 98.0, "shutdown_c": 101.0},
+        "power": {"draw_w": 21.3, "limit_w": 150.0, "default_limit_w": 150.0},
+        "ecc": {"sbe_volatile": 0, "dbe_volatile": 0, "retired_pending": None},
+        "remapped_rows": {"correctable": 0, "uncorrectable": 0, "pending": False,
+                          "failure": False, "histogram": {"max": 192, "high": 0, "partial": 0,
+                                                          "low": 0, "none": 0}},
+        "processes": []}
+    assert judge.judge_gpus([g]) == []          # idle at Gen1: the healthy control
+
+
+# https://github.com/ollama/ollama/issues/6163 : `nvidia-smi -q -d POWER,TEMPERATURE,PERFORMANCE`
+# "while test is running" (the thread: utilisation never above 70 %); quoted up to the post's
+# own cut. SW Power Cap Active at 77 C.
+OLLAMA_6163 = """==============NVSMI LOG==============
+
+Timestamp                                 : Mon Aug  5 12:57:09 2024
+Driver Version                            : 545.29.06
+CUDA Version                              : 12.3
+
+Attached GPUs                             : 1
+GPU 00000000:0B:00.0
+    Performance State                     : P2
+    Clocks Event Reasons
+        Idle                              : Not Active
+        Applications Clocks Setting       : Not Active
+        SW Power Cap                      : Active
+        HW Slowdown                       : Not Active
+            HW Thermal Slowdown           : Not Active
+            HW Power Brake Slowdown       : Not Active
+        Sync Boost                        : Not Active
+        SW Thermal Slowdown               : Not Active
+        Display Clock Setting             : Not Active
+    Temperature
+        GPU Current Temp                  : 77 C
+        GPU T.Limit Temp                  : N/A
+        GPU Shutdown Temp                 : 100 C
+        GPU Slowdown Temp                 : 97 C
+        GPU Max Operating Temp            : 88 C
+        GPU Target Temperature            : 83 C
+        Memory Current Temp               : N/A
+"""
+
+# https://github.com/kubeflow/kubeflow/issues/68 : `nvidia-smi -q | grep -A8 'Clocks Throttle'`
+# on an idle GPU (the older section name; HW Thermal/Power Brake nested under HW Slowdown)
+KUBEFLOW_68 = """GPU 00000000:00:04.0
+    Clocks Throttle Reasons
+        Idle                        : Active
+        Applications Clocks Setting : Not Active
+        SW Power Cap                : Not Active
+        HW Slowdown                 : Not Active
+            HW Thermal Slowdown     : Not Active
+            HW Power Brake Slowdown : Not Active
+        Sync Boost                  : Not Active
+        SW Thermal Slowdown         : Not Active
+"""
+
+
+def test_partial_query_reads_what_it_has_and_nothing_more():
+    [g] = nvsmi_text.parse(OLLAMA_6163.splitlines())
+    assert g["clocks"]["event_reasons"] == 0x4
+    assert g["temperature"] == {"gpu_c": 77.0, "slowdown_c": 97.0, "shutdown_c": 100.0}
+    assert g["utilization_gpu_pct"] is None and g["processes"] is None
+    assert g["uuid"] is None and g["pci_bus_id"] == "00000000:0B:00.0"
+    assert g["power"] == {"draw_w": None, "limit_w": None, "default_limit_w": None}
+    # busy or not is not in the paste: the clock judge does not guess
+    assert judge.judge_gpus([g]) == []
+    busy = dict(g, utilization_gpu_pct=100, clocks=dict(g["clocks"], sm_mhz=1500,
+                                                        sm_max_mhz=2100))
+    assert ids(judge.judge_gpus([busy])) == ["gpu.clocks_throttled"]
+
+
+def test_old_throttle_section_name_and_nested_lines():
+    # the grep cut the bus id line: the quoted block under the GPU line it was cut from
+    [g] = nvsmi_text.parse(KUBEFLOW_68.splitlines())
+    assert g["clocks"]["event_reasons"] == 0x1
+
+
+def test_text_that_is_not_nvidia_smi_is_refused():
+    with pytest.raises(UnknownFormat):
+        nvsmi_text.parse(["hello", "world"])
+
+
+# -- lspci -vvv -----------------------------------------------------------------------------
+
+def test_h100_hgx_lspci_gpus_at_gen5_x16_and_the_downgraded_ports():
+    recs = lspci.parse(lines("lspci-vvv-h100-hgx.txt.gz"))
+    gpus = {k: r for k, r in recs.items() if lspci.is_nvidia_gpu(r)}
+    assert sorted(gpus) == ["0000:19:00.0", "0000:3b:00.0", "0000:4c:00.0", "0000:5d:00.0",
+                            "0000:9b:00.0", "0000:bb:00.0", "0000:cb:00.0", "0000:db:00.0"]
+    for r in gpus.values():
+        assert (r["speed_cur_gts"], r["width_cur"], r["speed_max_gts"], r["width_max"]) == \
+            (32.0, 16, 32.0, 16)
+        assert r["downgraded"] is False and r["upstream"] is None and r["driver"] == "nvidia"
+    assert gpus["0000:19:00.0"]["aer"]["correctable"] == ["RxErr", "BadTLP", "Timeout"]
+    sw = recs["0000:17:03.0"]     # a PEX890xx port at 16GT/s (downgraded) of 32GT/s
+    assert (sw["speed_cur_gts"], sw["speed_max_gts"], sw["downgraded"]) == (16.0, 32.0, True)
+    assert recs["0000:01:00.0"]["width_cur"] == 1 and recs["0000:01:00.0"]["width_max"] == 2
+    gpu_recs = [{"index": i, "uuid": None, "pci_bus_id": k} for i, k in enumerate(gpus)]
+    assert judge.judge_gpus(gpu_recs, recs) == []
+
+
+# Lines quoted from threads (each a GPU function's block as posted):
+# https://github.com/geerlingguy/raspberry-pi-pcie-devices/issues/692 (RTX A4000 on a Pi: idle
+# at 2.5GT/s, the post's own indentation)
+A4000_692 = ["    LnkCap: Port #0, Speed 16GT/s, Width x16, ASPM L0s L1, Exit Latency L0s <512ns, "
+             "L1 <4us",
+             "    LnkSta: Speed 2.5GT/s (downgraded), Width x16"]
+# https://github.com/geerlingguy/raspberry-pi-pcie-devices/issues/480 (Quadro RTX 8000 in the
+# Pi's Gen2 x1 slot: the link trains at the slot's 5GT/s x1)
+RTX8000_480 = ["\t\tLnkSta:\tSpeed 5GT/s (downgraded), Width x1 (downgraded)",
+               "\t\t\tTrErr- Train- SlotClk+ DLActive- BWMgmt- ABWMgmt-",
+               "\t\tUESta:\tDLP- SDES- TLP- FCP- CmpltTO- CmpltAbrt- UnxCmplt- RxOF- MalfTLP- "
+               "ECRC- UnsupReq- ACSViol-",
+               "\t\tCESta:\tRxErr- BadTLP- BadDLLP- Rollover- Timeout- AdvNonFatalErr+"]
+# https://github.com/janhq/jan/issues/183 (RTX 4090 on a riser; the thread pointed to power
+# saving: an idle GPU at Gen1)
+RTX4090_JAN183 = ["    LnkCap: Port #0, Speed 16GT/s, Width x16, ASPM L1, Exit Latency L1 <16us",
+                  "    LnkSta: Speed 2.5GT/s (downgraded), Width x16 (ok)"]
+
+
+def test_pasted_lnksta_lines():
+    a = lspci._record("0000:01:00.0", "VGA compatible controller: NVIDIA", A4000_692)
+    assert (a["speed_cur_gts"], a["width_cur"], a["speed_max_gts"], a["width_max"]) == \
+        (2.5, 16, 16.0, 16) and a["downgraded"] is True
+    q = lspci._record("0000:01:00.0", "VGA compatible controller: NVIDIA", RTX8000_480)
+    assert (q["speed_cur_gts"], q["width_cur"], q["downgraded"]) == (5.0, 1, True)
+    assert q["aer"] == {"uncorrectable": [], "correctable": ["AdvNonFatalErr"]}
+    j = lspci._record("0000:01:00.0", "VGA compatible controller: NVIDIA", RTX4090_JAN183)
+    assert (j["speed_cur_gts"], j["width_cur"], j["downgraded"]) == (2.5, 16, True)
+
+
+def test_idle_gen1_lspci_alone_raises_nothing():
+    """lspci says nothing of load: the generation is not judged, the full width is fine."""
+    for body in (A4000_692, RTX4090_JAN183):
+        rec = lspci._record("0000:01:00.0", "VGA compatible controller: NVIDIA", body)
+        g = {"index": None, "uuid": None, "pci_bus_id": "0000:01:00.0"}
+        assert judge.judge_gpus([g], {"0000:01:00.0": rec}) == []
+
+
+# -- bounds and hostile input ---------------------------------------------------------------
+
+def test_gzip_bomb_stops_at_the_cap(tmp_path):
+    bomb = tmp_path / "bomb.gz"
+    bomb.write_bytes(gzip.compress(b"\0" * (64 << 20), 9))     # 64 MiB of zeros in ~64 KB
+    assert bomb.stat().st_size < (1 << 20)
+    st = bounded.Stats()
+    got = sum(len(x) for x in bounded.iter_lines(bomb, st, max_text=1 << 20))
+    assert got <= 1 << 20 and st.text <= 1 << 20
+    assert st.cut and "gzip cap" in st.cut
+
+
+def test_gzip_members_are_all_read(tmp_path):
+    """nvidia-bug-report.sh appends one gzip member per section (`| gzip -c >> log.gz`)."""
+    f = tmp_path / "two.gz"
+    f.write_bytes(gzip.compress(b"first\n") + gzip.compress(b"second\n"))
+    assert list(bounded.iter_lines(f)) == ["first", "second"]
+
+
+def test_damaged_gzip_reads_up_to_the_damage(tmp_path):
+    text = b"".join(b"line %d %s\n" % (i, bytes([65 + i * 7 % 26]) * (i % 50))
+                    for i in range(20000))
+    packed = gzip.compress(text)
+    f = tmp_path / "bad.gz"
+    f.write_bytes(packed[:len(packed) // 2] + b"\xff" * 4096)
+    st = bounded.Stats()
+    got = list(bounded.iter_lines(f, st))          # never raises
+    assert 0 < len(got) < 20000
+    assert got[:-1] == text.decode().splitlines()[:len(got) - 1]
+    assert st.cut and "damaged" in st.cut
+
+
+def test_an_endless_line_is_cut(tmp_path):
+    f = tmp_path / "long.txt"
+    f.write_bytes(b"x" * (3 << 20) + b"\nnext\n")
+    got = list(bounded.iter_lines(f))
+    assert [len(x) for x in got] == [bounded.MAX_LINE, 4]
+
+
+BILLION_LAUGHS = """<?xml version="1.0"?>
+<!DOCTYPE nvidia_smi_log [
+ <!ENTITY a "aaaaaaaaaa">
+ <!ENTITY b "&a;&a;&a;&a;&a;&a;&a;&a;&a;&a;">
+ <!ENTITY c "&b;&b;&b;&b;&b;&b;&b;&b;&b;&b;">
+]>
+<nvidia_smi_log><gpu id="x"><product_name>&c;</product_name></gpu></nvidia_smi_log>
+"""
+EXTERNAL = """<?xml version="1.0"?>
+<!DOCTYPE nvidia_smi_log [<!ENTITY x SYSTEM "file:///etc/passwd">]>
+<nvidia_smi_log><gpu id="x"><product_name>&x;</product_name></gpu></nvidia_smi_log>
+"""
+
+
+@pytest.mark.parametrize("doc", [BILLION_LAUGHS, EXTERNAL])
+def test_xml_entities_are_refused_never_expanded(doc):
+    with pytest.raises(nvsmi_xml.Refused):
+        nvsmi_xml.parse(doc.splitlines())
+
+
+def test_xml_depth_is_capped():
+    deep = "<nvidia_smi_log>" + "<a>" * 100 + "</a>" * 100 + "</nvidia_smi_log>"
+    with pytest.raises(UnknownFormat):
+        nvsmi_xml.parse([deep])
+
+
+def test_xml_of_another_kind_is_refused():
+    with pytest.raises(UnknownFormat):
+        nvsmi_xml.parse(['<?xml version="1.0"?>', "<html><body/></html>"])
+
+
+@pytest.mark.parametrize("text,want", [("16x", 16), ("65 %", 65), ("N/A", None),
+                                       ("300.00 W", 300), ("300.50 W", None), ("Unknown Error", None),
+                                       ("9" * 40, None), ("512 bank(s)", 512)])
+def test_integers(text, want):
+    assert values.integer(text) == want
