@@ -22,11 +22,12 @@ def gpu_links(root, gpus: list[dict]) -> tuple[dict, dict]:
     """({bdf: link record} for every GPU and the bridges above it, {uuid: numa node})."""
     links: dict[str, dict] = {}
     nodes: dict[str, int | None] = {}
+    cache: dict = {}
     for g in gpus:
         bdf = judge.norm_bdf(g.get("pci_bus_id"))
         if not bdf:
             continue
-        chain = pcie_links.chain(root, bdf)
+        chain = pcie_links.chain(root, bdf, cache)
         for rec in chain:
             links.setdefault(rec["bdf"], rec)
         nodes[str(g.get("uuid"))] = chain[0]["numa_node"] if chain else None

@@ -163,6 +163,7 @@ def slow_facts(pynvml, h, g: dict) -> None:
         g["ecc"]["retired_pending"] = bool(pending)
 
 
+INVALID_ARGUMENT, NOT_SUPPORTED = 2, 3
 NVLINK_COUNTERS = (("replay", 0), ("recovery", 1), ("crc_flit", 2), ("crc_data", 3))
 
 
@@ -171,8 +172,11 @@ def nvlinks(pynvml, h) -> list[dict]:
     NOT_SUPPORTED or INVALID_ARGUMENT and is left out) with its DL error counters."""
     out = []
     for link in range(int(getattr(pynvml, "NVML_NVLINK_MAX_LINKS", 18))):
-        state = _try(pynvml.nvmlDeviceGetNvLinkState, h, link)
-        if state is None:
+        try:
+            state = pynvml.nvmlDeviceGetNvLinkState(h, link)
+        except Exception as exc:  # noqa: BLE001 - pynvml raises NVMLError subclasses
+            if _code(exc) in (NOT_SUPPORTED, INVALID_ARGUMENT):
+                break   # no NVLink, or past the GPU's last link: the rest answer the same
             continue
         errors = {}
         for key, counter in NVLINK_COUNTERS:

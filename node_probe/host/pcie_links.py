@@ -14,6 +14,7 @@ gives None (not known). Every read is capped; the walk up stops after MAX_DEPTH 
 """
 from __future__ import annotations
 
+import os
 import re
 from pathlib import Path
 
@@ -25,8 +26,19 @@ MAX_DEPTH = 8
 CAP = 256
 
 
-def _read(root: Path, bdf: str, name: str) -> str | None:
-    return hostfs.read_text(root, f"sys/bus/pci/devices/{bdf}/{name}", CAP)
+def _read_at(dirfd: int, name: str) -> str | None:
+    """One attribute file of an already resolved device directory (no symlink followed)."""
+    try:
+        fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK,
+                     dir_fd=dirfd)
+    except OSError:
+        return None
+    try:
+        return os.read(fd, CAP).decode("ascii", "replace")
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
 
 
 def speed_gts(text: str | None) -> float | None:
@@ -42,39 +54,44 @@ def _int(text: str | None) -> int | None:
         return None
 
 
-def upstream_of(root: Path, bdf: str) -> str | None:
-    """The bdf of the bridge above `bdf`: the parent directory of its real sysfs path."""
+def link(root: Path, bdf: str) -> dict | None:
+    """Contract (b) for one function, or None when sysfs has no such device. The device's
+    directory is resolved once under the host root (hostfs: no symlink leaves it); its
+    attribute files, which sysfs makes regular files, are read relative to it."""
+    bdf = bdf.lower()
+    if not BDF.match(bdf):
+        return None
     real = hostfs.resolve(root, f"sys/bus/pci/devices/{bdf}")
     if real is None:
         return None
-    parent = real.parent.name
-    return parent if BDF.match(parent) else None
-
-
-def link(root: Path, bdf: str) -> dict | None:
-    """Contract (b) for one function, or None when sysfs has no such device."""
-    bdf = bdf.lower()
-    if not BDF.match(bdf) or not hostfs.exists_under(root, f"sys/bus/pci/devices/{bdf}"):
+    try:
+        dirfd = os.open(real, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError:
         return None
-    node = _int(_read(root, bdf, "numa_node"))
-    return {"bdf": bdf,
-            "speed_cur_gts": speed_gts(_read(root, bdf, "current_link_speed")),
-            "width_cur": _int(_read(root, bdf, "current_link_width")),
-            "speed_max_gts": speed_gts(_read(root, bdf, "max_link_speed")),
-            "width_max": _int(_read(root, bdf, "max_link_width")),
-            "upstream": upstream_of(root, bdf),
-            "numa_node": None if node is None or node < 0 else node}
+    try:
+        node = _int(_read_at(dirfd, "numa_node"))
+        rec = {"bdf": bdf,
+               "speed_cur_gts": speed_gts(_read_at(dirfd, "current_link_speed")),
+               "width_cur": _int(_read_at(dirfd, "current_link_width")),
+               "speed_max_gts": speed_gts(_read_at(dirfd, "max_link_speed")),
+               "width_max": _int(_read_at(dirfd, "max_link_width")),
+               "upstream": real.parent.name if BDF.match(real.parent.name) else None,
+               "numa_node": None if node is None or node < 0 else node}
+    finally:
+        os.close(dirfd)
+    return rec
 
 
-def chain(root: Path, bdf: str) -> list[dict]:
-    """The function's record and every bridge's above it, nearest first (bounded)."""
+def chain(root: Path, bdf: str, cache: dict | None = None) -> list[dict]:
+    """The function's record and every bridge's above it, nearest first (bounded). `cache`
+    (bdf -> record) shares the bridges GPUs have in common across calls of one pass."""
     out: list[dict] = []
+    cache = {} if cache is None else cache
     cur = bdf
     while cur and len(out) <= MAX_DEPTH:
-        rec = link(root, cur)
+        rec = cache[cur] if cur in cache else cache.setdefault(cur, link(root, cur))
         if rec is None:
             break
         out.append(rec)
         cur = rec["upstream"]
     return out
-
