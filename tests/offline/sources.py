@@ -29,6 +29,10 @@ SOURCES = {
     "lspci-vvv-h100-hgx.txt.gz": ("https://github.com/leptonai/gpud/blob/"
                                   "4a8de33a3f02e207f39e9023d67125592d599731/pkg/pci/testdata/"
                                   "lspci-vvv"),
+    # `nvidia-smi nvlink --status` of an 8 x A100-SXM4-80GB node: 12 links each, all at 25 GB/s
+    "nvlink-status-a100.txt": ("https://github.com/leptonai/gpud/blob/"
+                               "4a8de33a3f02e207f39e9023d67125592d599731/components/accelerator/"
+                               "nvidia/fabric-manager/testdata/nvidia-smi.nvlink.status.a100"),
     # NVIDIA A10 (pass-through VM), driver 550.127.05, `nvidia-smi -q` text: idle (Idle
     # Active, 0 %), Gen1 of Gen4, x16, no process. Quoted from a Go test fixture (package
     # nvidia_smi, `NormalQueryOutput`) found by code search; its index entry names no

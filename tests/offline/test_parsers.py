@@ -12,8 +12,8 @@ import pynvml
 import pytest
 
 from node_probe.checks.slow import judge
-from node_probe.host.offline import UnknownFormat, bounded, lspci, nvsmi_text, nvsmi_xml, \
-    values
+from node_probe.host.offline import UnknownFormat, bounded, lspci, nvlink, nvsmi_text, \
+    nvsmi_xml, values
 from tests.offline.sources import DATA, SOURCES
 
 
@@ -335,3 +335,43 @@ def test_xml_of_another_kind_is_refused():
                                        ("9" * 40, None), ("512 bank(s)", 512)])
 def test_integers(text, want):
     assert values.integer(text) == want
+
+
+# -- nvidia-smi nvlink --status ---------------------------------------------------------------
+
+# https://github.com/Azure/azhpc-diagnostics/issues/73 : a V100 with two NVLinks down (the
+# issue asks for a check of exactly this; UUID elided in the post)
+AZHPC_73 = """GPU 3: Tesla V100-SXM2-32GB (UUID: ...)
+         Link 0: 25.781 GB/s
+         Link 1: 25.781 GB/s
+         Link 2: 25.781 GB/s
+         Link 3: <inactive>
+         Link 4: 25.781 GB/s
+         Link 5: <inactive>
+"""
+
+
+def test_nvlink_status_links_and_inactive_ones():
+    [g] = nvlink.parse(AZHPC_73.splitlines())
+    assert g["index"] == 3 and g["uuid"] is None
+    assert [(x["link"], x["active"]) for x in g["nvlink"]] == [
+        (0, True), (1, True), (2, True), (3, False), (4, True), (5, False)]
+    assert all(x["errors"] == {} for x in g["nvlink"])     # counters: not in this command
+    peer = {"index": 2, "uuid": "GPU-peer", "pci_bus_id": "0000:02:00.0",
+            "nvlink": [dict(x, active=True) for x in g["nvlink"]]}
+    me = {"index": 3, "uuid": "GPU-me", "pci_bus_id": "0000:03:00.0"}
+    nvlink.attach([me], [g])
+    found = judge.judge_gpus([peer, me])
+    assert ids(found) == ["gpu.nvlink_degraded"] and "4 of 6" in found[0].title
+
+
+def test_a100_all_links_up_raise_nothing():
+    status = nvlink.parse(lines("nvlink-status-a100.txt"))
+    assert len(status) == 8 and all(len(s["nvlink"]) == 12 for s in status)
+    assert all(x["active"] for s in status for x in s["nvlink"])
+    gpus = [{"index": s["index"], "uuid": s["uuid"], "pci_bus_id": f"0000:{i:02x}:00.0",
+             "nvlink": s["nvlink"]} for i, s in enumerate(status)]
+    assert judge.judge_gpus(gpus) == []
+    other = {"index": 0, "uuid": "GPU-51ae0086-e1ac-4a20-f062-9caa44e4df6d"}
+    nvlink.attach([other], status)      # GPU 0 of the status is another UUID: not attached
+    assert "nvlink" not in other

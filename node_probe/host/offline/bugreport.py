@@ -1,7 +1,7 @@
 """`nvidia-bug-report.log` (or its `.gz`: gzip members appended one per section) split into the
-sections the probe's checks read: `nvidia-smi --query`, `lspci -nnDvvvxxxx` (or any `lspci
--vvv`), and the kernel log (`dmesg:`, else the `Scanning kernel log files for NVIDIA kernel
-messages:` section).
+sections the probe's checks read: `nvidia-smi --query`, `nvidia-smi nvlink --status`, `lspci
+-nnDvvvxxxx` (or any `lspci -vvv`), and the kernel log (`dmesg:`, else the `Scanning kernel log
+files for NVIDIA kernel messages:` section).
 
 Why: the bug report is the one file NVIDIA asks for, and it holds all three. The script writes
 each section after a line of underscores and a blank line, then a header (the command it ran,
@@ -16,10 +16,11 @@ import re
 from pathlib import Path
 from typing import IO
 
-from node_probe.host.offline import UnknownFormat, bounded, lspci, nvsmi_text
+from node_probe.host.offline import UnknownFormat, bounded, lspci, nvlink, nvsmi_text
 
 SEP_RE = re.compile(r"^_{20,}\s*$")
 NVSMI_HEADER = re.compile(r"(?:^|/)nvidia-smi (?:--query|-q)\s*$")
+NVLINK_HEADER = re.compile(r"(?:^|/)nvidia-smi nvlink (?:--status|-s)\s*$")
 LSPCI_HEADER = re.compile(r"(?:^|/)lspci\s+(?:-\S*\s+)*-\S*vv")
 KSCAN_HEADER = "Scanning kernel log files for NVIDIA kernel messages"
 MARKERS = ("nvidia-bug-report", "NVIDIA bug report log")
@@ -45,6 +46,8 @@ def _kind(header: str) -> str:
     h = header.strip()
     if NVSMI_HEADER.search(h):
         return "nvsmi"
+    if NVLINK_HEADER.search(h):
+        return "nvlink"
     if LSPCI_HEADER.search(h):
         return "lspci"
     if h == "dmesg:":
@@ -58,7 +61,7 @@ def read(path: Path, kernel_dir: Path, stats: bounded.Stats | None = None) -> Bu
     """Split a bug report; the kernel log goes to `kernel_dir`/kernel.log. UnknownFormat when
     the file has none of the sections read here."""
     stats = stats if stats is not None else bounded.Stats()
-    kept: dict[str, list[str]] = {"nvsmi": [], "lspci": []}
+    kept: dict[str, list[str]] = {"nvsmi": [], "lspci": [], "nvlink": []}
     dmesg_path, scan_path = kernel_dir / "dmesg.log", kernel_dir / "kernel-scan.log"
     outs: dict[str, IO[str]] = {}
     written = {"dmesg": 0, "kscan": 0}
@@ -76,7 +79,7 @@ def read(path: Path, kernel_dir: Path, stats: bounded.Stats | None = None) -> Bu
                 kind = _kind(line)
                 if kind != "other" and len(headers) < 64:
                     headers.append(line.strip()[:120])
-                if kind in ("nvsmi", "lspci") and kept[kind]:
+                if kind in kept and kept[kind]:
                     kind = "other"              # the first such section only
                 continue
             if kind in kept:
@@ -100,6 +103,8 @@ def read(path: Path, kernel_dir: Path, stats: bounded.Stats | None = None) -> Bu
             rep.gpus = nvsmi_text.parse(kept["nvsmi"])
         except UnknownFormat:
             rep.gpus = None
+        if rep.gpus and kept["nvlink"]:
+            nvlink.attach(rep.gpus, nvlink.parse(kept["nvlink"]))
     if kept["lspci"]:
         try:
             rep.links = lspci.parse(kept["lspci"])
