@@ -375,3 +375,95 @@ def test_a100_all_links_up_raise_nothing():
     other = {"index": 0, "uuid": "GPU-51ae0086-e1ac-4a20-f062-9caa44e4df6d"}
     nvlink.attach([other], status)      # GPU 0 of the status is another UUID: not attached
     assert "nvlink" not in other
+
+
+# -- a GPU held by a process but idle ---------------------------------------------------------
+
+# Lines of https://github.com/influxdata/telegraf/blob/74bae14c4081c88c014e87840cbdf4167d9e31b1/plugins/inputs/nvidia_smi/testdata/pro-6000-maxq-blackwell-v13.xml
+# (RTX PRO 6000 Blackwell Max-Q, driver 590.44.01), each quoted exactly, the elements between
+# them left out: llama-server holds 65,710 MiB of the GPU, which is idle between requests
+# (gpu_util 0 %, P8, SM at 180 of 3090 MHz) with its link at Gen1 of Gen4.
+PRO6000_HELD_IDLE = """<?xml version="1.0" ?>
+<!DOCTYPE nvidia_smi_log SYSTEM "nvsmi_device_v13.dtd">
+<nvidia_smi_log>
+	<gpu id="00000000:61:00.0">
+		<product_name>NVIDIA RTX PRO 6000 Blackwell Max-Q Workstation Edition</product_name>
+		<uuid>GPU-12345678-aaaa-bbbb-cccc-0123456789ab</uuid>
+		<pci>
+			<pci_bus_id>00000000:61:00.0</pci_bus_id>
+			<pci_gpu_link_info>
+				<pcie_gen>
+					<max_link_gen>4</max_link_gen>
+					<current_link_gen>1</current_link_gen>
+					<device_current_link_gen>1</device_current_link_gen>
+					<max_device_link_gen>5</max_device_link_gen>
+					<max_host_link_gen>4</max_host_link_gen>
+				</pcie_gen>
+				<link_widths>
+					<max_link_width>16x</max_link_width>
+					<current_link_width>16x</current_link_width>
+				</link_widths>
+			</pci_gpu_link_info>
+		</pci>
+		<performance_state>P8</performance_state>
+		<utilization>
+			<gpu_util>0 %</gpu_util>
+			<memory_util>0 %</memory_util>
+		</utilization>
+		<clocks>
+			<graphics_clock>180 MHz</graphics_clock>
+			<sm_clock>180 MHz</sm_clock>
+			<mem_clock>405 MHz</mem_clock>
+			<video_clock>600 MHz</video_clock>
+		</clocks>
+		<max_clocks>
+			<graphics_clock>3090 MHz</graphics_clock>
+			<sm_clock>3090 MHz</sm_clock>
+			<mem_clock>14001 MHz</mem_clock>
+			<video_clock>3090 MHz</video_clock>
+		</max_clocks>
+		<processes>
+			<process_info>
+				<gpu_instance_id>N/A</gpu_instance_id>
+				<compute_instance_id>N/A</compute_instance_id>
+				<pid>116860</pid>
+				<type>C</type>
+				<process_name>/root/src/llama.cpp/build/bin/llama-server</process_name>
+				<used_memory>65710 MiB</used_memory>
+			</process_info>
+		</processes>
+	</gpu>
+
+</nvidia_smi_log>
+"""
+
+
+def test_held_but_idle_gpu_reads_as_such():
+    [g] = nvsmi_xml.parse(PRO6000_HELD_IDLE.splitlines())
+    assert g["utilization_gpu_pct"] == 0
+    assert g["processes"] == [{"pid": 116860, "used_memory_bytes": 65710 << 20}]
+    assert (g["pcie"]["gen_cur"], g["pcie"]["gen_max"], g["pcie"]["gen_gpu_max"]) == (1, 4, 5)
+
+
+@pytest.mark.xfail(strict=True, reason="checks/slow/_common.busy counts a process holding "
+                   "memory as load (issue 38's wording); this real capture shows a held GPU "
+                   "idle at Gen1 (0 %, P8): the judge reports it downtrained. Left to the slow "
+                   "helper's judge; see the offline report")
+def test_held_but_idle_gpu_at_gen1_raises_nothing():
+    assert judge.judge_gpus(nvsmi_xml.parse(PRO6000_HELD_IDLE.splitlines())) == []
+
+
+def test_plain_bug_report_is_read_too(tmp_path):
+    from node_probe.host.offline import bugreport
+    f = tmp_path / "nvidia-bug-report.log"
+    f.write_text("\n".join([
+        "____________________________________________", "",
+        "Start of NVIDIA bug report log file.  Please include this file, along", "",
+        "____________________________________________", "",
+        "/usr/bin/nvidia-smi --query", "", *lines("nvsmi-q-a10-idle.txt"), "",
+        "____________________________________________", "",
+        "/usr/bin/nvidia-smi --query --unit", "", "Unit 0", "    Product Name : x", ""]))
+    rep = bugreport.read(f, tmp_path)
+    assert [g["uuid"] for g in rep.gpus] == ["GPU-51ae0086-e1ac-4a20-f062-9caa44e4df6d"]
+    assert rep.links is None and rep.kernel_log is None
+    assert rep.sections == ("/usr/bin/nvidia-smi --query",)
