@@ -127,6 +127,13 @@ def _offline(a: argparse.Namespace, workdir: Path | None):
         raise _UsageError(" ".join(str(exc).split())[:400]) from None
 
 
+def offline_origin(a) -> str | None:
+    """The header's "when" for a run over pasted files: they were captured elsewhere, not
+    live on this host."""
+    names = [p.name for p in (a.nvidia_smi_file, a.lspci_file, a.bug_report) if p is not None]
+    return f"offline, from {', '.join(names)}" if names else None
+
+
 def _raise_interrupt(signum, frame):
     raise KeyboardInterrupt
 
@@ -202,7 +209,8 @@ def _run(argv: list[str] | None, workdir: Path) -> int:
     if args.output == "json":
         render.render_json(report, sys.stdout, args.fail_on, code)
     elif args.output == "table":
-        render.render_table(report, sys.stdout, args.fail_on, code)
+        render.render_table(report, sys.stdout, args.fail_on, code,
+                            origin=offline_origin(args))
     return code
 
 

@@ -159,3 +159,17 @@ def test_kubectl_local_passes_the_offline_flags(tmp_path):
     r = run_cli("local", "--host-root", str(empty), "--lspci-file",
                 str(DATA / "nvsmi-x-a10g.xml"), "--trace-seconds", "0")
     assert r.returncode == 2 and "it reads `lspci -vvv` text" in r.stderr
+
+
+def test_the_header_says_offline_not_live(tmp_path):
+    empty = tmp_path / "e"
+    empty.mkdir()
+    t = run_probe("--host-root", str(empty), "--trace-seconds", "0", "--only", "offline",
+           "--nvidia-smi-file", str(DATA / "nvsmi-q-a10-idle.txt"), output="table")
+    first = t.stdout.splitlines()[0]
+    assert "offline, from nvsmi-q-a10-idle.txt" in first and "live" not in first
+    r = run_cli("local", "--host-root", str(empty), "--lspci-file",
+                str(DATA / "lspci-vvv-h100-hgx.txt.gz"), "--only", "offline",
+                "--trace-seconds", "0", "--timeout", "20")
+    first = r.stdout.splitlines()[0]
+    assert "offline, from lspci-vvv-h100-hgx.txt.gz" in first and "live" not in first
