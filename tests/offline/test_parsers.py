@@ -467,3 +467,28 @@ def test_plain_bug_report_is_read_too(tmp_path):
     assert [g["uuid"] for g in rep.gpus] == ["GPU-51ae0086-e1ac-4a20-f062-9caa44e4df6d"]
     assert rep.links is None and rep.kernel_log is None
     assert rep.sections == ("/usr/bin/nvidia-smi --query",)
+
+
+def test_text_outline_depth_and_column_zero_lines_are_bounded():
+    deep = ["GPU 00000000:06:00.0"] + [" " * (i + 1) + f"K{i} : {i}" for i in range(200)]
+    [(bus, root)] = nvsmi_text.outline(deep)
+    depth, node = 0, root
+    while node.children:
+        node, depth = node.children[0], depth + 1
+    assert depth == nvsmi_text.MAX_DEPTH - 1
+    # a line at column 0 ends the GPU block: what follows is not read into it
+    [(_, g)] = nvsmi_text.outline(["GPU 0000:06:00.0", "    Product Name : A", "Unit 0",
+                                   "    Product Name : B"])
+    assert g.val("Product Name") == "A" and len(g.children) == 1
+
+
+def test_lspci_hex_dump_lines_end_a_function_block():
+    """`lspci -nnDvvvxxxx` (the bug report's) follows each function with column-0 hex rows."""
+    text = ["0000:3b:00.0 3D controller [0302]: NVIDIA Corporation GH100 [10de:2330] (rev a1)",
+            "\t\tLnkSta:\tSpeed 32GT/s (ok), Width x16 (ok)",
+            "00: de 10 30 23 06 05 10 00 a1 00 02 03 00 00 00 00",
+            "\t\tLnkSta:\tSpeed 2.5GT/s (downgraded), Width x1 (downgraded)",
+            "0000:3c:00.0 Bridge [0680]: NVIDIA Corporation Device [10de:22a3] (rev a1)"]
+    recs = lspci.parse(text)
+    assert recs["0000:3b:00.0"]["speed_cur_gts"] == 32.0 and not recs["0000:3b:00.0"]["downgraded"]
+    assert recs["0000:3c:00.0"]["speed_cur_gts"] is None
