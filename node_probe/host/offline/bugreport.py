@@ -24,8 +24,8 @@ NVLINK_HEADER = re.compile(r"(?:^|/)nvidia-smi nvlink (?:--status|-s)\s*$")
 LSPCI_HEADER = re.compile(r"(?:^|/)lspci\s+(?:-\S*\s+)*-\S*vv")
 KSCAN_HEADER = "Scanning kernel log files for NVIDIA kernel messages"
 MARKERS = ("nvidia-bug-report", "NVIDIA bug report log")
-MAX_SECTION_LINES = 1_000_000       # lines kept of the nvidia-smi or the lspci section
-MAX_KERNEL_BYTES = 256 << 20        # bytes of kernel log copied out
+MAX_SECTION_BYTES = 32 << 20       # text kept of the nvidia-smi, nvlink or lspci section
+MAX_KERNEL_BYTES = 64 << 20        # bytes of kernel log copied out (a ring buffer is ~16 MiB)
 
 
 @dataclasses.dataclass
@@ -62,6 +62,7 @@ def read(path: Path, kernel_dir: Path, stats: bounded.Stats | None = None) -> Bu
     the file has none of the sections read here."""
     stats = stats if stats is not None else bounded.Stats()
     kept: dict[str, list[str]] = {"nvsmi": [], "lspci": [], "nvlink": []}
+    size = {k: 0 for k in kept}
     dmesg_path, scan_path = kernel_dir / "dmesg.log", kernel_dir / "kernel-scan.log"
     outs: dict[str, IO[str]] = {}
     written = {"dmesg": 0, "kscan": 0}
@@ -83,8 +84,9 @@ def read(path: Path, kernel_dir: Path, stats: bounded.Stats | None = None) -> Bu
                     kind = "other"              # the first such section only
                 continue
             if kind in kept:
-                if len(kept[kind]) < MAX_SECTION_LINES:
+                if size[kind] < MAX_SECTION_BYTES:
                     kept[kind].append(line)
+                    size[kind] += len(line) + 1
             elif kind in written:
                 if written[kind] >= MAX_KERNEL_BYTES or not line.strip():
                     continue

@@ -15,6 +15,9 @@ from node_probe.host.offline import UnknownFormat, bounded, bugreport, lspci, nv
 NVSMI_FORMATS = "it reads `nvidia-smi -q` text and `nvidia-smi -q -x` XML"
 LSPCI_FORMATS = "it reads `lspci -vvv` text"
 BUGREPORT_FORMATS = "it reads nvidia-bug-report.log and nvidia-bug-report.log.gz"
+# text read of an nvidia-smi or lspci file (a real 8-GPU `-q -x` is ~1 MB, an HGX node's
+# `lspci -vvv` ~1 MB): what the parsed records can cost stays well below the probe's budget
+MAX_FILE_TEXT = 64 << 20
 
 
 class BadFile(Exception):
@@ -34,6 +37,10 @@ class OfflineInput:
         return bool(self.gpus)
 
 
+def _lines(path: Path, stats: bounded.Stats):
+    return bounded.iter_lines(path, stats, max_read=MAX_FILE_TEXT, max_text=MAX_FILE_TEXT)
+
+
 def _why(flag: str, path: Path, what: str, formats: str) -> BadFile:
     return BadFile(f"{flag} {path}: {what}; {formats}")
 
@@ -44,9 +51,9 @@ def nvidia_smi(path: Path, flag: str = "--nvidia-smi-file") -> tuple[list[dict],
         head = bounded.head(path)
         stats = bounded.Stats()
         if nvsmi_xml.looks_like(head):
-            gpus, kind = nvsmi_xml.parse(bounded.iter_lines(path, stats)), "nvidia-smi -q -x XML"
+            gpus, kind = nvsmi_xml.parse(_lines(path, stats)), "nvidia-smi -q -x XML"
         elif nvsmi_text.looks_like(head):
-            gpus, kind = nvsmi_text.parse(bounded.iter_lines(path, stats)), "nvidia-smi -q text"
+            gpus, kind = nvsmi_text.parse(_lines(path, stats)), "nvidia-smi -q text"
         else:
             raise _why(flag, path, "not a format it reads", NVSMI_FORMATS)
     except UnknownFormat as exc:
@@ -64,7 +71,7 @@ def lspci_file(path: Path, flag: str = "--lspci-file") -> tuple[dict, str | None
         if not lspci.looks_like(head):
             raise _why(flag, path, "not a format it reads", LSPCI_FORMATS)
         stats = bounded.Stats()
-        links = lspci.parse(bounded.iter_lines(path, stats))
+        links = lspci.parse(_lines(path, stats))
     except UnknownFormat as exc:
         raise _why(flag, path, f"not a format it reads ({exc})", LSPCI_FORMATS) from None
     except OSError as exc:

@@ -19,7 +19,7 @@ GPU_RE = re.compile(r"^GPU ([0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.[0-7
 KV_RE = re.compile(r"^(\s*)(\S[^:]*?)\s*:\s?(.*)$")
 MAX_DEPTH = 16
 MAX_GPUS = 1024
-MAX_NODES = 2_000_000          # outline entries kept in one file
+MAX_NODES = 1_000_000          # outline entries kept in one file
 
 
 class Node:

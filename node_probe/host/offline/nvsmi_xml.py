@@ -14,7 +14,7 @@ from typing import Any, Iterable
 from node_probe.host.offline import UnknownFormat, values
 
 MAX_DEPTH = 32
-MAX_ELEMENTS = 2_000_000
+MAX_ELEMENTS = 1_000_000
 MAX_TEXT = 4096                 # characters kept of one element's text
 
 
