@@ -492,3 +492,31 @@ def test_lspci_hex_dump_lines_end_a_function_block():
     recs = lspci.parse(text)
     assert recs["0000:3b:00.0"]["speed_cur_gts"] == 32.0 and not recs["0000:3b:00.0"]["downgraded"]
     assert recs["0000:3c:00.0"]["speed_cur_gts"] is None
+
+
+
+# https://github.com/noonghunna/club-3090/issues/1095 ("2x RTX 3090 PCIe x8"): the GPU
+# function's LnkCap/LnkSta and those of its upstream bridge 0000:00:03.2, as posted (the GPU's
+# bus number was redacted in the post: 0b here); the board gives each GPU an x8 slot.
+RTX3090_X8_GPU = ["\t\tLnkCap:\tPort #0, Speed 16GT/s, Width x16, ASPM L0s L1, Exit Latency "
+                  "L0s <512ns, L1 <4us",
+                  "\t\tLnkSta:\tSpeed 2.5GT/s (downgraded), Width x8 (downgraded)"]
+RTX3090_X8_BRIDGE = ["\t\tLnkCap:\tPort #0, Speed 16GT/s, Width x8, ASPM L1, Exit Latency L1 "
+                     "<64us",
+                     "\t\tLnkSta:\tSpeed 2.5GT/s, Width x8"]
+
+
+def test_x8_slot_lspci_alone_says_x8_and_the_bridge_clears_it():
+    """`lspci -vvv` alone compares the link with the GPU's own capability (x8 of x16: said);
+    with the bridge above (which `lspci -vvv` does not name: `lspci -tv` does) the link's
+    maximum is the slot's x8 and nothing is wrong with the width."""
+    gpu = lspci._record("0000:0b:00.0", "VGA compatible controller: NVIDIA", RTX3090_X8_GPU)
+    bridge = lspci._record("0000:00:03.2", "PCI bridge", RTX3090_X8_BRIDGE)
+    assert (gpu["width_cur"], gpu["width_max"], gpu["downgraded"]) == (8, 16, True)
+    # no (ok)/(downgraded) printed for the port: compared from LnkCap (2.5 of 16 GT/s, idle)
+    assert (bridge["width_cur"], bridge["width_max"], bridge["downgraded"]) == (8, 8, True)
+    g = {"index": None, "uuid": None, "pci_bus_id": "0000:0b:00.0"}
+    alone = judge.judge_gpus([g], {"0000:0b:00.0": gpu})
+    assert ids(alone) == ["gpu.pcie_downtrained"] and "x8 of" in alone[0].title
+    linked = {"0000:0b:00.0": dict(gpu, upstream="0000:00:03.2"), "0000:00:03.2": bridge}
+    assert judge.judge_gpus([g], linked) == []
