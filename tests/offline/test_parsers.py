@@ -213,8 +213,15 @@ def test_h100_hgx_lspci_gpus_at_gen5_x16_and_the_downgraded_ports():
     for r in gpus.values():
         assert (r["speed_cur_gts"], r["width_cur"], r["speed_max_gts"], r["width_max"]) == \
             (32.0, 16, 32.0, 16)
-        assert r["downgraded"] is False and r["upstream"] is None and r["driver"] == "nvidia"
+        assert r["downgraded"] is False and r["driver"] == "nvidia"
     assert gpus["0000:19:00.0"]["aer"]["correctable"] == ["RxErr", "BadTLP", "Timeout"]
+    # the path up, from the bridges' `Bus: primary=.., secondary=..` lines: switch downstream
+    # port, switch upstream port, root port, all Gen5 x16
+    chain, cur = [], "0000:19:00.0"
+    while recs[cur]["upstream"]:
+        cur = recs[cur]["upstream"]
+        chain.append(cur)
+    assert chain == ["0000:17:01.0", "0000:16:00.0", "0000:15:01.0"]
     sw = recs["0000:17:03.0"]     # a PEX890xx port at 16GT/s (downgraded) of 32GT/s
     assert (sw["speed_cur_gts"], sw["speed_max_gts"], sw["downgraded"]) == (16.0, 32.0, True)
     assert recs["0000:01:00.0"]["width_cur"] == 1 and recs["0000:01:00.0"]["width_max"] == 2
@@ -507,9 +514,10 @@ RTX3090_X8_BRIDGE = ["\t\tLnkCap:\tPort #0, Speed 16GT/s, Width x8, ASPM L1, Exi
 
 
 def test_x8_slot_lspci_alone_says_x8_and_the_bridge_clears_it():
-    """`lspci -vvv` alone compares the link with the GPU's own capability (x8 of x16: said);
-    with the bridge above (which `lspci -vvv` does not name: `lspci -tv` does) the link's
-    maximum is the slot's x8 and nothing is wrong with the width."""
+    """The GPU's lines alone compare the link with the GPU's own capability (x8 of x16: said);
+    with the bridge above (in a whole `lspci -vvv`, the bridge whose `Bus: ... secondary=` is
+    the GPU's bus; this post quoted both) the link's maximum is the slot's x8 and nothing is
+    wrong with the width."""
     gpu = lspci._record("0000:0b:00.0", "VGA compatible controller: NVIDIA", RTX3090_X8_GPU)
     bridge = lspci._record("0000:00:03.2", "PCI bridge", RTX3090_X8_BRIDGE)
     assert (gpu["width_cur"], gpu["width_max"], gpu["downgraded"]) == (8, 16, True)

@@ -3,9 +3,10 @@ node_probe/checks/slow: the shape the sysfs reader yields).
 
 Why: `LnkCap` (what the function can do) and `LnkSta` (what it trained at, `(downgraded)` since
 pciutils 3.6) are what people paste when a GPU runs slow, with the AER status lines of the
-same function. `lspci -vvv` alone does not say which bridge is above a function (`lspci -tv`
-does), so `upstream` stays None. Hex dumps (`-xxxx`, as nvidia-bug-report.sh adds) and any
-other line are skipped; one pass, one function's lines at a time.
+same function. The bridge above a function is the one whose `Bus: primary=.., secondary=..`
+line names the function's bus (`upstream`; None when the text has no such bridge). Hex dumps
+(`-xxxx`, as nvidia-bug-report.sh adds) and any other line are skipped; one pass, one
+function's lines at a time, then one pass to link each function to its bridge.
 """
 from __future__ import annotations
 
@@ -23,6 +24,9 @@ SPEED_RE = re.compile(r"Speed ([0-9]{1,3}(?:\.[0-9]{1,2})?)GT/s")
 WIDTH_RE = re.compile(r"Width x([0-9]{1,2})\b")
 AER_RE = re.compile(r"^\s+(UESta|CESta):\s+(.*)$")
 DEVSTA_RE = re.compile(r"^\s+DevSta:\s+(.*)$")
+# a bridge's `Bus: primary=00, secondary=3b, subordinate=3b, sec-latency=0`: the functions on
+# its secondary bus sit below it, so `upstream` is known from `lspci -vvv` alone
+BUS_RE = re.compile(r"^\s+Bus: primary=([0-9a-fA-F]{2}), secondary=([0-9a-fA-F]{2}),")
 NUMA_RE = re.compile(r"^\s+NUMA node:\s+([0-9]{1,4})\s*$")
 DRIVER_RE = re.compile(r"^\s+Kernel driver in use:\s+(\S{1,64})\s*$")
 FLAG_RE = re.compile(r"([A-Za-z][A-Za-z0-9]{0,31})([+-])")
@@ -70,6 +74,8 @@ def _record(key: str, desc: str, lines: list[str]) -> dict:
             aer.setdefault(key_, _set_flags(m.group(2)))
         elif m := DEVSTA_RE.match(line):
             aer.setdefault("device_status", _set_flags(m.group(1)))
+        elif m := BUS_RE.match(line):
+            rec["secondary_bus"] = m.group(2).lower()
         elif m := NUMA_RE.match(line):
             rec["numa_node"] = int(m.group(1))
         elif m := DRIVER_RE.match(line):
@@ -116,10 +122,16 @@ def _blocks(lines: Iterable[str]) -> Iterator[tuple[str, str, list[str]]]:
 
 def parse(lines: Iterable[str]) -> dict[str, dict]:
     """bdf -> link record of every PCI function in `lspci -vvv` text (functions without a
-    PCIe link capability have speeds and widths None); UnknownFormat when it holds none."""
+    PCIe link capability have speeds and widths None); UnknownFormat when it holds none.
+    `upstream` is the bridge whose secondary bus the function is on, when the text has it."""
     out = {key: _record(key, desc, body) for key, desc, body in _blocks(lines)}
     if not out:
         raise UnknownFormat("no `BB:DD.F description` line of `lspci -vvv`")
+    below = {(k[:4], r["secondary_bus"]): k for k, r in out.items() if r.get("secondary_bus")}
+    for k, r in out.items():
+        up = below.get((k[:4], k[5:7]))
+        if up is not None and up != k:
+            r["upstream"] = up
     return out
 
 
