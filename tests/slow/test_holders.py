@@ -52,3 +52,20 @@ def test_v1_cpuset_is_the_devices_paths_twin(tmp_path):
 
 def test_no_container_list_names_no_pods():
     assert slow_gpu.holders(None) == ({}, {}, [])
+
+
+def test_nodes_ranks_an_agent_marked_degraded_gpu_as_a_warning():
+    """`nodes` reads GpuDoctorGpuDegraded=True as a warning naming the cause (the agent's
+    condition as tests/kubectl/test_fleet_view builds them from a real 1.35 node)."""
+    import datetime as dt
+
+    from kubectl_gpudoctor.analysis import agent_conditions
+    from node_probe.protocol import conditions
+    from tests.kubectl.test_fleet_view import captured_node, watching
+    node = captured_node()
+    node["status"]["conditions"] += watching(problems={"GpuDoctorGpuDegraded": (
+        conditions.reason_of("gpu.pcie_downtrained"), "GPU 0: Gen2 x16 of Gen5 x16", 900)})
+    fs = [f for f in agent_conditions.analyze(node, dt.datetime.now(dt.timezone.utc))
+          if f.evidence.get("condition") == "GpuDoctorGpuDegraded"]
+    assert [(f.id, f.severity.value) for f in fs] == [("gpu.pcie_downtrained", "warning")]
+    assert fs[0].evidence["reason"] == "GpuPcieDowntrained"
