@@ -340,7 +340,7 @@ def diagnose_pod(kube: Kube, namespace: str, name: str, settings: Settings, out:
     node_name = (pod.get("spec") or {}).get("nodeName")
     out.report.target["node"] = node_name
     phase = (pod.get("status") or {}).get("phase")   # a Running pod: is it slow (analysis/slow)
-    out.report.target["phase"] = phase if isinstance(phase, str) and len(phase) < 32 else None
+    out.context["pod_phase"] = phase if isinstance(phase, str) and len(phase) < 32 else None
     view = None
     if node_name:
         try:

@@ -236,6 +236,35 @@ def gpu_gauges(ctx) -> list[dict]:
     return out
 
 
+DEGRADED = "GpuDoctorGpuDegraded"
+
+
+def rising(before: list[dict], now: list[dict]) -> list[Problem]:
+    """What two passes' gauges say that one cannot: NVLink error counters that rose, corrected
+    ECC errors that rose by memory.SBE_RISING or more (counters count since the driver loaded;
+    one sample says only that they are non-zero). Matched by GPU UUID; a counter that went
+    down (driver reloaded) says nothing."""
+    from node_probe.checks.slow.memory import SBE_RISING
+    prev = {g.get("uuid"): g for g in before or () if g.get("uuid")}
+    out = []
+    for g in now or ():
+        p = prev.get(g.get("uuid"))
+        if p is None:
+            continue
+        who = f"{g.get('uuid')} ({g.get('pci_bus_id')})"
+        a, b = _n(p.get("nvlink_errors")), _n(g.get("nvlink_errors"))
+        if a is not None and b is not None and b > a:
+            out.append(Problem(DEGRADED, "gpu.nvlink_degraded", "warning", str(g.get("uuid")),
+                               f"GPU {who}: NVLink error counters rose by {b - a} since the "
+                               "last pass"))
+        a, b = _n(p.get("sbe_volatile")), _n(g.get("sbe_volatile"))
+        if a is not None and b is not None and b - a >= SBE_RISING:
+            out.append(Problem(DEGRADED, "gpu.memory_degrading", "warning", str(g.get("uuid")),
+                               f"GPU {who}: corrected ECC errors rose by {b - a} since the "
+                               "last pass"))
+    return out
+
+
 def _n(v):
     return v if isinstance(v, (int, float)) and not isinstance(v, bool) else None
 

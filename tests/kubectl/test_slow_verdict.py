@@ -9,14 +9,15 @@ from node_probe.checks.slow import judge, placement
 from node_probe.protocol import catalog
 from tests.slow.test_judges import gpu
 
-POD = {"kind": "pod", "name": "ml/train-0", "node": "gpu-node-1", "phase": "Running"}
+POD = {"kind": "pod", "name": "ml/train-0", "node": "gpu-node-1"}
+RUNNING = {"pod_phase": "Running"}   # what `pod` puts in the output's context
 HOLD = {"GPU-2f815c32-768d-d782-1073-db01d7b90215": ["ml/train-0"]}
 INVENTORY = catalog.make("nvml.inventory", "info", "node", "Driver 570, 1 GPU(s)", {})
 PERSIST = catalog.make("persistence.off", "warning", "node", "Persistence is off", {})
 
 
-def _decide(findings, target=POD, **kw):
-    return verdict.decide(findings, target, **kw)
+def _decide(findings, target=POD, phase="Running", **kw):
+    return verdict.decide(findings, target, context={"pod_phase": phase}, **kw)
 
 
 def test_downtrained_link_leads_with_bandwidth_cause_and_action():
@@ -84,8 +85,8 @@ def test_another_pods_slow_gpu_does_not_lead_this_pod():
 def test_a_pending_pod_and_a_critical_node_are_not_led_by_slowness():
     fs = judge.judge_gpus([gpu(pcie={"gen_cur": 2, "width_cur": 16, "gen_max": 5,
                                      "width_max": 16})], holders=HOLD)
-    pending = {**POD, "phase": "Pending"}
-    assert not _decide([INVENTORY, *fs], pending).headline.startswith("Pod ml/train-0 runs")
+    assert not _decide([INVENTORY, *fs], phase="Pending").headline.startswith(
+        "Pod ml/train-0 runs")
     lost = catalog.make("gpu.lost", "critical", "GPU-x", "GPU has fallen off the bus", {})
     assert _decide([INVENTORY, lost, *fs]).root_cause == "gpu.lost"
 
@@ -106,3 +107,15 @@ def test_hostile_evidence_never_reaches_a_command_or_the_headline():
     v = _decide([INVENTORY, f])
     assert "reboot" not in v.headline and "rm -rf" not in v.headline
     assert all("$(" not in (a.command or "") + a.text for a in v.actions)
+
+
+def test_the_verdict_block_leads_with_the_slow_down_at_80_columns():
+    from node_probe.protocol.render import verdict_lines
+    fs = judge.judge_gpus([gpu(pcie={"gen_cur": 2, "width_cur": 16, "gen_max": 5,
+                                     "width_max": 16})], holders=HOLD)
+    lines = verdict_lines(_decide([INVENTORY, PERSIST, *fs]).to_dict(), 80)
+    assert all(len(line) <= 80 for line in lines), lines
+    text = "\n".join(lines)
+    assert lines[0].split(None, 1)[1].startswith("Pod ml/train-0 runs slow: GPU 0")
+    assert "1/8 of host bandwidth" in " ".join(text.split())
+    assert "kubectl drain gpu-node-1" in text

@@ -106,3 +106,18 @@ def test_downtrained_gpu_marks_the_node_with_its_reason_and_metrics(api, start_a
     assert ('gpu_doctor_gpu_pcie_link_generation{uuid="GPU-5ee1a0b2-0b0e-4c1e-9d7a-6a1f3c2b9e01",'
             'pci_bus_id="00000000:01:00.0",which="current"} 2') in text
     assert f'gpu_doctor_condition{{condition="{DEGRADED}"}} 1' in text
+
+
+def test_counters_rising_between_two_passes_raise_the_condition():
+    one = [{"uuid": "GPU-a", "pci_bus_id": "00000000:3B:00.0", "nvlink_errors": 5,
+            "sbe_volatile": 10}]
+    same = [dict(one[0])]
+    assert detect.rising(one, same) == []          # still counters: history
+    assert detect.rising([], one) == []             # one sample says nothing about rising
+    later = [dict(one[0], nvlink_errors=40, sbe_volatile=400)]
+    got = {p.finding_id: p for p in detect.rising(one, later)}
+    assert set(got) == {"gpu.nvlink_degraded", "gpu.memory_degrading"}
+    assert got["gpu.nvlink_degraded"].ctype == DEGRADED and "rose by 35" in \
+        got["gpu.nvlink_degraded"].title
+    reloaded = [dict(one[0], nvlink_errors=0, sbe_volatile=0)]   # driver reloaded: reset
+    assert detect.rising(one, reloaded) == []

@@ -171,7 +171,7 @@ def _actions(f: Finding, node: str | None, pod: str, ns: str | None
         else:
             fix = "hardware slowdown: have the node's PSU and board checked"
         acts = [drain if cause != "power" else None,
-                ("fix", fix, None, "none until the node is drained")]
+                ("fix", fix, None, "depends on the repair; the drain moved the pods")]
     elif f.id in (NVLINK, MEMORY, REMAP):
         acts = [drain, ("fix", f"reset the GPU (nvidia-smi -r -i {_bus(ev)}) or reboot the "
                                "node; have the GPU checked if it comes back", None,
@@ -201,13 +201,13 @@ def _target(target: Mapping[str, Any]) -> tuple[str | None, str | None, str | No
     return pod, ns, node
 
 
-def pod_lead(findings: Sequence[Finding], target: Mapping[str, Any], *,
+def pod_lead(findings: Sequence[Finding], target: Mapping[str, Any], phase: Any = None, *,
              looked: bool = False) -> Lead | None:
-    """The lead for a Running pod, or None (not a Running pod, something critical on the
-    node, or nothing to say). `looked`: every node-side check looked (the healthy answer is
-    given only then, and only when NVML answered)."""
+    """The lead for a Running pod (`phase`: its status.phase, as `pod` read it), or None (not a
+    Running pod, something critical on the node, or nothing to say). `looked`: every check
+    looked (the healthy answer is given only then, and only when NVML answered)."""
     pod, ns, node = _target(target)
-    if pod is None or target.get("phase") != "Running":
+    if pod is None or phase != "Running":
         return None
     if any(f.severity.rank >= Severity.CRITICAL.rank for f in findings):
         return None
