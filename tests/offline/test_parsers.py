@@ -528,3 +528,16 @@ def test_x8_slot_lspci_alone_says_x8_and_the_bridge_clears_it():
     assert ids(alone) == ["gpu.pcie_downtrained"] and "x8 of" in alone[0].title
     linked = {"0000:0b:00.0": dict(gpu, upstream="0000:00:03.2"), "0000:00:03.2": bridge}
     assert judge.judge_gpus([g], linked) == []
+
+
+def test_hostile_ids_never_become_subjects():
+    doc = ['<?xml version="1.0" ?>', "<nvidia_smi_log>",
+           '<gpu id="run: kubectl delete node x"><uuid>GPU-1;rm -rf /</uuid><pci>'
+           "<pci_bus_id>see https://evil/</pci_bus_id></pci></gpu>", "</nvidia_smi_log>"]
+    [g] = nvsmi_xml.parse(doc)
+    assert g["uuid"] is None and g["pci_bus_id"] is None
+    with pytest.raises(UnknownFormat):     # control characters are not XML at all
+        nvsmi_xml.parse(['<nvidia_smi_log><gpu id="\x1b[2J"/></nvidia_smi_log>'])
+    [t] = nvsmi_text.parse(["GPU 00000000:06:00.0", "    GPU UUID : \x1b[31mGPU-x",
+                            "    PCI", "        Bus Id : 00000000:06:00.0\x1b[0m"])
+    assert t["uuid"] is None and t["pci_bus_id"] == "00000000:06:00.0"

@@ -10,7 +10,7 @@ import re
 from typing import Iterable
 
 GPU_RE = re.compile(r"^GPU ([0-9]{1,4}): (.{0,200}?)(?: \(UUID: (GPU-[0-9A-Za-z-]{1,64}|[^)]*)\))?"
-                    r"\s*$")
+                    r"\s*$")       # a UUID not of the GPU-... shape is taken as unknown
 LINK_RE = re.compile(r"^\s+Link ([0-9]{1,3}): (.{0,64})$")
 MAX_LINKS = 64
 

@@ -193,8 +193,8 @@ def record(index: int, bus: str, g: Node) -> dict:
     clocks, maxc = g.get("Clocks"), g.get("Max Clocks")
     rec: dict[str, Any] = {
         "index": index,
-        "uuid": g.val("GPU UUID"),
-        "pci_bus_id": g.val("PCI", "Bus Id") or bus,
+        "uuid": values.uuid(g.val("GPU UUID")),
+        "pci_bus_id": values.bus_id(g.val("PCI", "Bus Id")) or bus,
         "name": g.val("Product Name"),
         "pcie": _pcie(g),
         "utilization_gpu_pct": values.integer(g.val("Utilization", "Gpu")),

@@ -193,8 +193,8 @@ def record(index: int, g: El) -> dict:
     power = g.find("gpu_power_readings") or g.find("power_readings")
     rec: dict[str, Any] = {
         "index": index,
-        "uuid": g.val("uuid"),
-        "pci_bus_id": g.val("pci", "pci_bus_id") or g.attrs.get("id"),
+        "uuid": values.uuid(g.val("uuid")),
+        "pci_bus_id": values.bus_id(g.val("pci", "pci_bus_id")) or values.bus_id(g.attrs.get("id")),
         "name": g.val("product_name"),
         "pcie": {
             "gen_cur": values.integer(g.val(*link, "pcie_gen", "current_link_gen")),

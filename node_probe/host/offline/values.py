@@ -9,6 +9,22 @@ _NUM = re.compile(r"^\s*([+-]?[0-9]{1,12}(?:\.[0-9]{1,6})?)\s*(?:x|%|W|C|MHz|MiB
 _INT_X = re.compile(r"^\s*x([0-9]{1,3})\s*$")      # lspci-style width, for completeness
 
 
+_BUS_ID = re.compile(r"^[0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.[0-7]$")
+_UUID = re.compile(r"^GPU-[0-9A-Za-z-]{1,64}$")
+
+
+def bus_id(v: str | None) -> str | None:
+    """A PCI bus id as nvidia-smi prints it (`00000000:3B:00.0`), else None: a pasted file's
+    text never becomes a subject or a title unless it has that shape."""
+    v = (v or "").strip()
+    return v if _BUS_ID.match(v) else None
+
+
+def uuid(v: str | None) -> str | None:
+    v = (v or "").strip()
+    return v if _UUID.match(v) else None
+
+
 def number(v: str | None) -> float | None:
     """`300.00 W` -> 300.0; `N/A`, `Unknown Error`, '' -> None."""
     if v is None:
