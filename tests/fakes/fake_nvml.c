@@ -27,7 +27,8 @@
  *      default: all banks at max>
  *   proc=<gpu index>|<pid>|<used GPU memory bytes>   (a running compute process)
  *   set=<gpu index>|<attribute>|<value>   what says whether a GPU runs slow (issue 38); each
- *     attribute has a healthy idle default (attr_names/attr_defaults below); the value "none"
+ *     attribute has a healthy default (attr_names/attr_defaults below: the link at its max
+ *     generation while the GPU is busy, at Gen1 while idle); the value "none"
  *     (or -1) makes its query return NOT_SUPPORTED, as on GPUs and drivers without it:
  *     pcie_gen_cur pcie_width_cur pcie_gen_max pcie_width_max pcie_gen_gpu_max
  *     util_gpu util_mem clock_reasons sm_mhz sm_max_mhz mem_mhz mem_max_mhz
@@ -73,10 +74,12 @@ static const char *attr_names[NATTR] = {
     "temp_c", "temp_slowdown_c", "temp_shutdown_c", "power_mw", "power_limit_mw",
     "power_default_mw", "nvlinks", "nvlink_down", "ecc_sbe", "ecc_dbe", "retired_pending",
     "clock_api"};
-/* a healthy idle H100-like GPU: link idled down to Gen1 (as real GPUs do), clocks idle
+/* a healthy H100-like GPU: its link at Gen5 while busy (util_gpu > 0 or a proc= line) and
+ * idled down to Gen1 otherwise, as real GPUs do (-2: that automatic value), clocks idle
  * (reason 0x1 GPU idle), 700 W default limit, no NVLink answered, no errors */
+#define AUTO_GEN (-2)
 static const long long attr_defaults[NATTR] = {
-    1, 16, 5, 16, 5, 0, 0, 0x1, 345, 1980, 2619, 2619, 34, 87, 92, 70000, 700000, 700000,
+    AUTO_GEN, 16, 5, 16, 5, 0, 0, 0x1, 345, 1980, 2619, 2619, 34, 87, 92, 70000, 700000, 700000,
     0, 0, 0, 0, 0, 0};
 
 struct fake_dev {
@@ -509,7 +512,17 @@ static struct fake_dev *full(struct fake_dev *d) { return d->is_mig ? &gpus[d->p
         return NVML_SUCCESS;                                                            \
     }
 
-ATTR_QUERY(nvmlDeviceGetCurrPcieLinkGeneration, A_GEN_CUR, unsigned int)
+nvmlReturn_t nvmlDeviceGetCurrPcieLinkGeneration(struct fake_dev *d, unsigned int *gen) {
+    NEED_INIT();
+    if (!gen) return NVML_ERROR_INVALID_ARGUMENT;
+    if (d->lost) return NVML_ERROR_GPU_IS_LOST;
+    struct fake_dev *g = full(d);
+    long long v = g->attr[A_GEN_CUR];
+    if (v == AUTO_GEN) v = (g->nprocs > 0 || g->attr[A_UTIL_GPU] > 0) ? g->attr[A_GEN_MAX] : 1;
+    if (v < 0) return NVML_ERROR_NOT_SUPPORTED;
+    *gen = (unsigned int)v;
+    return NVML_SUCCESS;
+}
 ATTR_QUERY(nvmlDeviceGetCurrPcieLinkWidth, A_WIDTH_CUR, unsigned int)
 ATTR_QUERY(nvmlDeviceGetMaxPcieLinkGeneration, A_GEN_MAX, unsigned int)
 ATTR_QUERY(nvmlDeviceGetMaxPcieLinkWidth, A_WIDTH_MAX, unsigned int)

@@ -452,11 +452,9 @@ def test_held_but_idle_gpu_reads_as_such():
     assert (g["pcie"]["gen_cur"], g["pcie"]["gen_max"], g["pcie"]["gen_gpu_max"]) == (1, 4, 5)
 
 
-@pytest.mark.xfail(strict=True, reason="checks/slow/_common.busy counts a process holding "
-                   "memory as load (issue 38's wording); this real capture shows a held GPU "
-                   "idle at Gen1 (0 %, P8): the judge reports it downtrained. Left to the slow "
-                   "helper's judge; see the offline report")
 def test_held_but_idle_gpu_at_gen1_raises_nothing():
+    """Utilisation says idle: the held memory is not load (slow's judges since 7feec11; the
+    offline report raised this case from this capture)."""
     assert judge.judge_gpus(nvsmi_xml.parse(PRO6000_HELD_IDLE.splitlines())) == []
 
 

@@ -47,6 +47,20 @@ def test_an_idle_gpu_at_gen1_raises_nothing():
     assert judge.judge_gpus([g]) == []
 
 
+def test_an_idle_process_holding_a_context_at_gen1_raises_nothing():
+    # utilisation 0 % with a process: the GPU idles (and its link with it) all the same
+    g = gpu(utilization_gpu_pct=0,
+            pcie={"gen_cur": 1, "width_cur": 16, "gen_max": 5, "width_max": 16})
+    assert g["processes"] and judge.judge_gpus([g]) == []
+
+
+def test_processes_count_as_busy_only_without_utilisation():
+    g = gpu(utilization_gpu_pct=None,
+            pcie={"gen_cur": 2, "width_cur": 16, "gen_max": 5, "width_max": 16})
+    [f] = judge.judge_gpus([g])
+    assert f.evidence["generation_low"]
+
+
 def test_unknown_busyness_never_judges_the_generation():
     g = gpu(utilization_gpu_pct=None, processes=None,
             pcie={"gen_cur": 1, "width_cur": 16, "gen_max": 5, "width_max": 16})

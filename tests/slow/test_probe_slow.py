@@ -45,7 +45,8 @@ def make_chain(root: Path, chain):
 
 def test_a_healthy_busy_gpu_and_an_idle_gen1_gpu_raise_nothing(tmp_path):
     root = host(tmp_path, [FakeGpu("GPU-busy", attrs=(*BUSY, ("pcie_gen_cur", 5))),
-                           FakeGpu("GPU-idle", minor=1)])   # default: idle, link at Gen1
+                           FakeGpu("GPU-proc", minor=2, processes=((4242, 1 << 30),)),
+                           FakeGpu("GPU-idle", minor=1, attrs=(("pcie_gen_cur", 1),))])
     run = run_probe("--host-root", str(root), *ONLY)
     assert [f for f in run.findings() if f["check"] == "gpu.slow"] == [], run.findings()
     assert run.summary["complete"] is True, run.stderr

@@ -42,6 +42,8 @@ Entry point for every source: judge.judge_gpus(gpus, links=None, holders=None,
 previous=None) -> list[Finding] (previous: an earlier sample of the same GPU records, for
 counters that must be seen rising). Each sub-module also exposes its own judge
 (pcie.judge, clocks.judge, nvlink.judge, memory.judge) taking one GPU record.
+"Busy" (_common.busy) is utilisation above 0 %; running compute processes count only where
+NVML gives no utilisation (a process idling with a context open lets the link drop to Gen1).
 Healthy controls every judge keeps: an idle GPU at Gen1 raises nothing (NVIDIA GPUs drop the
 link to Gen1 when idle, by design); idle and application-clock reasons raise nothing; a busy
 GPU at full link and clocks raises nothing.

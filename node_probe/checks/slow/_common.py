@@ -9,13 +9,19 @@ from typing import Any, Mapping, Sequence
 
 
 def busy(g: Mapping[str, Any]) -> bool | None:
-    """True: utilisation above 0 or compute processes running; False: NVML said 0 % and no
-    process; None: NVML could not say either."""
+    """True: utilisation above 0 % (or, where NVML gives no utilisation, compute processes
+    running); False: NVML said 0 %, or no process and no utilisation; None: it could not say.
+    Utilisation wins over processes when both are known: a process that holds a context but
+    does no work (an idle notebook) lets the GPU drop to an idle P-state, and its link to
+    Gen1, exactly like an empty GPU (desktop GPUs show Gen1 with Xorg running) -- judging
+    that as downtrained would be wrong."""
     util = g.get("utilization_gpu_pct")
     procs = g.get("processes")
-    if (isinstance(util, (int, float)) and util > 0) or procs:
+    if isinstance(util, (int, float)) and not isinstance(util, bool):
+        return util > 0
+    if procs:
         return True
-    if isinstance(util, (int, float)) or procs == []:
+    if procs == []:
         return False
     return None
 
