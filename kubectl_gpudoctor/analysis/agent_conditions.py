@@ -32,6 +32,7 @@ SEVERITY = {
     "GpuDoctorXidErrors": "warning",
     "GpuDoctorKernelHungTask": "warning",
     "GpuDoctorMemoryThrash": "warning",
+    "GpuDoctorGpuDegraded": "warning",
 }
 REFS = ("https://kubernetes.io/docs/concepts/architecture/nodes/#condition",
         "https://github.com/kubernetes/node-problem-detector")

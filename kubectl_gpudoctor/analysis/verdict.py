@@ -39,6 +39,7 @@ from node_probe.protocol.duration import human
 from node_probe.protocol.known_drivers import KNOWN_ISSUES
 
 from ..params import name_problem
+from .slow import lead as slow_lead
 
 # the steps of a verdict, in order (`step` in JSON); `stage` keeps the names JSON readers had
 # before (stop / fix / confirm) so bots keyed on them read the same actions
@@ -611,6 +612,7 @@ FIXES = {
                            "the runtime): `kubectl gpu-doctor node` runs the node-side checks; "
                            "then delete the pods it rejected so their controllers recreate them",
 }
+FIXES.update(slow_lead.NODE_FIXES)   # issue 38: a slow GPU's fix when a node is the target
 _RESET = ("reset the GPU on the node once nothing uses it (`nvidia-smi -r -i <bus id>`), or "
           "reboot the node; replace the GPU if it fails again")
 
@@ -742,6 +744,13 @@ def decide(findings: Sequence[Finding], target: Mapping[str, Any], *,
     (`plugin_pods`: the node's device plugin pods, analysis/plugin_pods.candidates)."""
     findings = [f for f in list(findings)[:MAX_FINDINGS] if isinstance(f, Finding)]
     names = _names(target, context)
+    lead = slow_lead.pod_lead(findings, target, (context or {}).get("pod_phase"),
+                              looked=complete and not could_not_look)
+    if lead is not None:   # a Running pod: is it slow, and why (analysis/slow)
+        return Verdict(lead.headline, lead.root_cause, names.label, lead.severity,
+                       {"pods": 1, "gpu_pods": 1, "non_gpu_pods": 0},
+                       tuple(Action(*a) for a in lead.actions), lead.chain, False,
+                       _page(lead.root_cause) if lead.root_cause else None)
     problems = [f for f in findings if f.severity.rank >= Severity.WARNING.rank]
     if not problems:
         gone = next((f for f in findings if _cleared(f)), None)

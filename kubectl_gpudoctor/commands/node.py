@@ -339,6 +339,8 @@ def diagnose_pod(kube: Kube, namespace: str, name: str, settings: Settings, out:
         out.log("warning", f"cannot read the pod's events: {http_words(exc)}")
     node_name = (pod.get("spec") or {}).get("nodeName")
     out.report.target["node"] = node_name
+    phase = (pod.get("status") or {}).get("phase")   # a Running pod: is it slow (analysis/slow)
+    out.context["pod_phase"] = phase if isinstance(phase, str) and len(phase) < 32 else None
     view = None
     if node_name:
         try:

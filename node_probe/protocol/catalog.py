@@ -24,6 +24,13 @@ CATALOG: dict[str, str] = {
     "gpu.row_remap_pending": "A GPU has a memory row remapping waiting for a GPU reset while it still looks healthy",
     "gpu.row_remap_failed": "A GPU's memory row remapping failed: the GPU must be replaced",
     "mig.layout": "MIG mode and instances; mixed MIG and full GPUs on one node",
+    # slow GPUs: degradations that raise no Xid (checks/slow)
+    "gpu.pcie_downtrained": "A busy GPU's PCIe link runs below the generation, or any GPU's below the width, that GPU and slot support",
+    "gpu.clocks_throttled": "A busy GPU's clocks are held down by thermal, power or hardware slowdown",
+    "gpu.nvlink_degraded": "A GPU has fewer NVLink links active than its peers, or NVLink error counters",
+    "gpu.memory_degrading": "A GPU has memory pages pending retirement or corrected ECC errors rising fast",
+    "pod.numa_misplaced": "A pod's CPUs sit on another NUMA node than its GPU",
+    "gpu.time_shared": "Several pods share one GPU (time-slicing or MPS), each with its share",
     "kernel.hung_task": "The kernel reported tasks blocked for a long time",
     "gpu.driver_error": "The NVIDIA driver reports a GPU failure without an Xid number (off the bus, GSP timeout, init failure, reset required)",
     "gpu.driver_message": "NVIDIA driver error lines the tool does not recognise (shown, not judged)",

@@ -29,7 +29,7 @@ from .state import CLASS_CHECKS, LOOKED, Problem
 
 # cheap checks the watch runs each pass (their fact producers join through `needs`)
 WATCH_CHECKS = ("nvml", "deviceplugin", "containers", "kubelet", "cgroup.devices", "kmsg",
-                "memory", "gpu_lost", "fabric", "gpu.isolation")
+                "memory", "gpu_lost", "fabric", "gpu.isolation", "gpu.slow")
 ISOLATION = "gpu.isolation"
 ISOLATION_MAX_FDS = 200_000     # ~1 s of CPU here: a node's scan, cut beyond (said, unsure)
 ISOLATION_SHARE = 0.001         # of one CPU, averaged: 0.1% of the agent's 1%
@@ -50,6 +50,7 @@ class PassResult:
     stuck: tuple[str, ...]              # checks not started: still stuck from before
     provoked: bool
     isolation_cpu_s: float | None = None    # CPU the isolation check took (None: not run)
+    gpus: list = dataclasses.field(default_factory=list)   # gpu_gauges: the per-GPU metrics
 
 
 def is_active(f: Finding, recent_s: float = RECENT_S) -> bool:
@@ -145,12 +146,13 @@ def run_pass(base: ProbeOptions, timeout_s: float, provoke: bool = False,
     runner = Runner(checks, opts, sink, fail_on="never")
     result = runner.run()
     hit = gpu_users(runner.ctx)
+    gauges = gpu_gauges(runner.ctx)
     ran = {c.id: c.status for c in result.checks}
     unsure = {ct for ct, ids in CLASS_CHECKS.items()
               if any(ran.get(cid) not in LOOKED.get(cid, ("ok", "skipped")) for cid in ids)}
     return PassResult(started, result.duration_s, result.findings, result.checks,
                       problems_of(result.findings, recent_s, hit), unsure, stuck, provoke,
-                      _isolation_cost(result.checks, scan_cpu))
+                      _isolation_cost(result.checks, scan_cpu), gauges)
 
 
 MAX_USERS = 32   # pods kept per GPU (a GPU shared by time-slicing has a few)
@@ -195,6 +197,76 @@ def gpu_users(ctx) -> dict[str, tuple[str, ...]]:
         if pci:
             out[pci] = tuple(users[:MAX_USERS])
     return out
+
+
+MAX_GPUS = 64   # GPUs a pass hands back gauges for (a node has 8; 16 at most today)
+GAUGES = ("pcie_gen_cur", "pcie_gen_max", "pcie_width_cur", "pcie_width_max",
+          "clocks_event_reasons", "thermal_margin_c", "nvlink_errors", "sbe_volatile")
+
+
+def gpu_gauges(ctx) -> list[dict]:
+    """Per GPU, what the agent's metrics show of a slow GPU (issue 38): PCIe link generation and
+    width, current and max; the clock event reasons bitmask; the thermal margin (slowdown
+    threshold minus temperature); NVLink error and corrected-ECC totals (for rising). A value
+    NVML could not give is None (no sample written). Empty when NVML did not answer."""
+    from node_probe.engine.facts import NVML
+    try:
+        inv = ctx.fact(NVML, timeout=0, default=None)
+    except Exception:  # noqa: BLE001 - no inventory, no gauges
+        return []
+    out = []
+    for g in (inv.gpu_records() if inv is not None else [])[:MAX_GPUS]:
+        rec = g
+        if rec.get("lost"):
+            continue
+        p, c, t = rec.get("pcie") or {}, rec.get("clocks") or {}, rec.get("temperature") or {}
+        temp, slow = t.get("gpu_c"), t.get("slowdown_c")
+        nvl = rec.get("nvlink")
+        out.append({
+            "uuid": str(rec.get("uuid") or "")[:96], "pci_bus_id": str(rec.get("pci_bus_id") or "")[:32],
+            "pcie_gen_cur": _n(p.get("gen_cur")), "pcie_gen_max": _n(p.get("gen_max")),
+            "pcie_width_cur": _n(p.get("width_cur")), "pcie_width_max": _n(p.get("width_max")),
+            "clocks_event_reasons": _n(c.get("event_reasons")),
+            "thermal_margin_c": (_n(slow) - _n(temp) if _n(slow) is not None
+                                 and _n(temp) is not None else None),
+            "nvlink_errors": (None if not nvl else sum(
+                int(v) for x in nvl for v in (x.get("errors") or {}).values()
+                if isinstance(v, int) and not isinstance(v, bool))),
+            "sbe_volatile": _n((rec.get("ecc") or {}).get("sbe_volatile"))})
+    return out
+
+
+DEGRADED = "GpuDoctorGpuDegraded"
+
+
+def rising(before: list[dict], now: list[dict]) -> list[Problem]:
+    """What two passes' gauges say that one cannot: NVLink error counters that rose, corrected
+    ECC errors that rose by memory.SBE_RISING or more (counters count since the driver loaded;
+    one sample says only that they are non-zero). Matched by GPU UUID; a counter that went
+    down (driver reloaded) says nothing."""
+    from node_probe.checks.slow.memory import SBE_RISING
+    prev = {g.get("uuid"): g for g in before or () if g.get("uuid")}
+    out = []
+    for g in now or ():
+        p = prev.get(g.get("uuid"))
+        if p is None:
+            continue
+        who = f"{g.get('uuid')} ({g.get('pci_bus_id')})"
+        a, b = _n(p.get("nvlink_errors")), _n(g.get("nvlink_errors"))
+        if a is not None and b is not None and b > a:
+            out.append(Problem(DEGRADED, "gpu.nvlink_degraded", "warning", str(g.get("uuid")),
+                               f"GPU {who}: NVLink error counters rose by {b - a} since the "
+                               "last pass"))
+        a, b = _n(p.get("sbe_volatile")), _n(g.get("sbe_volatile"))
+        if a is not None and b is not None and b - a >= SBE_RISING:
+            out.append(Problem(DEGRADED, "gpu.memory_degrading", "warning", str(g.get("uuid")),
+                               f"GPU {who}: corrected ECC errors rose by {b - a} since the "
+                               "last pass"))
+    return out
+
+
+def _n(v):
+    return v if isinstance(v, (int, float)) and not isinstance(v, bool) else None
 
 
 def users_of(subject: str, hit: dict[str, tuple[str, ...]]) -> tuple[str, ...]:

@@ -67,6 +67,7 @@ class Metrics:
                          f'{0 if c.status in ("ok", "skipped") else 1}')
         for cid in passed.stuck:
             lines.append(f'gpu_doctor_check_failed{{check="{_label(cid)}"}} 1')
+        lines += gpu_lines(getattr(passed, "gpus", None) or [])
         lines += ["# HELP gpu_doctor_last_pass_timestamp_seconds End of the last pass.",
                   "# TYPE gpu_doctor_last_pass_timestamp_seconds gauge",
                   f"gpu_doctor_last_pass_timestamp_seconds {time.time():.3f}",
@@ -87,6 +88,36 @@ class Metrics:
     def text(self) -> bytes:
         with self._lock:
             return self._text
+
+
+# per-GPU gauges of a slow GPU (issue 38): metric -> (help, gauge key in detect.gpu_gauges)
+GPU_METRICS = (
+    ("gpu_doctor_gpu_pcie_link_generation", "PCIe link generation of the GPU (which=current|max).",
+     (("current", "pcie_gen_cur"), ("max", "pcie_gen_max"))),
+    ("gpu_doctor_gpu_pcie_link_width", "PCIe link width in lanes (which=current|max).",
+     (("current", "pcie_width_cur"), ("max", "pcie_width_max"))),
+    ("gpu_doctor_gpu_clocks_event_reasons", "NVML clock event (throttle) reasons bitmask "
+     "(0x4 SW power cap, 0x8 HW slowdown, 0x20 SW thermal, 0x40 HW thermal, 0x80 power brake).",
+     ((None, "clocks_event_reasons"),)),
+    ("gpu_doctor_gpu_thermal_margin_celsius", "Slowdown temperature minus GPU temperature.",
+     ((None, "thermal_margin_c"),)),
+)
+
+
+def gpu_lines(gpus: list[dict]) -> list[str]:
+    """Prometheus lines of the per-GPU gauges; a value NVML could not give writes no sample."""
+    out = []
+    for name, help_, series in GPU_METRICS:
+        out += [f"# HELP {name} {help_}", f"# TYPE {name} gauge"]
+        for g in gpus[:MAX_SERIES]:
+            base = f'uuid="{_label(g.get("uuid"))}",pci_bus_id="{_label(g.get("pci_bus_id"))}"'
+            for which, key in series:
+                v = g.get(key)
+                if not isinstance(v, (int, float)) or isinstance(v, bool):
+                    continue
+                lab = base + (f',which="{which}"' if which else "")
+                out.append(f"{name}{{{lab}}} {int(v) if float(v).is_integer() else v}")
+    return out
 
 
 class _Server(socketserver.ThreadingMixIn, http.server.HTTPServer):

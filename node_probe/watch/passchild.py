@@ -128,7 +128,22 @@ class PassRunner:
             [Seen(str(i)) for i in (final.get("finding_ids") or ())[:10000]],
             [Check(str(c[0]), str(c[1]), float(c[2])) for c in final.get("checks") or ()],
             problems, {str(u) for u in final.get("unsure") or ()}, stuck, provoke,
-            float(iso) if isinstance(iso, (int, float)) else None)
+            float(iso) if isinstance(iso, (int, float)) else None, _gauges(final.get("gpus")))
+
+
+def _gauges(rows) -> list[dict]:
+    """The per-GPU gauges a pass handed back, re-checked: only the known keys, numbers or
+    short strings, at most detect.MAX_GPUS."""
+    out = []
+    for r in (rows if isinstance(rows, list) else [])[:detect.MAX_GPUS]:
+        if not isinstance(r, dict):
+            continue
+        g = {"uuid": str(r.get("uuid") or "")[:96], "pci_bus_id": str(r.get("pci_bus_id") or "")[:32]}
+        for k in detect.GAUGES:
+            v = r.get(k)
+            g[k] = v if isinstance(v, (int, float)) and not isinstance(v, bool) else None
+        out.append(g)
+    return out
 
 
 def detect_classes():
@@ -167,7 +182,8 @@ def _child(w: int, base, timeout_s: float, provoke: bool, isolation: bool,
             "finding_ids": sorted({f.id for f in res.findings}),
             "checks": [[c.id, c.status, round(c.duration_s, 3)] for c in res.checks],
             "problems": problems, "unsure": sorted(res.unsure),
-            "isolation_cpu_s": res.isolation_cpu_s}) + "\n")
+            "isolation_cpu_s": res.isolation_cpu_s,
+            "gpus": res.gpus[:detect.MAX_GPUS]}) + "\n")
         out.flush()
     except BaseException:  # noqa: BLE001 - the parent sees an incomplete pass
         code = 1
