@@ -180,6 +180,19 @@ def test_an_nvml_hang_gets_the_plugin_restart_and_a_fix():
     _steps_hold([a.to_dict() for a in v.actions])
 
 
+def test_a_black_hole_of_driver_mismatches_gets_the_mismatchs_fix():
+    """N9: a node failing 3 of 3 GPU pods on `CrashLoopBackOff: driver_library_mismatch` (the
+    reasons black_hole.analyze counts) got "Find why the node fails GPU pods" as its fix."""
+    from kubectl_gpudoctor.analysis import black_hole  # noqa: F401 - the shape is its own
+    hole = catalog.make("node.gpu_black_hole", "critical", "node/gpu-1", "3 of 3 GPU pods failed",
+                        {"reasons": {"CrashLoopBackOff: driver_library_mismatch": 3}})
+    v = verdict.decide([hole], {"kind": "node", "name": "gpu-1", "node": "gpu-1"})
+    steps = [(a.step, a.command) for a in v.actions]
+    assert steps[0] == ("mitigate", "kubectl cordon gpu-1")
+    assert steps[1][0] == "mitigate" and steps[1][1].startswith("kubectl drain gpu-1")
+    assert "reboot" in next(a.text for a in v.actions if a.step == "fix")
+
+
 # -- 3. a node is sick from its first failing GPU pod --------------------------------------------
 
 def _upgraded_node(cluster, name="gpu-0060", message=MISMATCH, reason="StartError"):
@@ -273,6 +286,27 @@ def test_an_agent_marked_stuck_plugin_is_one_answer_in_node_and_nodes(cluster, k
     assert "kubectl cordon gpu-0020" in cmds
     assert "kubectl delete pod -n gpu-operator nvidia-device-plugin-daemonset-x7k2p" in cmds
     _steps_hold(v["actions"])
+
+
+def test_mcp_node_and_nodes_give_the_agent_marked_node_the_same_answer(cluster, kubeconfig):
+    """Issue 36.4 through MCP (the official SDK's client, as the audit drove it): the `node`
+    tool (no probe by default) and the `nodes` tool's row agree on the agent's mark."""
+    import pytest
+    pytest.importorskip("mcp")
+    from .mcpclient import calls, server_command
+    cluster.add_node("gpu-0020", now=NOW)
+    cluster.nodes["gpu-0020"]["status"]["conditions"] += watching(problems={
+        "GpuDoctorDevicePluginStuck": (
+            conditions.reason_of("deviceplugin.blocked_in_nvml"),
+            "deviceplugin.blocked_in_nvml: node: nvidia.com/gpu plugin thread blocked in "
+            "nvmlInit_v2 for 95s", 300)})
+    _, got, _ = calls(server_command(f"--kubeconfig={kubeconfig}"),
+                      [("node", {"name": "gpu-0020"}), ("nodes", {})])
+    v = got[0].structured_content["verdict"]
+    row = next(n for n in got[1].structured_content["nodes"] if n["node"] == "gpu-0020")
+    assert v["severity"] == "critical" and v["root_cause"] == "deviceplugin.blocked_in_nvml"
+    assert row["root_cause"] == v["root_cause"] and row["critical"] >= 1
+    assert "kubectl cordon gpu-0020" in [a["command"] for a in v["actions"]]
 
 
 def test_a_healthy_running_pod_is_said_fine_before_its_nodes_trouble(cluster, kubeconfig):

@@ -18,6 +18,7 @@ Pure.
 """
 from __future__ import annotations
 
+import dataclasses
 import re
 from typing import Callable, Mapping, Sequence
 
@@ -94,12 +95,28 @@ FIXES = {
     "driver.version_mismatch": "reboot the node so the kernel module and the driver libraries "
                                "are one version again (or stop everything using the GPU and "
                                "reload the nvidia modules)",
+    "nvml.unavailable": "install the NVIDIA driver's user-space libraries on the node (with "
+                        "the GPU Operator its driver pod must be Running there), or point the "
+                        "toolkit at the driver root",
+    "probe.driver_not_seen": "bring the NVIDIA driver back on the node (`nvidia-smi` there; "
+                             "with the GPU Operator its driver pod must be Running)",
+    "deviceplugin.unhealthy": "drain the node and reset or replace the GPU the device plugin "
+                              "reports Unhealthy (gpu.xid and gpu.health name it)",
+    "mig.config_failed": "stop what holds the GPUs, fix the MIG config name, or drain and "
+                         "reboot when a reset is not possible; then set nvidia.com/mig.config "
+                         "again to re-apply",
+    "dra.plugin_unresponsive": "restart the DRA driver's kubelet-plugin pod on the node; the "
+                               "kubelet retries Prepare once it answers",
+    "kernel.hung_task": "drain the node and reboot it when the hung task is in the NVIDIA "
+                        "driver; remove the memory or disk pressure when it waits on reclaim "
+                        "or IO",
     "node.gpu_black_hole": "find why the node fails GPU pods (a lost GPU, the device plugin, "
                            "the runtime): `kubectl gpu-doctor node` runs the node-side checks; "
                            "then delete the pods it rejected so their controllers recreate them",
 }
 # roots whose fault is the node's and whose fix takes its GPU work away: cordon and drain first
-NODE_DOWN = frozenset({"driver.version_mismatch", "gpu.health"})
+NODE_DOWN = frozenset({"driver.version_mismatch", "gpu.health", "deviceplugin.unhealthy",
+                       "kernel.hung_task"})
 
 
 # -- building blocks ---------------------------------------------------------------------------
@@ -362,9 +379,28 @@ def _fixed_text(root, chain, names, findings, likely):
 
 
 def _black_hole(root, chain, names, findings, likely):
-    """Stop the bleeding first: the scheduler keeps sending it pods while it is schedulable."""
+    """Stop the bleeding first: the scheduler keeps sending it pods while it is schedulable.
+    A black hole whose failures the runtime named (its `reasons`, `CrashLoopBackOff:
+    driver_library_mismatch`) gets that cause's own fix."""
+    if root.id == "node.gpu_black_hole":
+        reasons = ev(root).get("reasons")
+        counts: dict[str, int] = {}
+        for k, n in (reasons.items() if isinstance(reasons, Mapping) else ()):
+            key = k.split(": ", 1)[-1] if isinstance(k, str) else ""
+            if key in container_start.KNOWN_KEYS and isinstance(n, int):
+                counts[key] = counts.get(key, 0) + n
+        if counts:
+            top = max(sorted(counts), key=lambda k: counts[k])
+            plan = _start_failed(_with_cause(root, top), chain, names, findings, likely)
+            return [a for a in plan if a is None or a.step != "mitigate"] + [
+                cordon(names), drain(names) if container_start.NODE_ACTION.get(top) == "drain"
+                else None]
     return [cordon(names)] + (_fixed_text(root, chain, names, findings, likely)
                               if root.id in FIXES else [])
+
+
+def _with_cause(f: Finding, key: str) -> Finding:
+    return dataclasses.replace(f, evidence={**ev(f), "cause": key})
 
 
 def _gpu_down(root, chain, names, findings, likely):
