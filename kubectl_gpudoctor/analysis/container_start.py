@@ -166,12 +166,14 @@ CAUSES: tuple[Cause, ...] = (
     # the hook ran and failed: runc's "error running createContainer hook #N: exit status N",
     # crun's "error executing hook `/usr/bin/nvidia-ctk` (exit code: N)"
     Cause("cdi_hook_failed",
-          re.compile(r"(?:error running )?(createContainer|createRuntime|startContainer) hook #([0-9]{1,3}):? exit status ([0-9]{1,3})|"
+          re.compile(r"(?=[\s\S]{0,4000}nvidia)"  # an NVIDIA hook's (its words name it)
+                     r"(?:error running )?(createContainer|createRuntime|startContainer) hook #([0-9]{1,3}):? exit status ([0-9]{1,3})|"
                      r"error executing hook `/?(?:[A-Za-z0-9._+-]{1,64}/){0,12}"
                      r"(nvidia-ctk|nvidia-cdi-hook|nvidia-container-runtime-hook)` "
                      r"\(exit code: ([0-9]{1,3})\)"),
+          # groups: runc's stage, hook number, exit status; crun's hook program, exit code
           "an NVIDIA container hook failed while the runtime created the container "
-          "({0}{3} hook{1:.0}{2:.0}{4:.0})",
+          "({0}{3} hook, exit status {2}{4})",
           "read the hook's error in the message (quoted in the finding); update the NVIDIA "
           "Container Toolkit on the node and regenerate its CDI spec (`nvidia-ctk cdi "
           "generate`); a hook that fails on a read-only path of the pod (toolkit 1.20.0's "
