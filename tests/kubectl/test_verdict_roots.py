@@ -143,6 +143,21 @@ def test_the_fall_off_the_bus_is_the_root_over_the_failed_probe_after_it(tmp_pat
     assert any("reboot" in a.text for a in v.actions if a.step == "fix")
 
 
+def test_a_lost_gpu_is_the_root_over_its_xid(tmp_path):
+    """Issue 36.1, N6: the kernel log's Xid 79 (gpu-burn#1) and the gpu_lost check's finding
+    for the same GPU: the lost GPU is the root, its Xid a symptom, the fix a reboot."""
+    from tests.realworld.corpus_kmsg_xid import ARTIFACTS
+    from tests.realworld.feed import probe_kmsg_file
+    a = next(x for x in ARTIFACTS if x.key == "gpu-burn#1-xid79")
+    lost = catalog.make("gpu.lost", "critical", "pci 0000:02:00.0",
+                        "GPU 0000:02:00.0 is lost: Xid 79 x1", {"pci": "0000:02:00.0"})
+    v = verdict.decide(probe_kmsg_file(a, tmp_path) + [lost],
+                       {"kind": "node", "name": "gpu-7", "node": "gpu-7"})
+    assert v.root_cause == "gpu.lost" and "gpu.xid" in v.chain
+    assert [a.command for a in v.actions][:1] == ["kubectl cordon gpu-7"]
+    assert "reboot" in next(a.text for a in v.actions if a.step == "fix")
+
+
 # -- 2. actions from the root's own fix ---------------------------------------------------------
 
 def test_xid79_from_the_kernel_log_is_cordoned_and_drained_and_a_bare_host_gets_host_steps(
@@ -353,3 +368,26 @@ def test_a_rejection_at_admission_that_lasts_is_critical(cluster, kubeconfig):
     last = _json("pod", "train-8", "-n", "ml", "--no-probe", kubeconfig=kubeconfig)
     g = next(f for f in last["findings"] if f["id"] == "pod.admission_error")
     assert g["severity"] == "info" and last["verdict"]["cleared"] is True
+
+
+def test_the_evidence_the_plans_read_may_be_any_type():
+    """What the plans and the headline read from evidence (a replayed bundle or a hostile node
+    sets it) never raises and never reaches a command unvalidated."""
+    ids = ("kueue.not_admitted", "volcano.podgroup_pending", "kai.podgroup_unschedulable",
+           "pod.gpu_start_failed", "node.gpu_black_hole", "gpu.xid", "gpu.driver_error",
+           "deviceplugin.blocked_in_nvml", "pod.admission_error")
+    keys = ("pods", "quota", "reasons", "cause", "resolution_bucket", "cluster_queue",
+            "workload", "queue", "admission_race", "source", "condition", "since_s", "kind",
+            "message", "held_by")
+    odd = (None, 7, -1.5, True, "x; rm -rf /", ["a", 1, None], {"a": [1, {"b": 2}]},
+           {"nvidia.com/gpu": {"held_by": 5}}, {"k: cdi_hook_missing": "9"}, "a" * 5000)
+    for fid in ids:
+        for key in keys:
+            for value in odd:
+                f = catalog.make(fid, "critical", "node", "t", {key: value, "source": "x"})
+                for target in ({"kind": "node", "name": "gpu-1", "node": "gpu-1"},
+                               {"kind": "pod", "name": "ml/p-0", "node": "gpu-1"}):
+                    v = verdict.decide([f], target)
+                    for a in v.actions:
+                        assert a.command is None or "rm -rf" not in a.command
+                        assert a.command is None or "a" * 300 not in a.command

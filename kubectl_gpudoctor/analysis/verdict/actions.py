@@ -325,8 +325,10 @@ def _kueue(root, chain, names, findings, likely):
         acts.append(Action("look", f"ClusterQueue {cq}: its quota, what is reserved, by whom",
                            f"kubectl get clusterqueue {q(cq)} -o yaml", "none (read-only)"))
     holders = []
-    for r in (e.get("quota") or {}).values() if isinstance(e.get("quota"), Mapping) else ():
-        for h in (r.get("held_by") or ()) if isinstance(r, Mapping) else ():
+    quota = e.get("quota")
+    for r in list(quota.values())[:8] if isinstance(quota, Mapping) else ():
+        held = r.get("held_by") if isinstance(r, Mapping) else None
+        for h in held[:10] if isinstance(held, (list, tuple)) else ():
             w = h.get("workload") if isinstance(h, Mapping) else None
             if isinstance(w, str) and len(w) <= 200 and w.replace(" ", "").replace(
                     "/", "").replace("-", "").replace(".", "").isalnum():

@@ -281,6 +281,11 @@ def headline(root: Finding, chain: Sequence[str], names: Names, imp: Mapping,
         effect = "it " + effect[len("the kubelet "):]
     head = said + (f", so {effect}" if effect else "")
     stuck = "" if gone else impact_words(imp, names)
+    pods = ev(root).get("pods")
+    named = [p.get("pod") for p in (pods if isinstance(pods, (list, tuple)) else ())[:2]
+             if isinstance(p, Mapping)]
+    if stuck and imp.get("pods") == 1 and len(named) == 1 and str(named[0]) in said:
+        stuck = ""  # the one pod stuck is the one the cause names
     if stuck:
         head += f": {stuck}"
     if likely:
