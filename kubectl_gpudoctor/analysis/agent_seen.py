@@ -40,7 +40,7 @@ def analyze(node: Mapping[str, Any], now: dt.datetime, window_s: float = WINDOW_
     if current:
         for f in agent_conditions.analyze(node, now):
             e = f.evidence if isinstance(f.evidence, Mapping) else {}
-            if e.get("source") == agent_conditions.SOURCE and f.id != "agent.condition":
+            if e.get("source") == agent_conditions.SOURCE and e.get("condition"):
                 named.setdefault(e.get("condition"), f)
     for m in marks:
         if m.active and not m.foreign and m.type in named:
