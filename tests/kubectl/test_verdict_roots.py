@@ -93,6 +93,19 @@ def test_kueue_is_the_root_with_its_clusterqueue_to_look_at_and_raise(cluster, k
     _steps_hold(v["actions"])
 
 
+def test_the_pending_pods_headline_names_the_pod():
+    """N3: "Its GPUs fit on 1 node(s) ..., but scheduling gates keep it" never named the pod
+    (the titles are fit.py's)."""
+    pod = {"kind": "pod", "name": "ml/trainer-0", "node": None}
+    for title, head in (
+            ("its GPUs fit on 1 node(s) (gpu-2 8 free), but scheduling gates keep it from the "
+             "scheduler: example.com/gate", "Pod ml/trainer-0's GPUs fit on 1 node(s)"),
+            ("not scheduled after 5m9s though its GPUs fit on 1 node(s) (gpu-2 8 free) and no "
+             "scheduler has said anything", "Pod ml/trainer-0 is not scheduled after 5m9s")):
+        f = catalog.make("pod.pending_explained", "warning", "pod/ml/trainer-0", title, {})
+        assert verdict.decide([f], pod).headline.startswith(head)
+
+
 def test_hamis_rejection_is_the_root_and_its_fix_the_action(cluster, kubeconfig):
     """N4: the headline said "no scheduler has said anything" right above the HAMi scheduler's
     FilteringFailed (the event of pkg/scheduler/score.go, as test_schedulers stages it)."""

@@ -229,6 +229,9 @@ _POD_SUBJECT = (
      "The HAMi scheduler found no node with a GPU that fits pod {who}"),
     ("the kubelet rejected the pod", "The kubelet rejected pod {who}"),
     ("its ", "Pod {who}'s "),
+    ("the gpus fit on", "Pod {who}'s GPUs fit on"),
+    ("not scheduled ", "Pod {who} is not scheduled "),
+    ("waiting for the scheduler", "Pod {who} is waiting for the scheduler"),
 )
 
 
