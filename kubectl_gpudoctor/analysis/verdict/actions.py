@@ -264,7 +264,7 @@ def _xid(root, chain, names, findings, likely):
 
 def _wedge(root, chain, names, findings, likely):
     acts = [cordon(names)]
-    if WEDGE & set(chain) or root.id == "driver.known_bad":
+    if WEDGE & set(chain):  # a plugin that is not stuck is not restarted
         acts.append(_plugin_restart(names, findings))
     known = _known_fix(findings, likely=bool(likely) or unconfirmed(root))
     if known:
