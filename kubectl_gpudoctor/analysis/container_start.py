@@ -329,13 +329,11 @@ def analyze_node(node_name: str, pods: Sequence[Mapping[str, Any]],
                 by_uid.setdefault(uid, []).append(e)
     hits: dict[str, list[tuple[Mapping[str, Any], Failure]]] = {}
     for pod in list(pods)[:MAX_NODE_PODS]:
-        if not gpu_requests(pod):
-            continue
         if ((pod.get("status") or {}).get("phase")) in ("Succeeded", "Failed"):
             continue
         uid = (pod.get("metadata") or {}).get("uid") or ""
-        for f in failures(pod, by_uid.get(uid) or ()):
-            if f.cause.key in NODE_CAUSES:
+        for f in failures(pod, by_uid.get(uid) or ()):  # a steady pod ends here, cheaply
+            if f.cause.key in NODE_CAUSES and gpu_requests(pod):
                 hits.setdefault(f.cause.key, []).append((pod, f))
                 break
     out = []
