@@ -16,6 +16,7 @@ from typing import Any, Mapping
 
 from node_probe.protocol import Finding, catalog
 
+from . import agent_conditions
 from .agent_marks import one_line, read_marks, watch_from
 from .common import fmt_duration
 
@@ -32,7 +33,19 @@ def analyze(node: Mapping[str, Any], now: dt.datetime, window_s: float = WINDOW_
     out = []
     marks = read_marks(node, now)
     current = watch_from(marks).state == "watching"
+    # a mark the agent holds now, on a node it still watches: the finding it names, at its
+    # class's severity, exactly as `nodes` reports it (agent_conditions), so `node X`, `node X
+    # --no-probe`, the `nodes` row and MCP reach the same root cause and severity (issue 36)
+    named = {}
+    if current:
+        for f in agent_conditions.analyze(node, now):
+            e = f.evidence if isinstance(f.evidence, Mapping) else {}
+            if e.get("source") == agent_conditions.SOURCE and e.get("condition"):
+                named.setdefault(e.get("condition"), f)
     for m in marks:
+        if m.active and not m.foreign and m.type in named:
+            out.append(named[m.type])
+            continue
         recent = m.cleared and m.since_s is not None and m.since_s <= window_s
         if not (m.active or recent):
             continue
@@ -64,7 +77,7 @@ def analyze(node: Mapping[str, Any], now: dt.datetime, window_s: float = WINDOW_
         elif m.active:
             out.append(catalog.make(
                 "agent.problem_seen", "warning", m.type,
-                f"The watching agent marks this node {m.type} since {ago}: {said}",
+                f"The watching agent marks this node {m.type} (set {ago}): {said}",
                 ev, f"{history} The node probe's findings below say whether it still holds.",
                 REFS))
         else:

@@ -66,6 +66,19 @@ _OFF_HEAD_RE = re.compile(r"NVRM: The NVIDIA GPU " + _BUS)
 _OFF_TAIL = "fallen off the bus and is not responding to commands"
 _GPU_BUS_RE = re.compile(r"NVRM: GPU " + _BUS + r":")
 _GPU_INST_RE = re.compile(r"NVRM: GPU([0-9]{1,3})\b")
+# which init failure the line names, in our words (first match wins)
+_INIT_SAID = (
+    ("RmInitAdapter failed", "the driver could not initialise the GPU (RmInitAdapter failed): "
+                             "the GPU is unusable"),
+    ("rm_init_adapter failed", "the driver could not initialise the GPU (rm_init_adapter "
+                               "failed): the GPU is unusable"),
+    ("Cannot initialize GSP firmware RM", "the driver could not start the GPU's GSP firmware: "
+                                          "the GPU is unusable"),
+    ("failed to wait for GFW", "the GPU's firmware boot did not complete (the driver timed "
+                               "out waiting for GFW): the GPU is unusable"),
+    ("The NVIDIA probe routine failed", "the driver's probe of the GPU failed (the NVIDIA "
+                                        "probe routine failed): the GPU is not usable"),
+)
 _RULES: tuple[tuple[str, re.Pattern], ...] = (
     ("gpu_lost", re.compile(r"\[NV_ERR_GPU_IS_LOST\]")),
     ("reset_required", re.compile(r"\[NV_ERR_RESET_REQUIRED\]")),
@@ -113,6 +126,12 @@ class DriverError:
 
     @property
     def what(self) -> str:
+        """The state in words, saying only what the line said: a failed probe of the GPU is
+        not an RmInitAdapter failure (issue 36)."""
+        if self.kind == "init_failed":
+            said = next((w for p, w in _INIT_SAID if p in self.sample), None)
+            if said:
+                return said
         return CLASSES[self.kind][2]
 
 
