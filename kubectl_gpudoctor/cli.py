@@ -29,6 +29,7 @@ from . import errors, params
 from .commands import agent
 from .commands import cleanup
 from .commands import explain
+from .commands import job
 from .commands import local
 from .commands import mcp
 from .commands import node
@@ -58,6 +59,8 @@ EXAMPLES = {
         "kubectl gpu-doctor pod trainer-0 -n ml",
         "The sick GPU nodes of the fleet, worst first",
         "kubectl gpu-doctor nodes",
+        "Which node holds up this multi-node job",
+        "kubectl gpu-doctor job llama-train -n ml",
         "This host, over SSH on a node where no pod can start",
         "sudo kubectl-gpu_doctor local",
         "What a finding means and how to fix it (offline)",
@@ -85,13 +88,24 @@ EXAMPLES = {
         "kubectl gpu-doctor nodes -l pool=h100 --show-healthy -o wide",
         "Also the node side of each (by exec where an agent runs, else a debug pod)",
         "kubectl gpu-doctor nodes -l pool=h100 --probe"),
+    "job": examples(
+        "Which node holds up this job? Its nodes and ranks compared (the API side)",
+        "kubectl gpu-doctor job llama-train -n ml",
+        "A name that is two kinds of job: say which",
+        "kubectl gpu-doctor job llama-train -n ml --kind JobSet",
+        "The pods of a selector as one job, the node side too (agents, else debug pods)",
+        "kubectl gpu-doctor job -l app=trainer -n ml --probe",
+        "For a bot",
+        "kubectl gpu-doctor job llama-train -n ml -o json"),
     "local": examples(
         "This host (run it on the node, e.g. over SSH, where no pod can start)",
         "sudo kubectl-gpu_doctor local",
         "Only the device-plugin checks, no eBPF trace",
         "sudo kubectl-gpu_doctor local --only deviceplugin --trace-seconds 0",
         "A kernel log saved from another machine",
-        "kubectl-gpu_doctor local --kmsg-file dmesg.txt --only kmsg"),
+        "kubectl-gpu_doctor local --kmsg-file dmesg.txt --only kmsg",
+        "Why is it slow, from what a ticket pasted (no GPU, no cluster needed)",
+        "kubectl-gpu_doctor local --host-root /tmp/empty --bug-report nvidia-bug-report.log.gz"),
     "cleanup": examples(
         "Leftover debug pods in the probe namespace",
         "kubectl gpu-doctor cleanup",
@@ -442,6 +456,69 @@ def nodes_cmd(ctx: click.Context, selector: str | None, all_nodes: bool, probe: 
     return nodes.nodes(_session(ctx), o, selector, all_nodes, max_probes, show_healthy)
 
 
+def _complete_kinds(ctx, param, incomplete):  # pragma: no cover - interactive
+    from .analysis.job.kinds import kind_names
+    return [k for k in kind_names() if k.lower().startswith(incomplete.lower())]
+
+
+@cli.command("job", context_settings=CONTEXT_SETTINGS, epilog=EXAMPLES["job"],
+             short_help="The node (or rank) that holds up a multi-node GPU job.")
+@click.argument("name", required=False, metavar="[NAME]")
+@click.option("--kind", "kind", default=None, shell_complete=_complete_kinds,
+              help="The kind of NAME when it is more than one (any case): Job, JobSet, "
+                   "PyTorchJob, TFJob, MPIJob, LeaderWorkerSet, RayJob, RayCluster, vcjob "
+                   "(Volcano), Workload (Kueue), or KIND.GROUP.")
+@click.option("-l", "--selector", default=None,
+              help="Treat the pods this label selector matches in the namespace (-n) as "
+                   "the job, instead of NAME.")
+@click.option("--probe", "probe", is_flag=True, default=False,
+              help="Also run the node probe on every node of the job, --concurrency at a "
+                   "time, all within --timeout: by exec in the standing agent where one "
+                   "runs, else in a debug pod. A node that does not answer in time is named.")
+@click.option("--concurrency", type=click.IntRange(min=1, max=64), default=None,
+              help="Parallel node probes and kubelet calls (default 8).")
+@click.option("--max-probes", type=click.IntRange(min=1), default=20, show_default=True,
+              help="Refuse --probe when more than this many nodes would need a debug pod "
+                   "(nodes with a Running agent do not count).")
+@click.option("--stall-threshold", type=params.Duration(1), default=None,
+              help="How long a bound pod may go untouched before it counts as stalled "
+                   "(default 2m).")
+@click.option("--start-timeout", type=params.Duration(1), default=None,
+              help="How long to wait for each debug pod to run (default 60s).")
+@click.option("--agent-namespace", type=params.NAMESPACE, default=None,
+              envvar="GPU_DOCTOR_AGENT_NAMESPACE",
+              help="Namespace of the standing agent (default gpu-doctor); env "
+                   "GPU_DOCTOR_AGENT_NAMESPACE.")
+@click.option("--no-agent", is_flag=True, default=False,
+              help="Do not exec into a Running agent pod; always use a debug pod.")
+@_probe_namespace
+@_kubelet_timeout
+@functools.partial(_common, namespace_help="Namespace of the job (default: the kubeconfig "
+                                           "context's namespace, else default).")
+@click.pass_context
+def job_cmd(ctx: click.Context, name: str | None, kind: str | None, selector: str | None,
+            probe: bool, max_probes: int, **kw: Any) -> int:
+    """Which node (or rank) holds up a multi-node GPU job. NAME is a batch Job, JobSet,
+    Kubeflow job (PyTorchJob, MPIJob...), LeaderWorkerSet, RayJob, RayCluster, Volcano Job or
+    Kueue Workload (its kind found, --kind when the name is more than one); -l takes the
+    pods of a selector instead. Every node of the job is judged as `nodes` judges it (the
+    agent's marks, NotReady, black holes, allocatable GPUs, other monitors' conditions) and
+    every pod (Pending, CrashLoopBackOff, restarts, replaced, started late); the node or rank
+    that differs from its siblings is named with the action that fits."""
+    if name and "/" in name:  # kubectl's TYPE/NAME: jobset/llama-train
+        typ, name = name.split("/", 1)
+        if kind and kind.lower() != typ.lower():
+            raise click.UsageError(f"--kind {kind} and {typ}/{name} disagree", ctx)
+        kind = typ
+    if name:
+        problem = params.name_problem("job", name)
+        if problem:
+            raise click.BadParameter(problem, ctx, param_hint="NAME")
+    o = _opts(ctx, kw)
+    o["no_probe"] = not probe
+    return job.job(_session(ctx), o, name, kind, selector, max_probes)
+
+
 @cli.command("local", context_settings=CONTEXT_SETTINGS, epilog=EXAMPLES["local"],
              short_help="The node probe on THIS host (no cluster).")
 @click.option("--host-root", type=click.Path(file_okay=False), default=None,
@@ -456,6 +533,14 @@ def nodes_cmd(ctx: click.Context, selector: str | None, all_nodes: bool, probe: 
                    "<host-root>/dev/kmsg.")
 @click.option("--plugin-log", type=click.Path(dir_okay=False), default=None,
               help="A device plugin's log to scan for known HAMi errors.")
+@click.option("--nvidia-smi-file", type=click.Path(dir_okay=False), default=None,
+              help="A saved `nvidia-smi -q` (text) or `nvidia-smi -q -x` (XML): its GPUs "
+                   "judged for slow-GPU causes (link, clocks, memory health).")
+@click.option("--lspci-file", type=click.Path(dir_okay=False), default=None,
+              help="A saved `lspci -vvv`: its GPUs' PCIe links (LnkCap/LnkSta) judged.")
+@click.option("--bug-report", type=click.Path(dir_okay=False), default=None,
+              help="An nvidia-bug-report.log or .log.gz: its nvidia-smi, lspci and kernel "
+                   "log sections through every check that applies.")
 @click.option("--only", multiple=True, help="Run only these checks (repeatable).")
 @click.option("--skip", multiple=True, help="Skip these checks (repeatable).")
 @click.option("--list-checks", is_flag=True, default=False,
@@ -463,7 +548,8 @@ def nodes_cmd(ctx: click.Context, selector: str | None, all_nodes: bool, probe: 
 @_output_options
 @click.pass_context
 def local_cmd(ctx: click.Context, host_root, cgroup_root, kubelet_dir, kmsg_file, plugin_log,
-              only, skip, list_checks, **kw: Any) -> int:
+              nvidia_smi_file, lspci_file, bug_report, only, skip, list_checks,
+              **kw: Any) -> int:
     """Run the node probe on THIS host, no cluster needed: over SSH on a node where no pod
     can start (a wedged kubelet, a NotReady node), or on a machine being set up."""
     if list_checks:
@@ -472,7 +558,8 @@ def local_cmd(ctx: click.Context, host_root, cgroup_root, kubelet_dir, kmsg_file
     args: list[str] = []
     for flag, val in (("--host-root", host_root), ("--cgroup-root", cgroup_root),
                       ("--kubelet-dir", kubelet_dir), ("--kmsg-file", kmsg_file),
-                      ("--plugin-log", plugin_log)):
+                      ("--plugin-log", plugin_log), ("--nvidia-smi-file", nvidia_smi_file),
+                      ("--lspci-file", lspci_file), ("--bug-report", bug_report)):
         if val:
             args += [flag, str(val)]
     for c in only:

@@ -102,6 +102,20 @@ def nodes_args(opts: Options, selector: str | None, all_nodes: bool, probe: bool
             *(("--probe", *opts.probe) if probe else ())]
 
 
+def job_args(opts: Options, name: str | None, namespace: str | None, kind: str | None,
+             selector: str | None, probe: bool) -> list[str]:
+    """`job NAME [--kind KIND]` or `job -l SELECTOR`, in the call's namespace."""
+    if (name is None) == (selector is None):
+        raise BadArgument("give name or selector (one of them)")
+    ns = namespace if namespace is not None else opts.namespace
+    return ["job", "-o", "json", *opts.kube, *opts.cluster,
+            *(("--namespace=" + _arg(ns, "'-n'"),) if ns is not None else ()),
+            *(("--kind=" + _arg(kind, "'--kind'"),) if kind else ()),
+            *(("--selector=" + _arg(selector, "'-l'"),) if selector is not None else ()),
+            *(("--probe", *opts.probe) if probe else ()),
+            *(("--", _arg(name, "'NAME'")) if name is not None else ())]
+
+
 def history_args(opts: Options, node: str, n: int) -> list[str]:
     """`node NODE --history -o json` (n = 0: the list) or `--history N` (bundle N)."""
     return ["node", f"--history={int(n)}", "-o", "json", *opts.kube, *opts.agent_namespace,

@@ -33,7 +33,7 @@ from node_probe.protocol.version import __version__
 
 from .. import errors
 from . import explain
-from .mcp_calls import (MAX_ARG_CHARS, BadArgument, Options, answer, history_args, node_args, nodes_args,
+from .mcp_calls import (MAX_ARG_CHARS, BadArgument, Options, answer, history_args, job_args, node_args, nodes_args,
                         pod_args, replay_args, run_cli)
 
 MAX_LINE_BYTES = 4 * 1024 * 1024  # one JSON-RPC message from the client
@@ -110,6 +110,30 @@ def tools(opts: Options) -> dict[str, Tool]:
               "all": {"type": "boolean", "default": False, "description":
                       "Without selector: include nodes without GPUs."},
               "probe": probe}),
+        Tool("job", "Find the node that holds up a multi-node job",
+             "Which node (or rank) holds up this multi-node GPU job: its nodes and pods "
+             "compared, the odd one named with the evidence and the action (cordon the node, "
+             "restart the job from its checkpoint; or the pod to delete), else 'no node "
+             "differs'. name: a batch Job, JobSet, PyTorchJob/TFJob/MPIJob..., "
+             "LeaderWorkerSet, RayJob, RayCluster, Volcano Job or Kueue Workload (kind found; "
+             "kind only when the name is more than one); or selector: the pods of a label "
+             "selector in the namespace. Returns the document `kubectl gpu-doctor job NAME "
+             "-o json` prints: `verdict`, `findings`, `job` and `nodes` (one row per node of "
+             "the job with its signature, the ones that differ first). Cost: API reads only "
+             "-- one GET per job kind, the job's pods, then the lists `nodes` reads, "
+             "restricted to the job's nodes. probe=true runs the node probe on EVERY node of "
+             "the job (agent exec, else debug pods, 8 at a time, one deadline). " + allowed,
+             {"name": {"type": "string", "description": "The job's name."},
+              "namespace": {"type": "string", "description":
+                            "The job's namespace (default: the server's -n, else the "
+                            "kubeconfig context's, else default)."},
+              "kind": {"type": "string", "description":
+                       "The job's kind when the name is more than one (JobSet, PyTorchJob, "
+                       "vcjob, ...)."},
+              "selector": {"type": "string", "description":
+                           "Instead of name: a label selector of the job's pods, as kubectl "
+                           "-l."},
+              "probe": probe}),
         Tool("explain", "Explain a finding id",
              "The page of a finding id -- cause, evidence, fix, references -- as Markdown, "
              "e.g. kubelet.admission_stalled (the `id` of each finding). Without id: every id "
@@ -143,7 +167,7 @@ def tools(opts: Options) -> dict[str, Tool]:
 
 
 def _listed(t: Tool, opts: Options) -> types.Tool:
-    runs_on_node = opts.allow_node_probe and t.name in ("node", "pod", "nodes")
+    runs_on_node = opts.allow_node_probe and t.name in ("node", "pod", "nodes", "job")
     return types.Tool(
         name=t.name, title=t.title, description=t.description, input_schema=t.schema(),
         annotations=types.ToolAnnotations(title=t.title, read_only_hint=not runs_on_node,
@@ -263,6 +287,8 @@ def _argv(name: str, a: Mapping[str, Any], opts: Options) -> Optional[list[str]]
         return pod_args(opts, a["name"], a["namespace"], probe)
     if name == "nodes":
         return nodes_args(opts, a["selector"], bool(a["all"]), probe)
+    if name == "job":
+        return job_args(opts, a["name"], a["namespace"], a["kind"], a["selector"], probe)
     if name == "history":
         return history_args(opts, a["node"], a["n"] or 0)
     return replay_args(a["path"])

@@ -65,8 +65,11 @@ def _list(kube: Kube, path: str, what: str, query: list | None = None,
 
 def scan(kube: Kube, selector: str | None, settings: Settings, out: Output,
          all_nodes: bool = False, max_probes: int = 20,
-         on_pod: Callable = lambda p: None) -> list[dict]:
-    """Analyse the selected nodes; return one summary row per node.
+         on_pod: Callable = lambda p: None, only: set[str] | None = None,
+         keep: dict | None = None) -> list[dict]:
+    """Analyse the selected nodes; return one summary row per node. `only`: these nodes by
+    name (`job`: the job's nodes); `keep`: filled with each node's findings and the event
+    index, for a caller that compares the nodes (`job`).
 
     With settings.probe, also run the node probe on every selected node, `concurrency` debug
     pods at a time (refused above `max_probes` nodes: narrow the selection instead)."""
@@ -89,7 +92,9 @@ def scan(kube: Kube, selector: str | None, settings: Settings, out: Output,
         nodes = f_nodes.result()
         pods, events, leases = f_pods.result(), f_events.result(), f_leases.result()
         extra = _extra_lists(out, f_extra, t0)
-    if not selector and not all_nodes:
+    if only is not None:
+        nodes = [n for n in nodes if (n.get("metadata") or {}).get("name") in only]
+    elif not selector and not all_nodes:
         nodes = [n for n in nodes if capacity.is_gpu_node(n)]
     names = {(n.get("metadata") or {}).get("name") for n in nodes}
     with_agent: set[str] = set()
@@ -160,6 +165,9 @@ def scan(kube: Kube, selector: str | None, settings: Settings, out: Output,
                    with_agent)
     for row in rows:
         _finish_row(row, node_findings.get(row["node"], []))
+    if keep is not None:
+        keep.update(node_findings=node_findings, events=ev_index,
+                    nodes={n["metadata"]["name"]: n for n in nodes})
     return rows
 
 

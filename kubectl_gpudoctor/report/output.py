@@ -70,6 +70,8 @@ class Output:
         # what the command resolved from the API for the verdict's actions (`plugin_pods`:
         # the node's device plugin pods); kept in a --save bundle for replay
         self.context: dict[str, Any] = {}
+        # a command that decides its own verdict (`job`: the node that differs) sets this
+        self.verdict_of: Callable[[], dict] | None = None
         # when the evidence is from, for the header: None is a live run; `replay` says which
         # bundle and when it was captured
         self.origin: str | None = None
@@ -184,6 +186,8 @@ class Output:
         """The verdict of a single target (analysis/verdict.decide) as its JSON object; None
         for `nodes`, whose verdicts are per node. Decided from our findings and validated
         target names only, so a replayed bundle gets it recomputed, never trusted."""
+        if self.verdict_of is not None:
+            return self.verdict_of()
         if self.report.target.get("kind") not in SINGLE_TARGETS:
             return None
         with self._lock:
@@ -214,7 +218,8 @@ class Output:
                                     wide=self.fmt == "wide")
         elif self.fmt in ("markdown", "chat"):
             self.out.write(markdown.render(r, self.fail_on, code, verdict=v,
-                                           rows=self.doc_extra.get("nodes"),
+                                           rows=self.doc_extra.get("nodes")
+                                           if self.verdict_of is None else None,
                                            origin=self.origin, chat=self.fmt == "chat"))
         elif self.fmt in ("json", "yaml"):
             doc = r.document(self.fail_on, code, lazy=True)

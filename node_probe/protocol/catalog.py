@@ -68,6 +68,14 @@ CATALOG: dict[str, str] = {
     "node.not_ready": "The node is NotReady: its kubelet does not run new pods",
     "node.foreign_condition": "Another health monitor (node-problem-detector, NVSentinel, EKS, GKE, AKS, a device plugin) flags the node",
     "node.gpu_black_hole": "A Ready, schedulable node fails or rejects the GPU pods sent to it",
+    # jobs (API side, `job NAME`: the nodes and ranks of one job compared)
+    "job.node_differs": "One node of a multi-node job differs from its siblings (its findings)",
+    "job.node_fewer_gpus": "One node of a multi-node job has fewer allocatable GPUs than its siblings",
+    "job.node_missing": "Pods of a multi-node job are bound to a node that is not in the node list (deleted)",
+    "job.rank_crashloop": "A rank (pod) of a multi-node job is in CrashLoopBackOff",
+    "job.rank_restarts": "A rank of a multi-node job restarted far more often than the others",
+    "job.rank_replaced": "A rank of a multi-node job was re-created long after the others",
+    "job.rank_late_start": "A rank of a multi-node job started long after the others",
     # pods (API side)
     "pod.pending_explained": "Why the pod is not running, from its events and conditions",
     "pod.admission_error": "The kubelet rejected the pod at admission",

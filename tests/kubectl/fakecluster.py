@@ -45,6 +45,8 @@ ADMISSION = re.compile(r"^/apis/admissionregistration\.k8s\.io/v1/"
                        r"(validatingadmissionpolicies|validatingadmissionpolicybindings)"
                        r"(?:/([^/]+))?$")
 API_GROUP = re.compile(r"^/apis/([^/]+)$")
+# a namespaced custom resource (a CRD's list or one object): /apis/GROUP/VERSION/namespaces/NS/PLURAL[/NAME]
+CUSTOM = re.compile(r"^/apis/([^/]+)/([^/]+)/namespaces/([^/]+)/([^/]+)(?:/([^/]+))?$")
 
 
 def ts(t: dt.datetime) -> str:
@@ -135,6 +137,10 @@ class FakeCluster:
         # server serves beyond the core ones: group -> (preferred version, other versions)
         self.objects: dict[str, dict] = {}
         self.api_groups: dict[str, tuple[str, tuple[str, ...]]] = {}
+        # namespaced custom resources the server serves (CRDs installed):
+        # (group, version, plural) -> {(namespace, name): object}; any other /apis/GROUP/...
+        # path answers 404 as a real server does for an API it does not serve
+        self.custom: dict[tuple[str, str, str], dict[tuple[str, str], dict]] = {}
         # name -> labels; "gpu-doctor" as deploy/rbac.yaml makes it (the probe namespace)
         self.namespaces: dict[str, dict] = {"default": {}, "gpu-doctor": {
             "gpu-doctor.io/probe-namespace": "true",
@@ -156,6 +162,10 @@ class FakeCluster:
         self.log_chunks: list[bytes] = []
         self.log_chunk_delay_s = 0.0
         self.log_hang = False                # keep the log stream open after the chunks
+        # per node: the log of a debug pod on that node (else log_chunks), and the nodes whose
+        # debug pod log never ends (a node that does not answer)
+        self.node_log_chunks: dict[str, list[bytes]] = {}
+        self.node_log_hang: set[str] = set()
         self.pod_security_enforce: dict[str, str] = {}  # ns -> level (rejects privileged)
         # ValidatingAdmissionPolicies and bindings: (resource, name) -> object, written as a
         # real 1.35 API server writes them (apiwrites: 409/422, resourceVersions, apply)
@@ -283,6 +293,33 @@ class FakeCluster:
                                 ("Started", "Started container main")):
                 self.add_event(pod, "Normal", reason, msg, "kubelet", sched, host=node)
         return pod
+
+    def serve(self, group: str, version: str, plural: str) -> dict:
+        """Install a CRD: its list and objects are served from now on (empty at first)."""
+        return self.custom.setdefault((group, version, plural), {})
+
+    def add_custom(self, group: str, version: str, plural: str, obj: dict) -> dict:
+        """A custom resource as its controller's API writes it (served from then on)."""
+        md = obj.setdefault("metadata", {})
+        md.setdefault("uid", str(uuid.uuid4()))
+        md.setdefault("resourceVersion", "1")
+        self.serve(group, version, plural)[(md["namespace"], md["name"])] = obj
+        return obj
+
+    def _custom(self, m: "re.Match", q: dict) -> Any:
+        group, version, ns, plural, name = m.groups()
+        objs = self.custom.get((group, version, plural))
+        if objs is None:  # not installed: what a real server answers for an API it lacks
+            return self._status(404, "NotFound", "the server could not find the requested "
+                                                 "resource")
+        if name is None:
+            return self._list("List", [o for (n, _), o in objs.items() if n == ns], q)
+        obj = objs.get((ns, name))
+        if obj is None:
+            return kmock.Response(status=404, payload=status_body(
+                404, "NotFound", f'{plural}.{group} "{name}" not found',
+                {"name": name, "group": group, "kind": plural}))
+        return self._json(obj)
 
     def add_event(self, pod: dict, type_: str, reason: str, message: str, component: str,
                   when: dt.datetime, host: str | None = None) -> dict:
@@ -533,7 +570,8 @@ class FakeCluster:
             if m:
                 if (m.group(1), m.group(2)) not in self.pods:
                     return self._status(404, "NotFound", f'pods "{m.group(2)}" not found')
-                return kmock.Response(status=200, payload=self._log_stream(),
+                node = (self.pods[(m.group(1), m.group(2))].get("spec") or {}).get("nodeName")
+                return kmock.Response(status=200, payload=self._log_stream(node),
                                       headers={"Content-Type": "text/plain"})
             if path == "/api/v1/events":
                 return self._list("EventList", list(self.events), q)
@@ -568,6 +606,9 @@ class FakeCluster:
                 if m.group(1) not in self.leases:
                     return self._status(404, "NotFound", f'leases "{m.group(1)}" not found')
                 return self._json(self.leases[m.group(1)])
+            m = CUSTOM.match(path)
+            if m:
+                return self._custom(m, q)
         if method in ("POST", "DELETE", "PATCH"):
             self.list_cache.clear()
         m = NODE_STATUS.match(path) or NODE.match(path)
@@ -684,12 +725,12 @@ class FakeCluster:
                              "startTime": ts(dt.datetime.now(dt.timezone.utc))}
         # "pending": the wedged kubelet never touches it
 
-    async def _log_stream(self):
-        for chunk in self.log_chunks:
+    async def _log_stream(self, node: str | None = None):
+        for chunk in self.node_log_chunks.get(node or "", self.log_chunks):
             if self.log_chunk_delay_s:
                 await asyncio.sleep(self.log_chunk_delay_s)
             yield chunk
-        while self.log_hang:
+        while self.log_hang or node in self.node_log_hang:
             await asyncio.sleep(0.2)
             yield b""
 

@@ -90,8 +90,8 @@ def test_without_allow_node_probe_nothing_is_created_and_the_tools_say_what_they
     assert {m for m, _, _ in cluster.requests()} == {"GET"}, cluster.requests()
     assert not [p for _, p, _ in cluster.requests() if p.endswith("/exec")]
     tools = {t.name: t for t in listed.tools}
-    assert sorted(tools) == ["explain", "history", "node", "nodes", "pod", "replay"]
-    for name in ("node", "pod", "nodes"):
+    assert sorted(tools) == ["explain", "history", "job", "node", "nodes", "pod", "replay"]
+    for name in ("node", "pod", "nodes", "job"):
         d = tools[name].description
         assert "Cost: API reads only" in d and "ON the node" in d or "on EVERY" in d, d
         assert "started without --allow-node-probe" in d
