@@ -119,10 +119,11 @@ def install(kube: Kube, docs: Sequence[Mapping[str, Any]],
             continue
         try:
             before = _resource_version(kube, obj)
-            answer = json.loads(kube.request("PATCH", obj, query,
-                                             body=json.dumps(dict(m), separators=(",", ":")),
-                                             content_type=APPLY_TYPE) or b"{}")
-            after = str((answer.get("metadata") or {}).get("resourceVersion") or "")
+            answer = _answer(kube.request("PATCH", obj, query,
+                                          body=json.dumps(dict(m), separators=(",", ":")),
+                                          content_type=APPLY_TYPE))
+            md = answer.get("metadata")
+            after = str((md if isinstance(md, dict) else {}).get("resourceVersion") or "")
             if before is None:
                 done.append(f"{what} created{tag}")
                 if server_dry_run and m["kind"] == "Namespace":
@@ -156,6 +157,16 @@ def install(kube: Kube, docs: Sequence[Mapping[str, Any]],
             raise _midway(exc.about(what, "apply"), i, docs) from None
         say(done[-1])
     return done
+
+
+def _answer(raw: bytes) -> dict:
+    """The applied object the API server answered; {} when it is not a JSON object (not
+    JSON, nested past the decoder): only its resourceVersion is read."""
+    try:
+        doc = json.loads(raw or b"{}")
+    except (ValueError, RecursionError):
+        return {}
+    return doc if isinstance(doc, dict) else {}
 
 
 def _midway(exc: errors.ApiError, i: int, docs: Sequence[Mapping[str, Any]]) -> errors.ApiError:

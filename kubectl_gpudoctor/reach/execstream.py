@@ -356,7 +356,7 @@ def _parse_status(raw: bytes) -> dict | None:
         return None
     try:
         doc = json.loads(raw.decode("utf-8", "replace"))
-    except ValueError:
+    except (ValueError, RecursionError):   # not JSON, or nested past the decoder
         return {"status": "Failure", "message": raw[:300].decode("utf-8", "replace")}
     return doc if isinstance(doc, dict) else None
 
