@@ -176,3 +176,34 @@ def test_the_writers_own_patch_merged_into_the_node_is_admitted():
     new["status"]["conditions"] += ConditionState().api_conditions(0.0)  # merged by type
     req, _ = _request("127.0.0.1")
     assert _refusals(ap.NODE_POLICY, new, old, req) == []
+
+
+def _event_v1(node: str, controller: str = ap.EVENT_COMPONENT) -> dict:
+    """The agent's Event as events.k8s.io/v1 has it (the shape of capture k8s-1.35/admission-
+    and-conditions d03-events-k8s-io-v1: `regarding`, `note`, `reportingController`,
+    `reportingInstance`, `deprecatedSource`)."""
+    return {"apiVersion": "events.k8s.io/v1", "kind": "Event",
+            "metadata": {"name": f"{node}.gpu-doctor.1", "namespace": "default"},
+            "eventTime": "2026-11-27T20:55:20.000000Z", "action": "Watch", "reason": "GpuXid",
+            "regarding": {"kind": "Node", "name": node},
+            "note": "x", "type": "Warning", "reportingController": controller,
+            "reportingInstance": node, "deprecatedSource": {"component": controller}}
+
+
+def test_events_k8s_io_events_only_about_the_own_node_under_the_agents_name():
+    req, _ = _request("127.0.0.1")
+    ev = _event_v1("127.0.0.1")
+    assert _refusals(ap.EVENT_POLICY_V1, ev, None, req) == []
+    other = _event_v1("127.0.0.1")
+    other["regarding"]["name"] = "gpu-node-other"
+    assert _refusals(ap.EVENT_POLICY_V1, other, None, req)
+    pod = _event_v1("127.0.0.1")
+    pod["regarding"]["kind"] = "Pod"
+    assert _refusals(ap.EVENT_POLICY_V1, pod, None, req)
+    assert _refusals(ap.EVENT_POLICY_V1, _event_v1("127.0.0.1", "kubelet"), None, req)
+    elsewhere = _event_v1("127.0.0.1")
+    elsewhere["reportingInstance"] = "gpu-node-other"
+    assert _refusals(ap.EVENT_POLICY_V1, elsewhere, None, req)
+    upd, _ = _request("127.0.0.1", operation="UPDATE")
+    assert _refusals(ap.EVENT_POLICY_V1, ev, _event_v1("127.0.0.1", "kubelet"), upd)
+    assert _refusals(ap.EVENT_POLICY_V1, ev, ev, upd) == []
