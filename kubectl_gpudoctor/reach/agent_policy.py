@@ -20,7 +20,8 @@ ROLE_NAME = "gpu-doctor-agent-node-status"
 NODE_POLICY = "gpu-doctor-agent-own-node"
 EVENT_POLICY = "gpu-doctor-agent-own-events"              # core/v1 Events
 EVENT_POLICY_V1 = "gpu-doctor-agent-own-events-k8s-io"    # events.k8s.io/v1 Events
-POLICY_NAMES = (NODE_POLICY, EVENT_POLICY, EVENT_POLICY_V1)
+WRITER_POLICY = "gpu-doctor-conditions-agent-only"       # everyone else's node writes
+POLICY_NAMES = (NODE_POLICY, EVENT_POLICY, EVENT_POLICY_V1, WRITER_POLICY)
 NODE_NAME_EXTRA = "authentication.kubernetes.io/node-name"
 EVENT_COMPONENT = "gpu-doctor-agent"  # node_probe/watch/writer.py COMPONENT
 PREFIX = conditions.TYPE_PREFIX
@@ -58,6 +59,20 @@ OWN_CONDITIONS_ONLY = (
     f"oldObject.status.conditions.filter(c, {FOREIGN})) : "
     f"(!has(object.status.conditions) || "
     f"object.status.conditions.all(c, c.type.startsWith('{PREFIX}')))")
+OURS = f"c.type.startsWith('{PREFIX}')"
+# Everyone but the agent: the GpuDoctor* conditions stay as they were (the kubelet's status
+# patches merge by type and carry none of them), or all of them go at once (`agent uninstall`
+# clears them as the admin who runs it). The field manager a writer names itself was the only
+# attribution before (audit round 5, G-01: a forged condition under the manager
+# `gpu-doctor-agent` read as the agent's own); now no other account can write one.
+# It sees every node update in the cluster (the kubelets' heartbeats too), so it fails open
+# (failurePolicy Ignore): an expression that cannot be evaluated never stops a kubelet.
+OUR_CONDITIONS_UNCHANGED = (
+    f"!has(object.status) || !has(object.status.conditions) || "
+    f"object.status.conditions.filter(c, {OURS}).size() == 0 || "
+    f"(has(oldObject.status) && has(oldObject.status.conditions) && "
+    f"object.status.conditions.filter(c, {OURS}) == "
+    f"oldObject.status.conditions.filter(c, {OURS}))")
 OTHER_STATUS_UNCHANGED = " && ".join(_same(f"status.{f}") for f in STATUS_FIELDS)
 METADATA_UNCHANGED = " && ".join(_same(f"metadata.{f}") for f in META_FIELDS)
 NODE_CLAIM = f"request.userInfo.extra['{NODE_NAME_EXTRA}'][0]"
@@ -105,7 +120,8 @@ def manifests(namespace: str, labels: dict) -> list[dict]:
     # the policies first: the grant never exists on a cluster without them (an API server
     # that does not serve ValidatingAdmissionPolicy fails the install before any grant)
     def policy(name: str, operations: list[str], resources: list[str],
-               validations: list[tuple[str, str]], group: str = "") -> list[dict]:
+               validations: list[tuple[str, str]], group: str = "",
+               match: list[dict] | None = None, failure: str = "Fail") -> list[dict]:
         """A Deny policy on the agent's own requests to `group`/v1, and its binding.
         matchPolicy Exact: the expressions are written against that version's kind only
         (Equivalent would also type-check them against the equivalent kind of the other
@@ -115,11 +131,11 @@ def manifests(namespace: str, labels: dict) -> list[dict]:
             {"apiVersion": "admissionregistration.k8s.io/v1",
              "kind": "ValidatingAdmissionPolicy",
              "metadata": {"name": name, **meta},
-             "spec": {"failurePolicy": "Fail",
+             "spec": {"failurePolicy": failure,
                       "matchConstraints": {"matchPolicy": "Exact", "resourceRules": [{
                           "apiGroups": [group], "apiVersions": ["v1"], "operations": operations,
                           "resources": resources}]},
-                      "matchConditions": is_agent,
+                      "matchConditions": match or is_agent,
                       "validations": [{"expression": e, "message": m}
                                       for e, m in validations]}},
             {"apiVersion": "admissionregistration.k8s.io/v1",
@@ -142,6 +158,12 @@ def manifests(namespace: str, labels: dict) -> list[dict]:
         *policy(EVENT_POLICY_V1, ["CREATE", "UPDATE"], ["events"], [
             (EVENT_V1_ABOUT_OWN_NODE, "the gpu-doctor agent may only post Events about the "
                                       "node its token is bound to")], group="events.k8s.io"),
+        *policy(WRITER_POLICY, ["UPDATE"], ["nodes", "nodes/status"], [
+            (OUR_CONDITIONS_UNCHANGED, f"only the gpu-doctor agent may write {PREFIX}* "
+                                       f"conditions (others may only remove them all)")],
+                match=[{"name": "not-the-gpu-doctor-agent",
+                        "expression": f"request.userInfo.username != '{username(namespace)}'"}],
+                failure="Ignore"),
         {"apiVersion": "v1", "kind": "ServiceAccount",
          "metadata": {"name": SA_NAME, "namespace": namespace, **meta},
          "automountServiceAccountToken": False},

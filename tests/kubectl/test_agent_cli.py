@@ -56,6 +56,7 @@ def test_install_dry_run_prints_valid_manifests():
         "Namespace", "ResourceQuota", "ValidatingAdmissionPolicy",
         "ValidatingAdmissionPolicyBinding", "ValidatingAdmissionPolicy",
         "ValidatingAdmissionPolicyBinding", "ValidatingAdmissionPolicy",
+        "ValidatingAdmissionPolicyBinding", "ValidatingAdmissionPolicy",
         "ValidatingAdmissionPolicyBinding", "ServiceAccount", "ClusterRole",
         "ClusterRoleBinding", "ValidatingAdmissionPolicy",
         "ValidatingAdmissionPolicyBinding", "DaemonSet"]  # the policy in force before pods

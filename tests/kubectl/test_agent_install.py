@@ -154,7 +154,8 @@ def test_our_policies_type_check_without_warnings(xc, kc):
     assert r.returncode == 0, r.stderr
     pols = {n: o for (res, n), o in xc.admission.items() if res == "validatingadmissionpolicies"}
     assert set(pols) == {"gpu-doctor-probe-only", "gpu-doctor-agent-own-node",
-                         "gpu-doctor-agent-own-events", "gpu-doctor-agent-own-events-k8s-io"}
+                         "gpu-doctor-agent-own-events", "gpu-doctor-agent-own-events-k8s-io",
+                         "gpu-doctor-conditions-agent-only"}
     for name, o in pols.items():
         assert o["status"]["typeChecking"] == {"expressionWarnings": []}, name
 
