@@ -106,6 +106,9 @@ class Kube:
         # cut); without it the notes wait in `notes` (bounded)
         self.on_note: Any = None
         self.notes: list[str] = []
+        # why an exec upgrade through this API server got no answer in its deadline, once one
+        # did (reach/execstream.py): the run's other execs do not wait for it again
+        self.exec_hung: str | None = None
         self._inflight: dict[int, tuple[float, str, float]] = {}
         self._said: set[int] = set()
         self._ids = iter(range(1 << 62))
