@@ -104,3 +104,19 @@ def test_the_stdlib_decoder_of_the_cli_and_of_page_children_cut_the_same_item():
     doc = _loads(CLAIMS, "/x")
     assert doc["items"][0]["metadata"]["uid"] == "c-1"
     assert depth.take_notes()
+
+
+def test_the_mcp_tools_answer_over_the_same_claim(hc, kc):
+    """MCP runs each call as the CLI does: the cluster's claim no longer fails every call."""
+    pytest.importorskip("mcp")
+    from .mcpclient import calls, server_command
+    hc.add_pod("ml", "train-0", NODE, gpus=1)
+    hc.hostile["/apis/resource.k8s.io/v1/resourceclaims"] = raw(CLAIMS)
+    _, got, err = calls(server_command(f"--kubeconfig={kc}"),
+                        [("nodes", {}), ("node", {"name": NODE}),
+                         ("pod", {"name": "train-0", "namespace": "ml"})])
+    for res in got:
+        doc = res.structured_content
+        assert not res.is_error and doc["exit_code"] in (0, 1), doc.get("error")
+        assert any(c["id"] == "api.nested_json" for c in doc["checks"])
+    assert "Traceback" not in err
