@@ -120,3 +120,17 @@ def test_the_mcp_tools_answer_over_the_same_claim(hc, kc):
         assert not res.is_error and doc["exit_code"] in (0, 1), doc.get("error")
         assert any(c["id"] == "api.nested_json" for c in doc["checks"])
     assert "Traceback" not in err
+
+
+def test_a_page_child_that_cut_an_item_hands_the_page_back_to_the_cli():
+    """A child's notes would be lost in the child: it answers _DEEP, the CLI parses the page
+    itself (the pool's fallback) and the note is made where the run can say it."""
+    from kubectl_gpudoctor.api import slim
+    depth.take_notes()
+    with pageparse.ParsePool(1) as pp:
+        fut = pp.submit(CLAIMS, pageparse.KIND_SLIM)
+        items, token, size = pp.result(fut, lambda: CLAIMS, slim.slim)
+        assert pp.workers == 1      # the child is still there: _DEEP is not a broken child
+    assert size is None             # parsed here, not in the child
+    assert [i["metadata"]["name"] for i in items] == ["c1"] and token is None
+    assert any("'tenant/c1'" in t for t in depth.take_notes())
