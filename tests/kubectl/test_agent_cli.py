@@ -55,6 +55,8 @@ def test_install_dry_run_prints_valid_manifests():
     assert [d["kind"] for d in docs] == [
         "Namespace", "ResourceQuota", "ValidatingAdmissionPolicy",
         "ValidatingAdmissionPolicyBinding", "ValidatingAdmissionPolicy",
+        "ValidatingAdmissionPolicyBinding", "ValidatingAdmissionPolicy",
+        "ValidatingAdmissionPolicyBinding", "ValidatingAdmissionPolicy",
         "ValidatingAdmissionPolicyBinding", "ServiceAccount", "ClusterRole",
         "ClusterRoleBinding", "ValidatingAdmissionPolicy",
         "ValidatingAdmissionPolicyBinding", "DaemonSet"]  # the policy in force before pods
