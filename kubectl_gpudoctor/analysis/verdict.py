@@ -745,7 +745,7 @@ def decide(findings: Sequence[Finding], target: Mapping[str, Any], *,
     findings = [f for f in list(findings)[:MAX_FINDINGS] if isinstance(f, Finding)]
     names = _names(target, context)
     lead = slow_lead.pod_lead(findings, target, (context or {}).get("pod_phase"),
-                              looked=complete and not could_not_look)
+                              looked=complete and bool((context or {}).get("slow_looked")))
     if lead is not None:   # a Running pod: is it slow, and why (analysis/slow)
         return Verdict(lead.headline, lead.root_cause, names.label, lead.severity,
                        {"pods": 1, "gpu_pods": 1, "non_gpu_pods": 0},

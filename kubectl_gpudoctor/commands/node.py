@@ -377,6 +377,9 @@ def diagnose_pod(kube: Kube, namespace: str, name: str, settings: Settings, out:
         uid = (pod.get("metadata") or {}).get("uid")
         run_probe(kube, view, settings, out, focus_pods=(uid,) if uid else (),
                   cancelled=cancelled, on_pod=on_pod)
+        # the slow-GPU check looked: a Running pod without a slow-down is said healthy
+        out.context["slow_looked"] = any(c.id == "gpu.slow" and c.status == "ok"
+                                         for c in out.report.checks)
         resolve_plugin_pods(out, view.pods)
         out.findings(capacity.driver_not_seen(view.node, out.report.findings))
 def node(session: Session, o: dict, name: str) -> ExitStatus:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from node_probe.checks import _gpufacts
 from node_probe.checks.slow import judge, placement
-from node_probe.engine.facts import CONTAINERS, KUBELET_CONFIG
+from node_probe.engine.facts import CONTAINERS, KUBELET_CONFIG, PODRESOURCES
 from node_probe.engine.registry import check
 from node_probe.host import numa, pcie_links
 
@@ -54,6 +54,28 @@ def holders(found) -> tuple[dict[str, list[str]], dict[str, list[dict]], list[di
     return names, {u: list(rows.values()) for u, rows in by_gpu.items()}, places
 
 
+MAX_ROWS = 10000
+
+
+def podres_holders(rows) -> dict[str, list[dict]]:
+    """{GPU uuid: [{pod, containers, pids: []}]} from the kubelet's pod-resources rows (device
+    ids: GPU UUIDs, `UUID::n` replicas): the pods holding each GPU when the container list
+    (cgroups) is not there. Bounded."""
+    out: dict[str, dict[str, dict]] = {}
+    for r in list(rows or ())[:MAX_ROWS]:
+        pod = f"{str(r.get('namespace') or '?')[:253]}/{str(r.get('pod') or '?')[:253]}"
+        for d in list(r.get("device_ids") or ())[:64]:
+            u = str(d).split("::")[0]
+            if not u.startswith("GPU-"):
+                continue
+            row = out.setdefault(u, {}).setdefault(pod, {"pod": pod, "containers": [],
+                                                         "pids": []})
+            c = str(r.get("container") or "")[:253]
+            if c and c not in row["containers"]:
+                row["containers"].append(c)
+    return {u: list(v.values()) for u, v in out.items()}
+
+
 def _cpuset_dir(c):
     """The container's cgroup in the cpuset controller: the same directory on cgroup v2; the
     cpuset hierarchy's twin of its devices directory on v1."""
@@ -67,7 +89,7 @@ def _cpuset_dir(c):
 
 
 @check("gpu.slow", title="Slow GPUs: PCIe link, clocks, NVLink, memory health, placement",
-       timeout_s=15.0, needs=(_gpufacts.NVML,), uses=(CONTAINERS, KUBELET_CONFIG))
+       timeout_s=15.0, needs=(_gpufacts.NVML,), uses=(CONTAINERS, KUBELET_CONFIG, PODRESOURCES))
 def slow_check(ctx):
     nv = _gpufacts.nvml_or_skip(ctx)
     root = ctx.options.host_root
@@ -78,9 +100,14 @@ def slow_check(ctx):
     found = ctx.fact(CONTAINERS, timeout=min(CONTAINERS_WAIT_S, ctx.budget(CONTAINERS_WAIT_S)),
                      default=None)
     names, pods, places = holders(found)
+    rows = ctx.fact(PODRESOURCES, timeout=min(1.0, ctx.budget(1.0)), default=None)
+    for u, held in podres_holders(rows).items():   # pods the container list did not name
+        if u not in names:
+            names[u] = sorted(h["pod"] for h in held)
+            pods[u] = held
     if found is None:
-        ctx.log("info", "the container list did not come: findings name no pods and the NUMA "
-                "placement was not judged", check="gpu.slow")
+        ctx.log("info", "the container list did not come: the NUMA placement was not judged"
+                + ("" if rows is not None else " and findings name no pods"), check="gpu.slow")
     yield from judge.judge_gpus(gpus, links, names)
     if places:
         kcfg = ctx.fact(KUBELET_CONFIG, timeout=min(1.0, ctx.budget(1.0)), default=None) or {}

@@ -16,8 +16,9 @@ INVENTORY = catalog.make("nvml.inventory", "info", "node", "Driver 570, 1 GPU(s)
 PERSIST = catalog.make("persistence.off", "warning", "node", "Persistence is off", {})
 
 
-def _decide(findings, target=POD, phase="Running", **kw):
-    return verdict.decide(findings, target, context={"pod_phase": phase}, **kw)
+def _decide(findings, target=POD, phase="Running", looked=True, **kw):
+    return verdict.decide(findings, target, context={"pod_phase": phase,
+                                                     "slow_looked": looked}, **kw)
 
 
 def test_downtrained_link_leads_with_bandwidth_cause_and_action():
@@ -67,7 +68,8 @@ def test_a_healthy_running_pod_is_said_healthy_not_hidden_under_the_node():
 
 
 def test_no_healthy_claim_when_a_check_could_not_look_or_a_slow_gpu_names_no_pod():
-    assert "not slowed" not in _decide([INVENTORY], could_not_look=1).headline
+    assert "not slowed" not in _decide([INVENTORY], looked=False).headline
+    assert "not slowed" not in _decide([INVENTORY], complete=False).headline
     fs = judge.judge_gpus([gpu(pcie={"gen_cur": 2, "width_cur": 16, "gen_max": 5,
                                      "width_max": 16})])   # holders unknown
     v = _decide([INVENTORY, *fs])

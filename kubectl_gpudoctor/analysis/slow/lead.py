@@ -204,8 +204,9 @@ def _target(target: Mapping[str, Any]) -> tuple[str | None, str | None, str | No
 def pod_lead(findings: Sequence[Finding], target: Mapping[str, Any], phase: Any = None, *,
              looked: bool = False) -> Lead | None:
     """The lead for a Running pod (`phase`: its status.phase, as `pod` read it), or None (not a
-    Running pod, something critical on the node, or nothing to say). `looked`: every check
-    looked (the healthy answer is given only then, and only when NVML answered)."""
+    Running pod, something critical on the node, or nothing to say). `looked`: the run is
+    complete and the node's gpu.slow check looked (the healthy answer is given only then, and
+    only when NVML answered)."""
     pod, ns, node = _target(target)
     if pod is None or phase != "Running":
         return None
