@@ -35,6 +35,7 @@ CATALOG: dict[str, str] = {
     # ib_ports.py, gpu_dstate.py)
     "gpu.collective_spin": "A GPU at ~100 % utilisation drawing little power with its clocks up: looks like a kernel spinning in a collective, waiting for a peer",
     "net.ib_port_down": "An InfiniBand/RoCE port is not ACTIVE where the node's other ports are (or none is)",
+    "process.gpu_d_state": "A process holding a GPU has threads stuck in uninterruptible sleep (D state)",
     "kernel.hung_task": "The kernel reported tasks blocked for a long time",
     "gpu.driver_error": "The NVIDIA driver reports a GPU failure without an Xid number (off the bus, GSP timeout, init failure, reset required)",
     "gpu.driver_message": "NVIDIA driver error lines the tool does not recognise (shown, not judged)",
