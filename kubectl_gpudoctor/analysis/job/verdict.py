@@ -65,7 +65,10 @@ def _odd_node(job: Mapping[str, Any], c: Comparison, node_findings: Mapping[str,
     others = len(c.views) - 1
     more = f" (and {len(c.odd) - 1} more node{'s' if len(c.odd) > 2 else ''})" \
         if len(c.odd) > 1 else ""
-    if nv.root_cause and nv.root_cause not in ("job.node_differs",):
+    if name in c.not_waiting and (not nv.root_cause or nv.root_cause == "job.node_differs"):
+        why = ("its GPUs do not wait in the collective where the others' do "
+               "(gpu.collective_spin): the job likely waits for it")
+    elif nv.root_cause and nv.root_cause not in ("job.node_differs",):
         why = nv.headline
         for prefix in (f"Node {name} ", f"node {name} "):
             if why.startswith(prefix):
