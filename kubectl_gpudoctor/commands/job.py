@@ -22,6 +22,7 @@ from node_probe.protocol import ExitStatus
 from node_probe.protocol.catalog import make
 
 from .. import errors
+from ..analysis import fit as gpu_fit
 from ..analysis.common import node_is_ready, pod_ref
 from ..analysis.job import kinds as jk
 from ..analysis.job import nodes as jn
@@ -34,6 +35,7 @@ from ..report import job_table
 from ..report.output import Output
 from ..session import Session
 from . import nodes as fleet_scan
+from . import pending as pending_fit
 from .cluster import run_cluster
 
 MAX_JOB_PODS = 20_000     # a job's pods read (a selector matching more is refused)
@@ -115,6 +117,54 @@ def resolve(kube: Kube, ns: str, name: str, kind_text: str | None, out: Output) 
                 out.log("info", f"workload {name} is {owner[0].kind} {owner[1]}")
                 return Resolved(owner[0], got[0], got[1], jk.pod_query(owner[0], got[1]))
     return Resolved(kind, version, obj, jk.pod_query(kind, obj))
+
+
+def _pending_fit(kube: Kube, pods: list, events: Mapping[str, Any], rank_fs: list,
+                 out: Output) -> list:
+    """The GPU fit `pod Y` gives an unscheduled GPU pod (analysis/fit: e.g. the only node left
+    has 7 allocatable GPUs where 8 are asked), computed ONCE per job: for the first Pending
+    rank asking for GPUs, over the node, pod and quota lists read once; the other Pending
+    ranks asking for the same GPUs are named in its evidence. A node the job's own ranks fill
+    is not "held by others" for its next rank: such nodes are left out of the fit (counted in
+    the evidence). The fit's findings replace that rank's scheduler-message explanation."""
+    pend = [p for p in pods if pending_fit.applies(p)]
+    if not pend:
+        return rank_fs
+    first = pend[0]
+    want = gpu_fit.pod_gpu_requests(first)
+    got = pending_fit.lists(kube, first, out)
+    if got is None:
+        return rank_fs
+    nodes, bound, quotas = got
+    own = {str((p.get("metadata") or {}).get("uid") or "") for p in pods}
+    on: dict[str, list] = {}
+    for p in bound:
+        on.setdefault(str((p.get("spec") or {}).get("nodeName") or ""), []).append(p)
+    need = sum(want.values())
+    taken = set()
+    for n in nodes:
+        name = str((n.get("metadata") or {}).get("name") or "")
+        here = on.get(name, ())
+        if any(str((p.get("metadata") or {}).get("uid") or "") in own for p in here):
+            free = gpu_fit.node_free(n, here)
+            if free is not None and free < need:
+                taken.add(name)
+    uid = str((first.get("metadata") or {}).get("uid") or "")
+    judged = pending_fit.judge(kube, first, list(events.get(uid, ())), out,
+                               [n for n in nodes if (n.get("metadata") or {}).get("name")
+                                not in taken], bound, quotas)
+    if judged is None:
+        return rank_fs
+    found, _ = judged
+    same = [pod_ref(p) for p in pend if gpu_fit.pod_gpu_requests(p) == want]
+    subject = f"pod/{pod_ref(first)}"
+    extra = {"pending_ranks": same[:jn.MAX_RANKS_SHOWN], "pending_ranks_total": len(same),
+             "fit_computed_for": pod_ref(first), "requested_per_rank": dict(want),
+             "nodes_filled_by_the_job": len(taken)}
+    found = [dataclasses.replace(f, evidence={**f.evidence, **extra}) for f in found]
+    keep = [f for f in rank_fs
+            if not (f.subject == subject and f.id == "pod.pending_explained")]
+    return found + keep
 
 
 def _job_pods(kube: Kube, ns: str, selector: str, out: Output) -> list[dict]:
@@ -268,6 +318,7 @@ def job(session: Session, o: dict, name: str | None, kind_text: str | None,
         out.findings(cmp.findings)
         rank_fs = jr.analyze(label, r.kind, pods, keep.get("events") or {}, now_utc(),
                              stall_threshold_s=s.stall_threshold_s)
+        rank_fs = _pending_fit(kube, pods, keep.get("events") or {}, rank_fs, out)
         out.findings(rank_fs)
         v = jv.decide(job, cmp, node_findings, rank_fs, cmp.findings, pods=len(pods),
                       probed=s.probe, complete=not out.report.extra_incomplete_reason)

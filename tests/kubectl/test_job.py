@@ -523,3 +523,29 @@ def test_compare_names_the_node_that_does_not_wait_even_with_no_finding_of_its_o
             for i in range(4)]
     c = jn.compare("Job ml/train", allw)
     assert c.odd == () and c.not_waiting == ()
+
+
+def test_a_pending_rank_gets_the_gpu_fit_once_per_job(cluster, kubeconfig):
+    """NVIDIA/aicr#1858: a node with 7 of 8 GPUs left a worker Pending. Seven nodes run the
+    job's seven ranks on all 8 GPUs each; the only node with room, gpu-7, has 7 allocatable
+    GPUs (one unhealthy). Two ranks are Pending: the fit `pod Y` gives (pod.gpu_devices_missing
+    naming gpu-7 7/8) is computed once for the job, naming both ranks, and leads the verdict."""
+    for n in NODES[:7]:
+        cluster.add_node(n)
+    cluster.add_node("gpu-7", gpus=8, allocatable_gpus=7)
+    cluster.add_node("cpu-0", gpus=0)
+    jobkinds.pytorchjob(cluster, "ml", "bert", NODES[:7] + [None, None])
+    r, doc = _json(kubeconfig, "bert")
+    assert r.returncode == 1, r.stderr
+    fits = [f for f in doc["findings"] if f["id"] == "pod.gpu_devices_missing"]
+    assert len(fits) == 1, [(f["id"], f["title"], f["evidence"]) for f in doc["findings"] if f["id"].startswith("pod.")]
+    f = fits[0]
+    assert "gpu-7 7/8" in f["title"]
+    assert f["evidence"]["pending_ranks_total"] == 2
+    assert f["evidence"]["requested_per_rank"] == {"nvidia.com/gpu": 8}
+    v = doc["verdict"]
+    assert v["root_cause"] == "pod.gpu_devices_missing", v
+    assert v["subject"] == f"pod {f['evidence']['fit_computed_for']}"
+    # the lists the fit needs were read once, not per rank
+    lists = [p for m, p, _ in cluster.requests() if m == "GET" and p == "/api/v1/nodes"]
+    assert len(lists) <= 2, lists   # one for the job's nodes (nodes' scan), one for the fit

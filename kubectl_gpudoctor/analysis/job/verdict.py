@@ -18,7 +18,9 @@ from .. import verdict as node_verdict
 from ..verdict import Action, Verdict
 from .nodes import Comparison
 
-RANK_IDS = ("job.rank_crashloop", "pod.admission_error", "pod.pending_explained",
+FIT_IDS = ("pod.gpu_devices_missing", "pod.gpu_never_fits", "pod.gpu_held_by_others",
+           "pod.gpu_placement_excluded", "pod.gpu_quota_exhausted")
+RANK_IDS = ("job.rank_crashloop", "pod.admission_error", *FIT_IDS, "pod.pending_explained",
             "job.rank_restarts", "job.rank_replaced", "job.rank_late_start")
 NO_IMPACT = {"pods": 0, "gpu_pods": 0, "non_gpu_pods": 0}
 
@@ -115,7 +117,7 @@ def _odd_rank(job: Mapping[str, Any], f: Finding, total: int) -> Verdict:
     ev = f.evidence
     pod = str(ev.get("pod") or f.subject.removeprefix("pod/"))
     ns, _, name = pod.partition("/")
-    if f.id in ("pod.pending_explained", "pod.admission_error"):
+    if f.id in ("pod.pending_explained", "pod.admission_error", *FIT_IDS):
         pv = node_verdict.decide([f], {"kind": "pod", "name": pod,
                                        "node": ev.get("node")})
         head = f"Rank {pod} of the job is not running: {pv.headline}"
