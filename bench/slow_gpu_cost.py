@@ -7,7 +7,10 @@ loaded by pynvml in this process. Times (CPU, time.process_time) of:
      x 4 counters, ECC, pending retirements): the difference is the NVML child's new cost;
   2. the gpu.slow check's own work: the sysfs link chain of 8 GPUs (4 levels each, real files
      in a temp tree) and every judge over the records.
-Each is the median of --rounds runs. On the real driver each NVML query is an ioctl into the
+  3. a whole watch pass (detect.run_pass, the agent's cheap checks) on that node, with and
+     without gpu.slow in WATCH_CHECKS: CPU of this process and of its children (the NVML
+     child) per pass, median of --passes passes each.
+Each of 1-2 is the median of --rounds runs. On the real driver each NVML query is an ioctl into the
 kernel module (microseconds to tens of microseconds); the stand-in answers from memory, so (1)
 measures pynvml's and ctypes' part only -- to be re-measured on a real GPU.
 
@@ -42,6 +45,7 @@ def _cpu_ms(fn, rounds: int) -> float:
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--rounds", type=int, default=50)
+    ap.add_argument("--passes", type=int, default=7)
     a = ap.parse_args()
     tmp = Path(tempfile.mkdtemp(prefix="slow-bench-"))
     gpus = [FakeGpu(f"GPU-{i:08d}-0000-0000-0000-000000000000", minor=i,
@@ -92,6 +96,40 @@ def main() -> None:
           f"slow-GPU queries (+{after - before:.2f} ms CPU, stand-in library)")
     print(f"gpu.slow check's own work (sysfs chains of 8 GPUs + judges): {work:.2f} ms CPU")
     print(f"new cost per pass: {after - before + work:.2f} ms")
+    whole_pass(tmp, gpus, a.passes)
+
+
+def whole_pass(tmp: Path, gpus, passes: int) -> None:
+    import resource
+
+    from node_probe.engine.context import ProbeOptions
+    from node_probe.watch import detect
+    root = tmp / "passroot"
+    build_fake_nvml(root / "usr/lib/x86_64-linux-gnu", gpus=gpus)
+    (tmp / "proc").mkdir(exist_ok=True)
+    kmsg = tmp / "kmsg.txt"
+    kmsg.write_text("[1.0] Linux version 6.1\n")
+    opts = ProbeOptions(host_root=root, cgroup_root=tmp / "cg", proc_root=tmp / "proc",
+                        kmsg_file=kmsg)
+
+    def cpu() -> float:
+        s, c = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+        return s.ru_utime + s.ru_stime + c.ru_utime + c.ru_stime
+
+    full = detect.WATCH_CHECKS
+    res = {}
+    for label, checks in (("without gpu.slow", tuple(c for c in full if c != "gpu.slow")),
+                          ("with gpu.slow", full)):
+        detect.WATCH_CHECKS = checks
+        samples = []
+        for _ in range(passes):
+            t0 = cpu()
+            detect.run_pass(opts, 20.0)
+            samples.append((cpu() - t0) * 1000)
+        res[label] = statistics.median(samples)
+        print(f"watch pass {label}: {res[label]:.1f} ms CPU (median of {passes})")
+    detect.WATCH_CHECKS = full
+    print(f"watch pass difference: {res['with gpu.slow'] - res['without gpu.slow']:+.1f} ms CPU")
 
 
 if __name__ == "__main__":

@@ -744,8 +744,10 @@ def decide(findings: Sequence[Finding], target: Mapping[str, Any], *,
     (`plugin_pods`: the node's device plugin pods, analysis/plugin_pods.candidates)."""
     findings = [f for f in list(findings)[:MAX_FINDINGS] if isinstance(f, Finding)]
     names = _names(target, context)
-    lead = slow_lead.pod_lead(findings, target, (context or {}).get("pod_phase"),
-                              looked=complete and bool((context or {}).get("slow_looked")))
+    ctx = context or {}
+    lead = slow_lead.pod_lead(findings, target, ctx.get("pod_phase") or (
+        "Running" if ctx.get("pod_running") else None),
+        looked=complete and bool(ctx.get("slow_looked")))
     if lead is not None:   # a Running pod: is it slow, and why (analysis/slow)
         return Verdict(lead.headline, lead.root_cause, names.label, lead.severity,
                        {"pods": 1, "gpu_pods": 1, "non_gpu_pods": 0},

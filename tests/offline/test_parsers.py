@@ -189,7 +189,11 @@ def test_partial_query_reads_what_it_has_and_nothing_more():
     assert judge.judge_gpus([g]) == []
     busy = dict(g, utilization_gpu_pct=100, clocks=dict(g["clocks"], sm_mhz=1500,
                                                         sm_max_mhz=2100))
-    assert ids(judge.judge_gpus([busy])) == ["gpu.clocks_throttled"]
+    # SW power cap alone is the GPU at its power limit, which heavy work reaches by design:
+    # said only when the limit is known to be lowered below the default (not in this paste)
+    assert judge.judge_gpus([busy]) == []
+    capped = dict(busy, power={"draw_w": 199.0, "limit_w": 200.0, "default_limit_w": 350.0})
+    assert ids(judge.judge_gpus([capped])) == ["gpu.clocks_throttled"]
 
 
 def test_old_throttle_section_name_and_nested_lines():

@@ -144,6 +144,14 @@ def test_sw_power_cap_at_default_limit_and_full_clock_is_normal():
     assert judge.judge_gpus([g]) == []
 
 
+def test_sw_power_cap_at_default_limit_under_heavy_load_is_by_design():
+    # an H100 at its 700 W default limit runs below max boost under heavy work: not a fault
+    g = gpu(clocks={"event_reasons": clocks.SW_POWER_CAP, "sm_mhz": 1600,
+                    "sm_max_mhz": 1980},
+            power={"draw_w": 699.0, "limit_w": 700.0, "default_limit_w": 700.0})
+    assert judge.judge_gpus([g]) == []
+
+
 def test_sw_power_cap_with_a_lowered_limit_is_said():
     g = gpu(clocks={"event_reasons": clocks.SW_POWER_CAP, "sm_mhz": 1200,
                     "sm_max_mhz": 1980},
