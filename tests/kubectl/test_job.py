@@ -518,6 +518,11 @@ def test_compare_names_the_node_that_does_not_wait_even_with_no_finding_of_its_o
     assert c.odd == ("gpu-1",) and c.not_waiting == ("gpu-1",) and not c.shared
     [f] = c.findings
     assert f.subject == "node/gpu-1" and "the job likely waits for gpu-1" in f.title
+    # a waiting node with a GPU process stuck in D beside it: the stuck one is named by it
+    views[-1] = jn.NodeView("gpu-1", ("process.gpu_d_state",), "warning", 8, ("p1",), True)
+    c = jn.compare("Job ml/train", views)
+    assert c.odd == ("gpu-1",) and not c.shared
+    assert jn.signature(views[-1], c)["differs_by"] == ["not waiting", "process.gpu_d_state"]
     # every node waiting: no node is named (the peer is elsewhere, or the job itself)
     allw = [jn.NodeView(f"gpu-{i}", ("gpu.collective_spin",), "warning", 8, (), True)
             for i in range(4)]
