@@ -18,7 +18,7 @@ import threading
 import time
 from typing import Any, Callable, Mapping
 
-from node_probe.protocol import ExitStatus
+from node_probe.protocol import ExitStatus, Finding, ProtocolError, Severity
 from node_probe.protocol.catalog import make
 
 from .. import errors
@@ -161,9 +161,14 @@ def _pending_fit(kube: Kube, pods: list, events: Mapping[str, Any], rank_fs: lis
     extra = {"pending_ranks": same[:jn.MAX_RANKS_SHOWN], "pending_ranks_total": len(same),
              "fit_computed_for": pod_ref(first), "requested_per_rank": dict(want),
              "nodes_filled_by_the_job": len(taken)}
-    found = [dataclasses.replace(f, evidence={**f.evidence, **extra}) for f in found]
+    more = (f"; {len(same) - 1} more Pending rank(s) ask the same ({', '.join(same[1:3])}"
+            f"{', ...' if len(same) > 3 else ''})") if len(same) > 1 else ""
+    found = [dataclasses.replace(f, evidence={**f.evidence, **extra},
+                                 title=f.title + (more if f.severity.rank >= Severity.WARNING.rank else ""))
+             for f in found]
+    covered = {f"pod/{r}" for r in same}   # each finding once: the fit speaks for them
     keep = [f for f in rank_fs
-            if not (f.subject == subject and f.id == "pod.pending_explained")]
+            if not (f.subject in covered and f.id == "pod.pending_explained")]
     return found + keep
 
 
@@ -177,6 +182,45 @@ def _job_pods(kube: Kube, ns: str, selector: str, out: Output) -> list[dict]:
         raise errors.UsageError(f"-l {selector} selects {len(items)} pods in {ns} (more than "
                                 f"{MAX_JOB_PODS}): narrow it")
     return [p for p in items if isinstance(p, dict)]
+
+
+WAITERS_SHOWN = 3   # nodes whose gpu.collective_spin records are shown (the rows count all)
+
+
+class _JobNodeOut(fleet_scan._NodeOut):
+    """One node's probe output in `job --probe`: as `nodes --probe`, except that the waiting
+    signature (gpu.collective_spin, one per GPU on every node that waits for a peer: 4,096
+    lines on a hung 512-node job) is held back; `_show_waiters` shows a few, once compared."""
+
+    def __init__(self, out: Output) -> None:
+        super().__init__(out)
+        self.held: list[tuple[Mapping[str, Any], str | None]] = []
+
+    def node_record(self, rec: Mapping[str, Any], node: str | None = None) -> None:
+        if rec.get("kind") == "finding" and rec.get("id") in jn.WAITING:
+            if len(self.held) < 64:
+                self.held.append((rec, node))
+            try:
+                f = Finding.from_record(rec)
+            except ProtocolError:
+                return
+            self.found.setdefault(f.key(), f)
+            return
+        super().node_record(rec, node)
+
+
+def _show_waiters(outs: Mapping[str, "_JobNodeOut"], out: Output) -> None:
+    """The held-back waiting records: the first GPU's of the first WAITERS_SHOWN nodes, and
+    one line saying how many nodes wait (each node's row carries its signature)."""
+    waiting = sorted(n for n, o in outs.items() if o.held)
+    for n in waiting[:WAITERS_SHOWN]:
+        rec, node = outs[n].held[0]
+        outs[n]._out.node_record(rec, node=node)
+    if len(waiting) > WAITERS_SHOWN or any(len(outs[n].held) > 1 for n in waiting):
+        gpus = sum(len(outs[n].held) for n in waiting)
+        out.log("info", f"gpu.collective_spin (a GPU waiting in a collective) on {gpus} GPU(s) "
+                        f"of {len(waiting)} node(s); shown for "
+                        f"{min(len(waiting), WAITERS_SHOWN)} node(s), one GPU each")
 
 
 def _probe_job(kube: Kube, names: list[str], nodes: Mapping[str, dict],
@@ -220,7 +264,7 @@ def _probe_job(kube: Kube, names: list[str], nodes: Mapping[str, dict],
     try:
         for name in names:
             if name in nodes:
-                outs[name] = fleet_scan._NodeOut(out)
+                outs[name] = _JobNodeOut(out)
                 futs[pool.submit(one, name)] = name
         try:
             for fut in cf.as_completed(futs, timeout=max(0.0, deadline - time.monotonic())):
@@ -245,6 +289,7 @@ def _probe_job(kube: Kube, names: list[str], nodes: Mapping[str, dict],
     for name, node_out in outs.items():
         if name not in late:
             node_findings.setdefault(name, []).extend(node_out.found.values())
+    _show_waiters({n: o for n, o in outs.items() if n not in late}, out)
     return paths, late
 
 

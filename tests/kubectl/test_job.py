@@ -508,6 +508,9 @@ def test_probe_names_the_node_the_hung_job_waits_for(cluster, kubeconfig, tmp_pa
         assert "gpu.collective_spin" in rows[n]["signature"] and not rows[n]["differs"]
     assert doc["nodes"][0]["node"] == "gpu-1"
     assert "the cause is shared" not in v["headline"]
+    # the waiters' signature is shown once per node for a few nodes, not once per GPU
+    spins = [f for f in doc["findings"] if f["id"] == "gpu.collective_spin"]
+    assert len(spins) == 3, [(f["subject"], f.get("node")) for f in spins]
     assert r.returncode == 1, r.stderr
 
 
