@@ -506,6 +506,8 @@ def test_probe_names_the_node_the_hung_job_waits_for(cluster, kubeconfig, tmp_pa
     assert rows["gpu-1"]["differs_by"][:2] == ["not waiting", "net.ib_port_down"]
     for n in ("gpu-0", "gpu-2", "gpu-3"):
         assert "gpu.collective_spin" in rows[n]["signature"] and not rows[n]["differs"]
+        assert rows[n]["waiting"] is True and rows[n]["differs_by"] == []
+    assert rows["gpu-1"]["waiting"] is False
     assert doc["nodes"][0]["node"] == "gpu-1"
     assert "the cause is shared" not in v["headline"]
     # the waiters' signature is shown once per node for a few nodes, not once per GPU

@@ -158,5 +158,6 @@ def signature(v: NodeView, c: Comparison) -> dict:
             "differs_by": (["not waiting"] if v.name in c.not_waiting else [])
             + [p for p in _causes(v.problems) if p not in c.baseline]
             + (["job.node_fewer_gpus"] if fewer else []),
+            "waiting": bool(WAITING & set(v.problems)),
             "severity": worst, "ready": v.ready, "gpu_allocatable": v.gpus,
             "job_pods": list(v.pods[:MAX_RANKS_SHOWN]), "job_pods_on_node": len(v.pods)}
