@@ -13,10 +13,20 @@ who hit it describe exactly that:
   utilization and the job never progresses again".
 - marin-community/marin#7344: a 512-GPU GB200 run "silently hangs mid-training (collective
   wedge, no error)", all 128 tasks RUNNING, no CUDA_ERROR, no NCCL WARN.
-- NVIDIA/nccl#1324 and #1260 ask how to find the node (or rank) the others wait for; NCCL has
-  no such feature. This check gives the per-GPU half of the answer; `job --probe` compares
-  the nodes: the ones spinning are the waiters, the one that is not (or that shows an Xid, an
-  IB port down, a process in D state) is the one they wait for.
+  The follow-up marin-community/marin#8870 states the test this check makes: "GPU
+  utilisation separates 'spinning in a resident kernel' from 'kernel never launched' on its
+  own".
+- Theano/libgpuarray#387: "the utilization of all GPUs pegged at 100% except for one which is
+  at 0%. But actually the power consumption of all of them is at idle" -- the odd one out is
+  the GPU that does NOT spin.
+- NVIDIA/nccl#1324 "How to locate the hanging node?" ("locating the hanging node is quite
+  time-consuming"; the maintainer: "NCCL does not have any such features") and #1260 ("it's
+  hard to find which ranks are not joining the collective call"; "There is no watchdog or
+  timeout code in NCCL"). This check gives the per-GPU half of the answer; `job --probe`
+  compares the nodes: the ones spinning are the waiters, the one that is not (or that shows an
+  Xid, an IB port down, a process in D state) is the one they wait for.
+- The caveat, ROCm/legacy-rocm-build#6530 (an AMD APU): "100% / 55 W" was "what genuine
+  sustained compute looks like here" -- utilisation and power are a hint, not proof.
 
 One NVML sample cannot tell a spin from a memory- or latency-bound kernel that draws little:
 the finding says "looks like", is a warning (never critical), and the fix says how to sample
