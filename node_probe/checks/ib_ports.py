@@ -4,8 +4,9 @@ Why: NCCL's inter-node traffic runs over the node's RDMA ports; with one port do
 behind it cannot reach their peers and the whole job waits in a collective (every other GPU
 then shows gpu.collective_spin). A port that is DOWN while its siblings on the same node are
 ACTIVE is the node's odd one out, and in `job --probe` the node that has it is the job's.
-A node whose ports are all down is said too, more softly (info): ports nobody cabled look the
-same. A node without /sys/class/infiniband has no RDMA driver loaded: skipped, not ok.
+A node whose ports are all down is said too: a warning for InfiniBand ports (an HCA is there
+for the fabric), info for Ethernet (RoCE) ports, which nodes that do not use RDMA often leave
+uncabled. A node without /sys/class/infiniband has no RDMA driver loaded: skipped, not ok.
 """
 from __future__ import annotations
 
@@ -37,7 +38,10 @@ def judge(ps: list[dict]) -> list:
         why = PHYS_WORDS.get(phys, "")
         state = f"{p.get('state_code')}: {p.get('state')}" if p.get("state") else "unreadable"
         pstate = f"{phys}: {p.get('phys_state')}" if p.get("phys_state") else "unreadable"
-        sev = "warning" if up else "info"
+        # none ACTIVE: an InfiniBand HCA is there for the fabric (warning); an Ethernet (RoCE)
+        # port nobody cabled is common on nodes that do not use RDMA (info)
+        ib = str(p.get("link_layer") or "").lower() == "infiniband"
+        sev = "warning" if up or ib else "info"
         sib = (f"; {len(up)} sibling port(s) ACTIVE ({', '.join(sorted({x['device'] for x in up})[:4])})"
                if up else "; no port of this node is ACTIVE (not cabled, or the fabric is down)")
         out.append(catalog.make(

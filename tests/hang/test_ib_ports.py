@@ -67,7 +67,9 @@ def test_every_port_down_is_said_softly_and_roce_polling_reads():
            "link_layer": "Ethernet"}]
     from node_probe.checks import ib_ports as chk
     [f] = chk.judge(ps)
-    assert f.severity.value == "info" and "no link partner" in f.title
+    assert f.severity.value == "info" and "no link partner" in f.title   # RoCE: maybe unused
+    [f] = chk.judge([{**ps[0], "link_layer": "InfiniBand"}])
+    assert f.severity.value == "warning"   # an IB HCA with no port up: cut off the fabric
     assert ib_ports.parse_coded("2: Polling\n") == (2, "Polling")
     assert ib_ports.parse_coded("4: ACTIVE\n") == (4, "ACTIVE")
     assert ib_ports.parse_coded(None) == (None, None)
