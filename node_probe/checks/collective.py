@@ -90,6 +90,44 @@ def judge(g: Mapping[str, Any],
         "clocks.sm --format=csv -l 5` (a real kernel draws power).", REFS)]
 
 
+PEER_FID = "gpu.collective_idle_peer"
+IDLE_MAX_PCT = 5
+
+
+def judge_peers(gpus: Sequence[Mapping[str, Any]], spinning: set[str],
+                holders: Mapping[str, Sequence[str]]) -> list[Finding]:
+    """gpu.collective_idle_peer: in ONE pod (pod-resources: the same pod holds them), some GPUs
+    spin in a collective while another sits idle (libgpuarray#387: "all GPUs pegged at 100%
+    except for one which is at 0%"): the rank on the idle one is likely the one the others
+    wait for. Only within a pod: an idle GPU of another pod or job says nothing about them."""
+    pods_of = {str(g.get("uuid")): set(holders.get(str(g.get("uuid")), ())) for g in gpus}
+    out = []
+    for g in gpus:
+        u = str(g.get("uuid"))
+        util = _common.num(g.get("utilization_gpu_pct"))
+        if u in spinning or g.get("lost") or util is None or util > IDLE_MAX_PCT:
+            continue
+        for pod in sorted(pods_of.get(u, ())):
+            spin = sorted(x for x in spinning if pod in pods_of.get(x, ()))
+            if not spin:
+                continue
+            ev = _common.evidence(g, holders)
+            ev.update({"pod": pod, "spinning_gpus": spin[:16], "idle_max_pct": IDLE_MAX_PCT,
+                       "samples": 1})
+            out.append(catalog.make(
+                PEER_FID, "warning", _common.subject(g),
+                f"{_common.label(g)} of pod {pod} is idle ({util:.0f} %) while {len(spin)} of "
+                f"its other GPUs spin in a collective: the rank on it is likely the one they "
+                f"wait for (one sample)", ev,
+                f"Look at the process on this GPU first (`kubectl logs` of {pod}, a py-spy "
+                f"dump of its rank): it is stuck outside the collective (a hang in its own "
+                f"code, an I/O wait, a process in D state) or died; the others wait for it. "
+                f"Restart the pod from the job's checkpoint if it does not recover.",
+                ("https://github.com/Theano/libgpuarray/issues/387", *REFS)))
+            break
+    return out
+
+
 @check("gpu.collective", title="Collective hang signature: GPUs busy at low power",
        timeout_s=15.0, needs=(_gpufacts.NVML,), uses=(PODRESOURCES,))
 def collective_check(ctx):
@@ -103,5 +141,10 @@ def collective_check(ctx):
     rows = ctx.fact(PODRESOURCES, timeout=min(1.0, ctx.budget(1.0)), default=None)
     names = {u: sorted(h["pod"] for h in held)
              for u, held in slow_gpu.podres_holders(rows).items()}
+    spinning = set()
     for g in known:
-        yield from judge(g, names)
+        fs = judge(g, names)
+        spinning.update(str(g.get("uuid")) for _ in fs)
+        yield from fs
+    if spinning and names:
+        yield from judge_peers(known, spinning, names)

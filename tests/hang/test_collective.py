@@ -71,3 +71,44 @@ def test_judge_needs_clocks_up_and_low_power():
     assert not collective.judge({**base, "lost": True})
     # no clock reading: still the signature (util and power say it), same wording
     assert collective.judge({**base, "clocks": {}})
+
+
+# -- the idle GPU among a pod's spinning ones (Theano/libgpuarray#387) ---------------------------
+
+from tests.deviceplugin.conftest import host, podres, start_plugin  # noqa: E402,F401 - fixtures
+
+SPIN = (*A100, ("util_gpu", 100), ("power_mw", 70000), ("sm_mhz", 1410), ("clock_reasons", 0))
+G = [f"GPU-{i}a1b2c3d-0000-4000-8000-00000000000{i}" for i in range(4)]
+
+
+def _pod_run(host, podres, start_plugin, gpus, rows):  # noqa: F811
+    lib = build_fake_nvml(host.root / LIBDIR, gpus=gpus)
+    start_plugin("nvidia-gpu.sock", mode="healthy", nvml_lib=lib, devices=tuple(G))
+    podres(rows)
+    return run_probe("--host-root", str(host.root), "--only", "gpu.collective", "--only",
+                     "deviceplugin", "--trace-seconds", "0")
+
+
+def _rows(pod, uuids):
+    return [{"namespace": "ml", "pod": pod, "container": "main",
+             "resource": "nvidia.com/gpu", "device_ids": list(uuids)}]
+
+
+def test_the_idle_gpu_of_a_pod_whose_other_gpus_spin_is_named(host, podres,  # noqa: F811
+                                                              start_plugin):
+    """libgpuarray#387: "all GPUs pegged at 100% except for one which is at 0%": three GPUs of
+    pod ml/train-0 spin, its fourth is idle -> that one is named, with the pod."""
+    gpus = [FakeGpu(G[i], minor=i, attrs=SPIN) for i in range(3)] + [FakeGpu(G[3], minor=3)]
+    run = _pod_run(host, podres, start_plugin, gpus, _rows("train-0", G))
+    [f] = run.findings("gpu.collective_idle_peer")
+    assert f["subject"] == G[3] and f["severity"] == "warning"
+    assert f["evidence"]["pod"] == "ml/train-0" and len(f["evidence"]["spinning_gpus"]) == 3
+    assert "of pod ml/train-0 is idle (0 %) while 3 of its other GPUs spin" in f["title"]
+    assert len(run.findings("gpu.collective_spin")) == 3
+
+
+def test_an_idle_gpu_of_another_pod_says_nothing(host, podres, start_plugin):  # noqa: F811
+    gpus = [FakeGpu(G[i], minor=i, attrs=SPIN) for i in range(3)] + [FakeGpu(G[3], minor=3)]
+    run = _pod_run(host, podres, start_plugin, gpus,
+                   _rows("train-0", G[:3]) + _rows("notebook", G[3:]))
+    assert run.findings("gpu.collective_idle_peer") == []
