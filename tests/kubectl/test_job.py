@@ -528,6 +528,12 @@ def test_compare_names_the_node_that_does_not_wait_even_with_no_finding_of_its_o
     c = jn.compare("Job ml/train", views)
     assert c.odd == ("gpu-1",) and not c.shared
     assert jn.signature(views[-1], c)["differs_by"] == ["not waiting", "process.gpu_d_state"]
+    # all four wait, but on gpu-2 one GPU of the rank's pod sits idle among them: gpu-2
+    idle = [jn.NodeView(f"gpu-{i}", ("gpu.collective_spin",) + (
+        ("gpu.collective_idle_peer",) if i == 2 else ()), "warning", 8, (), True)
+        for i in range(4)]
+    c = jn.compare("Job ml/train", idle)
+    assert c.odd == ("gpu-2",) and not c.shared and c.not_waiting == ()
     # every node waiting: no node is named (the peer is elsewhere, or the job itself)
     allw = [jn.NodeView(f"gpu-{i}", ("gpu.collective_spin",), "warning", 8, (), True)
             for i in range(4)]
