@@ -31,6 +31,12 @@ CATALOG: dict[str, str] = {
     "gpu.memory_degrading": "A GPU has memory pages pending retirement or corrected ECC errors rising fast",
     "pod.numa_misplaced": "A pod's CPUs sit on another NUMA node than its GPU",
     "gpu.time_shared": "Several pods share one GPU (time-slicing or MPS), each with its share",
+    # a multi-node job held up: what names the node the others wait for (checks/collective.py,
+    # ib_ports.py, gpu_dstate.py)
+    "gpu.collective_spin": "A GPU at ~100 % utilisation drawing little power with its clocks up: looks like a kernel spinning in a collective, waiting for a peer",
+    "gpu.collective_idle_peer": "One GPU of a pod is idle while the pod's other GPUs spin in a collective: its rank is likely the one they wait for",
+    "net.ib_port_down": "An InfiniBand/RoCE port is not ACTIVE where the node's other ports are (or none is)",
+    "process.gpu_d_state": "A process holding a GPU has threads stuck in uninterruptible sleep (D state)",
     "kernel.hung_task": "The kernel reported tasks blocked for a long time",
     "gpu.driver_error": "The NVIDIA driver reports a GPU failure without an Xid number (off the bus, GSP timeout, init failure, reset required)",
     "gpu.driver_message": "NVIDIA driver error lines the tool does not recognise (shown, not judged)",
