@@ -345,7 +345,8 @@ def _hung_finding(comm: str, pid: int, d: dict, age):
 def _code_evidence(g: xid.XidGroup, age, wall) -> dict:
     info = xid.describe(g.code)
     bucket = g.bucket
-    ev = {"xid": g.code, "mnemonic": info.mnemonic, "meaning": info.meaning,
+    ev = {"xid": g.code, "known": xid.known(g.code), "mnemonic": info.mnemonic,
+          "meaning": info.meaning,
           "severity": xid.SEVERITY[bucket], "resolution_bucket": bucket,
           "nvidia_resolution_bucket": info.nvidia_bucket, "usual_cause": info.blame,
           "count": g.count, "last_message": g.last_message, "pids": list(g.pids),
@@ -391,8 +392,10 @@ def _xid_finding(gs: list[xid.XidGroup], uuid: str | None, age, wall, dropped: i
                   "rate, and reset the GPU if a Fatal one follows.")
     return catalog.make(
         "gpu.xid", xid.SEVERITY[bucket], f"pci {g.pci}" if g.pci else "gpu",
-        f"Xid {g.code} ({name}{info.meaning}){why} {times} on {gpu}: "
-        f"NVIDIA says {bucket.replace('_', ' ')}{also}",
+        (f"Xid {g.code} ({name}{info.meaning}){why} {times} on {gpu}: "
+         f"NVIDIA says {bucket.replace('_', ' ')}{also}" if xid.known(g.code) else
+         f"Xid {g.code} (unknown: not in NVIDIA's catalog as this tool carries it) {times} on "
+         f"{gpu}: {cut(terminal_safe(g.last_message), 120)}{also}"),
         ev,
         f"{xid.BUCKET_TEXT[bucket][0].upper()}{xid.BUCKET_TEXT[bucket][1:]}. {action}",
         (xid.CATALOG_URL,))

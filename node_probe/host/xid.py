@@ -20,7 +20,7 @@ from typing import Iterable
 
 from node_probe.protocol.xid_catalog import (  # noqa: F401 -- the catalog, re-exported
     BUCKET_TEXT, CATALOG_URL, CONTACT_SUPPORT, IGNORE, REBOOT, RESET_GPU, RESTART_APP, SEVERITY,
-    XIDS, Xid, describe)
+    XIDS, Xid, describe, known)
 
 # Xid 154 (R565+) states the recovery the driver wants for the Xids around it, in words
 RECOVERY_154 = {"none": IGNORE, "drain p2p": RESET_GPU, "drain and reset": RESET_GPU,
