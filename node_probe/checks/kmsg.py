@@ -37,6 +37,8 @@ HUNG_RE = re.compile(r"(?:INFO: )?task (.+):([0-9]{1,10}) blocked for more than 
 # (NVRM, nvidia-nvswitch, nvidia <bdf>, [nvidia] frames), hung tasks, AER, lockups
 MARK_RE = re.compile(r"NVRM|nvidia|task|AER|PCIe Bus Error|pciehp|BUG:|LOCKUP|rcu: INFO")
 MAX_XID_LINES = 4096            # newest Xid lines kept for the trace verdicts
+KMSG_TIMEOUT_S = 5.0            # the check's deadline
+READ_RESERVE_S = 1.2            # stop reading this long before it: findings, facts, output
 # `task:python3.11      state:D stack:    0 pid:15277 ppid: 15257 flags:0x00000002` (the
 # kernel's sched_show_task since 5.14); `dmesg -H` pastes often start here, without the header
 STATE_RE = re.compile(r"task:(\S{1,64})\s+state:(\w)\b.*?(?<![a-z])pid:\s*([0-9]{1,10})\b")
@@ -162,6 +164,13 @@ _KMSG_REC = re.compile(r"^[0-9]{1,3},[0-9]{1,20},[0-9]{1,20},[^;]{0,16};")
 def parse_line(line: str) -> tuple[float | None, str]:
     """One line of a saved kernel log as (seconds since boot or None, message)."""
     line = line.rstrip()
+    if line[:1] == "[":                 # `[ 1021.339512] msg` (dmesg), without a regex
+        close = line.find("]", 1, 40)
+        if close > 0:
+            try:
+                return float(line[1:close]), line[close + 1:].lstrip(" ")
+            except ValueError:
+                pass
     if not line.startswith("["):
         if _KMSG_REC.match(line):
             return parse_kmsg_record(line)
@@ -285,19 +294,22 @@ class Summary:
 
     def as_fact(self, source: str) -> dict:
         return {"source": source, "lost": {k: dict(v) for k, v in self.lost.items()},
-                "xid_lines": tuple({"uptime_s": t, "pci": p, "xid": c, "text": x}
+                "xid_lines": tuple({"uptime_s": t, "pci": p, "xid": c, "text": x[:200]}
                                    for t, p, c, x in self.xid_lines)}
 
 
 def analyze(records: Iterable[tuple[float | None, str]], now_s: float | None = None,
             now_wall: float | None = None, grouper: xid.Grouper | None = None,
-            summary: Summary | None = None, sys_pci: Path | None = None):
+            summary: Summary | None = None, sys_pci: Path | None = None,
+            stop_at: float | None = None, stats: Stats | None = None):
     """Findings from kernel log records (any iterable: a stream is read once, in bounded
     memory). `now_s` (seconds since boot) adds ages, and with `now_wall` (epoch seconds at the
     same instant) the wall-clock first/last times. The Xid groups are folded into `grouper`
     (a fresh one when None), which the caller may keep, and what other checks need into
     `summary`. `sys_pci` (the host's /sys/bus/pci/devices) joins AER reports of a port to the
-    GPUs below it."""
+    GPUs below it. `stop_at` (time.monotonic()) stops reading there, so that a storm larger
+    than the check's deadline still ends with the findings of what was read (`stats.cut`
+    says so)."""
     hung = _Hung()
     grouper = grouper if grouper is not None else xid.Grouper()
     summary = summary if summary is not None else Summary()
@@ -306,25 +318,29 @@ def analyze(records: Iterable[tuple[float | None, str]], now_s: float | None = N
     pcie = aer.Reader()
     locks = lockup.Reader()
     uuids: dict[str, str] = {}
-    first_xid_line: dict[str, int] = {}     # short bus -> line of its first Xid
+    first_xid_at: dict[str, int] = {}       # bus id as logged -> line of its first Xid
     first_lost_line: dict[str, int] = {}    # short bus -> line of its first Xid 79/off-bus
     mark, xid_re, add = MARK_RE.search, XID_RE.search, grouper.add_fields
     keep = summary.xid_lines.append
     n = 0
+    clock = time.monotonic
     for ts, msg in records:
         n += 1
+        if stop_at is not None and not n & 4095 and clock() > stop_at:
+            if stats is not None:
+                stats.cut = f"stopped at the check's deadline after {n - 1} lines"
+            break
         if "NVRM: Xid" in msg:                      # the storm's line: decoded first, once
             m = xid_re(msg)
             if m:
                 pci, code, text = m.group(1).strip(), int(m.group(2)), m.group(3) or ""
                 add(ts, pci, code, text)
-                keep((ts, pci, code, text[:200]))
-                bus = xid.short_bus(pci) or pci
-                if bus not in first_xid_line and len(first_xid_line) < xid.MAX_GROUPS:
-                    first_xid_line[bus] = n
+                keep((ts, pci, code, text))
+                if pci not in first_xid_at and len(first_xid_at) < xid.MAX_GROUPS:
+                    first_xid_at[pci] = n
                 if code == 79:
                     summary.mark_lost(pci, "xid79")
-                    first_lost_line.setdefault(bus, n)
+                    first_lost_line.setdefault(xid.short_bus(pci) or pci, n)
                 hung.current = None
                 continue
         if hung.current is None and locks._cur is None and pcie._left <= 0 \
@@ -361,6 +377,10 @@ def analyze(records: Iterable[tuple[float | None, str]], now_s: float | None = N
         return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(now_wall - (now_s - ts)))
 
     groups = grouper.groups()
+    first_xid_line: dict[str, int] = {}     # short bus -> line of its first Xid
+    for pci, line in first_xid_at.items():
+        bus = xid.short_bus(pci) or pci
+        first_xid_line[bus] = min(line, first_xid_line.get(bus, line))
     joins = _aer_joins(pcie.devices(), uuids, groups, driver.errors(), first_lost_line, sys_pci)
     for dev, gpus, how in joins:
         if dev.worst == aer.FATAL or dev.cant_recover:
@@ -769,7 +789,7 @@ def log_source(opts, stats: Stats) -> tuple[str, Iterator[tuple[float | None, st
 
 
 @check("kmsg", title="Kernel log: NVIDIA Xid and driver errors, PCIe AER, hung tasks, lockups",
-       timeout_s=5.0, provides=(KMSG_XIDS, KMSG_LOG))
+       timeout_s=KMSG_TIMEOUT_S, provides=(KMSG_XIDS, KMSG_LOG))
 def kmsg_check(ctx):
     opts = ctx.options
     stats = Stats()
@@ -779,8 +799,9 @@ def kmsg_check(ctx):
     try:
         source, stream, live = log_source(opts, stats)
         now = uptime_s() if live else None
+        stop_at = min(ctx.started + KMSG_TIMEOUT_S, ctx.run_deadline) - READ_RESERVE_S
         found = list(analyze(stream, now, time.time() if now is not None else None, grouper,
-                             summary, sys_pci))
+                             summary, sys_pci, stop_at, stats))
     except OSError as exc:
         for key in (KMSG_XIDS, KMSG_LOG):
             ctx.facts.fail(key, f"cannot read {source}")

@@ -132,7 +132,9 @@ class Grouper:
         self.add_fields(ev.ts, ev.pci, ev.code, ev.message)
 
     def add_fields(self, ts: float | None, pci: str, code: int, message: str) -> None:
-        """add() without building an XidEvent (the kernel-log check's hot path)."""
+        """add() without building an XidEvent (the kernel-log check's hot path: a storm is
+        millions of calls, so the common case -- a known group, a later time, its pids
+        already full -- does the least)."""
         self.events += 1
         key = (pci[:64], code)
         d = self.acc.get(key)
@@ -144,9 +146,14 @@ class Grouper:
                                  "fatal": 0, "nonfatal": 0, "caused_by": None}
         d["count"] += 1
         if ts is not None:
-            d["first_s"] = ts if d["first_s"] is None else min(d["first_s"], ts)
-            d["last_s"] = ts if d["last_s"] is None else max(d["last_s"], ts)
-        message = message[:MAX_MESSAGE]
+            last = d["last_s"]
+            if last is None or ts > last:
+                d["last_s"] = ts
+            first = d["first_s"]
+            if first is None or ts < first:
+                d["first_s"] = ts
+        if len(message) > MAX_MESSAGE:
+            message = message[:MAX_MESSAGE]
         d["message"] = message
         if code in NVLINK5:
             fm = _FATALITY_RE.search(message)
@@ -156,12 +163,13 @@ class Grouper:
             cm = _CAUSED_BY_RE.search(message)
             if cm:
                 d["caused_by"] = int(cm.group(1))
-        if len(d["pids"]) < MAX_PIDS:
+        pids = d["pids"]
+        if len(pids) < MAX_PIDS:
             pm = PID_RE.search(message)
             if pm:
                 entry = pm.group(1) + (f" ({pm.group(2)})" if pm.group(2) else "")
-                if entry not in d["pids"]:
-                    d["pids"].append(entry)
+                if entry not in pids:
+                    pids.append(entry)
 
     def groups(self) -> list[XidGroup]:
         return [XidGroup(pci, code, d["count"], d["first_s"], d["last_s"], d["message"],
