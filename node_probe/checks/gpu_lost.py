@@ -13,8 +13,8 @@ import re
 from pathlib import Path
 
 from node_probe.checks import _gpufacts
-from node_probe.checks.kmsg import XID_RE, kernel_log
-from node_probe.engine.facts import DEVICEPLUGIN_TARGETS, KMSG_LOG
+from node_probe.checks.kmsg import XID_RE, kernel_log, with_pods
+from node_probe.engine.facts import DEVICEPLUGIN_TARGETS, KMSG_LOG, PODRESOURCES
 from node_probe.engine.registry import check
 from node_probe.host import hostfs
 from node_probe.protocol import catalog
@@ -78,7 +78,8 @@ def xid79(ctx) -> tuple[dict[str, int], str | None]:
 
 
 @check("gpu_lost", title="Lost GPUs: Xid 79, NVML GPU_IS_LOST, GPUs NVML no longer lists",
-       timeout_s=14.0, needs=(_gpufacts.NVML,), uses=(DEVICEPLUGIN_TARGETS, KMSG_LOG))
+       timeout_s=14.0, needs=(_gpufacts.NVML,), uses=(DEVICEPLUGIN_TARGETS, KMSG_LOG,
+                                                             PODRESOURCES))
 def gpu_lost_check(ctx):
     root = ctx.options.host_root
     known = driver_gpus(root)
@@ -165,6 +166,7 @@ def gpu_lost_check(ctx):
     else:
         impact = ("with the NVIDIA device plugin this makes GetPreferredAllocation fail for "
                   "every GPU pod on the node, not only for this GPU")
+    out = []
     for key, e in lost.items():
         name = e["pci_bus_id"] or key
         what = []
@@ -180,7 +182,7 @@ def gpu_lost_check(ctx):
             what.append("the driver lists it but NVML does not")
         ev = dict(e, nvml=why, kernel_log=kmsg_why, driver_gpus=len(known),
                   nvml_gpus=len(nvml_listed), nvidia_device_plugins=nv_plugins)
-        yield catalog.make(
+        out.append(catalog.make(
             "gpu.lost", "critical", f"pci {name}",
             f"GPU {name} is lost: " + "; ".join(what) + "; " + impact,
             ev,
@@ -189,4 +191,6 @@ def gpu_lost_check(ctx):
             "the node. Check power, cooling and the PCIe slot, and replace the GPU if it "
             "repeats. Until then GPU pods on this node fail admission with "
             "'GetPreferredAllocation rpc failed ... GPU is lost'.",
-            REFS)
+            REFS))
+    # the pods on each lost GPU (issue 40.6), from pod-resources joined to NVML's GPUs
+    yield from with_pods(ctx, out, ctx.started + 14.0 - 1.0)

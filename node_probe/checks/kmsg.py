@@ -10,6 +10,7 @@ groups, not the log (issue 28, X-02).
 """
 from __future__ import annotations
 
+import dataclasses
 import errno
 import os
 import re
@@ -23,7 +24,8 @@ from node_probe.protocol.evidence import cut
 from node_probe.protocol.render import terminal_safe
 from node_probe.host import aer, hostfs, lockup, nvrm, sxid, xid
 from node_probe.engine.context import Skipped
-from node_probe.engine.facts import KMSG_LOG, KMSG_XIDS
+from node_probe.deviceplugin import podresources
+from node_probe.engine.facts import KMSG_LOG, KMSG_XIDS, NVML, PODRESOURCES
 from node_probe.engine.registry import check
 
 # numbers are bounded ASCII digits: a --kmsg-file (or a forged record) with a 5,000-digit pid
@@ -789,7 +791,7 @@ def log_source(opts, stats: Stats) -> tuple[str, Iterator[tuple[float | None, st
 
 
 @check("kmsg", title="Kernel log: NVIDIA Xid and driver errors, PCIe AER, hung tasks, lockups",
-       timeout_s=KMSG_TIMEOUT_S, provides=(KMSG_XIDS, KMSG_LOG))
+       timeout_s=KMSG_TIMEOUT_S, provides=(KMSG_XIDS, KMSG_LOG), uses=(PODRESOURCES, NVML))
 def kmsg_check(ctx):
     opts = ctx.options
     stats = Stats()
@@ -814,4 +816,39 @@ def kmsg_check(ctx):
         ctx.log("warning", f"kernel log {source}: {stats.cut}; later lines were not read")
     ctx.publish(KMSG_XIDS, tuple(grouper.groups()))
     ctx.publish(KMSG_LOG, summary.as_fact(source))
+    if any(f.id in FAULT_IDS and f.severity.value != "info" for f in found):
+        found = with_pods(ctx, found, ctx.started + KMSG_TIMEOUT_S - 0.4)
     yield from found
+
+
+# the findings about one GPU that name the pods on it (issue 40.6): on demand, only when a GPU
+# fault was found, in the probe, so `node X` without the agent names them too
+FAULT_IDS = frozenset({"gpu.xid", "gpu.driver_error", "gpu.pcie_aer", "gpu.lost"})
+
+
+def with_pods(ctx, found: list, until: float) -> list:
+    """`found` with `pods` (ns/pod/container on the GPU each fault names, from the kubelet's
+    pod-resources joined to NVML's GPUs by bus id, UUID and MIG devices) in the evidence of
+    each GPU fault, and the first pods in its title. Waits for the two facts until `until`
+    (time.monotonic()); a fault whose pods could not be read says why (`pods_note`)."""
+    rows = ctx.fact(PODRESOURCES, timeout=max(0.05, until - time.monotonic()), default=None)
+    inv = ctx.fact(NVML, timeout=max(0.05, until - time.monotonic()), default=None)
+    hit = podresources.gpu_users(rows or (), getattr(inv, "gpus", ()) or ())
+    note = None if rows is not None else "the kubelet's pod-resources were not read in time"
+    out = []
+    for f in found:
+        if f.id not in FAULT_IDS:
+            out.append(f)
+            continue
+        ev = f.evidence
+        pods = podresources.users_of(f.subject, hit, str(ev.get("gpu_uuid") or ""),
+                                     *(str(g) for g in (ev.get("gpus") or ())))
+        new_ev = {**ev, "pods": list(pods)}
+        if note:
+            new_ev["pods_note"] = note
+        title = f.title
+        if pods:
+            more = f" (+{len(pods) - 3} more)" if len(pods) > 3 else ""
+            title = f"{title}; pods on it: {', '.join(pods[:3])}{more}"
+        out.append(dataclasses.replace(f, title=title, evidence=new_ev))
+    return out
