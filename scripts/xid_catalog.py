@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Check (default) or regenerate node_probe/protocol/data/xid_catalog.tsv, our copy of NVIDIA's
-Xid catalog.
+Xid catalog; check the SXid (Fabric Manager guide) and DCGM failure-code tables beside it.
 
 Why: the catalog is data NVIDIA revises (new codes with each driver branch); a table that no
 script reads is a table that rots. `--check` parses every row (the probe's own parser), checks
@@ -26,7 +26,8 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from node_probe.protocol import xid_catalog  # noqa: E402
+from node_probe.host import sxid  # noqa: E402
+from node_probe.protocol import dcgm_catalog, xid_catalog  # noqa: E402
 
 _NS = "{http://schemas.openxmlformats.org/spreadsheetml/2006/main}"
 _RNS = "{http://schemas.openxmlformats.org/officeDocument/2006/relationships}"
@@ -124,6 +125,13 @@ def main(argv: list[str] | None = None) -> int:
     if a.from_xlsx:
         write(from_xlsx(a.from_xlsx), a.table, a.from_xlsx.name)
     problems = check(a.table)
+    for label, path, parse in (("SXid", sxid.DATA, sxid.parse_table),
+                               ("DCGM", dcgm_catalog.DATA, dcgm_catalog.parse_table)):
+        try:
+            n = len(parse(path.read_text(encoding="utf-8")))
+            print(f"{path.relative_to(REPO)}: {n} {label} codes, every row parses")
+        except (OSError, ValueError) as exc:
+            problems.append(f"{path}: {exc}")
     for p in problems:
         print(f"xid_catalog: {p}", file=sys.stderr)
     if not problems:

@@ -695,7 +695,10 @@ def _sxid_finding(gs: list[sxid.SxidGroup], age, wall, dropped: int):
     others = [f"SXid {o.code} x{o.lines}" for o in gs[1:]]
     also = f"; also {', '.join(others[:6])}" + (" ..." if len(others) > 6 else "") if others else ""
     links = f", link {', '.join(map(str, g.links[:8]))}" if g.links else ""
+    cut_key = g.cuts
+    cuts_text = sxid.CUTS_TEXT.get(cut_key or "", "")
     codes = [{"sxid": o.code, "name": sxid.describe(o.code)[1] or None, "class": o.klass,
+              "cuts": o.cuts, "severity": o.severity,
               "lines": o.lines, "fatal_lines": o.fatal, "nonfatal_lines": o.nonfatal,
               "links": list(o.links), "sample": cut(terminal_safe(o.sample), sxid.MAX_MESSAGE),
               "first_s_since_boot": o.first_s, "last_s_since_boot": o.last_s,
@@ -704,10 +707,20 @@ def _sxid_finding(gs: list[sxid.SxidGroup], age, wall, dropped: int):
     return catalog.make(
         "nvswitch.sxid", g.severity, f"nvswitch pci {g.pci}",
         f"SXid {g.code}" + (f" ({name})" if name else "") + f" on NVSwitch {g.switch} "
-        f"(pci {g.pci}{links}): {said}{also}",
+        f"(pci {g.pci}{links}): {said}" + (f"; it cuts {cuts_text}" if cut_key not in
+                                           (None, "none") else "") + also,
         {"switch": g.switch, "pci": g.pci, "sxid": g.code, "name": name or None, "class": cls,
+         "cuts": cut_key, "cuts_text": cuts_text or None,
          "sxids": [o.code for o in gs], "codes": codes, "groups_dropped_lines": dropped},
-        _SXID_FIX[cls], (sxid.FM_GUIDE_URL,))
+        _SXID_FIX[sxid.FATAL] if cls == sxid.NONFATAL and g.severity == "critical" else
+        _SXID_FIX_WATCH if cls == sxid.NONFATAL and g.severity == "warning" else _SXID_FIX[cls],
+        (sxid.FM_GUIDE_URL,))
+
+
+_SXID_FIX_WATCH = ("Not fatal by itself, but not corrected either: it cuts the port's throughput "
+                   "or precedes a fatal SXid on the same port. Check the NVLink cabling and "
+                   "cooling, and act on a fatal SXid or a GPU Xid 74/45 next to it: those need "
+                   "the node drained and rebooted.")
 
 
 DRIVER_REFS = ("https://github.com/NVIDIA/open-gpu-kernel-modules",
