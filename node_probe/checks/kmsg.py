@@ -322,6 +322,8 @@ def analyze(records: Iterable[tuple[float | None, str]], now_s: float | None = N
     uuids: dict[str, str] = {}
     first_xid_at: dict[str, int] = {}       # bus id as logged -> line of its first Xid
     first_lost_line: dict[str, int] = {}    # short bus -> line of its first Xid 79/off-bus
+    x79: dict[str, int] = {}                # bus id as logged -> Xid 79 lines
+    first79: dict[str, int] = {}
     mark, xid_re, add = MARK_RE.search, XID_RE.search, grouper.add_fields
     keep = summary.xid_lines.append
     n = 0
@@ -340,9 +342,10 @@ def analyze(records: Iterable[tuple[float | None, str]], now_s: float | None = N
                 keep((ts, pci, code, text))
                 if pci not in first_xid_at and len(first_xid_at) < xid.MAX_GROUPS:
                     first_xid_at[pci] = n
-                if code == 79:
-                    summary.mark_lost(pci, "xid79")
-                    first_lost_line.setdefault(xid.short_bus(pci) or pci, n)
+                if code == 79:             # per bus id as logged: normalised once, below
+                    x79[pci] = x79.get(pci, 0) + 1
+                    if pci not in first79:
+                        first79[pci] = n
                 hung.current = None
                 continue
         if hung.current is None and locks._cur is None and pcie._left <= 0 \
@@ -378,6 +381,10 @@ def analyze(records: Iterable[tuple[float | None, str]], now_s: float | None = N
             return None
         return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(now_wall - (now_s - ts)))
 
+    for pci, count in list(x79.items())[:xid.MAX_GROUPS]:
+        summary.mark_lost(pci, "xid79", count)
+        bus = xid.short_bus(pci) or pci
+        first_lost_line[bus] = min(first79[pci], first_lost_line.get(bus, first79[pci]))
     groups = grouper.groups()
     first_xid_line: dict[str, int] = {}     # short bus -> line of its first Xid
     for pci, line in first_xid_at.items():
