@@ -41,6 +41,8 @@ CATALOG: dict[str, str] = {
     "gpu.driver_error": "The NVIDIA driver reports a GPU failure without an Xid number (off the bus, GSP timeout, init failure, reset required)",
     "gpu.driver_message": "NVIDIA driver error lines the tool does not recognise (shown, not judged)",
     "nvswitch.sxid": "The kernel log has NVSwitch SXid errors (the NVLink fabric's switches)",
+    "gpu.pcie_aer": "PCIe AER errors on a GPU's link (corrected, non-fatal, fatal: a GPU gone from the bus)",
+    "kernel.lockup": "A soft/hard lockup, RCU stall or kernel BUG in the NVIDIA driver or a GPU process",
     # device plugin (node)
     "deviceplugin.missing": "No device plugin serves nvidia.com resources on a node with GPUs",
     "deviceplugin.rpc_timeout": "A device plugin RPC did not answer within its deadline",

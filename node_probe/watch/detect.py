@@ -16,10 +16,10 @@ last scan took, spread at ISOLATION_SHARE of one CPU. A pass without it is unsur
 from __future__ import annotations
 
 import dataclasses
-import re
 import threading
 import time
 
+from node_probe.deviceplugin import podresources
 from node_probe.engine import registry
 from node_probe.engine.context import ProbeOptions
 from node_probe.engine.runner import Runner
@@ -155,48 +155,25 @@ def run_pass(base: ProbeOptions, timeout_s: float, provoke: bool = False,
                       _isolation_cost(result.checks, scan_cpu), gauges)
 
 
-MAX_USERS = 32   # pods kept per GPU (a GPU shared by time-slicing has a few)
+MAX_USERS = podresources.MAX_USERS
 
 
 def _pci(text: str) -> str | None:
-    """`pci 0000:3b:00` (the Xid line's `PCI:0000:3b:00`), `00000000:3B:00.0` (NVML) ->
-    `0000:3b:00.0`: domain, bus, device, function (0 when not written)."""
-    m = re.search(r"([0-9A-Fa-f]{4,8}):([0-9A-Fa-f]{2}):([0-9A-Fa-f]{2})(?:\.([0-7]))?", text)
-    if not m:
-        return None
-    return (f"{int(m.group(1), 16):04x}:{m.group(2).lower()}:{m.group(3).lower()}."
-            f"{m.group(4) or 0}")
+    """`pci 0000:3b:00`, `00000000:3B:00.0` -> `0000:3b:00.0` (podresources.pci_key)."""
+    return podresources.pci_key(text)
 
 
 def gpu_users(ctx) -> dict[str, tuple[str, ...]]:
-    """{GPU key: ("ns/pod/container", ...)}: from the kubelet's pod-resources List (the
-    device ids it allocated: GPU or MIG UUIDs, `UUID::n` replicas under time-slicing) and
-    NVML's GPU list (a PCI bus id -> its UUID, and its MIG devices' UUIDs). Keys are GPU
-    UUIDs and PCI ids `0000:3b:00.0`. Empty when either fact is missing. Bounded."""
+    """{GPU key: ("ns/pod/container", ...)} from the pod-resources and NVML facts
+    (podresources.gpu_users, the join the probe's own findings use too). Empty when either
+    fact is missing."""
     from node_probe.engine.facts import NVML, PODRESOURCES
     try:
         rows = ctx.fact(PODRESOURCES, timeout=0, default=None) or ()
         inv = ctx.fact(NVML, timeout=0, default=None)
     except Exception:  # noqa: BLE001 - a fact that is not there names no pod
         return {}
-    by_dev: dict[str, list[str]] = {}
-    for r in list(rows)[:10000]:
-        name = "/".join(str(r.get(k) or "?")[:253] for k in ("namespace", "pod", "container"))
-        for d in list(r.get("device_ids") or ())[:64]:
-            users = by_dev.setdefault(str(d).split("::", 1)[0], [])
-            if name not in users and len(users) < MAX_USERS:
-                users.append(name)
-    out: dict[str, tuple[str, ...]] = {k: tuple(v) for k, v in by_dev.items()}
-    for g in getattr(inv, "gpus", ()) or ():
-        users = list(out.get(g.uuid or "", ()))
-        for m in g.mig_devices:
-            users += [u for u in out.get(m.uuid or "", ()) if u not in users]
-        if g.uuid:
-            out[g.uuid] = tuple(users[:MAX_USERS])
-        pci = _pci(g.pci_bus_id or "")
-        if pci:
-            out[pci] = tuple(users[:MAX_USERS])
-    return out
+    return podresources.gpu_users(rows, getattr(inv, "gpus", ()) or ())
 
 
 MAX_GPUS = 64   # GPUs a pass hands back gauges for (a node has 8; 16 at most today)
@@ -271,13 +248,7 @@ def _n(v):
 
 def users_of(subject: str, hit: dict[str, tuple[str, ...]]) -> tuple[str, ...]:
     """The pods on the GPU a finding's subject names (its UUID or PCI id), else ()."""
-    if not hit:
-        return ()
-    m = re.search(r"(?:GPU|MIG)-[0-9a-fA-F-]{8,}", subject)
-    if m and m.group(0) in hit:
-        return hit[m.group(0)]
-    pci = _pci(subject)
-    return hit.get(pci, ()) if pci else ()
+    return podresources.users_of(subject, hit)
 
 
 def _isolation_cost(checks: list[CheckResult], reported: list[float]) -> float | None:
