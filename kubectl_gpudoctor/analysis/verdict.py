@@ -479,10 +479,9 @@ def _agent_mark(f: Finding) -> str | None:
     ev = _ev(f)
     if ev.get("source") != "gpu-doctor agent" or not isinstance(ev.get("condition"), str):
         return None
-    msg = " ".join(str(ev.get("message") or "").split())
-    for prefix in (f"{f.id}: ", "node: "):  # the agent's message repeats the id and subject
-        msg = msg.removeprefix(prefix)
-    what = msg or CATALOG.get(f.id, f.id)
+    # the condition's message is quoted by the finding, never the headline (MCP-01): whoever
+    # can patch nodes/status can write it; the headline says what the id means
+    what = CATALOG.get(f.id, f.id)
     since = ev.get("since_s")
     when = (f"marked by the watching agent {human(since)} ago" if isinstance(since, (int, float))
             and not isinstance(since, bool) else "marked by the watching agent")
