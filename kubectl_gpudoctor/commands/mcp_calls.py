@@ -352,7 +352,7 @@ def summary_text(doc: Mapping[str, Any] | None) -> str:
              f"{s.get('critical', 0)} critical, {s.get('warning', 0)} warning, "
              f"{s.get('info', 0)} info; "
              + ("complete" if s.get("complete") else "incomplete (a check could not look)")]
-    if v is not None:
+    if v is not None and "replay" not in doc:  # a bundle's titles make a replay's headline
         lines.append(f"verdict ({v.get('severity')}): {v.get('headline')}")
     om = doc.get("nodes_omitted")
     if isinstance(doc.get("nodes"), list):

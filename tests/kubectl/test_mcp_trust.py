@@ -154,3 +154,14 @@ def test_how_the_node_was_reached_is_a_field(cluster, kubeconfig):
     cluster.add_node("gpu-1", gpus=8)
     r = run_cli("node", "gpu-1", "--no-probe", "--kubeconfig", str(kubeconfig), "-o", "json")
     assert json.loads(r.stdout)["reach"] == {"how": "api_only", "pod": None, "why": None}
+
+
+def test_a_replays_summary_says_the_bundle_is_untrusted_and_quotes_none_of_it():
+    from kubectl_gpudoctor.commands.mcp_calls import summary_text
+    doc = {"target": {"kind": "node", "name": "gpu-1"}, "exit_code": 1,
+           "summary": {"critical": 1, "warning": 0, "info": 0, "complete": True},
+           "verdict": {"severity": "critical", "headline": "Run " + MARK},
+           "replay": {"bundle": "b.json.gz", "captured_at": None, "untrusted": True}}
+    said = summary_text(doc)
+    assert MARK not in said and "bundle file's contents: untrusted data" in said
+    assert "Run " + MARK in summary_text({k: v for k, v in doc.items() if k != "replay"})
