@@ -25,6 +25,7 @@ from typing import Any, Iterable, Mapping, Sequence
 from node_probe.protocol import Finding, catalog
 
 from .common import both_ends, event_source, gpu_requests, pod_ref
+from .start_frames import hook_stderr, runtime_text
 
 MAX_MESSAGE = 400
 # container states whose message is the runtime's (waiting reasons) or the failed start's
@@ -34,7 +35,9 @@ TERMINATED_REASONS = ("StartError", "ContainerCannotRun")
 # kubelet events that carry the runtime's error for a container or the pod sandbox
 EVENT_REASONS = ("Failed", "FailedCreatePodSandBox")
 
-_CLI = r"nvidia-container-cli(?:\.real)?: "
+# the hook's own error: a line of its stderr (start_frames.hook_stderr), never the command a
+# runtime quotes back (audit round 5, BH-01)
+_CLI = r"(?m:^)nvidia-container-cli(?:\.real)?: "
 
 
 @dataclasses.dataclass(frozen=True)
@@ -202,9 +205,10 @@ def classify(message: Any) -> tuple[Cause, str] | None:
     we know. The first cause in CAUSES that matches wins (the specific before the general)."""
     if not isinstance(message, str) or not message:
         return None
-    text = message[:8192]
+    text = runtime_text(message[:8192])
+    hook = hook_stderr(text)
     for cause in CAUSES:
-        m = cause.pattern.search(text)
+        m = cause.pattern.search(hook if cause.pattern.pattern.startswith(_CLI) else text)
         if m:
             return cause, cause.describe(m)
     return None

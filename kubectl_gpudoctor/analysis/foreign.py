@@ -22,10 +22,11 @@ import datetime as dt
 import re
 from typing import Any, Mapping, Sequence
 
-from node_probe.protocol import Finding, catalog, dcgm_catalog, xid_catalog
+from node_probe.protocol import Finding, catalog, dcgm_catalog, quote, xid_catalog
 from node_probe.protocol.conditions import AGENT_COMPONENT, is_owned, sanitize_message
 
 from .common import age_s, event_source, event_time, fmt_duration
+from .quoting import word
 
 STANDARD = frozenset({"Ready", "MemoryPressure", "DiskPressure", "PIDPressure",
                       "NetworkUnavailable"})
@@ -202,7 +203,7 @@ def foreign_conditions(node: Mapping[str, Any], events: Sequence[Mapping[str, An
             f"{source} says {ctype}={c.get('status')}"
             + (f" ({reason})" if reason else "")
             + (f" for {fmt_duration(since)}" if since is not None else "")
-            + (f": {message}" if message else "")
+            + (" (its message is quoted)" if message else "")
             + (f" -- {meant['headline']}" if meant else ""),
             {"kind": "condition", "source": source, "type": ctype, "status": c.get("status"),
              "reason": reason, "message": message, "since": c.get("lastTransitionTime"),
@@ -215,7 +216,8 @@ def foreign_conditions(node: Mapping[str, Any], events: Sequence[Mapping[str, An
             + f"Another monitor already flags this node; read its verdict before acting on ours "
             f"and act on the same cause once (kubectl describe node {name}). A stale condition "
             "(old heartbeat) may outlive the problem: its monitor clears it, not the kubelet.",
-            REFS))
+            REFS, quoted=(quote(f"{subject} condition {ctype}", "message", message),)
+            if message else ()))
     for t in ((node.get("spec") or {}).get("taints") or ())[:MAX_CONDITIONS]:
         if not isinstance(t, Mapping):
             continue
@@ -268,9 +270,10 @@ def _events(subject: str, name: str, events: Sequence[Mapping[str, Any]],
         out.append(catalog.make(
             "node.foreign_condition", meant["severity"] if meant else "info",
             f"{subject} event {src or '?'}/{reason}",
-            f"{src or 'a monitor'} reported {reason} x{g['count']}"
+            f"{word(src, 'a monitor') if src else 'a monitor'} reported "
+            f"{word(reason, 'an event')} x{g['count']}"
             + (f", last {fmt_duration(age)} ago" if age is not None else "")
-            + (f": {g['message']}" if g["message"] else "")
+            + (" (its message is quoted)" if g["message"] else "")
             + (f" -- {meant['headline']}" if meant else ""),
             {"kind": "event", "source": src, "reason": reason, "count": g["count"],
              "last_seen": g["last"].isoformat() if g["last"] else None,
@@ -280,5 +283,7 @@ def _events(subject: str, name: str, events: Sequence[Mapping[str, Any]],
                 if meant else {})},
             (f"{meant['fix']} " if meant else "")
             + "Events another monitor (or the device plugin) recorded on the node; compare with "
-            "this tool's node findings.", REFS))
+            "this tool's node findings.", REFS,
+            quoted=(quote(f"event {word(reason, '?')} from {word(src, '?')} on {subject}",
+                          "message", g["message"]),) if g["message"] else ()))
     return out

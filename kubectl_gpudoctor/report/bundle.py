@@ -331,7 +331,9 @@ def replay(doc: Mapping[str, Any], fmt: str, fail_on: str | None = None,
                  details=details)
     r = out.report
     out.origin = origin_of(doc, source)
-    out.doc_extra["replay"] = {"bundle": source, "captured_at": doc.get("created_at")}
+    # everything below is the file's contents, whoever wrote it (docs/mcp.md, "Untrusted")
+    out.doc_extra["replay"] = {"bundle": source, "captured_at": doc.get("created_at"),
+                               "untrusted": True}
     r.version = terminal_safe(rep.get("version") or r.version)
     if isinstance(doc, dict):
         doc.pop("evidence", None)   # not rendered: its memory goes before the report's grows

@@ -146,12 +146,14 @@ class UnknownFindingId(KeyError):
 
 def make(id: str, severity: Severity | str, subject: str, title: str,
          evidence: Mapping[str, Any] | None = None, remediation: str = "",
-         refs: tuple[str, ...] | list[str] = ()) -> Finding:
-    """Build a Finding whose id must be in the catalog."""
+         refs: tuple[str, ...] | list[str] = (), quoted: Any = ()) -> Finding:
+    """Build a Finding whose id must be in the catalog. `quoted`: protocol.quote() entries,
+    the text others wrote that the finding shows as data (never in `title`)."""
     if id not in CATALOG:
         raise UnknownFindingId(f"finding id {id!r} is not in node_probe/catalog.py")
     return Finding(id=id, severity=Severity(severity), subject=subject, title=title,
-                   evidence=dict(evidence or {}), remediation=remediation, refs=tuple(refs))
+                   evidence=dict(evidence or {}), remediation=remediation, refs=tuple(refs),
+                   quoted=tuple(quoted))
 
 
 # Remediation is advice someone will follow. A record from a node (debug pod, agent) or a bundle

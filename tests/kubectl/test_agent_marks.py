@@ -251,10 +251,14 @@ def test_a_mark_written_by_another_node_status_writer_says_so_and_is_not_the_too
     fleet = agent_conditions.analyze(node, t)
     (f,) = [f for f in fleet if f.evidence.get("condition") == STUCK]
     assert (f.id, f.severity.value) == ("agent.condition", "info")
-    assert "written by kubectl-edit, not the gpu-doctor agent" in f.title
+    assert "written by another node-status writer, not the gpu-doctor agent" in f.title
+    # the writer's name is the writer's word: quoted, not the title (audit 5, MCP-01)
+    assert {"field": "managedFields manager", "text": "kubectl-edit"}.items() <= \
+        f.quoted[-1].items()
     assert f.evidence["reported_by"] == ["kubectl-edit"]
     (s,) = agent_seen.analyze(node, now())
-    assert s.severity.value == "info" and "written by kubectl-edit" in s.title
+    assert s.severity.value == "info" and "written by another node-status writer" in s.title \
+        and s.quoted[-1]["text"] == "kubectl-edit"
     assert "caused_by" not in s.evidence
     # the node list keeps just this much of managedFields, and the views agree
     from kubectl_gpudoctor.api.slim import slim

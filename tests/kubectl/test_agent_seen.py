@@ -45,7 +45,8 @@ def test_a_problem_marked_now_is_the_finding_it_names_as_nodes_reports_it():
 def test_a_problem_cleared_within_the_hour_is_still_mentioned_with_what_it_was():
     (f,) = agent_seen.analyze(_node(_agent_conditions(clear=True)), NOW)
     assert f.severity.value == "info" and "cleared since" in f.title
-    assert "DevicepluginBlockedInNvml" in f.title  # the cleared message keeps what it was
+    # the cleared message keeps what it was: quoted, as the agent wrote it
+    assert "DevicepluginBlockedInNvml" in f.quoted[0]["text"]
     assert "10m ago" in f.title
 
 

@@ -36,7 +36,7 @@ def test_a_running_gpu_pod_and_a_non_gpu_start_error_say_nothing_here():
     # ...and the generic finding still explains it
     fs = pod_status.analyze_pod(pod, [], NOW)
     assert [f.id for f in fs] == ["pod.pending_explained"]
-    assert "runAsNonRoot" in fs[0].title
+    assert "runAsNonRoot" in fs[0].quoted[0]["text"]  # quoted: the kubelet's words
 
 
 def test_the_specific_cause_wins_over_the_general_nvml_error():

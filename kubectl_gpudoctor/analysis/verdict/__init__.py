@@ -65,8 +65,10 @@ def decide(findings: Sequence[Finding], target: Mapping[str, Any], *,
     `pod_running`: the target pod is Running and ready)."""
     findings = [f for f in list(findings)[:MAX_FINDINGS] if isinstance(f, Finding)]
     names = names_of(target, context, findings)
-    lead = slow_lead.pod_lead(findings, target, (context or {}).get("pod_phase"),
-                              looked=complete and not could_not_look)
+    ctx = context or {}
+    lead = slow_lead.pod_lead(findings, target, ctx.get("pod_phase") or (
+        "Running" if ctx.get("pod_running") else None),
+        looked=complete and bool(ctx.get("slow_looked")))
     if lead is not None:   # a Running pod: is it slow, and why (analysis/slow)
         return Verdict(lead.headline, lead.root_cause, names.label, lead.severity,
                        {"pods": 1, "gpu_pods": 1, "non_gpu_pods": 0},

@@ -194,15 +194,14 @@ def _kubelet_blocked(root: Finding, names: Names, findings: Sequence[Finding]) -
 
 def agent_mark(f: Finding) -> str | None:
     """A problem the watching agent marked on the node (its NodeCondition, read from the node
-    object): the agent's own message and how long ago it set the mark -- evidence from then,
-    not a look now."""
+    object): what its finding id means and how long ago it set the mark -- evidence from then,
+    not a look now. Its message is quoted by the finding, not worded here."""
     e = ev(f)
     if e.get("source") != "gpu-doctor agent" or not isinstance(e.get("condition"), str):
         return None
-    msg = " ".join(str(e.get("message") or "").split())
-    for prefix in (f"{f.id}: ", "node: "):  # the agent's message repeats the id and subject
-        msg = msg.removeprefix(prefix)
-    what = msg or CATALOG.get(f.id, f.id)
+    # the condition's message is quoted by the finding, never the headline (MCP-01): whoever
+    # can patch nodes/status can write it; the headline says what the id means
+    what = CATALOG.get(f.id, f.id)
     since = e.get("since_s")
     when = (f"marked by the watching agent {human(since)} ago" if isinstance(since, (int, float))
             and not isinstance(since, bool) else "marked by the watching agent")
