@@ -1,7 +1,7 @@
 """The JSON Schema of `-o json` (kubectl_gpudoctor/schema/gpu-doctor-v1.schema.json, shipped as
 package data; docs/gpu-doctor-v1.schema.json is the same file) holds for every command's
-document: node (healthy, wedged, unknown: an error document), pod, nodes, replay of a saved
-bundle, local, version, agent status, node --history, and the MCP `nodes` answer (issue 36.5).
+document: node (healthy, wedged, unknown: an error document), pod, nodes, job (a PyTorchJob
+with one NotReady node: issue 39), replay of a saved bundle, local, version, agent status, node --history, and the MCP `nodes` answer (issue 36.5).
 A schema that accepted anything would pass these, so it is also shown to refuse documents a bot
 must not be handed."""
 from __future__ import annotations
@@ -15,6 +15,7 @@ import pytest
 from kubectl_gpudoctor.commands.mcp_calls import shape_nodes
 
 from .conftest import REPO, run_cli
+from . import jobkinds
 from .fakeexec import ExecCluster
 from .test_cli_cluster import healthy_node, wedged_node
 from .test_fit_cli import pending
@@ -46,6 +47,10 @@ def test_every_cluster_commands_document_is_valid(cluster, kubeconfig, tmp_path)
     wedged_node(cluster, "gpu-2")
     pending(cluster, gpus=16, scheduler_says="0/3 nodes are available: 3 Insufficient "
             "nvidia.com/gpu.")
+    job_nodes = [f"gpu-j{i}" for i in range(4)]
+    for n in job_nodes:
+        cluster.add_node(n, ready=n != "gpu-j2")
+    jobkinds.BUILDERS["PyTorchJob"](cluster, "ml", "train", job_nodes)
     kc = f"--kubeconfig={kubeconfig}"
     bundle = tmp_path / "b.json.gz"
     docs = {
@@ -56,6 +61,7 @@ def test_every_cluster_commands_document_is_valid(cluster, kubeconfig, tmp_path)
         "nodes": doc_of("nodes", kc),
         "nodes --all": doc_of("nodes", "--all", kc),
         "version": doc_of("version"),
+        "job": doc_of("job", "train", "-n", "ml", kc),
     }
     docs["replay"] = doc_of("replay", str(bundle))
     docs["mcp nodes"] = shape_nodes(docs["nodes"], 1)
@@ -65,6 +71,7 @@ def test_every_cluster_commands_document_is_valid(cluster, kubeconfig, tmp_path)
         assert not errs, (what, [f"{list(e.path)}: {e.message}" for e in errs[:5]])
     assert docs["node unknown"]["error"]["message"] == "node gpu-9 not found"
     assert docs["replay"]["replay"]["untrusted"] is True
+    assert docs["job"]["verdict"]["subject"] == "node gpu-j2"
 
 
 def test_local_agent_status_and_history_documents_are_valid(tmp_path):
