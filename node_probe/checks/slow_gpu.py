@@ -108,7 +108,7 @@ def slow_check(ctx):
     if found is None:
         ctx.log("info", "the container list did not come: the NUMA placement was not judged"
                 + ("" if rows is not None else " and findings name no pods"), check="gpu.slow")
-    yield from judge.judge_gpus(gpus, links, names)
+    yield from judge.judge_gpus(gpus, links, names, p2p=nv.get("p2p") or ())
     if places:
         kcfg = ctx.fact(KUBELET_CONFIG, timeout=min(1.0, ctx.budget(1.0)), default=None) or {}
         yield from placement.judge_numa(places, gpus, numa.cpu_nodes(root), kcfg)
