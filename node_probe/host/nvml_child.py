@@ -119,6 +119,10 @@ def event_reasons(pynvml, h) -> int | None:
     return None
 
 
+# nvml.h nvmlGpuVirtualizationMode_t
+VIRT_MODES = {0: "none", 1: "passthrough", 2: "vgpu", 3: "host_vgpu", 4: "host_vsga"}
+
+
 def slow_facts(pynvml, h, g: dict) -> None:
     """What says whether a GPU runs slow (issue 38): the record keys of the contract in
     node_probe/checks/slow/__init__.py. Each is optional: a query NVML refuses stays absent."""
@@ -128,6 +132,9 @@ def slow_facts(pynvml, h, g: dict) -> None:
         ("gen_max", lambda: pynvml.nvmlDeviceGetMaxPcieLinkGeneration(h)),
         ("width_max", lambda: pynvml.nvmlDeviceGetMaxPcieLinkWidth(h)),
         ("gen_gpu_max", lambda: pynvml.nvmlDeviceGetGpuMaxPcieLinkGeneration(h))))
+    mode = _try(pynvml.nvmlDeviceGetVirtualizationMode, h)
+    if mode is not None:
+        g["virtualization"] = VIRT_MODES.get(int(mode), str(int(mode)))
     util = _try(pynvml.nvmlDeviceGetUtilizationRates, h)
     if util is not None:
         g["utilization_gpu_pct"] = int(util.gpu)

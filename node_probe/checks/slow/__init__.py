@@ -15,6 +15,10 @@ never invent a value; a judge that lacks what it needs says nothing rather than 
         the system both support; gen_gpu_max = nvmlDeviceGetGpuMaxPcieLinkGeneration (the
         GPU alone); width_gpu_max has no NVML call (offline parsers may fill it).
     "utilization_gpu_pct": int (nvmlDeviceGetUtilizationRates().gpu)
+    "virtualization": "none" | "passthrough" | "vgpu" | "host_vgpu" | "host_vsga"
+        (nvmlDeviceGetVirtualizationMode; nvidia-smi's Virtualization Mode)
+    "hypervisor": bool   the live probe's fallback when "virtualization" is unknown: the
+        CPUs' `hypervisor` flag in /proc/cpuinfo (a guest)
     "clocks": {"event_reasons": int, "sm_mhz", "sm_max_mhz", "mem_mhz", "mem_max_mhz"}
         event_reasons: NVML's bitmask of nvmlClocksEventReason* (the older name
         nvmlClocksThrottleReason*; same bits, see REASONS in clocks.py).

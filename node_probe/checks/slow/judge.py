@@ -45,7 +45,7 @@ def judge_gpus(gpus: Sequence[Mapping[str, Any]],
         if g.get("mig_mode") is None and g.get("uuid") is None and g.get("pci_bus_id") is None:
             continue
         prev = before.get(str(g.get("uuid")))
-        out += pcie.judge(g, links, holders, norm_bdf(g.get("pci_bus_id")))
+        out += pcie.judge(g, links, holders, norm_bdf(g.get("pci_bus_id")), gpus)
         out += clocks.judge(g, holders)
         out += nvlink.judge(g, gpus, holders, prev)
         out += memory.judge(g, holders, prev)
