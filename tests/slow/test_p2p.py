@@ -131,3 +131,15 @@ def test_probe_healthy_p2p_and_a_pair_without_nvlink_raise_nothing(host, podres)
     build_fake_nvml(host.root / LIBDIR, gpus=host2_gpus)
     run = run_probe(*host.args(*ONLY))
     assert [f for f in run.findings() if f["check"] == "gpu.slow"] == [], run.findings()
+
+
+def test_the_pod_lead_says_the_pair_not_counters():
+    """`pod Y` on the Running pod leads with the pair (not the NVLink counters' words)."""
+    from kubectl_gpudoctor.analysis.verdict import decide
+    pairs = [{"a": A, "b": B, "nvlink": "gpu_not_supported", "read": "ok"}]
+    fs = judge.judge_gpus([GA, GB], holders={A: ["ml/train-0"], B: ["ml/train-0"]}, p2p=pairs)
+    v = decide(fs, {"kind": "pod", "name": "ml/train-0", "node": "gpu-1"},
+               context={"pod_phase": "Running", "pod_running": True})
+    assert v.root_cause == "gpu.nvlink_degraded"
+    assert v.headline == ("Pod ml/train-0 runs slow: GPU 0 (00000000:01:00.0): NVLink P2P to "
+                          "GPU 1 (00000000:02:00.0) not available")
