@@ -50,7 +50,11 @@ def main() -> None:
     tmp = Path(tempfile.mkdtemp(prefix="slow-bench-"))
     gpus = [FakeGpu(f"GPU-{i:08d}-0000-0000-0000-000000000000", minor=i,
                     pci_bus_id=f"00000000:{0x18 + i * 0x10:02X}:00.0",
-                    attrs=(("util_gpu", 100), ("nvlinks", 18), ("pcie_gen_cur", 5)))
+                    attrs=(("util_gpu", 100), ("nvlinks", 18), ("pcie_gen_cur", 5),
+                           # every link ends at a peer GPU: a full mesh, 28 pairs whose P2P
+                           # status the child asks (NVLink and read)
+                           *(("nvlink_remote", f"{link},{(i + 1 + link % 7) % 8}")
+                             for link in range(18))))
             for i in range(8)]
     lib = build_fake_nvml(tmp / "lib", gpus=gpus)
     import ctypes

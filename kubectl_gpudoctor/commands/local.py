@@ -12,6 +12,9 @@ from ..session import Session
 
 
 OFFLINE_FLAGS = ("--nvidia-smi-file", "--lspci-file", "--bug-report")
+# the target's `offline`: what was read from another machine (the verdict's CAPTURES keys)
+CAPTURE_OF = {"--nvidia-smi-file": "nvidia-smi", "--lspci-file": "lspci",
+              "--bug-report": "bug-report"}
 
 
 def local(session: Session, o: dict, probe_args: Sequence[str]) -> ExitStatus:
@@ -21,11 +24,13 @@ def local(session: Session, o: dict, probe_args: Sequence[str]) -> ExitStatus:
     host = os.uname().nodename
     args = ["--timeout", f"{o['timeout']:g}", "--trace-seconds", f"{o['trace_seconds']:g}",
             "--fail-on", o["fail_on"], *probe_args]
-    out = session.open_report(o["output"], o["fail_on"],
-                              {"kind": "local", "name": host, "node": host}, api_only=False,
-                              details=bool(o.get("details")))
     files = [os.path.basename(v) for k, v in zip(probe_args, probe_args[1:])
              if k in OFFLINE_FLAGS]
+    target = {"kind": "local", "name": host, "node": host}
+    if files:       # the evidence is another machine's: the verdict must not send you here
+        target["offline"] = [CAPTURE_OF[k] for k in OFFLINE_FLAGS if k in probe_args]
+    out = session.open_report(o["output"], o["fail_on"], target, api_only=False,
+                              details=bool(o.get("details")))
     if files:       # evidence captured elsewhere: the header must not say "live"
         out.origin = "offline, from " + ", ".join(files)
     proc = local_probe.ProbeProcess(["--target-name", host, *args])

@@ -166,7 +166,8 @@ def nvml_check(ctx):
 
     fact.update(status="ok", driver_version=result.get("driver_version"),
                 cuda_version=result.get("cuda_version"), nvml_version=result.get("nvml_version"),
-                gpus=result.get("gpus") or [], lost_gpus=result.get("lost_gpus") or [])
+                gpus=result.get("gpus") or [], lost_gpus=result.get("lost_gpus") or [],
+                p2p=result.get("p2p") or [])
     ctx.publish(NVML, NvmlInventory.from_record(fact))
     gpus = fact["gpus"]
     yield catalog.make(

@@ -13,9 +13,22 @@ from node_probe.checks import _gpufacts
 from node_probe.checks.slow import judge, placement
 from node_probe.engine.facts import CONTAINERS, KUBELET_CONFIG, PODRESOURCES
 from node_probe.engine.registry import check
-from node_probe.host import numa, pcie_links
+from node_probe.host import hostfs, numa, pcie_links
 
 CONTAINERS_WAIT_S = 3.0
+CPUINFO_CAP = 64 << 10   # the first processor's flags line is in the first few KB
+
+
+def hypervisor(root) -> bool | None:
+    """Whether the CPUs carry the `hypervisor` flag (/proc/cpuinfo; the kernel sets it from
+    CPUID's hypervisor-present bit in a guest): the fallback that says "a VM" when NVML does
+    not answer nvmlDeviceGetVirtualizationMode. None: no flags line read."""
+    text = hostfs.read_text(root, "proc/cpuinfo", CPUINFO_CAP) or ""
+    for line in text.splitlines():
+        key, _, val = line.partition(":")
+        if key.strip() == "flags":
+            return "hypervisor" in val.split()
+    return None
 
 
 def gpu_links(root, gpus: list[dict]) -> tuple[dict, dict]:
@@ -95,8 +108,11 @@ def slow_check(ctx):
     root = ctx.options.host_root
     gpus = [dict(g) for g in nv.get("gpus") or () if not g.get("lost")]
     links, nodes = gpu_links(root, gpus)
+    vm = hypervisor(root) if any(g.get("virtualization") is None for g in gpus) else None
     for g in gpus:
         g["numa_node"] = nodes.get(str(g.get("uuid")))
+        if g.get("virtualization") is None and vm is not None:
+            g["hypervisor"] = vm
     found = ctx.fact(CONTAINERS, timeout=min(CONTAINERS_WAIT_S, ctx.budget(CONTAINERS_WAIT_S)),
                      default=None)
     names, pods, places = holders(found)
@@ -108,7 +124,7 @@ def slow_check(ctx):
     if found is None:
         ctx.log("info", "the container list did not come: the NUMA placement was not judged"
                 + ("" if rows is not None else " and findings name no pods"), check="gpu.slow")
-    yield from judge.judge_gpus(gpus, links, names)
+    yield from judge.judge_gpus(gpus, links, names, p2p=nv.get("p2p") or ())
     if places:
         kcfg = ctx.fact(KUBELET_CONFIG, timeout=min(1.0, ctx.budget(1.0)), default=None) or {}
         yield from placement.judge_numa(places, gpus, numa.cpu_nodes(root), kcfg)

@@ -119,6 +119,10 @@ def event_reasons(pynvml, h) -> int | None:
     return None
 
 
+# nvml.h nvmlGpuVirtualizationMode_t
+VIRT_MODES = {0: "none", 1: "passthrough", 2: "vgpu", 3: "host_vgpu", 4: "host_vsga"}
+
+
 def slow_facts(pynvml, h, g: dict) -> None:
     """What says whether a GPU runs slow (issue 38): the record keys of the contract in
     node_probe/checks/slow/__init__.py. Each is optional: a query NVML refuses stays absent."""
@@ -128,6 +132,9 @@ def slow_facts(pynvml, h, g: dict) -> None:
         ("gen_max", lambda: pynvml.nvmlDeviceGetMaxPcieLinkGeneration(h)),
         ("width_max", lambda: pynvml.nvmlDeviceGetMaxPcieLinkWidth(h)),
         ("gen_gpu_max", lambda: pynvml.nvmlDeviceGetGpuMaxPcieLinkGeneration(h))))
+    mode = _try(pynvml.nvmlDeviceGetVirtualizationMode, h)
+    if mode is not None:
+        g["virtualization"] = VIRT_MODES.get(int(mode), str(int(mode)))
     util = _try(pynvml.nvmlDeviceGetUtilizationRates, h)
     if util is not None:
         g["utilization_gpu_pct"] = int(util.gpu)
@@ -183,7 +190,62 @@ def nvlinks(pynvml, h) -> list[dict]:
             v = _try(pynvml.nvmlDeviceGetNvLinkErrorCounter, h, link, counter)
             if v is not None:
                 errors[key] = int(v)
-        out.append({"link": link, "active": bool(state), "errors": errors})
+        rec = {"link": link, "active": bool(state), "errors": errors}
+        remote = _try(pynvml.nvmlDeviceGetNvLinkRemotePciInfo, h, link) if state else None
+        if remote is not None:
+            rec["remote_bus_id"] = _s(remote.busId) or _s(remote.busIdLegacy)
+        out.append(rec)
+    return out
+
+
+# nvml.h's nvmlGpuP2PCapsIndex_t (literal: pynvml spells NVML_P2P_CAPS_INDEX_READ as the tuple
+# `0,`) and nvmlGpuP2PStatus_t names
+P2P_READ, P2P_NVLINK = 0, 2
+P2P_STATUS = {0: "ok", 1: "chipset_not_supported", 2: "gpu_not_supported",
+              3: "ioh_topology_not_supported", 4: "disabled_by_regkey", 5: "not_supported",
+              6: "unknown"}
+MAX_P2P_PAIRS = 64   # 8 GPUs make 28 pairs; a 16-GPU node's first 64
+
+
+def _bdf(bus_id) -> str:
+    """`00000000:3B:00.0` and `0000:3b:00.0` as one key (the remote end and the GPU's own)."""
+    parts = str(bus_id or "").strip().lower().split(":")
+    try:
+        return ":".join([f"{int(parts[0], 16):x}", *parts[1:]]) if len(parts) == 3 else ""
+    except ValueError:
+        return ""
+
+
+def nvlink_pairs(gpus: list[dict]) -> list[tuple[int, int]]:
+    """Pairs of GPUs (list positions) that the NVLink topology connects: an active link of one
+    ends at the other's bus id, or both have active links ending at the same non-GPU device
+    (an NVSwitch). At most MAX_P2P_PAIRS."""
+    own = {_bdf(g.get("pci_bus_id")): i for i, g in enumerate(gpus) if g.get("pci_bus_id")}
+    ends = [{_bdf(x.get("remote_bus_id")) for x in g.get("nvlink") or ()
+             if x.get("active") and x.get("remote_bus_id")} - {""} for g in gpus]
+    out = []
+    for i in range(len(gpus)):
+        for j in range(i + 1, len(gpus)):
+            a, b = ends[i], ends[j]
+            direct = any(own.get(e) == j for e in a) or any(own.get(e) == i for e in b)
+            switch = bool({e for e in a & b if e not in own})
+            if direct or switch:
+                out.append((i, j))
+                if len(out) >= MAX_P2P_PAIRS:
+                    return out
+    return out
+
+
+def p2p_status(pynvml, handles: list, gpus: list[dict]) -> list[dict]:
+    """nvmlDeviceGetP2PStatus (NVLink and read capabilities) for each NVLink-connected pair:
+    {"a": uuid, "b": uuid, "nvlink": status name, "read": status name} (None: NVML refused)."""
+    out = []
+    for i, j in nvlink_pairs(gpus):
+        rec = {"a": gpus[i]["uuid"], "b": gpus[j]["uuid"]}
+        for key, caps in (("nvlink", P2P_NVLINK), ("read", P2P_READ)):
+            v = _try(pynvml.nvmlDeviceGetP2PStatus, handles[i], handles[j], caps)
+            rec[key] = None if v is None else P2P_STATUS.get(int(v), str(int(v)))
+        out.append(rec)
     return out
 
 
@@ -210,6 +272,7 @@ def details(pynvml, h, g: dict) -> None:
 
 def inventory(pynvml) -> dict:
     gpus = []
+    handles = []
     lost = []
     for i in range(pynvml.nvmlDeviceGetCount()):
         try:
@@ -253,6 +316,9 @@ def inventory(pynvml) -> dict:
                     "compute_instance_id": _try(pynvml.nvmlDeviceGetComputeInstanceId, m),
                 })
         gpus.append(g)
+        handles.append(h)
+    live = [k for k, g in enumerate(gpus) if not g.get("lost")]
+    pairs = p2p_status(pynvml, [handles[k] for k in live], [gpus[k] for k in live])
     cuda = _try(pynvml.nvmlSystemGetCudaDriverVersion)
     return {
         "driver_version": _s(pynvml.nvmlSystemGetDriverVersion()),
@@ -260,6 +326,7 @@ def inventory(pynvml) -> dict:
         "cuda_version": f"{cuda // 1000}.{cuda % 1000 // 10}" if cuda else None,
         "gpus": gpus,
         "lost_gpus": lost,
+        "p2p": pairs,
     }
 
 

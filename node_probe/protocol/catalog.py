@@ -27,7 +27,7 @@ CATALOG: dict[str, str] = {
     # slow GPUs: degradations that raise no Xid (checks/slow)
     "gpu.pcie_downtrained": "A busy GPU's PCIe link runs below the generation, or any GPU's below the width, that GPU and slot support",
     "gpu.clocks_throttled": "A busy GPU's clocks are held down by thermal, power or hardware slowdown",
-    "gpu.nvlink_degraded": "A GPU has fewer NVLink links active than its peers, or NVLink error counters",
+    "gpu.nvlink_degraded": "A GPU has fewer NVLink links active than its peers, NVLink error counters, or no NVLink P2P to a GPU of the same pod",
     "gpu.memory_degrading": "A GPU has memory pages pending retirement or corrected ECC errors rising fast",
     "pod.numa_misplaced": "A pod's CPUs sit on another NUMA node than its GPU",
     "gpu.time_shared": "Several pods share one GPU (time-slicing or MPS), each with its share",

@@ -313,7 +313,7 @@ def reached(report: Report) -> str:
     """How the node side was reached, in words: the agent pod by name, a debug pod, this host,
     or why it was not (from the `node.probe` check the client records)."""
     if report.target.get("kind") == "local":
-        return "on this host"
+        return "read here" if report.target.get("offline") else "on this host"
     probe = next((c for c in report.checks if c.id == "node.probe"), None)
     if probe is None:
         return "API side only"

@@ -38,6 +38,13 @@
  *     clock_api: 0 both names, 1 only nvmlDeviceGetCurrentClocksThrottleReasons (a driver
  *       before 535: the EventReasons call is FUNCTION_NOT_FOUND)
  *   set=<gpu index>|nvlink_err|<link>,<counter 0 replay 1 recovery 2 crc flit 3 crc data>,<n>
+ *   set=<gpu index>|nvlink_remote|<link>,<remote gpu index>   what the link connects to
+ *     (nvmlDeviceGetNvLinkRemotePciInfo_v2 answers that GPU's bus id; a link without one
+ *     answers NOT_SUPPORTED)
+ *   set=<gpu index>|p2p|<other gpu index>,<nvmlGpuP2PCapsIndex_t>,<nvmlGpuP2PStatus_t>
+ *     nvmlDeviceGetP2PStatus for that pair and capability (both orders); default 0 (OK)
+ *   set=<gpu index>|virt_mode|<nvmlGpuVirtualizationMode_t>  0 bare metal (default),
+ *     1 pass-through, 2 vGPU guest; "none": NOT_SUPPORTED
  */
 #define _GNU_SOURCE
 #include <dlfcn.h>
@@ -67,20 +74,20 @@ typedef int nvmlReturn_t;
 enum { A_GEN_CUR, A_WIDTH_CUR, A_GEN_MAX, A_WIDTH_MAX, A_GEN_GPU_MAX, A_UTIL_GPU, A_UTIL_MEM,
        A_REASONS, A_SM, A_SM_MAX, A_MEM, A_MEM_MAX, A_TEMP, A_TEMP_SLOW, A_TEMP_SHUT,
        A_POWER, A_POWER_LIMIT, A_POWER_DEFAULT, A_NVLINKS, A_NVLINK_DOWN, A_SBE, A_DBE,
-       A_RETIRED_PENDING, A_CLOCK_API, NATTR };
+       A_RETIRED_PENDING, A_CLOCK_API, A_VIRT_MODE, NATTR };
 static const char *attr_names[NATTR] = {
     "pcie_gen_cur", "pcie_width_cur", "pcie_gen_max", "pcie_width_max", "pcie_gen_gpu_max",
     "util_gpu", "util_mem", "clock_reasons", "sm_mhz", "sm_max_mhz", "mem_mhz", "mem_max_mhz",
     "temp_c", "temp_slowdown_c", "temp_shutdown_c", "power_mw", "power_limit_mw",
     "power_default_mw", "nvlinks", "nvlink_down", "ecc_sbe", "ecc_dbe", "retired_pending",
-    "clock_api"};
+    "clock_api", "virt_mode"};
 /* a healthy H100-like GPU: its link at Gen5 while busy (util_gpu > 0 or a proc= line) and
  * idled down to Gen1 otherwise, as real GPUs do (-2: that automatic value), clocks idle
  * (reason 0x1 GPU idle), 700 W default limit, no NVLink answered, no errors */
 #define AUTO_GEN (-2)
 static const long long attr_defaults[NATTR] = {
     AUTO_GEN, 16, 5, 16, 5, 0, 0, 0x1, 345, 1980, 2619, 2619, 34, 87, 92, 70000, 700000, 700000,
-    0, 0, 0, 0, 0, 0};
+    0, 0, 0, 0, 0, 0, 0};
 
 struct fake_dev {
     int is_mig;
@@ -109,6 +116,8 @@ struct fake_dev {
     struct fake_dev *migs[MAX_MIG];
     long long attr[NATTR];
     unsigned long long nvlink_err[MAX_LINKS][4];
+    int nvlink_remote[MAX_LINKS];          /* remote GPU index + 1; 0 = not answered */
+    int p2p[MAX_GPUS][6];                  /* nvmlGpuP2PStatus_t per peer and caps index */
 };
 
 static struct fake_dev gpus[MAX_GPUS];
@@ -205,6 +214,23 @@ static void load_config(void) {
                 if (sscanf(fl[2], "%u,%u,%llu", &link, &counter, &n) == 3 && link < MAX_LINKS
                     && counter < 4)
                     g->nvlink_err[link][counter] = n;
+                continue;
+            }
+            if (!strcmp(fl[1], "nvlink_remote")) {
+                unsigned int link = 0;
+                int peer = -1;
+                if (sscanf(fl[2], "%u,%d", &link, &peer) == 2 && link < MAX_LINKS && peer >= 0
+                    && peer < MAX_GPUS)
+                    g->nvlink_remote[link] = peer + 1;
+                continue;
+            }
+            if (!strcmp(fl[1], "p2p")) {
+                int peer = -1, caps = -1, status = 0;
+                if (sscanf(fl[2], "%d,%d,%d", &peer, &caps, &status) == 3 && peer >= 0
+                    && peer < MAX_GPUS && caps >= 0 && caps < 6) {
+                    g->p2p[peer][caps] = status;
+                    gpus[peer].p2p[gi][caps] = status;
+                }
                 continue;
             }
             for (int a = 0; a < NATTR; a++)
@@ -619,5 +645,42 @@ nvmlReturn_t nvmlDeviceGetNvLinkErrorCounter(struct fake_dev *d, unsigned int li
     if (link >= (unsigned)g->attr[A_NVLINKS] || link >= MAX_LINKS) return NVML_ERROR_INVALID_ARGUMENT;
     if (counter < 0 || counter > 3) return NVML_ERROR_NOT_SUPPORTED;
     *n = g->nvlink_err[link][counter];
+    return NVML_SUCCESS;
+}
+
+/* NVLink remote end: the peer GPU's PCI info (nvmlPciInfo_t), as nvml.h's _v2 call */
+nvmlReturn_t nvmlDeviceGetNvLinkRemotePciInfo_v2(struct fake_dev *d, unsigned int link,
+                                                 fake_pci_info *p) {
+    NEED_INIT();
+    if (!p) return NVML_ERROR_INVALID_ARGUMENT;
+    if (d->lost) return NVML_ERROR_GPU_IS_LOST;
+    struct fake_dev *g = full(d);
+    if (g->attr[A_NVLINKS] <= 0) return NVML_ERROR_NOT_SUPPORTED;
+    if (link >= (unsigned)g->attr[A_NVLINKS] || link >= MAX_LINKS) return NVML_ERROR_INVALID_ARGUMENT;
+    int peer = g->nvlink_remote[link] - 1;
+    if (peer < 0 || peer >= ngpus) return NVML_ERROR_NOT_SUPPORTED;
+    return nvmlDeviceGetPciInfo_v3(&gpus[peer], p);
+}
+
+/* nvmlDeviceGetP2PStatus(dev1, dev2, nvmlGpuP2PCapsIndex_t, nvmlGpuP2PStatus_t *) */
+nvmlReturn_t nvmlDeviceGetP2PStatus(struct fake_dev *a, struct fake_dev *b, int caps,
+                                    int *status) {
+    NEED_INIT();
+    if (!status || !a || !b || caps < 0 || caps > 5) return NVML_ERROR_INVALID_ARGUMENT;
+    if (a->lost || b->lost) return NVML_ERROR_GPU_IS_LOST;
+    a = full(a); b = full(b);
+    if (b->index < 0 || b->index >= MAX_GPUS) return NVML_ERROR_INVALID_ARGUMENT;
+    *status = a->p2p[b->index][caps];
+    return NVML_SUCCESS;
+}
+
+/* nvmlGpuVirtualizationMode_t: 0 none (bare metal), 1 pass-through, 2 vGPU, 3 host vGPU */
+nvmlReturn_t nvmlDeviceGetVirtualizationMode(struct fake_dev *d, int *mode) {
+    NEED_INIT();
+    if (!mode) return NVML_ERROR_INVALID_ARGUMENT;
+    if (d->lost) return NVML_ERROR_GPU_IS_LOST;
+    long long v = full(d)->attr[A_VIRT_MODE];
+    if (v < 0) return NVML_ERROR_NOT_SUPPORTED;
+    *mode = (int)v;
     return NVML_SUCCESS;
 }

@@ -93,3 +93,21 @@ def test_a_healthy_running_pod_is_said_healthy(healthy_node, tmp_path):
     head = doc["verdict"]["headline"]
     assert head.startswith("Pod ml/train-0 is Running and its GPUs are not slowed"), head
     assert r.returncode == 0, r.stderr[-2000:]
+
+
+def test_replay_of_a_running_pods_bundle_keeps_the_slow_lead(slow_node, tmp_path):
+    """The bundle records the pod's phase (report.context.pod_phase, as `pod` read it from
+    status.phase): `replay` hands it to the verdict as `pod` did, so the replayed verdict is
+    the pod's slow lead, not its node's headline."""
+    kc = str(slow_node.kubeconfig(tmp_path / "kc"))
+    path = tmp_path / "slow.json"
+    r = run_cli("pod", "train-0", "-n", "ml", "--kubeconfig", kc, "-o", "json",
+                "--trace-seconds", "0", "--timeout", "30", "--save", str(path))
+    b = json.loads(path.read_text())
+    assert b["report"]["context"]["pod_phase"] == "Running", b["report"].get("context")
+    rp = run_cli("replay", str(path), "-o", "json")
+    live, again = json.loads(r.stdout)["verdict"], json.loads(rp.stdout)["verdict"]
+    assert again["root_cause"] == "gpu.pcie_downtrained"
+    assert again["headline"] == live["headline"]
+    assert again["headline"].startswith("Pod ml/train-0 runs slow")
+    assert rp.returncode == r.returncode == 1

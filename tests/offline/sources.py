@@ -11,7 +11,8 @@ TELEGRAF = ("https://github.com/influxdata/telegraf/blob/b27263146617cefe16c0b30
 
 SOURCES = {
     # AWS g5 A10G, driver 5xx, `nvidia-smi -q -x`: idle (gpu_util 0 %, clocks reason GpuIdle
-    # Active), link Gen1 of Gen4 and x8 of x16 (the VM reports a x16 max on a x8 link)
+    # Active), link Gen1 of Gen4 and x8 of x16 (the VM reports a x16 max on a x8 link),
+    # Virtualization Mode Pass-Through
     "nvsmi-x-a10g.xml": TELEGRAF + "a10g.xml",
     # GeForce RTX 3080, v13 schema (clocks_event_reasons): busy at 65 %, Gen4 x16 of Gen4 x16,
     # no reason active: a healthy busy GPU

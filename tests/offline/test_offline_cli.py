@@ -173,3 +173,46 @@ def test_the_header_says_offline_not_live(tmp_path):
                 "--trace-seconds", "0", "--timeout", "20")
     first = r.stdout.splitlines()[0]
     assert "offline, from lspci-vvv-h100-hgx.txt.gz" in first and "live" not in first
+
+
+def test_offline_verify_is_capture_again_not_this_host(tmp_path):
+    """The evidence of an offline run is another machine's: the verdict's verify step is to
+    capture the same files again there after the fix (our commands for each flag given), never
+    `kubectl gpu-doctor node <this host>` or `local` on this host."""
+    rep = bug_report(tmp_path)
+    empty = tmp_path / "e"
+    empty.mkdir()
+    r = run_cli("local", "--host-root", str(empty), "--bug-report", str(rep),
+                "--trace-seconds", "0", "--timeout", "20", "-o", "json")
+    doc = json.loads(r.stdout)
+    assert doc["target"]["offline"] == ["bug-report"]
+    v = doc["verdict"]
+    assert v["root_cause"] == "gpu.xid" and v["subject"] == "the captured machine"
+    [verify] = [a for a in v["actions"] if a["step"] == "verify"]
+    assert verify["command"] == "sudo nvidia-bug-report.sh"
+    assert "capture again after the fix" in verify["text"]
+    cmds = " ".join(str(a["command"]) for a in v["actions"])
+    assert "kubectl gpu-doctor node" not in cmds and "kubectl-gpu_doctor local" not in cmds
+    assert "this host" not in json.dumps(v)
+    t = run_cli("local", "--host-root", str(empty), "--bug-report", str(rep),
+                "--trace-seconds", "0", "--timeout", "20")
+    assert "on this host" not in t.stdout.splitlines()[0]
+
+
+def test_offline_on_a_kubernetes_node_names_no_kubectl_command_for_it():
+    """Run on a Kubernetes node (no node.not_kubernetes), the files still come from elsewhere:
+    no cordon/drain of this node, verify captures each file given again."""
+    from kubectl_gpudoctor.analysis.verdict import decide
+    from node_probe.protocol import catalog
+    xid = catalog.make("gpu.xid", "critical", "pci 0000:cb:00", "Xid 79 on the GPU",
+                       {"xid": 79, "resolution_bucket": "reboot",
+                       "bus_id": "0000:cb:00"})
+    target = {"kind": "local", "name": "gpu-node-7", "node": "gpu-node-7",
+              "offline": ["nvidia-smi", "lspci"]}
+    v = decide([xid], target)
+    cmds = [a.command for a in v.actions if a.command]
+    assert not [c for c in cmds if "gpu-node-7" in c], cmds
+    [verify] = [a for a in v.actions if a.step == "verify"]
+    assert verify.command == "nvidia-smi -q -x > nvidia-smi.xml && sudo lspci -vvv > lspci.txt"
+    live = decide([xid], {k: target[k] for k in ("kind", "name", "node")})
+    assert any("kubectl drain gpu-node-7" in (a.command or "") for a in live.actions)

@@ -121,3 +121,40 @@ def test_sysfs_switch_uplink_downtrained_above_a_busy_gpu(tmp_path):
     [f] = run.findings("gpu.pcie_downtrained")
     assert f["evidence"]["at"] == "bridge" and f["evidence"]["at_bdf"] == "0000:01:00.0"
     assert "Gen3 x16 of Gen5 x16" in f["title"]
+
+
+X8 = (("pcie_width_cur", 8),)
+
+
+def test_x8_of_x16_passed_through_to_a_vm_is_info(tmp_path):
+    """nvmlDeviceGetVirtualizationMode == NVML_GPU_VIRTUALIZATION_MODE_PASSTHROUGH (1): the
+    guest sees no real slot, so its x8 is said at info (tests/offline: the real AWS g5/g4dn
+    captures); a sibling of the same model at x16 on the same VM keeps the warning."""
+    root = host(tmp_path, [FakeGpu("GPU-vm", attrs=(("virt_mode", 1), *X8))])
+    [f] = run_probe("--host-root", str(root), *ONLY).findings("gpu.pcie_downtrained")
+    assert f["severity"] == "info" and f["evidence"]["vm"] == "passthrough"
+    root = host(tmp_path / "two", [FakeGpu("GPU-vm", attrs=(("virt_mode", 1), *X8)),
+                                   FakeGpu("GPU-wide", minor=1, attrs=(("virt_mode", 1),))])
+    [f] = run_probe("--host-root", str(root), *ONLY).findings("gpu.pcie_downtrained")
+    assert f["severity"] == "warning" and f["subject"] == "GPU-vm"
+
+
+def test_hypervisor_cpu_flag_is_the_fallback_when_nvml_cannot_say(tmp_path):
+    """/proc/cpuinfo's `hypervisor` flag (X86_FEATURE_HYPERVISOR, "hypervisor" in
+    https://github.com/torvalds/linux/blob/master/arch/x86/include/asm/cpufeatures.h; the
+    kernel sets it in a guest) says VM when nvmlDeviceGetVirtualizationMode is NOT_SUPPORTED;
+    without it (bare metal) x8 of x16 stays a warning."""
+    # an AWS-style guest's flags line, abbreviated (the judge reads only the word `hypervisor`)
+    flags = ("flags\t\t: fpu vme de pse tsc msr pae mce cx8 apic sep mtrr pge mca cmov pat "
+             "pse36 clflush mmx fxsr sse sse2 ss ht syscall nx pdpe1gb rdtscp lm constant_tsc "
+             "rep_good nopl xtopology nonstop_tsc cpuid tsc_known_freq pni pclmulqdq ssse3 fma "
+             "cx16 pcid sse4_1 sse4_2 x2apic movbe popcnt tsc_deadline_timer aes xsave avx "
+             "f16c rdrand hypervisor lahf_lm abm 3dnowprefetch invpcid_single")
+    for vm, want in ((True, "info"), (False, "warning")):
+        root = host(tmp_path / str(vm), [FakeGpu("GPU-x8", attrs=(("virt_mode", "none"),
+                                                                  *X8))])
+        (root / "proc").mkdir(exist_ok=True)
+        line = flags if vm else flags.replace(" hypervisor", "")
+        (root / "proc/cpuinfo").write_text(f"processor\t: 0\n{line}\n\n")
+        [f] = run_probe("--host-root", str(root), *ONLY).findings("gpu.pcie_downtrained")
+        assert f["severity"] == want, f

@@ -112,6 +112,9 @@ def _what(f: Finding) -> str:
         if margin is not None and ev.get("cause") == "thermal":
             s += f", {margin:.0f} C from slowdown"
         return s
+    if f.id == NVLINK and isinstance(ev.get("p2p_nvlink"), str):
+        peer = _gpu({"index": ev.get("peer_index"), "pci_bus_id": ev.get("peer_pci_bus_id")})
+        return f"NVLink P2P to {peer} not available"
     if f.id == NVLINK:
         n, most = _num(ev.get("links_active")), _num(ev.get("peer_links_active_most"))
         if n is not None and most and n < most:

@@ -13,7 +13,8 @@ Commands are built from our templates filled only with names validated as Kubern
 them, shell-quoted. Nothing a node, tenant, agent or bundle can write is put into a command or
 trusted as a remedy: a fix is chosen by an evidence field's value from our own tables
 (container_start.CAUSES, the Xid buckets), never taken from a finding's text. In `local` on a
-host that is not a Kubernetes node no kubectl command is offered: the steps are for the host.
+host that is not a Kubernetes node no kubectl command is offered: the steps are for the host;
+offline (files captured on another machine) the verify step is to capture again there.
 Pure.
 """
 from __future__ import annotations
@@ -27,7 +28,7 @@ from node_probe.protocol import Finding
 from .. import container_start
 from ..slow import lead as slow_lead
 from .headline import known_issue, driver, plugin_pod_for
-from .model import STEPS, Action, Names, ev, q, valid
+from .model import CAPTURES, RUN_AGAIN, STEPS, Action, Names, ev, q, valid
 from .roots import unconfirmed
 
 WEDGE = frozenset({"kubelet.admission_stalled", "kubelet.blocked_in_device_plugin",
@@ -128,11 +129,23 @@ def gd(names: Names, *extra: str) -> str | None:
     if names.kind == "pod" and names.pod:
         ns = f" -n {q(names.namespace)}" if names.namespace else ""
         return f"kubectl gpu-doctor pod {q(names.pod)}{ns}" + "".join(" " + e for e in extra)
+    if names.offline:
+        return None    # another machine's files: capture_again() says how to look again
     if names.host_only:
         return "sudo kubectl-gpu_doctor local"
     if names.node:
         return f"kubectl gpu-doctor node {q(names.node)}" + "".join(" " + e for e in extra)
     return None
+
+
+def capture_again(names: Names) -> Action:
+    """Offline: the evidence came from another machine; after the fix, capture the same files
+    there and read them again (the commands are our templates, by the flags `local` got)."""
+    cmds = [CAPTURES[k] for k in names.offline]
+    again = " ".join(RUN_AGAIN[k] for k in names.offline)
+    return Action("verify", f"capture again after the fix, on the machine the files come "
+                            f"from, then read them with `kubectl-gpu_doctor local {again}`",
+                  " && ".join(cmds), "none (read-only)")
 
 
 def cordon(names: Names) -> Action | None:
@@ -149,7 +162,7 @@ def drain(names: Names) -> Action | None:
     evicted pods is lost), bounded so a node that never lets go does not hold the shell. On a
     host outside Kubernetes: stop its GPU work (no command does that for every host)."""
     if names.host_only:
-        return Action("mitigate", "stop the GPU workloads on this host (or move them to "
+        return Action("mitigate", f"stop the GPU workloads on {names.here} (or move them to "
                                   "another)", None, "they stop; unsaved work is lost")
     if not names.node:
         return None
@@ -204,7 +217,7 @@ def _delete_pod(names: Names, text: str, risk: str) -> Action | None:
 
 def _down(names: Names, how: str) -> list[Action | None]:
     """Cordon, drain, then reset / reboot / replace."""
-    fix = _HOST_FIX[how] if names.host_only else {"reset": _RESET, "reboot": _REBOOT,
+    fix = _HOST_FIX[how].replace("this host", names.here) if names.host_only else {"reset": _RESET, "reboot": _REBOOT,
                                                    "replace": _REPLACE}[how]
     return [cordon(names), drain(names),
             Action("fix", fix, None, "the GPU's processes are killed by the reset; a reboot "
@@ -451,7 +464,9 @@ def actions(root: Finding, chain: Sequence[str], names: Names, findings: Sequenc
         acts.append(_ssh_local(names))
     acted = any(a is not None and a.step in ("mitigate", "fix") for a in acts)
     cmd = gd(names)
-    if cmd and acted and not (gone and root.id == "pod.admission_error"):
+    if names.offline and acted:
+        acts.append(capture_again(names))
+    elif cmd and acted and not (gone and root.id == "pod.admission_error"):
         acts.append(Action("verify", "after the fix", cmd, "none (read-only)"))
     elif cmd and not acts and root.severity.rank >= 2:
         acts.append(Action("look", "the findings and their evidence, in full", cmd +

@@ -81,7 +81,10 @@ class Verdict:
 class Names:
     """The target, by validated names only. `host_only`: `local` on a host that is not a
     Kubernetes node (no kubectl command applies to it). `pod_running`: the target pod is
-    Running with every container ready (context from `pod Y`)."""
+    Running with every container ready (context from `pod Y`). `offline`: `local` read files
+    captured on another machine (--nvidia-smi-file, --lspci-file, --bug-report; the target's
+    `offline`, by CAPTURES keys): no command on this host or node looks at that machine again,
+    so the verify step is to capture again there after the fix."""
     kind: str
     node: str | None
     pod: str | None
@@ -89,9 +92,17 @@ class Names:
     plugin_pods: tuple[dict, ...] = ()
     host_only: bool = False
     pod_running: bool = False
+    offline: tuple[str, ...] = ()
+
+    @property
+    def here(self) -> str:
+        """Where the steps act, in words: the captured machine offline, else this host."""
+        return "the machine the files come from" if self.offline else "this host"
 
     @property
     def label(self) -> str:
+        if self.offline:
+            return "the captured machine"
         if self.kind == "pod" and self.pod:
             return f"pod {self.namespace}/{self.pod}" if self.namespace else f"pod {self.pod}"
         if self.node:
@@ -106,7 +117,15 @@ class Names:
     @property
     def kube_node(self) -> str | None:
         """The node name kubectl commands may act on: none for a host outside Kubernetes."""
-        return None if self.host_only else self.node
+        return None if self.host_only or self.offline else self.node
+
+
+# what `local` reads offline -> how to capture it again on that machine (our templates)
+CAPTURES = {"nvidia-smi": "nvidia-smi -q -x > nvidia-smi.xml",
+            "lspci": "sudo lspci -vvv > lspci.txt",
+            "bug-report": "sudo nvidia-bug-report.sh"}
+RUN_AGAIN = {"nvidia-smi": "--nvidia-smi-file nvidia-smi.xml", "lspci": "--lspci-file lspci.txt",
+             "bug-report": "--bug-report nvidia-bug-report.log.gz"}
 
 
 def valid(kind: str, value: Any) -> str | None:
@@ -138,9 +157,13 @@ def names_of(target: Mapping[str, Any], context: Mapping[str, Any] | None = None
             namespace = None
     elif kind == "node" and node is None:
         node = valid("node", target.get("name"))
-    host_only = kind == "local" and any(f.id == "node.not_kubernetes" for f in findings)
+    off = target.get("offline") if kind == "local" else None
+    offline = tuple(k for k in CAPTURES if isinstance(off, (list, tuple)) and k in off)
+    host_only = kind == "local" and (bool(offline) or any(f.id == "node.not_kubernetes"
+                                                          for f in findings))
     running = (context or {}).get("pod_running") is True
-    return Names(kind, node, pod, namespace, _plugin_pods(context), host_only, running)
+    return Names(kind, node, pod, namespace, _plugin_pods(context), host_only, running,
+                 offline)
 
 
 def q(name: str) -> str:

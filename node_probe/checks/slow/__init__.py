@@ -15,12 +15,16 @@ never invent a value; a judge that lacks what it needs says nothing rather than 
         the system both support; gen_gpu_max = nvmlDeviceGetGpuMaxPcieLinkGeneration (the
         GPU alone); width_gpu_max has no NVML call (offline parsers may fill it).
     "utilization_gpu_pct": int (nvmlDeviceGetUtilizationRates().gpu)
+    "virtualization": "none" | "passthrough" | "vgpu" | "host_vgpu" | "host_vsga"
+        (nvmlDeviceGetVirtualizationMode; nvidia-smi's Virtualization Mode)
+    "hypervisor": bool   the live probe's fallback when "virtualization" is unknown: the
+        CPUs' `hypervisor` flag in /proc/cpuinfo (a guest)
     "clocks": {"event_reasons": int, "sm_mhz", "sm_max_mhz", "mem_mhz", "mem_max_mhz"}
         event_reasons: NVML's bitmask of nvmlClocksEventReason* (the older name
         nvmlClocksThrottleReason*; same bits, see REASONS in clocks.py).
     "temperature": {"gpu_c", "slowdown_c", "shutdown_c"}
     "power": {"draw_w", "limit_w", "default_limit_w"}   watts, floats
-    "nvlink": [{"link": int, "active": bool,
+    "nvlink": [{"link": int, "active": bool, "remote_bus_id": str (an active link's far end),
                 "errors": {"replay": int, "recovery": int, "crc_flit": int, "crc_data": int}}]
         only the links NVML answers for (a GPU without NVLink: [] or absent).
     "ecc": {"sbe_volatile": int, "dbe_volatile": int, "retired_pending": bool}
@@ -38,9 +42,17 @@ never invent a value; a judge that lacks what it needs says nothing rather than 
 (c) Holders: the pods that hold each GPU, a mapping GPU UUID -> list of "namespace/pod"
     strings (from pod-resources in the probe; offline: empty).
 
+(d) P2P of NVLink-connected pairs (the `nvml` fact's "p2p"; the child asks
+    nvmlDeviceGetP2PStatus only for pairs whose NVLink remote ends -- nvmlDeviceGetNvLink
+    RemotePciInfo, each link record's "remote_bus_id" -- say NVLink joins them, directly or
+    through one NVSwitch; at most 64 pairs):
+    [{"a": uuid, "b": uuid, "nvlink": status, "read": status}], status one of nvml.h's
+    nvmlGpuP2PStatus_t as a word ("ok", "gpu_not_supported", "disabled_by_regkey",
+    "not_supported", ...) or None (NVML refused).
+
 Entry point for every source: judge.judge_gpus(gpus, links=None, holders=None,
-previous=None) -> list[Finding] (previous: an earlier sample of the same GPU records, for
-counters that must be seen rising). Each sub-module also exposes its own judge
+previous=None, p2p=None) -> list[Finding] (previous: an earlier sample of the same GPU
+records, for counters that must be seen rising). Each sub-module also exposes its own judge
 (pcie.judge, clocks.judge, nvlink.judge, memory.judge) taking one GPU record.
 "Busy" (_common.busy) is utilisation above 0 %; running compute processes count only where
 NVML gives no utilisation (a process idling with a context open lets the link drop to Gen1).

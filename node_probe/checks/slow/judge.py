@@ -28,9 +28,11 @@ def norm_bdf(bus_id: Any) -> str | None:
 def judge_gpus(gpus: Sequence[Mapping[str, Any]],
                links: Mapping[str, Mapping[str, Any]] | Sequence[Mapping[str, Any]] | None = None,
                holders: Mapping[str, Sequence[str]] | None = None,
-               previous: Sequence[Mapping[str, Any]] | None = None) -> list[Finding]:
+               previous: Sequence[Mapping[str, Any]] | None = None,
+               p2p: Sequence[Mapping[str, Any]] | None = None) -> list[Finding]:
     """Every slow-GPU finding for a node's GPU records (contract a), link records (contract b:
-    a list, or a mapping by bdf), holders (GPU UUID -> pods) and an earlier sample."""
+    a list, or a mapping by bdf), holders (GPU UUID -> pods), an earlier sample and the P2P
+    status of NVLink-connected pairs (contract d)."""
     if links is not None and not isinstance(links, Mapping):
         links = {norm_bdf(r.get("bdf")): r for r in links if r.get("bdf")}
     if links:
@@ -43,8 +45,9 @@ def judge_gpus(gpus: Sequence[Mapping[str, Any]],
         if g.get("mig_mode") is None and g.get("uuid") is None and g.get("pci_bus_id") is None:
             continue
         prev = before.get(str(g.get("uuid")))
-        out += pcie.judge(g, links, holders, norm_bdf(g.get("pci_bus_id")))
+        out += pcie.judge(g, links, holders, norm_bdf(g.get("pci_bus_id")), gpus)
         out += clocks.judge(g, holders)
         out += nvlink.judge(g, gpus, holders, prev)
         out += memory.judge(g, holders, prev)
+    out += nvlink.judge_p2p(p2p or (), gpus, holders)
     return out

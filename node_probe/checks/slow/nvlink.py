@@ -85,3 +85,43 @@ def judge(g: Mapping[str, Any], peers: Sequence[Mapping[str, Any]] = (),
             "minute apart): counters that stay still are history, counters that rise slow the "
             "link.", REFS)]
     return []
+
+
+MAX_PODS = 512
+
+
+def judge_p2p(pairs: Sequence[Mapping[str, Any]], gpus: Sequence[Mapping[str, Any]],
+              holders: Mapping[str, Sequence[str]] | None) -> list[Finding]:
+    """gpu.nvlink_degraded for a pod holding two GPUs that NVLink connects (the NVML child
+    asked only such pairs: contract d) whose NVLink P2P NVML says is not available: NCCL then
+    refuses the pair ("P2P is disabled between NVLINK connected GPUs", NVIDIA/nccl#2329) or,
+    with NCCL_IGNORE_DISABLED_P2P=1, sends its traffic through host memory. Judged per pod:
+    one finding per pod and pair. A pair NVLink does not connect was never asked (nothing);
+    a status NVML refused (None) says nothing."""
+    by_uuid = {str(g.get("uuid")): g for g in gpus if g.get("uuid")}
+    pods: dict[str, set[str]] = {}
+    for uuid, names in (holders or {}).items():
+        for p in list(names)[:MAX_PODS]:
+            pods.setdefault(str(p), set()).add(str(uuid))
+    out: list[Finding] = []
+    for pair in pairs:
+        a, b = str(pair.get("a")), str(pair.get("b"))
+        status = pair.get("nvlink")
+        if status in (None, "ok") or a not in by_uuid or b not in by_uuid:
+            continue
+        for pod in sorted(p for p, held in pods.items() if a in held and b in held):
+            ga, gb = by_uuid[a], by_uuid[b]
+            ev = _common.evidence(ga, holders)
+            ev.update({"pod": pod, "peer_uuid": b, "peer_index": gb.get("index"),
+                       "peer_pci_bus_id": gb.get("pci_bus_id"), "p2p_nvlink": status,
+                       "p2p_read": pair.get("read")})
+            out.append(catalog.make(
+                FID, "warning", _common.subject(ga),
+                f"{_common.label(ga)} and {_common.label(gb)} of pod {pod}: NVLink connects "
+                f"them but NVLink P2P is not available (NVML: {status})", ev,
+                "NCCL stops with \"P2P is disabled between NVLINK connected GPUs\" (or, with "
+                "NCCL_IGNORE_DISABLED_P2P=1, moves this pair's traffic through host memory, "
+                "far slower). `nvidia-smi topo -p2p n` shows the pair. Drain the node, reset "
+                "the GPUs or reboot; if it stays, have the NVLink bridge/baseboard checked and "
+                "move the pod meanwhile.", REFS))
+    return out

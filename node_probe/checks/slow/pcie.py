@@ -6,6 +6,13 @@ of training at Gen2 x16 at 100 % utilisation, nothing logged). NVIDIA GPUs drop 
 Gen1 when idle to save power and retrain on load, so the GENERATION is judged only while the
 GPU is busy; a WIDTH below the maximum is wrong at any time (widths do not idle down).
 
+On a virtual machine (the GPU passed through, or a vGPU) the guest sees no real slot: the
+GPU hangs off a virtual root complex (AWS g5's A10G sits at 00:1e.0 on bus 0 with no bridge
+above it), so a width below the GPU's max is not proof of a fault there -- the host may wire
+the slot at that width. It is said as info, with what would prove it (a sibling of the same
+instance type), unless another GPU of the same host with the same max runs wider (then this
+one differs: a warning), or a bridge above it shows a wider link.
+
 Sources, in order: NVML's view of the GPU's own link (record "pcie"), then sysfs/lspci link
 records of the GPU function and each bridge above it (a switch uplink at Gen1 throttles every
 GPU below it just the same).
@@ -108,11 +115,46 @@ def _faults(link: dict, is_busy: bool | None) -> tuple[bool, bool]:
     return gen_low, width_low
 
 
+VM_MODES = ("passthrough", "vgpu")
+
+
+def on_vm(g: Mapping[str, Any]) -> str | None:
+    """How the GPU is seen to be in a virtual machine ("passthrough", "vgpu", "hypervisor"),
+    or None: bare metal, or not known."""
+    mode = g.get("virtualization")
+    if mode in VM_MODES:
+        return str(mode)
+    if mode is None and g.get("hypervisor") is True:
+        return "hypervisor"
+    return None
+
+
+def _wider_elsewhere(g, link: dict, chain: list[dict],
+                     peers: Sequence[Mapping[str, Any]]) -> list[str]:
+    """What shows the slot could be wider than this GPU's link: siblings (same name and max
+    width) running wider, or a bridge above it whose link is wider."""
+    out = []
+    for p in peers:
+        if p is g or p.get("lost"):
+            continue
+        pp = p.get("pcie") or {}
+        w, wm = _common.num(pp.get("width_cur")), _common.num(pp.get("width_max"))
+        if (p.get("name") == g.get("name") and wm == link["width_max"] and w is not None
+                and w > link["width_cur"]):
+            out.append(f"{_common.label(p)} x{w}")
+    for up in chain:
+        if up["where"] == "bridge" and up["width_cur"] and up["width_cur"] > link["width_cur"]:
+            out.append(f"the bridge {up['bdf']} x{up['width_cur']}")
+    return out
+
+
 def judge(g: Mapping[str, Any], links: Mapping[str, Mapping[str, Any]] | None = None,
-          holders: Mapping[str, Sequence[str]] | None = None, bdf: str | None = None) -> list[Finding]:
+          holders: Mapping[str, Sequence[str]] | None = None, bdf: str | None = None,
+          peers: Sequence[Mapping[str, Any]] = ()) -> list[Finding]:
     """gpu.pcie_downtrained for one GPU record (contract a), with the sysfs/lspci link records
-    (contract b) keyed by normalised bdf, `bdf` the GPU's key among them. At most one finding:
-    the worst link on the GPU's path to the CPU."""
+    (contract b) keyed by normalised bdf, `bdf` the GPU's key among them, and the node's other
+    GPU records (siblings on a VM). At most one finding: the worst link on the GPU's path to
+    the CPU."""
     if g.get("lost"):
         return []
     is_busy = _common.busy(g)
@@ -143,6 +185,21 @@ def judge(g: Mapping[str, Any], links: Mapping[str, Mapping[str, Any]] | None = 
                "gen_gpu_max": link.get("gen_gpu_max"),
                "links": chain})
     pods = f"; held by {', '.join(ev['pods'][:3])}" if ev["pods"] else ""
+    vm = on_vm(g) if width_low and not gen_low and link["where"] == "gpu" else None
+    if vm is not None:
+        wider = _wider_elsewhere(g, link, chain, peers)
+        ev.update({"vm": vm, "wider_elsewhere": wider})
+        if not wider:
+            return [catalog.make(
+                FID, "info", _common.subject(g),
+                f"{_common.label(g)}: PCIe link width {now} of {top} on a virtual machine "
+                f"({vm}): on a VM the slot's width is not visible; compare with a sibling of "
+                f"the same instance type{pods}", ev,
+                "Not proof of a fault: the host may wire this slot at that width. Run "
+                "`nvidia-smi -q -x` on another machine of the same instance type: the same "
+                "width there is the platform's; a wider one there means this GPU trained "
+                "narrow (stop and start the instance to move it to another host).", REFS)]
+        pods += f"; on this VM {', '.join(wider[:3])} runs wider"
     return [catalog.make(
         FID, "warning", _common.subject(g),
         f"{_common.label(g)}: PCIe link {what} downtrained{where}: {now} of {top}: "

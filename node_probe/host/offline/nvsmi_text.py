@@ -196,6 +196,8 @@ def record(index: int, bus: str, g: Node) -> dict:
         "uuid": values.uuid(g.val("GPU UUID")),
         "pci_bus_id": values.bus_id(g.val("PCI", "Bus Id")) or bus,
         "name": g.val("Product Name"),
+        "virtualization": values.virtualization(
+            g.val("GPU Virtualization Mode", "Virtualization Mode")),
         "pcie": _pcie(g),
         "utilization_gpu_pct": values.integer(g.val("Utilization", "Gpu")),
         "clocks": {"event_reasons": _reasons(g),

@@ -196,6 +196,8 @@ def record(index: int, g: El) -> dict:
         "uuid": values.uuid(g.val("uuid")),
         "pci_bus_id": values.bus_id(g.val("pci", "pci_bus_id")) or values.bus_id(g.attrs.get("id")),
         "name": g.val("product_name"),
+        "virtualization": values.virtualization(
+            g.val("gpu_virtualization_mode", "virtualization_mode")),
         "pcie": {
             "gen_cur": values.integer(g.val(*link, "pcie_gen", "current_link_gen")),
             "gen_max": values.integer(g.val(*link, "pcie_gen", "max_link_gen")),

@@ -20,6 +20,18 @@ def bus_id(v: str | None) -> str | None:
     return v if _BUS_ID.match(v) else None
 
 
+# nvidia-smi's "Virtualization Mode" words -> nvml.h nvmlGpuVirtualizationMode_t as a word
+VIRT_MODES = {"none": "none", "pass-through": "passthrough", "vgpu": "vgpu",
+              "host vgpu": "host_vgpu", "host vsga": "host_vsga"}
+
+
+def virtualization(v: str | None) -> str | None:
+    """`Pass-Through` -> "passthrough", `None` -> "none" (bare metal); unknown -> None."""
+    if v is None:
+        return None
+    return VIRT_MODES.get(v.strip().lower())
+
+
 def uuid(v: str | None) -> str | None:
     v = (v or "").strip()
     return v if _UUID.match(v) else None
