@@ -161,10 +161,10 @@ def _apply(f: Callable, opts: list) -> Callable:
     return f
 
 
-def _output_options(f: Callable) -> Callable:
+def _output_options(f: Callable, formats: tuple = FORMATS) -> Callable:
     """Output and deadlines: every command that runs checks, `local` included."""
     return _apply(f, [
-        click.option("-o", "--output", type=click.Choice(FORMATS), default=None,
+        click.option("-o", "--output", type=click.Choice(formats), default=None,
                      help="Output format (default table)."),
         click.option("--fail-on", type=click.Choice(FAIL_ON), default=None,
                      help="Exit 1 if findings at or above this severity (default warning)."),
@@ -196,9 +196,9 @@ def _kube_options(f: Callable, namespace_help: str | None = None,
                           "else the in-cluster config)."),
         click.option("--context", default=None, metavar="NAME",
                      help="The kubeconfig context to use (default: its current-context)."),
-        click.option("--request-timeout", type=params.Duration(0.1), default=None,
+        click.option("--request-timeout", type=params.RequestTimeout(), default=None,
                      help="Wall-clock limit of each API request, however slowly the server "
-                          "answers (default 15s)."),
+                          "answers; 0 for none, as in kubectl (default 15s)."),
     ]
     opts.append(click.option("-n", "--namespace", type=params.NAMESPACE, default=None,
                              envvar=namespace_env, hidden=not namespace_help,
@@ -206,14 +206,15 @@ def _kube_options(f: Callable, namespace_help: str | None = None,
     return _apply(f, opts)
 
 
-def _common(f: Callable, namespace_help: str | None = None) -> Callable:
+def _common(f: Callable, namespace_help: str | None = None,
+            formats: tuple = FORMATS) -> Callable:
     """What every command that runs checks in a cluster takes: output, deadlines, kubectl's
     flags, the probe image."""
     return _output_options(_kube_options(_apply(f, [
         click.option("--image", default=None,
                      help="Probe image of the debug pod (default: the release image this "
                           "plugin pins; `kubectl gpu-doctor version` names it)."),
-    ]), namespace_help))
+    ]), namespace_help), formats)
 
 
 def _with_group(ctx: click.Context, local: dict) -> dict:
@@ -368,6 +369,13 @@ def _target_command(kind: str, name_type: click.ParamType, help: str, short: str
     return command
 
 
+def _all_namespaces(help: str | None) -> Callable:
+    """kubectl's -A: `pod NAME -A` looks for POD in every namespace; on the cluster-scoped
+    `node` and `nodes` it is accepted and ignored, as `kubectl get nodes -A` does (hidden)."""
+    return click.option("-A", "--all-namespaces", is_flag=True, default=False,
+                        hidden=help is None, help=help or "Accepted and ignored.")
+
+
 def _not_negative(ctx: click.Context, param: click.Parameter, value: int | None) -> int | None:
     if value is not None and value < 0:
         raise click.BadParameter(f"{value} is not a bundle number (1 is the newest)", ctx, param)
@@ -385,7 +393,8 @@ def _history_option(f: Callable) -> Callable:
 
 
 node_cmd = _target_command(
-    "node", params.NODE_NAME, shell_complete=_complete_nodes, extra=_history_option,
+    "node", params.NODE_NAME, shell_complete=_complete_nodes,
+    extra=lambda f: _all_namespaces(None)(_history_option(f)),
     short="Why the GPU pods on node NODE are stuck, failing or slow.",
     help="Why the GPU pods on node NODE (or node/NODE) are stuck, failing or slow: the "
          "verdict (root cause, the pods it holds up, the commands to run), then each "
@@ -397,6 +406,8 @@ node_cmd = _target_command(
          "says how the node was reached.")
 pod_cmd = _target_command(
     "pod", params.POD_NAME, namespace_help=_NS_POD, shell_complete=_complete_pods,
+    extra=_all_namespaces("Find POD in every namespace (one list call; an error if more "
+                          "than one namespace has a pod of that name)."),
     short="Why pod POD is not running, then what is wrong with its node.",
     help="Why pod POD (or pod/POD) is not running: rejected at admission, waiting on a wedged "
          "kubelet, or never scheduled (its GPU fit against every node, named as one case "
@@ -426,20 +437,28 @@ pod_cmd = _target_command(
                    "(nodes with a Running agent do not count).")
 @click.option("--start-timeout", type=params.Duration(1), default=None,
               help="How long to wait for each debug pod to run (default 60s).")
+@click.option("--no-headers", "no_headers", is_flag=True, default=False,
+              help="Table: leave out the column titles, as kubectl's --no-headers.")
 @_probe_namespace
 @_kubelet_timeout
 @_agent_options
-@_common
+@functools.partial(_common, formats=FORMATS + ("name",))
+@_all_namespaces(None)
 @click.pass_context
 def nodes_cmd(ctx: click.Context, selector: str | None, all_nodes: bool, probe: bool,
-              max_probes: int, show_healthy: bool, **kw: Any) -> int:
+              max_probes: int, show_healthy: bool, no_headers: bool, **kw: Any) -> int:
     """The GPU nodes of a fleet from the API side in a constant number of list calls: the
     sick ones, worst first, each with its verdict on a line of its own; the healthy ones
     counted. The watching agent's conditions come with the node list (no exec);
-    --probe also runs the node probe on each selected node."""
+    --probe also runs the node probe on each selected node. -o name prints `node/NAME` for
+    each node the table lists (for `xargs kubectl cordon`)."""
+    names_only = kw.get("output") == "name"
+    if names_only:
+        kw["output"] = "table"
     o = _opts(ctx, kw)
     o["no_probe"] = not probe
-    return nodes.nodes(_session(ctx), o, selector, all_nodes, max_probes, show_healthy)
+    return nodes.nodes(_session(ctx), o, selector, all_nodes, max_probes, show_healthy,
+                       names_only=names_only, headers=not no_headers)
 
 
 @cli.command("local", context_settings=CONTEXT_SETTINGS, epilog=EXAMPLES["local"],
@@ -773,7 +792,9 @@ def _as_error(exc: BaseException) -> errors.GpuDoctorError:
         if exc.ctx is not None and exc.ctx.info_name == "node" and "Missing argument" in msg:
             msg = msg.rstrip(".") + " (every node: `kubectl gpu-doctor nodes`)"
         # as kubectl's usage errors end (cmdutil.UsageErrorf), on the same line
-        return errors.UsageError(f"{msg.rstrip('.')}. See '{path} -h' for help and examples")
+        end = "" if msg.endswith("?") else "."  # click's "Did you mean --x?" keeps its "?"
+        return errors.UsageError(f"{msg.rstrip('.')}{end} See '{path} -h' for help and "
+                                 f"examples")
     if isinstance(exc, (click.Abort, KeyboardInterrupt)):
         return errors.Interrupted("interrupted")
     if isinstance(exc, click.ClickException):

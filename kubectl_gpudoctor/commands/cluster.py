@@ -44,6 +44,9 @@ def run_cluster(session: Session, o: dict, target: dict, fn: Callable,
     kube.on_wait = lambda text, budget, waited: out.say(text, deadline_s=budget,
                                                         waited_s=round(waited, 1))
     namespace = o.get("namespace") or kube.default_namespace
+    if pod_target and o.get("all_namespaces"):  # `pod NAME -A`: wherever it is
+        from .lookup import pod_namespace_anywhere
+        namespace = pod_namespace_anywhere(kube, target["name"])
     if pod_target:
         out.report.target["name"] = f"{namespace}/{target['name']}"
     settings = settings_of(o, namespace)

@@ -34,25 +34,18 @@ def local(session: Session, o: dict, probe_args: Sequence[str]) -> ExitStatus:
             out.mark_incomplete(f"the probe ended without a summary (exit {rc})")
     finally:
         proc.stop()
+    _say_sudo(out)
     return out.exit_status()
 
 
-LIST_TIMEOUT_S = 30.0
-
-
-def list_checks(session: Session) -> ExitStatus:
-    """`local --list-checks`: the probe's own list (the ids --only and --skip take)."""
-    import subprocess
-    from ..reach.localproc import probe_command
-    from ..session import echo
-    try:
-        r = subprocess.run(probe_command(["--list-checks"]), stdin=subprocess.DEVNULL,
-                           capture_output=True, timeout=LIST_TIMEOUT_S)
-    except subprocess.TimeoutExpired:
-        raise errors.InternalError(f"the probe did not list its checks within "
-                                   f"{LIST_TIMEOUT_S:g}s") from None
-    if r.returncode != 0:
-        raise errors.InternalError(f"the probe could not list its checks (exit "
-                                   f"{r.returncode})")
-    echo(r.stdout.decode("utf-8", "replace")[:65536], nl=False)
-    return ExitStatus.OK
+def _say_sudo(out) -> None:
+    """Not root, and checks could not look for it: a warning for bots (-o json `logs`); the
+    table says it on its could-not-look line (render.needs_root)."""
+    from node_probe.protocol.render import needs_root
+    if os.geteuid() == 0:
+        return
+    ids = needs_root(out.report)
+    if ids:
+        out.log("warning", f"not run as root: {len(ids)} check{'s' if len(ids) != 1 else ''} "
+                           f"could not read what only root may ({', '.join(ids)}); run it "
+                           f"with sudo: `sudo kubectl-gpu_doctor local`")

@@ -1,0 +1,269 @@
+"""The UX audit of round 5 (../shared/audits/ux-round-5.md), the items of issue 36.6 and 36.7
+that are about the command line: the 3 a.m. mistakes (N11 "did you mean", N12 a 403 that
+says how, N13 kubectl habits, N14 piped width, N21 `local` without root) and click's own
+words (R4-18). The CLI runs as a user runs it (`python -m kubectl_gpudoctor`, a subprocess)
+against the suite's HTTP fake API server, on test_fleet_view.sick_fleet (40 nodes
+gpu-0000..gpu-0039: NotReady gpu-0030, wedged gpu-0003, agent-marked gpu-0020).
+
+What the audit saw is quoted in each docstring; the assertions are what the tired engineer
+needs instead. Each error is one stderr line with the exit code of errors.py's one map.
+"""
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import pty
+import re
+import shutil
+import struct
+import subprocess
+import sys
+import termios
+from pathlib import Path
+
+import pytest
+
+from kubectl_gpudoctor import params
+
+from .conftest import REPO, cli_env, one_error_line
+from .fakecluster import FakeCluster
+from .test_fleet_view import sick_fleet
+
+
+@pytest.fixture(scope="module")
+def fleet(tmp_path_factory):
+    """sick_fleet, plus pods whose names a tired engineer types without their namespace."""
+    fc = FakeCluster()
+    sick_fleet(fc)
+    fc.add_pod("ml", "trainer-0", "gpu-0001", gpus=1)
+    fc.add_pod("ml", "twin", "gpu-0001", gpus=1)
+    fc.add_pod("team-b", "twin", "gpu-0002", gpus=1)
+    fc.start()
+    try:
+        yield fc, str(fc.kubeconfig(tmp_path_factory.mktemp("kc") / "kubeconfig"))
+    finally:
+        fc.stop()
+
+
+def cli(*args: str, env: dict | None = None, timeout: float = 120,
+        **kw) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "kubectl_gpudoctor", *args],
+                          capture_output=True, text=True, timeout=timeout,
+                          env=env or cli_env(), cwd=str(REPO), **kw)
+
+
+# -- N11: did you mean ---------------------------------------------------------------------
+
+def test_a_node_name_one_zero_short_names_the_node_meant(fleet):
+    """Audit N11: `node gpu-001` said `error: node gpu-001 not found`, with no near name."""
+    _, kc = fleet
+    r = cli("node", "gpu-001", "--kubeconfig", kc, "--no-probe")
+    assert r.returncode == 3, r.stderr
+    line = one_error_line(r.stderr)
+    assert line.endswith("node gpu-001 not found; did you mean gpu-0001?"), line
+
+
+def test_a_lookalike_letter_in_a_node_name_names_the_node_meant(fleet):
+    """Audit N11: `node gpu-0l50` (an l for a 1). Here gpu-00l5 for gpu-0015."""
+    _, kc = fleet
+    r = cli("node", "node/gpu-00l5", "--kubeconfig", kc, "--no-probe")
+    assert r.returncode == 3
+    assert one_error_line(r.stderr).endswith("did you mean gpu-0015?")
+
+
+def test_a_name_nothing_resembles_says_only_not_found(fleet):
+    _, kc = fleet
+    r = cli("node", "cpu-login-1", "--kubeconfig", kc, "--no-probe")
+    assert r.returncode == 3
+    assert one_error_line(r.stderr).endswith("node cpu-login-1 not found")
+
+
+def test_closest_names_are_bounded_and_best_first():
+    names = [f"gpu-{i:04d}" for i in range(1000)]
+    assert params.closest_names("gpu-001", names) == ["gpu-0001"]
+    assert params.closest_names("gpu-0O50", names) == ["gpu-0050"]
+    assert params.closest_names("gpu-0l50", names) == ["gpu-0150"]
+    near = params.closest_names("gpu-10000", names)
+    assert 0 < len(near) <= params.MAX_SUGGESTIONS
+    assert params.closest_names("login-7", names) == []
+    assert params.did_you_mean(["a", "b", "c"]) == "did you mean a, b or c?"
+
+
+def test_a_pod_in_another_namespace_says_which(fleet):
+    """Audit N11: `pod trainer-0` (no -n) said `pod default/trainer-0 not found`, though
+    ml/trainer-0 exists. One list call (a field selector on the name) finds it."""
+    fc, kc = fleet
+    before = fc.count("GET", r"^/api/v1/pods$")
+    r = cli("pod", "trainer-0", "--kubeconfig", kc, "--no-probe")
+    assert r.returncode == 3
+    line = one_error_line(r.stderr)
+    assert line.endswith("pod default/trainer-0 not found; found in namespace ml (use -n ml)")
+    assert fc.count("GET", r"^/api/v1/pods$") - before == 1
+    r = cli("pod", "twin", "--kubeconfig", kc, "--no-probe")
+    assert one_error_line(r.stderr).endswith(
+        "found in namespaces ml, team-b (use -n NAMESPACE)")
+
+
+def test_pod_all_namespaces_finds_the_pod(fleet):
+    """Audit N13: no `pod -A`. kubectl users type -A to look everywhere."""
+    _, kc = fleet
+    r = cli("pod", "trainer-0", "-A", "--kubeconfig", kc, "--no-probe", "-o", "json")
+    assert r.returncode in (0, 1), r.stderr
+    doc = json.loads(r.stdout)
+    assert doc["target"]["name"] == "ml/trainer-0"
+    r = cli("pod", "twin", "-A", "--kubeconfig", kc, "--no-probe")
+    assert r.returncode == 2
+    assert one_error_line(r.stderr).endswith(
+        "pod twin exists in namespaces ml, team-b: choose one with -n")
+    r = cli("pod", "nosuch", "-A", "--kubeconfig", kc, "--no-probe")
+    assert r.returncode == 3
+    assert one_error_line(r.stderr).endswith("pod nosuch not found in any namespace")
+
+
+def test_all_namespaces_is_accepted_where_kubectl_accepts_it(fleet):
+    """`kubectl get nodes -A` works (the flag is ignored for cluster-scoped kinds)."""
+    _, kc = fleet
+    r = cli("nodes", "-A", "--kubeconfig", kc, "-o", "name")
+    assert r.returncode == 1, r.stderr  # the fleet has critical nodes
+    r = cli("node", "gpu-0001", "-A", "--kubeconfig", kc, "--no-probe")
+    assert r.returncode in (0, 1), r.stderr
+
+
+# -- N12: a 403 that says how ----------------------------------------------------------------
+
+def test_forbidden_names_the_rbac_command(tmp_path):
+    """Audit N12: `error: forbidden to list nodes: /api/v1/nodes is forbidden: User "tester"
+    cannot get resource at this path` (exit 3), not how to get the right."""
+    fc = FakeCluster()
+    fc.add_node("gpu-1")
+    fc.forbid.append(("*", re.compile(r"^/api/v1/nodes")))
+    fc.start()
+    try:
+        kc = str(fc.kubeconfig(tmp_path / "kc"))
+        for args in (("nodes",), ("node", "gpu-1", "--no-probe")):
+            r = cli(*args, "--kubeconfig", kc)
+            assert r.returncode == 3
+            line = one_error_line(r.stderr)
+            assert "is forbidden" in line
+            assert line.endswith("the gpu-doctor-user ClusterRole grants what it reads: "
+                                 "`kubectl gpu-doctor rbac | kubectl apply -f -` (by a "
+                                 "cluster admin)"), line
+    finally:
+        fc.stop()
+
+
+# -- N13: kubectl habits ----------------------------------------------------------------------
+
+def test_nodes_output_name_lists_the_sick_nodes_as_kubectl_names(fleet):
+    """Audit N13: `-o name` was refused (exit 2). As kubectl's: `node/NAME` lines, nothing
+    else, the nodes the table lists (the sick ones, worst first), for `xargs kubectl ...`."""
+    _, kc = fleet
+    r = cli("nodes", "-o", "name", "--kubeconfig", kc)
+    assert r.returncode == 1, r.stderr
+    assert r.stdout.splitlines() == ["node/gpu-0030", "node/gpu-0003", "node/gpu-0020"]
+    r = cli("nodes", "-o", "name", "--show-healthy", "--kubeconfig", kc)
+    assert len(r.stdout.splitlines()) == 40
+    assert all(re.fullmatch(r"node/gpu-00[0-3][0-9]", ln) for ln in r.stdout.splitlines())
+
+
+def test_nodes_no_headers_leaves_out_the_column_titles(fleet):
+    """Audit N13: `--no-headers` was "No such option ... Did you mean '--no-agent'?." """
+    _, kc = fleet
+    env = dict(cli_env(), COLUMNS="80")
+    with_h = cli("nodes", "--kubeconfig", kc, env=env).stdout.splitlines()
+    without = cli("nodes", "--no-headers", "--kubeconfig", kc, env=env).stdout.splitlines()
+    assert with_h[0].split()[:2] == ["NODE", "READY"]
+
+    def ageless(lines: list[str]) -> list[str]:  # the lease ages and the run time move on
+        return [re.sub(r"\d+(\.\d+)?(ms|s|m|h|d)\b", "T", ln) for ln in lines]
+    assert ageless(without) == ageless(with_h[1:])
+    assert not any(ln.startswith("NODE ") for ln in without)
+
+
+def test_a_mistyped_option_ends_its_question_once(fleet):
+    """Audit N13: the doubled "?." after click's "Did you mean"."""
+    _, kc = fleet
+    r = cli("nodes", "--no-agnt", "--kubeconfig", kc)
+    assert r.returncode == 2
+    line = one_error_line(r.stderr)
+    assert "--no-agent" in line and "?." not in line
+
+
+def test_request_timeout_zero_means_no_limit_as_in_kubectl(fleet):
+    """Audit N13: `--request-timeout 0` was refused ("shorter than the minimum 0.1s"); in
+    kubectl 0 means no timeout. A node whose answer takes 2 s is read with it."""
+    fc, kc = fleet
+    fc.slow["/api/v1/nodes/gpu-0005"] = 2.0
+    try:
+        r = cli("node", "gpu-0005", "--request-timeout", "0", "--kubeconfig", kc,
+                "--no-probe", "-o", "json")
+    finally:
+        fc.slow.pop("/api/v1/nodes/gpu-0005")
+    assert r.returncode in (0, 1), r.stderr
+    assert json.loads(r.stdout)["target"]["name"] == "gpu-0005"
+    assert params.RequestTimeout().convert("0s", None, None) == params.NO_REQUEST_LIMIT_S
+    r = cli("node", "gpu-0005", "--request-timeout", "50ms", "--kubeconfig", kc)
+    assert r.returncode == 2
+    assert "shorter than the minimum 0.1s" in one_error_line(r.stderr)
+
+
+# -- N14: piped output at the terminal's width, else 80 --------------------------------------
+
+def _no_columns() -> dict:
+    env = cli_env()
+    env.pop("COLUMNS", None)
+    env.pop("LINES", None)
+    return env
+
+
+def test_piped_output_is_80_columns_without_a_terminal(fleet):
+    """Audit N14: `node X | less` formatted for 120 columns when stdout is not a TTY and
+    COLUMNS is unset; the terminal then wrapped the layout at column 0."""
+    _, kc = fleet
+    r = cli("node", "gpu-0003", "--kubeconfig", kc, "--no-probe", env=_no_columns(),
+            stdin=subprocess.DEVNULL)
+    assert r.returncode == 1, r.stderr
+    widths = [len(ln) for ln in r.stdout.splitlines()]
+    assert max(widths) <= 80, r.stdout
+    assert max(widths) > 70  # it did wrap at 80, not shorter
+
+
+def test_piped_output_takes_the_width_of_the_terminal_stderr_is_on(fleet):
+    """`node X | less` in a 100-column terminal: stdout is the pipe, stderr the terminal."""
+    _, kc = fleet
+    master, slave = pty.openpty()
+    fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 50, 100, 0, 0))
+    try:
+        r = subprocess.run([sys.executable, "-m", "kubectl_gpudoctor", "node", "gpu-0003",
+                            "--kubeconfig", kc, "--no-probe"], stdout=subprocess.PIPE,
+                           stderr=slave, stdin=subprocess.DEVNULL, text=True, timeout=120,
+                           env=_no_columns(), cwd=str(REPO))
+    finally:
+        os.close(slave)
+        os.close(master)
+    widths = [len(ln) for ln in r.stdout.splitlines()]
+    assert 80 < max(widths) <= 100, r.stdout
+
+
+# -- N21: `local` without root -----------------------------------------------------------------
+
+@pytest.mark.skipif(os.geteuid() != 0 or not shutil.which("setpriv"),
+                    reason="needs root to drop to another user (setpriv)")
+def test_local_without_root_says_to_run_it_with_sudo(tmp_path):
+    """Audit N21: as nobody, `local` said "14 checks could not look" and nothing about root;
+    the kernel log's "needs root or CAP_SYSLOG" was under --details only."""
+    if not all(os.access(p, os.R_OK | os.X_OK) for p in (REPO, Path(sys.executable).parent)):
+        pytest.skip("the checkout is not readable by another user")
+    env = dict(_no_columns(), HOME=str(tmp_path), COLUMNS="200")
+    os.chmod(tmp_path, 0o777)
+    r = subprocess.run(["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups",
+                        sys.executable, "-m", "kubectl_gpudoctor", "local", "--only", "kmsg",
+                        "--trace-seconds", "0"], capture_output=True, text=True, timeout=120,
+                       env=env, cwd=str(REPO))
+    assert r.returncode == 0, r.stderr
+    assert "1 of them need root: run it with sudo" in r.stdout, r.stdout
+    r = subprocess.run([sys.executable, "-m", "kubectl_gpudoctor", "local", "--only", "kmsg",
+                        "--trace-seconds", "0", "-o", "json"], capture_output=True, text=True,
+                       timeout=120, env=env, cwd=str(REPO))
+    assert "run it with sudo" not in r.stdout  # root: nothing to say
