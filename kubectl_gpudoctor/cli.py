@@ -424,17 +424,17 @@ pod_cmd = _target_command(
 @click.option("--show-healthy", is_flag=True, default=False,
               help="List every node in the table, not only those with problems (-o json "
                    "and yaml always carry every node).")
-@click.option("--concurrency", type=click.IntRange(min=1, max=64), default=None,
-              help="Parallel per-node kubelet calls for flagged nodes (default 8).")
+@click.option("--concurrency", type=params.Count(1, 64), default=None,
+              help="Parallel per-node kubelet calls for flagged nodes, 1 to 64 (default 8).")
 @click.option("--stall-threshold", type=params.Duration(1), default=None,
               help="How long a bound pod may go untouched before it counts as stalled "
                    "(default 2m).")
 @click.option("--probe", "probe", is_flag=True, default=False,
               help="Also run the node probe on every selected node, --concurrency at a "
                    "time: by exec in the standing agent where one runs, else in a debug pod.")
-@click.option("--max-probes", type=click.IntRange(min=1), default=20, show_default=True,
+@click.option("--max-probes", type=params.Count(1), default=20,
               help="Refuse --probe when more than this many nodes would need a debug pod "
-                   "(nodes with a Running agent do not count).")
+                   "(nodes with a Running agent do not count; default 20).")
 @click.option("--start-timeout", type=params.Duration(1), default=None,
               help="How long to wait for each debug pod to run (default 60s).")
 @click.option("--no-headers", "no_headers", is_flag=True, default=False,
@@ -556,8 +556,8 @@ def _agent_cmd_options(f: Callable, image: bool = True) -> Callable:
                    "--no-watch: the agent only sleeps until `node X` execs into it.")
 @click.option("--interval", type=params.Duration(10), default=None,
               help="Time between the watching agent's passes (default 30s; at least 10s).")
-@click.option("--metrics-port", type=click.IntRange(1024, 65535), default=None,
-              help="Serve Prometheus metrics on this pod port (default: off); see "
+@click.option("--metrics-port", type=params.Count(1024, 65535), default=None,
+              help="Serve Prometheus metrics on this pod port, 1024 to 65535 (default: off); see "
                    "deploy/examples/agent-podmonitor.yaml.")
 @click.option("--dry-run", type=click.Choice(("none", "client", "server")), is_flag=False,
               flag_value="client", default="none",
@@ -673,7 +673,8 @@ def mcp_cmd(ctx: click.Context, **kw: Any) -> int:
     return mcp.serve(_session(ctx), _opts(ctx, kw))
 
 
-@cli.command("version", context_settings=CONTEXT_SETTINGS, epilog=EXAMPLES["version"])
+@cli.command("version", context_settings=CONTEXT_SETTINGS, epilog=EXAMPLES["version"],
+             short_help="The plugin version and its probe image.")
 @click.option("-o", "--output", type=click.Choice(("json", "yaml")), default=None,
               help="One document instead of text, as `kubectl version -o json|yaml`.")
 @click.pass_context

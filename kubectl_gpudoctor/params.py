@@ -50,6 +50,30 @@ class Duration(click.ParamType):
         return "DURATION"
 
 
+class Count(click.ParamType):
+    """A whole number within [minimum, maximum], said in words when it is not (click's
+    IntRange would print `[1<=x<=64]` after the option's help)."""
+
+    name = "integer"
+
+    def __init__(self, minimum: int, maximum: int | None = None) -> None:
+        self.minimum, self.maximum = minimum, maximum
+
+    def convert(self, value, param, ctx):  # noqa: ANN001 - click's signature
+        try:
+            n = int(value)
+        except (TypeError, ValueError):
+            self.fail(f"{value!r} is not a whole number", param, ctx)
+        if n < self.minimum or (self.maximum is not None and n > self.maximum):
+            span = (f"from {self.minimum} to {self.maximum}" if self.maximum is not None
+                    else f"at least {self.minimum}")
+            self.fail(f"{n} is out of range: it must be {span}", param, ctx)
+        return n
+
+    def get_metavar(self, param, ctx=None):  # noqa: ANN001 - click >= 8.2 passes ctx
+        return "N"
+
+
 # `--request-timeout 0`: no client-side limit, as in kubectl; a day stands for it (the API
 # server's own request timeout still ends a call it never answers; Ctrl-C always works)
 NO_REQUEST_LIMIT_S = 24 * 3600.0

@@ -49,3 +49,24 @@ def _say_sudo(out) -> None:
         out.log("warning", f"not run as root: {len(ids)} check{'s' if len(ids) != 1 else ''} "
                            f"could not read what only root may ({', '.join(ids)}); run it "
                            f"with sudo: `sudo kubectl-gpu_doctor local`")
+
+
+LIST_TIMEOUT_S = 30.0
+
+
+def list_checks(session: Session) -> ExitStatus:
+    """`local --list-checks`: the probe's own list (the ids --only and --skip take)."""
+    import subprocess
+    from ..reach.localproc import probe_command
+    from ..session import echo
+    try:
+        r = subprocess.run(probe_command(["--list-checks"]), stdin=subprocess.DEVNULL,
+                           capture_output=True, timeout=LIST_TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+        raise errors.InternalError(f"the probe did not list its checks within "
+                                   f"{LIST_TIMEOUT_S:g}s") from None
+    if r.returncode != 0:
+        raise errors.InternalError(f"the probe could not list its checks (exit "
+                                   f"{r.returncode})")
+    echo(r.stdout.decode("utf-8", "replace")[:65536], nl=False)
+    return ExitStatus.OK

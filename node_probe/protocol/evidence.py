@@ -120,9 +120,11 @@ def _inline(key: Any, v: Any, depth: int) -> str:
     return str(v)
 
 
-def table(rows: Sequence[Mapping[str, Any]]) -> tuple[list[str], list[list[str]], int]:
+def table(rows: Sequence[Mapping[str, Any]], cell_limit: int = MAX_CELL
+          ) -> tuple[list[str], list[list[str]], int]:
     """(column labels, rows of cells, rows left out) of a list of objects; each column a key
-    (the first MAX_COLUMNS keys seen), each cell one line."""
+    (the first MAX_COLUMNS keys seen), each cell one line of at most `cell_limit` (--details
+    and markdown ask for whole values: MAX_VALUE)."""
     keys: list[str] = []
     for r in rows[:MAX_ROWS]:
         for k in r:
@@ -137,7 +139,7 @@ def table(rows: Sequence[Mapping[str, Any]]) -> tuple[list[str], list[list[str]]
                 text = f"{len(v)} item{'s' if len(v) != 1 else ''}"
             else:
                 text = "" if k not in r else _inline(k, v, 1)
-            cells.append(cut(text, MAX_CELL))
+            cells.append(cut(text, cell_limit))
         body.append(cells)
     return [label(k).upper() for k in keys], body, max(0, len(rows) - MAX_ROWS)
 

@@ -386,11 +386,17 @@ def _details(f: Finding, width: int, color: bool) -> list[str]:
     for k, v in scalars:
         out += _wrap(f"{k}: {v}", width, ind + "  ", ind + "    ")
     for k, rows in tables:
-        cols, body, more = human.table(rows)
+        cols, body, more = human.table(rows, human.MAX_VALUE)
         body = [[terminal_safe(c) for c in r] for r in body]
         cols = [terminal_safe(c) for c in cols]
         out.append(f"{ind}  {k}:")
-        out += [cut(ind + "    " + ln, width) for ln in human.aligned(cols, body)]
+        lines = [ind + "    " + ln for ln in human.aligned(cols, body)]
+        if all(len(ln) <= width for ln in lines):
+            out += lines
+        else:  # wider than the terminal: each row as its own wrapped record, nothing cut
+            for r in body:
+                text = "; ".join(f"{c.lower()}: {v}" for c, v in zip(cols, r) if v)
+                out += _wrap(text or "-", width, ind + "    - ", ind + "      ")
         if more:
             out.append(f"{ind}    ... {more} more (-o json)")
     for i, para in enumerate(f.remediation.splitlines() or ([] if not f.remediation else [""])):
