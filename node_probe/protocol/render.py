@@ -52,8 +52,10 @@ def terminal_safe(value: Any) -> str:
 
 
 def _safe_evidence_value(v: Any) -> Any:
-    # mappings and lists are printed as JSON (ensure_ascii escapes every control character)
-    return terminal_safe(v) if isinstance(v, str) else v
+    # mappings and lists are printed as JSON (ensure_ascii escapes every control character);
+    # a string's line breaks and tabs are spaces to a reader (a runtime's multi-line message
+    # showed as `'legacy'\x0anvidia-container-cli`), its other control characters escaped
+    return terminal_safe(" ".join(v.split())) if isinstance(v, str) else v
 
 
 def terminal_safe_finding(f: Finding) -> Finding:

@@ -267,3 +267,87 @@ def test_local_without_root_says_to_run_it_with_sudo(tmp_path):
                         "--trace-seconds", "0", "-o", "json"], capture_output=True, text=True,
                        timeout=120, env=env, cwd=str(REPO))
     assert "run it with sudo" not in r.stdout  # root: nothing to say
+
+
+# -- R4-18: --help in words, not click's range markers -----------------------------------------
+
+@pytest.mark.parametrize("path", [("nodes",), ("agent", "install"), ("node",)])
+def test_help_has_no_click_range_markers(path):
+    """Audit R4-18: `nodes --help`: `--concurrency ... [1<=x<=64]`, `--max-probes ...
+    [default: 20; x>=1]`; `agent install`: `[1024<=x<=65535]`."""
+    r = cli(*path, "--help", env=dict(cli_env(), COLUMNS="100"))
+    assert r.returncode == 0
+    assert not re.search(r"\[[^\]]*x[<>]=|<=x|\[default:", r.stdout), r.stdout
+
+
+def test_a_count_out_of_range_is_said_in_words():
+    r = cli("nodes", "--concurrency", "65")
+    assert r.returncode == 2
+    assert "65 is out of range: it must be from 1 to 64" in one_error_line(r.stderr)
+    r = cli("nodes", "--max-probes", "x")
+    assert r.returncode == 2 and "'x' is not a whole number" in r.stderr
+
+
+def test_no_command_summary_is_cut():
+    """Audit R4-18: completion showed `version	Print the plugin version and the probe...`
+    (click cuts a summary it makes from the help at 45 characters)."""
+    import click
+
+    from kubectl_gpudoctor import cli as cli_mod
+
+    def walk(group):
+        for name, cmd in group.commands.items():
+            yield name, cmd
+            if isinstance(cmd, click.Group):
+                yield from walk(cmd)
+    for name, cmd in walk(cli_mod.cli):
+        assert not cmd.get_short_help_str(45).endswith("..."), name
+
+
+# -- N19, R4-15, R4-14: evidence whole, on one line each value ----------------------------------
+
+def _finding():
+    from node_probe.protocol import Finding, Severity
+    # the kubelet's event texts (pkg/kubelet/kuberuntime, the scheduler's "Successfully
+    # assigned") and the runtime's multi-line message, as the audit's staging carried them
+    return Finding(
+        id="pod.gpu_start_failed", severity=Severity.CRITICAL, subject="ml/cuda-0",
+        title="Container main cannot start on gpu-0060",
+        evidence={"message": "Auto-detected mode as 'legacy'\nnvidia-container-cli: "
+                             "initialization error: nvml error: driver/library version "
+                             "mismatch: unknown",
+                  "events": [{"type": "Normal", "reason": "Scheduled",
+                              "message": "Successfully assigned ml/cuda-0 to gpu-0060"},
+                             {"type": "Warning", "reason": "Failed",
+                              "message": "Error: failed to create containerd task: failed to "
+                                         "create shim task: OCI runtime create failed: runc "
+                                         "create failed: unable to start container process"}]},
+        remediation="Drain the node and reboot it.")
+
+
+def test_details_cut_nothing_at_80_columns():
+    """Audit N19: `--details` cut the events table at 80 columns (`Successfully assigned
+    ml/…`, `Error: failed to create c…`), though docs/cli.md says nothing is cut."""
+    from node_probe.protocol import render
+    lines = render._details(render.terminal_safe_finding(_finding()), 80, False)
+    text = "\n".join(lines)
+    assert "…" not in text and all(len(ln) <= 80 for ln in lines), text
+    flat = " ".join(text.split())
+    assert "Successfully assigned ml/cuda-0 to gpu-0060" in flat
+    assert "unable to start container process" in flat
+
+
+def test_a_line_break_in_evidence_is_a_space_not_an_escape():
+    """Audit R4-14: the evidence `message:` showed `'legacy'\\x0anvidia-container-cli`."""
+    from node_probe.protocol import render
+    text = "\n".join(render._details(render.terminal_safe_finding(_finding()), 200, False))
+    assert "'legacy' nvidia-container-cli" in text and "\\x0a" not in text
+    assert render.terminal_safe_finding(_finding()).evidence["message"].count("\\x") == 0
+
+
+def test_markdown_evidence_cells_are_whole():
+    """Audit R4-15: markdown evidence cells were cut (`wchan: futex_do_w…`)."""
+    from kubectl_gpudoctor.report import markdown
+    md = "\n".join(markdown._evidence(_finding()))
+    assert "…" not in md
+    assert "unable to start container process" in md
