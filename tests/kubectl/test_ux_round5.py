@@ -26,9 +26,13 @@ import pytest
 
 from kubectl_gpudoctor import params
 
+from tests.deviceplugin.conftest import host, start_plugin  # noqa: F401 - fixtures
+
 from .conftest import REPO, cli_env, one_error_line
 from .fakecluster import FakeCluster
+from .test_agent_wedge import stuck_plugin  # noqa: F401 - fixture
 from .test_fleet_view import sick_fleet
+from .test_ux_round4 import wedged_full  # noqa: F401 - fixture
 
 
 @pytest.fixture(scope="module")
@@ -351,3 +355,31 @@ def test_markdown_evidence_cells_are_whole():
     md = "\n".join(markdown._evidence(_finding()))
     assert "…" not in md
     assert "unable to start container process" in md
+
+
+# -- N17: docs/cli.md's JSON examples are a real run's ------------------------------------------
+
+def _doc_json_blocks() -> list[str]:
+    text = (REPO / "docs" / "cli.md").read_text()
+    section = text[text.index("## `-o json` (for bots)"):]
+    return re.findall(r"```json\n(.*?)```", section, re.S)
+
+
+def test_the_json_examples_of_docs_cli_are_a_real_run(wedged_full, stuck_plugin, tmp_path):  # noqa: F811
+    """Audit N17: docs/cli.md's verdict example said `"root_cause": "driver.known_bad"` and
+    "Likely: known-bad NVIDIA driver ... hangs the device plugin"; the real run of the same
+    wedge says deviceplugin.blocked_in_nvml, "...; likely cause: known-bad NVIDIA driver".
+    The examples are now that run's (the README's wedge through the agent), and stay so."""
+    kc = str(wedged_full.kubeconfig(tmp_path / "kc"))
+    r = cli("node", "gpu-wedged", "--kubeconfig", kc, "--trace-seconds", "0", "--timeout", "20",
+            "-o", "json")
+    real = json.loads(r.stdout)
+    top, verdict = (json.loads(b) if i == 0 else json.loads("{" + b + "}")["verdict"]
+                    for i, b in enumerate(_doc_json_blocks()[:2]))
+    assert set(top) == set(real)
+    assert set(top["findings"][0]) == set(real["findings"][0])
+    assert set(top["summary"]) <= set(real["summary"]) and top["target"] == real["target"]
+    pid = re.compile(r"pid \d+")
+    real_v = dict(real["verdict"], headline=pid.sub("pid N", real["verdict"]["headline"]))
+    doc_v = dict(verdict, headline=pid.sub("pid N", verdict["headline"]))
+    assert doc_v == real_v
