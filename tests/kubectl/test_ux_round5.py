@@ -383,3 +383,19 @@ def test_the_json_examples_of_docs_cli_are_a_real_run(wedged_full, stuck_plugin,
     real_v = dict(real["verdict"], headline=pid.sub("pid N", real["verdict"]["headline"]))
     doc_v = dict(verdict, headline=pid.sub("pid N", verdict["headline"]))
     assert doc_v == real_v
+
+
+# -- N18: docs/symptoms.md has a row for the newer findings -------------------------------------
+
+@pytest.mark.parametrize("fid", ["node.gpu_black_hole", "pod.gpu_start_failed",
+                                 "kueue.not_admitted", "volcano.podgroup_pending",
+                                 "kai.podgroup_unschedulable", "hami.filter_failed"])
+def test_symptoms_page_has_a_row_for(fid):
+    """Audit N18: README's "what it finds, symptom by symptom" (docs/symptoms.md) had no row
+    for black holes, GPU container start failures, Kueue, Volcano, KAI or HAMi's filter."""
+    from node_probe.protocol import catalog
+    assert fid in catalog.CATALOG
+    text = (REPO / "docs" / "symptoms.md").read_text()
+    table = text[:text.index("## Real messages")]
+    assert any(f"`{fid}`" in ln.split("|")[2] for ln in table.splitlines()
+               if ln.startswith("| ") and ln.count("|") >= 3)
