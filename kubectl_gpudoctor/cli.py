@@ -595,6 +595,11 @@ def agent_status_cmd(ctx: click.Context, **kw: Any) -> int:
                      epilog=EXAMPLES["agent uninstall"],
                      short_help="Delete the agent DaemonSet and its identity.")
 @functools.partial(_agent_cmd_options, image=False)
+@click.option("--dry-run", type=click.Choice(("none", "client", "server")), is_flag=False,
+              flag_value="client", default="none",
+              help="As kubectl: `client` (or bare --dry-run) says what would be deleted and "
+                   "sends nothing; `server` sends each delete with dryRun=All, so the API "
+                   "server checks it and deletes nothing. Neither clears node conditions.")
 @click.pass_context
 def agent_uninstall_cmd(ctx: click.Context, **kw: Any) -> int:
     """Delete the agent DaemonSet (its pods go with it), its quota and its identity."""

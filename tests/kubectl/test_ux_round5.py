@@ -399,3 +399,31 @@ def test_symptoms_page_has_a_row_for(fid):
     table = text[:text.index("## Real messages")]
     assert any(f"`{fid}`" in ln.split("|")[2] for ln in table.splitlines()
                if ln.startswith("| ") and ln.count("|") >= 3)
+
+
+# -- N20: agent dry runs --------------------------------------------------------------------------
+
+def test_agent_uninstall_dry_runs_delete_nothing(cluster, kubeconfig):
+    """Audit N20: `agent uninstall --dry-run=server`: "No such option '--dry-run'"."""
+    kc = str(kubeconfig)
+    r = cli("agent", "uninstall", "--dry-run", "--kubeconfig", kc)
+    assert r.returncode == 0, r.stderr
+    lines = r.stdout.splitlines()
+    assert "daemonset/gpu-doctor-agent deleted (dry run)" in lines
+    assert lines[-1] == "the GpuDoctor node conditions are left as they are (dry run)"
+    assert cluster.count("DELETE", ".") == 0 and cluster.count("PATCH", ".") == 0
+    r = cli("agent", "uninstall", "--dry-run=server", "--kubeconfig", kc)
+    assert r.returncode == 0, r.stderr
+    deletes = [q for m, _, q in cluster.requests() if m == "DELETE"]
+    assert deletes and all(q.get("dryRun") == "All" for q in deletes)
+    assert cluster.count("PATCH", ".") == 0  # no node condition cleared
+
+
+def test_a_failed_server_dry_run_never_says_to_run_it_again(cluster, kubeconfig):
+    """Audit N20: a server dry run that failed said "4 of 5 objects were applied before it;
+    `kubectl gpu-doctor agent install` again applies the rest": a dry run applied nothing."""
+    r = cli("agent", "install", "--dry-run=server", "--kubeconfig", str(kubeconfig))
+    assert r.returncode == 3
+    line = one_error_line(r.stderr)
+    assert "server dry run: nothing was applied" in line
+    assert "again applies the rest" not in line
