@@ -10,6 +10,7 @@ needs instead. Each error is one stderr line with the exit code of errors.py's o
 """
 from __future__ import annotations
 
+import datetime as dt
 import fcntl
 import json
 import os
@@ -29,14 +30,14 @@ from kubectl_gpudoctor import params
 from tests.deviceplugin.conftest import host, start_plugin  # noqa: F401 - fixtures
 
 from .conftest import REPO, cli_env, one_error_line
-from .fakecluster import FakeCluster
+from .fakecluster import FakeCluster, ts
 from .test_agent_wedge import stuck_plugin  # noqa: F401 - fixture
 from .test_fleet_view import sick_fleet
 from .test_ux_round4 import wedged_full  # noqa: F401 - fixture
 
 
 @pytest.fixture(scope="module")
-def fleet(tmp_path_factory):
+def fleet_server(tmp_path_factory):
     """sick_fleet, plus pods whose names a tired engineer types without their namespace."""
     fc = FakeCluster()
     sick_fleet(fc)
@@ -48,6 +49,19 @@ def fleet(tmp_path_factory):
         yield fc, str(fc.kubeconfig(tmp_path_factory.mktemp("kc") / "kubeconfig"))
     finally:
         fc.stop()
+
+
+@pytest.fixture
+def fleet(fleet_server):
+    """The module's fleet with the Leases of its Ready nodes renewed now, as their kubelets
+    would (under load the module runs for minutes: a Lease left alone goes stale and the node
+    with it, an artifact of the fake; the NotReady gpu-0030 keeps its old one)."""
+    fc, kc = fleet_server
+    now = dt.datetime.now(dt.timezone.utc)
+    for name, lease in fc.leases.items():
+        if name != "gpu-0030":
+            lease["spec"]["renewTime"] = ts(now)
+    return fc, kc
 
 
 def cli(*args: str, env: dict | None = None, timeout: float = 120,
