@@ -201,7 +201,8 @@ def _within(a: str, b: str, most: int) -> int | None:
 def closest_names(name: str, names, limit: int = MAX_SUGGESTIONS) -> list[str]:
     """The names a mistyped `name` most likely meant, best first, at most `limit`: the same
     name once lookalikes and leading zeros are set aside (`gpu-001` -> `gpu-0001`,
-    `gpu-0l50` -> `gpu-0150`), else those one edit away, else two (one pass over `names`)."""
+    `gpu-0l50` -> `gpu-0150`), else those one edit away, else two -- never one that differs
+    only in its digits, which is another node of the series (one pass over `names`)."""
     want = _plain(name)
     most = 1 if len(want) < 6 else 2
     same: list[str] = []
@@ -213,6 +214,9 @@ def closest_names(name: str, names, limit: int = MAX_SUGGESTIONS) -> list[str]:
         if plain == want:
             same.append(other)
             continue
+        if len(plain) == len(want) and all(a == b or (a.isdigit() and b.isdigit())
+                                           for a, b in zip(plain, want)):
+            continue  # only other digits: another node of the series (gpu-9 is not gpu-1)
         d = _within(want, plain, most)
         if d is not None:
             near.append((d, other))

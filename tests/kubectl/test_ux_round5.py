@@ -105,6 +105,8 @@ def test_closest_names_are_bounded_and_best_first():
     near = params.closest_names("gpu-10000", names)
     assert 0 < len(near) <= params.MAX_SUGGESTIONS
     assert params.closest_names("login-7", names) == []
+    assert params.closest_names("gpu-9", ["gpu-1", "gpu-2"]) == []  # another node, no typo
+    assert params.closest_names("gpu-1x", ["gpu-2", "gpu-1"])[0] == "gpu-1"
     assert params.did_you_mean(["a", "b", "c"]) == "did you mean a, b or c?"
 
 
@@ -441,3 +443,12 @@ def test_a_failed_server_dry_run_never_says_to_run_it_again(cluster, kubeconfig)
     line = one_error_line(r.stderr)
     assert "server dry run: nothing was applied" in line
     assert "again applies the rest" not in line
+
+
+def test_request_timeout_zero_keeps_the_mcp_stop_grace_bounded():
+    """`mcp --request-timeout 0` (no limit) passes it to every run, but the SIGTERM -> SIGKILL
+    grace of a call past its deadline stays bounded (the debug pod's DELETE has its own)."""
+    from kubectl_gpudoctor.commands import mcp_calls
+    opts = mcp_calls.Options.of({"request_timeout": params.NO_REQUEST_LIMIT_S}, 300.0)
+    assert opts.stop_grace_s <= 65.0
+    assert f"--request-timeout={params.NO_REQUEST_LIMIT_S!r}" in opts.kube
