@@ -381,7 +381,8 @@ def _doc_json_blocks() -> list[str]:
     return re.findall(r"```json\n(.*?)```", section, re.S)
 
 
-def test_the_json_examples_of_docs_cli_are_a_real_run(wedged_full, stuck_plugin, tmp_path):  # noqa: F811
+def test_the_json_examples_of_docs_cli_are_a_real_run(wedged_full, stuck_plugin,  # noqa: F811
+                                                      tmp_path):
     """Audit N17: docs/cli.md's verdict example said `"root_cause": "driver.known_bad"` and
     "Likely: known-bad NVIDIA driver ... hangs the device plugin"; the real run of the same
     wedge says deviceplugin.blocked_in_nvml, "...; likely cause: known-bad NVIDIA driver".
