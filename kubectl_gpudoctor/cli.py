@@ -175,10 +175,10 @@ def _apply(f: Callable, opts: list) -> Callable:
     return f
 
 
-def _output_options(f: Callable) -> Callable:
+def _output_options(f: Callable, formats: tuple = FORMATS) -> Callable:
     """Output and deadlines: every command that runs checks, `local` included."""
     return _apply(f, [
-        click.option("-o", "--output", type=click.Choice(FORMATS), default=None,
+        click.option("-o", "--output", type=click.Choice(formats), default=None,
                      help="Output format (default table)."),
         click.option("--fail-on", type=click.Choice(FAIL_ON), default=None,
                      help="Exit 1 if findings at or above this severity (default warning)."),
@@ -210,9 +210,9 @@ def _kube_options(f: Callable, namespace_help: str | None = None,
                           "else the in-cluster config)."),
         click.option("--context", default=None, metavar="NAME",
                      help="The kubeconfig context to use (default: its current-context)."),
-        click.option("--request-timeout", type=params.Duration(0.1), default=None,
+        click.option("--request-timeout", type=params.RequestTimeout(), default=None,
                      help="Wall-clock limit of each API request, however slowly the server "
-                          "answers (default 15s)."),
+                          "answers; 0 for none, as in kubectl (default 15s)."),
     ]
     opts.append(click.option("-n", "--namespace", type=params.NAMESPACE, default=None,
                              envvar=namespace_env, hidden=not namespace_help,
@@ -220,14 +220,15 @@ def _kube_options(f: Callable, namespace_help: str | None = None,
     return _apply(f, opts)
 
 
-def _common(f: Callable, namespace_help: str | None = None) -> Callable:
+def _common(f: Callable, namespace_help: str | None = None,
+            formats: tuple = FORMATS) -> Callable:
     """What every command that runs checks in a cluster takes: output, deadlines, kubectl's
     flags, the probe image."""
     return _output_options(_kube_options(_apply(f, [
         click.option("--image", default=None,
                      help="Probe image of the debug pod (default: the release image this "
                           "plugin pins; `kubectl gpu-doctor version` names it)."),
-    ]), namespace_help))
+    ]), namespace_help), formats)
 
 
 def _with_group(ctx: click.Context, local: dict) -> dict:
@@ -382,6 +383,13 @@ def _target_command(kind: str, name_type: click.ParamType, help: str, short: str
     return command
 
 
+def _all_namespaces(help: str | None) -> Callable:
+    """kubectl's -A: `pod NAME -A` looks for POD in every namespace; on the cluster-scoped
+    `node` and `nodes` it is accepted and ignored, as `kubectl get nodes -A` does (hidden)."""
+    return click.option("-A", "--all-namespaces", is_flag=True, default=False,
+                        hidden=help is None, help=help or "Accepted and ignored.")
+
+
 def _not_negative(ctx: click.Context, param: click.Parameter, value: int | None) -> int | None:
     if value is not None and value < 0:
         raise click.BadParameter(f"{value} is not a bundle number (1 is the newest)", ctx, param)
@@ -399,7 +407,8 @@ def _history_option(f: Callable) -> Callable:
 
 
 node_cmd = _target_command(
-    "node", params.NODE_NAME, shell_complete=_complete_nodes, extra=_history_option,
+    "node", params.NODE_NAME, shell_complete=_complete_nodes,
+    extra=lambda f: _all_namespaces(None)(_history_option(f)),
     short="Why the GPU pods on node NODE are stuck, failing or slow.",
     help="Why the GPU pods on node NODE (or node/NODE) are stuck, failing or slow: the "
          "verdict (root cause, the pods it holds up, the commands to run), then each "
@@ -411,6 +420,8 @@ node_cmd = _target_command(
          "says how the node was reached.")
 pod_cmd = _target_command(
     "pod", params.POD_NAME, namespace_help=_NS_POD, shell_complete=_complete_pods,
+    extra=_all_namespaces("Find POD in every namespace (one list call; an error if more "
+                          "than one namespace has a pod of that name)."),
     short="Why pod POD is not running, then what is wrong with its node.",
     help="Why pod POD (or pod/POD) is not running: rejected at admission, waiting on a wedged "
          "kubelet, or never scheduled (its GPU fit against every node, named as one case "
@@ -427,33 +438,41 @@ pod_cmd = _target_command(
 @click.option("--show-healthy", is_flag=True, default=False,
               help="List every node in the table, not only those with problems (-o json "
                    "and yaml always carry every node).")
-@click.option("--concurrency", type=click.IntRange(min=1, max=64), default=None,
-              help="Parallel per-node kubelet calls for flagged nodes (default 8).")
+@click.option("--concurrency", type=params.Count(1, 64), default=None,
+              help="Parallel per-node kubelet calls for flagged nodes, 1 to 64 (default 8).")
 @click.option("--stall-threshold", type=params.Duration(1), default=None,
               help="How long a bound pod may go untouched before it counts as stalled "
                    "(default 2m).")
 @click.option("--probe", "probe", is_flag=True, default=False,
               help="Also run the node probe on every selected node, --concurrency at a "
                    "time: by exec in the standing agent where one runs, else in a debug pod.")
-@click.option("--max-probes", type=click.IntRange(min=1), default=20, show_default=True,
+@click.option("--max-probes", type=params.Count(1), default=20,
               help="Refuse --probe when more than this many nodes would need a debug pod "
-                   "(nodes with a Running agent do not count).")
+                   "(nodes with a Running agent do not count; default 20).")
 @click.option("--start-timeout", type=params.Duration(1), default=None,
               help="How long to wait for each debug pod to run (default 60s).")
+@click.option("--no-headers", "no_headers", is_flag=True, default=False,
+              help="Table: leave out the column titles, as kubectl's --no-headers.")
 @_probe_namespace
 @_kubelet_timeout
 @_agent_options
-@_common
+@functools.partial(_common, formats=FORMATS + ("name",))
+@_all_namespaces(None)
 @click.pass_context
 def nodes_cmd(ctx: click.Context, selector: str | None, all_nodes: bool, probe: bool,
-              max_probes: int, show_healthy: bool, **kw: Any) -> int:
+              max_probes: int, show_healthy: bool, no_headers: bool, **kw: Any) -> int:
     """The GPU nodes of a fleet from the API side in a constant number of list calls: the
     sick ones, worst first, each with its verdict on a line of its own; the healthy ones
     counted. The watching agent's conditions come with the node list (no exec);
-    --probe also runs the node probe on each selected node."""
+    --probe also runs the node probe on each selected node. -o name prints `node/NAME` for
+    each node the table lists (for `xargs kubectl cordon`)."""
+    names_only = kw.get("output") == "name"
+    if names_only:
+        kw["output"] = "table"
     o = _opts(ctx, kw)
     o["no_probe"] = not probe
-    return nodes.nodes(_session(ctx), o, selector, all_nodes, max_probes, show_healthy)
+    return nodes.nodes(_session(ctx), o, selector, all_nodes, max_probes, show_healthy,
+                       names_only=names_only, headers=not no_headers)
 
 
 def _complete_kinds(ctx, param, incomplete):  # pragma: no cover - interactive
@@ -624,8 +643,8 @@ def _agent_cmd_options(f: Callable, image: bool = True) -> Callable:
                    "--no-watch: the agent only sleeps until `node X` execs into it.")
 @click.option("--interval", type=params.Duration(10), default=None,
               help="Time between the watching agent's passes (default 30s; at least 10s).")
-@click.option("--metrics-port", type=click.IntRange(1024, 65535), default=None,
-              help="Serve Prometheus metrics on this pod port (default: off); see "
+@click.option("--metrics-port", type=params.Count(1024, 65535), default=None,
+              help="Serve Prometheus metrics on this pod port, 1024 to 65535 (default: off); see "
                    "deploy/examples/agent-podmonitor.yaml.")
 @click.option("--dry-run", type=click.Choice(("none", "client", "server")), is_flag=False,
               flag_value="client", default="none",
@@ -663,6 +682,11 @@ def agent_status_cmd(ctx: click.Context, **kw: Any) -> int:
                      epilog=EXAMPLES["agent uninstall"],
                      short_help="Delete the agent DaemonSet and its identity.")
 @functools.partial(_agent_cmd_options, image=False)
+@click.option("--dry-run", type=click.Choice(("none", "client", "server")), is_flag=False,
+              flag_value="client", default="none",
+              help="As kubectl: `client` (or bare --dry-run) says what would be deleted and "
+                   "sends nothing; `server` sends each delete with dryRun=All, so the API "
+                   "server checks it and deletes nothing. Neither clears node conditions.")
 @click.pass_context
 def agent_uninstall_cmd(ctx: click.Context, **kw: Any) -> int:
     """Delete the agent DaemonSet (its pods go with it), its quota and its identity."""
@@ -741,7 +765,8 @@ def mcp_cmd(ctx: click.Context, **kw: Any) -> int:
     return mcp.serve(_session(ctx), _opts(ctx, kw))
 
 
-@cli.command("version", context_settings=CONTEXT_SETTINGS, epilog=EXAMPLES["version"])
+@cli.command("version", context_settings=CONTEXT_SETTINGS, epilog=EXAMPLES["version"],
+             short_help="The plugin version and its probe image.")
 @click.option("-o", "--output", type=click.Choice(("json", "yaml")), default=None,
               help="One document instead of text, as `kubectl version -o json|yaml`.")
 @click.pass_context
@@ -860,7 +885,9 @@ def _as_error(exc: BaseException) -> errors.GpuDoctorError:
         if exc.ctx is not None and exc.ctx.info_name == "node" and "Missing argument" in msg:
             msg = msg.rstrip(".") + " (every node: `kubectl gpu-doctor nodes`)"
         # as kubectl's usage errors end (cmdutil.UsageErrorf), on the same line
-        return errors.UsageError(f"{msg.rstrip('.')}. See '{path} -h' for help and examples")
+        end = "" if msg.endswith("?") else "."  # click's "Did you mean --x?" keeps its "?"
+        return errors.UsageError(f"{msg.rstrip('.')}{end} See '{path} -h' for help and "
+                                 f"examples")
     if isinstance(exc, (click.Abort, KeyboardInterrupt)):
         return errors.Interrupted("interrupted")
     if isinstance(exc, click.ClickException):

@@ -124,9 +124,19 @@ class Forbidden(ClientError):
     """RBAC (or an admission plugin) said no."""
 
     status = 403
+    # what a 403 of a read says next: the ClusterRole the plugin's users need, and the command
+    # that prints it (commands/rbac.py; the role is named in manifests/rbac.yaml)
+    RBAC_HINT = ("the gpu-doctor-user ClusterRole grants what it reads: `kubectl gpu-doctor "
+                 "rbac | kubectl apply -f -` (by a cluster admin)")
 
     def describe(self, what: str, verb: str) -> str:
         return f"forbidden to {verb} {what}: {self.message}"
+
+    def about(self, what: str, verb: str = "get") -> "ApiError":
+        """As ApiError.about; a read (get, list) also names the RBAC that grants it."""
+        hint = self.hint or (self.RBAC_HINT if verb in ("get", "list") else "")
+        return type(self)(self.describe(what, verb), status=self.status, reason=self.reason,
+                          path=self.path, body=self.body, hint=hint)
 
 
 class PodSecurityRejected(Forbidden):

@@ -319,7 +319,7 @@ def analyze(node: Mapping[str, Any], pods_on_node: Sequence[Mapping[str, Any]],
         "node.gpu_black_hole", "critical", f"node/{name}",
         f"{len(failed)} of {len(attempts)} GPU pods sent to {name} in the last "
         f"{fmt_duration(WINDOW_S)} failed or were rejected "
-        f"({', '.join(f'{n} {r}' for r, n in top[:3])}){elsewhere}",
+        f"({', '.join(f'{n} {r}'.replace('_', ' ') for r, n in top[:3])}){elsewhere}",
         {"node": name, "window_s": WINDOW_S, "failed_pods": len(failed),
          "gpu_pods": len(attempts), "failure_rate": round(rate, 2),
          "reasons": dict(top), "first_failure": first.isoformat() if first else None,

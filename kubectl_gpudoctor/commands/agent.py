@@ -136,7 +136,7 @@ def install(kube: Kube, docs: Sequence[Mapping[str, Any]],
                 done.append(f"{what} {'unchanged' if after == before else 'configured'}")
         except errors.NotFound as exc:
             if m["kind"] not in ADMISSION_KINDS:
-                raise _midway(exc.about(what, "apply"), i, docs) from None
+                raise _midway(exc.about(what, "apply"), i, docs, server_dry_run) from None
             if m["metadata"]["name"] in agent_policy.POLICY_NAMES:
                 raise NoAdmissionApi(
                     f"cannot create {what}: this API server does not serve "
@@ -154,9 +154,9 @@ def install(kube: Kube, docs: Sequence[Mapping[str, Any]],
                 f"not allowed to apply {what}: {exc.message[:200]}", status=403,
                 hint=f"installing the agent needs a cluster admin (or apply "
                      f"`{INSTALL_COMMAND} --dry-run=client -o yaml` through your GitOps "
-                     f"pipeline)"), i, docs) from None
+                     f"pipeline)"), i, docs, server_dry_run) from None
         except errors.ApiError as exc:
-            raise _midway(exc.about(what, "apply"), i, docs) from None
+            raise _midway(exc.about(what, "apply"), i, docs, server_dry_run) from None
         say(done[-1])
     return done
 
@@ -171,10 +171,15 @@ def _answer(raw: bytes) -> dict:
     return doc if isinstance(doc, dict) else {}
 
 
-def _midway(exc: errors.ApiError, i: int, docs: Sequence[Mapping[str, Any]]) -> errors.ApiError:
+def _midway(exc: errors.ApiError, i: int, docs: Sequence[Mapping[str, Any]],
+            dry_run: bool = False) -> errors.ApiError:
     """The error of a run that stopped at object i: what was applied, and that running the
-    install again resumes (each step is an apply)."""
-    if i:
+    install again resumes (each step is an apply). A server dry run applied nothing: it says
+    how far the check got, never to run it again for real."""
+    if dry_run:
+        exc.hint = (f"server dry run: nothing was applied ({i} of {len(docs)} objects passed "
+                    f"before it)" + (f"; {exc.hint}" if exc.hint else ""))
+    elif i:
         exc.hint = (f"{i} of {len(docs)} objects were applied before it; `{INSTALL_COMMAND}` "
                     f"again applies the rest (every step is a server-side apply)"
                     + (f"; {exc.hint}" if exc.hint else ""))
@@ -232,13 +237,16 @@ def refuse_another_agents_grant(kube: Kube, namespace: str) -> None:
              f"{other[:63]}`, or `kubectl gpu-doctor agent uninstall -n {other[:63]}` first")
 
 
-def uninstall(kube: Kube, namespace: str, wait_s: float = 30.0) -> list[str]:
+def uninstall(kube: Kube, namespace: str, wait_s: float = 30.0,
+              dry_run: str = "none") -> list[str]:
     """Delete the watching agent's grant first (so an agent pod still stopping can no longer
     write), the DaemonSet (its pods go with it), the quota and the rest of its identity
     (ServiceAccount, RBAC, admission policies, metrics NetworkPolicy); the namespace stays (the
     debug pod's RBAC of `kubectl gpu-doctor rbac` lives there too). Then, once its pods are
     gone (at most `wait_s`), remove every GpuDoctor condition from the nodes that carry one,
-    so `node`/`nodes` never show a mark whose writer is gone as current (issue 31)."""
+    so `node`/`nodes` never show a mark whose writer is gone as current (issue 31).
+    `dry_run` as kubectl's: `client` sends nothing, `server` sends each delete with dryRun=All
+    (the API server checks it, deletes nothing); neither waits or clears conditions."""
     done = []
     ident = agent_policy.manifests(namespace, {})
     from ..reach.agent_manifests import metrics_network_policy
@@ -256,13 +264,22 @@ def uninstall(kube: Kube, namespace: str, wait_s: float = 30.0) -> list[str]:
             done.append(f"{what} left: it belongs to the watching agent of namespace "
                         f"{other[:63]}")
             continue
+        if dry_run == "client":
+            done.append(f"{what} deleted (dry run)")
+            continue
+        query = [("propagationPolicy", "Background")]
+        if dry_run == "server":
+            query.append(("dryRun", "All"))
         try:
-            kube.request("DELETE", obj, [("propagationPolicy", "Background")])
-            done.append(f"{what} deleted")
+            kube.request("DELETE", obj, query)
+            done.append(f"{what} deleted" + (" (server dry run)" if dry_run == "server" else ""))
         except errors.NotFound:
             done.append(f"{what} not found")
         except errors.ApiError as exc:
             raise exc.about(what, "delete") from None
+    if dry_run != "none":
+        done.append("the GpuDoctor node conditions are left as they are (dry run)")
+        return done
     if not _agents_gone(kube, namespace, wait_s):
         done.append(f"agent pods in {namespace} still stopping after {wait_s:g}s: the "
                     f"conditions they write while stopping are removed by running "
@@ -540,7 +557,8 @@ def _print_status(o: dict, doc: Mapping[str, Any]) -> None:
 
 def agent_uninstall(session: Session, o: dict) -> ExitStatus:
     from ..reach import agent_manifests
-    for line in uninstall(_agent_kube(o), o.get("namespace") or agent_manifests.DEFAULT_NAMESPACE):
+    for line in uninstall(_agent_kube(o), o.get("namespace") or agent_manifests.DEFAULT_NAMESPACE,
+                          dry_run=o.get("dry_run") or "none"):
         echo(line)
     return ExitStatus.OK
 

@@ -49,6 +49,9 @@ def run_cluster(session: Session, o: dict, target: dict, fn: Callable,
         out.check("api.nested_json", "error", 0.0, text)
     kube.on_note = on_note
     namespace = o.get("namespace") or kube.default_namespace
+    if pod_target and o.get("all_namespaces"):  # `pod NAME -A`: wherever it is
+        from .lookup import pod_namespace_anywhere
+        namespace = pod_namespace_anywhere(kube, target["name"])
     if pod_target:
         out.report.target["name"] = f"{namespace}/{target['name']}"
     settings = settings_of(o, namespace)

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import difflib
 import re
-import shutil
 import sys
 import textwrap
 from pathlib import Path
@@ -90,7 +89,8 @@ def from_condition(text: str) -> tuple[list[str], str] | None:
 
 
 def _width() -> int:
-    return max(MIN_WIDTH, min(MAX_WIDTH, shutil.get_terminal_size((MAX_WIDTH, 24)).columns))
+    from node_probe.protocol.render import terminal_columns  # piped: stderr's terminal, else 80
+    return max(MIN_WIDTH, min(MAX_WIDTH, terminal_columns()))
 
 
 CODE = re.compile(r"`([^`]+)`")

@@ -46,7 +46,21 @@ def local(session: Session, o: dict, probe_args: Sequence[str]) -> ExitStatus:
             out.mark_incomplete(f"the probe ended without a summary (exit {rc})")
     finally:
         proc.stop()
+    _say_sudo(out)
     return out.exit_status()
+
+
+def _say_sudo(out) -> None:
+    """Not root, and checks could not look for it: a warning for bots (-o json `logs`); the
+    table says it on its could-not-look line (render.needs_root)."""
+    from node_probe.protocol.render import needs_root
+    if os.geteuid() == 0:
+        return
+    ids = needs_root(out.report)
+    if ids:
+        out.log("warning", f"not run as root: {len(ids)} check{'s' if len(ids) != 1 else ''} "
+                           f"could not read what only root may ({', '.join(ids)}); run it "
+                           f"with sudo: `sudo kubectl-gpu_doctor local`")
 
 
 LIST_TIMEOUT_S = 30.0

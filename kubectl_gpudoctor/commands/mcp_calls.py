@@ -66,7 +66,8 @@ class Options:
                    agent_namespace=flags("agent_namespace"),
                    allow_node_probe=bool(o.get("allow_node_probe")),
                    call_timeout_s=float(o.get("call_timeout") or default_call_timeout_s),
-                   stop_grace_s=float(request_timeout) + 5.0)
+                   # --request-timeout 0 (no limit: a day) must not make SIGKILL a day away
+                   stop_grace_s=min(float(request_timeout), 60.0) + 5.0)
 
 
 # -- the command line of each tool (the seam: what `-o json` a bot would run) -----------------

@@ -21,7 +21,7 @@ from node_probe.protocol.render import terminal_safe
 
 from .. import analysis, errors
 from ..api import extra_lists
-from . import pending
+from . import lookup, pending
 from ..analysis import admission, capacity, container_start, dra, goroutines, kubelet_config
 from ..analysis import pod_status
 from ..analysis import agent_seen, black_hole, plugin_pods, wedge
@@ -308,7 +308,10 @@ def resolve_plugin_pods(out: Output, pods: list[dict]) -> None:
 def diagnose_node(kube: Kube, name: str, settings: Settings, out: Output,
                   cancelled: Callable[[], bool] = lambda: False,
                   on_pod: Callable = lambda p: None) -> None:
-    node = get_node(kube, name)  # unknown node: one line, exit 3, before anything else
+    try:
+        node = get_node(kube, name)  # unknown node: one line, exit 3, before anything else
+    except errors.NotFound as exc:
+        raise lookup.node_not_found(kube, name, exc) from None  # "did you mean gpu-0001?"
     out.check("api.node", "ok", 0.0)
     view = collect_node(kube, name, settings, out, node=node)
     out.findings(view.findings)
@@ -334,11 +337,11 @@ def diagnose_pod(kube: Kube, namespace: str, name: str, settings: Settings, out:
                  on_pod: Callable = lambda p: None) -> None:
     try:
         pod = get_pod(kube, namespace, name)
-    except errors.NotFound:
+    except errors.NotFound as exc:
         # never created? a GPU quota refusing its controller's creates (StatefulSet trainer-0)
         refused = pending.not_created(kube, namespace, name, out)
         if not refused:
-            raise
+            raise lookup.pod_not_found(kube, namespace, name, exc) from None  # (use -n ml)
         out.findings(refused)
         return
     try:

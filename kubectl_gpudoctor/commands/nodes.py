@@ -392,15 +392,21 @@ def _finish_row(row: dict, fs: list) -> None:
 
 
 def nodes(session: Session, o: dict, selector: str | None, all_nodes: bool,
-          max_probes: int, show_healthy: bool = False) -> ExitStatus:
+          max_probes: int, show_healthy: bool = False, names_only: bool = False,
+          headers: bool = True) -> ExitStatus:
+    """`names_only` (-o name): `node/NAME` lines and nothing else; `headers` False:
+    --no-headers."""
     rows: list = []
     wide = o.get("output") == "wide"
 
     def preamble() -> str:  # the fleet table (also what a --save bundle keeps of the view)
-        return fleet.table(rows, show_healthy, wide=wide) if rows else ""
+        if names_only:
+            return fleet.names(rows, show_healthy)
+        return fleet.table(rows, show_healthy, wide=wide, headers=headers) if rows else ""
 
     def run(kube: Kube, out: Output, s: Settings, reg: Callable) -> None:
-        out.table_view = fleet.footer  # the table is the preamble; no details per finding
+        # the table is the preamble; no details per finding (-o name: no footer either)
+        out.table_view = fleet.nothing if names_only else fleet.footer
         rows.extend(scan(kube, selector, s, out, all_nodes=all_nodes, max_probes=max_probes,
                          on_pod=reg))
         out.doc_extra["nodes"] = [fleet.row_doc(r) for r in fleet.ordered(rows)]

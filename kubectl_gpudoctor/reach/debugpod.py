@@ -127,7 +127,9 @@ class DebugPod:
             raise errors.Forbidden(
                 f"not allowed to create pods in namespace {self.namespace}: "
                 f"{_first_clause(msg)}; the debug pod needs `create`, `get`, `delete` on "
-                f"pods and `get` on pods/log") from None
+                f"pods and `get` on pods/log", status=403,
+                hint="the gpu-doctor-debug-pod Role grants it: `kubectl gpu-doctor rbac | "
+                     "kubectl apply -f -` (by a cluster admin)") from None
         except errors.NotFound:
             self.in_doubt = False
             raise errors.NotFound(f"namespace {self.namespace} not found") from None

@@ -64,11 +64,19 @@ def _age(s: float | None) -> str:
     return "-" if s is None else fmt_duration(s)
 
 
+def names(rows: Sequence[Mapping[str, Any]], show_healthy: bool = False) -> str:
+    """`-o name`, as kubectl prints it: `node/NAME` a line, the nodes the table would list
+    (the sick ones worst first; every node with `show_healthy`), nothing else."""
+    shown = [r for r in ordered(rows) if show_healthy or is_sick(r)]
+    return "".join(f"node/{terminal_safe(r['node'])}\n" for r in shown)
+
+
 def table(rows: Sequence[Mapping[str, Any]], show_healthy: bool = False,
-          cols: int | None = None, wide: bool = False) -> str:
+          cols: int | None = None, wide: bool = False, headers: bool = True) -> str:
     """The fleet table (sick nodes first; every node with `show_healthy`) and its count lines.
     Each sick node's verdict goes on its own line below its row, wrapped, never cut (`wide`:
-    on the row itself, whole, as kubectl's wide output runs past the terminal)."""
+    on the row itself, whole, as kubectl's wide output runs past the terminal). `headers`
+    False (--no-headers): the column titles left out, as kubectl's."""
     cols = cols or render.table_width()
     rows = ordered(rows)
     sick = [r for r in rows if is_sick(r)]
@@ -93,7 +101,8 @@ def table(rows: Sequence[Mapping[str, Any]], show_healthy: bool = False,
         def line(cells: list[str]) -> str:
             return "  ".join(c.rjust(w) if h in right else c.ljust(w)
                              for c, w, h in zip(cells, widths, head)).rstrip()
-        lines.append(line(head) + ("  VERDICT" if wide else ""))
+        if headers:
+            lines.append(line(head) + ("  VERDICT" if wide else ""))
         for b, r in zip(body, shown):
             verdict = terminal_safe(" ".join(str(r.get("verdict") or "-").split())) \
                 if is_sick(r) else "-"

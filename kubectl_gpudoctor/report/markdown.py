@@ -127,13 +127,14 @@ def _evidence(f) -> list[str]:
             for q in f.quoted]
     out += [f"- {key(k)}: {code(v)}" for k, v in scalars]
     for k, rows in tables:
-        cols, body, more = human.table(rows)
+        cols, body, more = human.table(rows, human.MAX_VALUE)  # a cell wraps: never cut
         out.append(f"- {key(k)}:")
         out.append("")
         out.append("  | " + " | ".join(key(c) if _PLAIN_KEY.fullmatch(c) else
                                        code(c, 60, cell=True) for c in cols) + " |")
         out.append("  |" + "---|" * len(cols))
-        out += ["  | " + " | ".join(code(c, 60, cell=True) for c in r) + " |" for r in body]
+        out += ["  | " + " | ".join(code(c, human.MAX_VALUE, cell=True) for c in r) + " |"
+                for r in body]
         if more:
             out.append(f"  \\.\\.\\. {more} more \\(\\-o json\\)")
         out.append("")

@@ -92,7 +92,7 @@ def nvml_check(ctx):
         yield catalog.make(
             "nvml.unavailable", "warning" if loaded else "info", "node",
             ("NVIDIA kernel module is loaded but libnvidia-ml.so.1 was not found on the host"
-             if loaded else "No NVIDIA driver on this host (libnvidia-ml.so.1 not found)"),
+             if loaded else "No NVIDIA driver on the node (libnvidia-ml.so.1 not found)"),
             {"searched": searched, "how": how, "host_root": str(root),
              "kernel_module_version": kmod},
             ("The driver's user-space libraries are missing or not where the host keeps them. "

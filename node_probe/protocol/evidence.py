@@ -86,7 +86,7 @@ def scalar(key: Any, v: Any, limit: int = MAX_VALUE) -> str | None:
     return cut(_inline(key, v, 0), limit)
 
 
-def _inline(key: Any, v: Any, depth: int) -> str:
+def _inline(key: Any, v: Any, depth: int, item: int = MAX_CELL) -> str:
     """Any value as words on one line: never JSON braces or quotes (`admission race: kind:
     no_healthy_devices; resource: nvidia.com/gpu`), nested at most two levels."""
     _, unit = _unit(str(key))
@@ -96,16 +96,16 @@ def _inline(key: Any, v: Any, depth: int) -> str:
         return "true" if v else "false"
     if isinstance(v, (int, float)):
         return _number(v, unit)
-    if isinstance(v, str):
-        return cut(v, MAX_VALUE) if v else '""'
+    if isinstance(v, str):  # on one line: its line breaks and tabs are spaces to a reader
+        return cut(" ".join(v.split()), MAX_VALUE) if v.strip() else '""'
     if isinstance(v, Mapping):
         if not v:
             return NONE
         if depth >= 2:
             return f"{len(v)} field{'s' if len(v) != 1 else ''}"
         flat = all(not isinstance(x, (Mapping, list, tuple)) for x in v.values())
-        items = [f"{k}={_inline(k, x, depth + 1)}" if flat else
-                 f"{label(k)}: {_inline(k, x, depth + 1)}"
+        items = [f"{k}={_inline(k, x, depth + 1, item)}" if flat else
+                 f"{label(k)}: {_inline(k, x, depth + 1, item)}"
                  for k, x in list(v.items())[:MAX_ITEMS] if x is not None]
         more = len(v) - MAX_ITEMS
         return (", " if flat else "; ").join(items) + (f", +{more} more" if more > 0 else "")
@@ -114,15 +114,17 @@ def _inline(key: Any, v: Any, depth: int) -> str:
             return NONE
         if depth >= 1 and all(isinstance(x, Mapping) for x in v):
             return f"{len(v)} item{'s' if len(v) != 1 else ''}"
-        items = [cut(_inline(key, x, depth + 1), MAX_CELL) for x in v[:MAX_ITEMS]]
+        items = [cut(_inline(key, x, depth + 1, item), item) for x in v[:MAX_ITEMS]]
         more = len(v) - MAX_ITEMS
         return ", ".join(items) + (f", +{more} more" if more > 0 else "")
     return str(v)
 
 
-def table(rows: Sequence[Mapping[str, Any]]) -> tuple[list[str], list[list[str]], int]:
+def table(rows: Sequence[Mapping[str, Any]], cell_limit: int = MAX_CELL
+          ) -> tuple[list[str], list[list[str]], int]:
     """(column labels, rows of cells, rows left out) of a list of objects; each column a key
-    (the first MAX_COLUMNS keys seen), each cell one line."""
+    (the first MAX_COLUMNS keys seen), each cell one line of at most `cell_limit` (--details
+    and markdown ask for whole values: MAX_VALUE)."""
     keys: list[str] = []
     for r in rows[:MAX_ROWS]:
         for k in r:
@@ -136,8 +138,8 @@ def table(rows: Sequence[Mapping[str, Any]]) -> tuple[list[str], list[list[str]]
             if isinstance(v, (list, tuple)) and v and all(isinstance(x, Mapping) for x in v):
                 text = f"{len(v)} item{'s' if len(v) != 1 else ''}"
             else:
-                text = "" if k not in r else _inline(k, v, 1)
-            cells.append(cut(text, MAX_CELL))
+                text = "" if k not in r else _inline(k, v, 1, cell_limit)
+            cells.append(cut(text, cell_limit))
         body.append(cells)
     return [label(k).upper() for k in keys], body, max(0, len(rows) - MAX_ROWS)
 

@@ -52,8 +52,10 @@ def terminal_safe(value: Any) -> str:
 
 
 def _safe_evidence_value(v: Any) -> Any:
-    # mappings and lists are printed as JSON (ensure_ascii escapes every control character)
-    return terminal_safe(v) if isinstance(v, str) else v
+    # mappings and lists are printed as JSON (ensure_ascii escapes every control character);
+    # a string's line breaks and tabs are spaces to a reader (a runtime's multi-line message
+    # showed as `'legacy'\x0anvidia-container-cli`), its other control characters escaped
+    return terminal_safe(" ".join(v.split())) if isinstance(v, str) else v
 
 
 def terminal_safe_finding(f: Finding) -> Finding:
@@ -226,10 +228,33 @@ IND = " " * 10                # the verdict's and the findings' text column
 STEP_W = 9                    # "mitigate" (the longest step name) and a space
 
 
+PIPED_WIDTH = 80  # no terminal to ask (stdout and stderr both redirected): 80, as `less` shows
+
+
+def terminal_columns(default: int = PIPED_WIDTH) -> int:
+    """The terminal's width: COLUMNS, else stdout's terminal, else stderr's (`node X | less`:
+    stdout is a pipe, stderr still the terminal the text will be read on), else `default`."""
+    try:
+        cols = int(os.environ.get("COLUMNS", ""))
+        if cols > 0:
+            return cols
+    except ValueError:
+        pass
+    for fd in (1, 2):
+        try:
+            cols = os.get_terminal_size(fd).columns
+        except (OSError, ValueError):
+            continue
+        if cols > 0:
+            return cols
+    return default
+
+
 def table_width(width: int | None = None) -> int:
-    """The width a table renders at: `width`, else the terminal's (COLUMNS first), bounded."""
+    """The width a table renders at: `width`, else the terminal's (COLUMNS first, a piped
+    stdout takes stderr's terminal, else 80), bounded."""
     if width is None:
-        width = shutil.get_terminal_size((120, 24)).columns
+        width = terminal_columns()
     return max(MIN_WIDTH, min(MAX_WIDTH, int(width)))
 
 
@@ -397,11 +422,17 @@ def _details(f: Finding, width: int, color: bool) -> list[str]:
     for k, v in scalars:
         out += _wrap(f"{k}: {v}", width, ind + "  ", ind + "    ")
     for k, rows in tables:
-        cols, body, more = human.table(rows)
+        cols, body, more = human.table(rows, human.MAX_VALUE)
         body = [[terminal_safe(c) for c in r] for r in body]
         cols = [terminal_safe(c) for c in cols]
         out.append(f"{ind}  {k}:")
-        out += [cut(ind + "    " + ln, width) for ln in human.aligned(cols, body)]
+        lines = [ind + "    " + ln for ln in human.aligned(cols, body)]
+        if all(len(ln) <= width for ln in lines):
+            out += lines
+        else:  # wider than the terminal: each row as its own wrapped record, nothing cut
+            for r in body:
+                text = "; ".join(f"{c.lower()}: {v}" for c, v in zip(cols, r) if v)
+                out += _wrap(text or "-", width, ind + "    - ", ind + "      ")
         if more:
             out.append(f"{ind}    ... {more} more (-o json)")
     for i, para in enumerate(f.remediation.splitlines() or ([] if not f.remediation else [""])):
@@ -517,19 +548,39 @@ def skipped_checks(report: Report) -> list:
     return [c for c in report.checks if c.status == "skipped"]
 
 
+# the words of a check that could not look for want of root (the probe's skip reasons: kmsg
+# "needs root or CAP_SYSLOG", hami "needs root", and the errno text of a refused read)
+NEEDS_ROOT = ("needs root", "Operation not permitted", "Permission denied")
+
+
+def needs_root(report: Report) -> list[str]:
+    """The ids of the checks that could not look because the probe was not root (`local`
+    run by a user: the debug pod and the agent run as root)."""
+    return sorted({c.id for c in skipped_checks(report)
+                   if any(w in f"{c.reason or ''} {c.message or ''}" for w in NEEDS_ROOT)})
+
+
 def _write_skipped(report: Report, stream: IO, width: int = MAX_WIDTH,
                    details: bool = False) -> None:
     """The checks that could not look: one line (a check that did not look is never shown as
-    ok, and is never noise either); with `details` each with its own reason."""
+    ok, and is never noise either); with `details` each with its own reason. Those that
+    needed root say so, with the remedy (sudo)."""
     skipped = skipped_checks(report)
     if not skipped:
         return
     n = len(skipped)
+    root = needs_root(report)
+    sudo = (f"; {len(root)} of them need root: run it with sudo" if root else "")
     if not details:
         stream.write("".join(ln + "\n" for ln in _wrap(
-            f"{n} check{'s' if n != 1 else ''} could not look here (--details says why)",
-            width, "", "  ")))
+            f"{n} check{'s' if n != 1 else ''} could not look here (--details says why)"
+            + sudo, width, "", "  ")))
         return
+    if root:
+        stream.write("".join(ln + "\n" for ln in _wrap(
+            f"{len(root)} check{'s' if len(root) != 1 else ''} could not look without root "
+            f"({', '.join(terminal_safe(i) for i in root)}): run it with sudo", width, "",
+            "  ")))
     stream.write(f"Checks that could not look ({n}):\n")
     for c in skipped:
         why = c.reason or c.message or "no reason given"

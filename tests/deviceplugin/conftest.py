@@ -116,7 +116,7 @@ def start_plugin(host):
             argv += ["--nvml-lib", str(nvml_lib)]
         proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                 env={**os.environ, **(env or {})})
-        _wait_ready(proc, 20)
+        _wait_ready(proc, 60)  # a grpc server start on a loaded 2-core machine
         p = Plugin(proc, sock, log)
         started.append(p)
         return p

@@ -34,8 +34,18 @@ CHILD = textwrap.dedent("""
             return open(f"/proc/self/task/{tid}/syscall").read().split()[0] == "202"
         except OSError:
             return False
-    deadline = time.monotonic() + 60  # not a fixed pause: a loaded machine may need longer
-    while not in_futex(ids["init"]) and time.monotonic() < deadline:
+    def asleep(tid):  # state S and a syscall to read: the sleeper is inside its sleep
+        try:
+            stat = open(f"/proc/self/task/{tid}/stat").read()
+            sysc = open(f"/proc/self/task/{tid}/syscall").read().split()[0]
+        except OSError:
+            return False
+        return stat.rsplit(")", 1)[1].split()[0] == "S" and sysc not in ("running", "-1")
+    # not a fixed pause: wait for the states the tests assert (a loaded machine may need
+    # longer; the ux-round-5 audit caught the sleeper still running under load 7-11)
+    deadline = time.monotonic() + 60
+    while not (in_futex(ids["init"]) and asleep(ids["sleep"])) \
+            and time.monotonic() < deadline:
         time.sleep(0.01)
     addr = ctypes.cast(lib.nvmlInit_v2, ctypes.c_void_p).value
     print(json.dumps({"tids": ids, "nvmlInit_v2": addr}), flush=True)
@@ -86,8 +96,12 @@ def test_thread_inside_nvml_init_is_named_with_its_futex_wait(blocked_child):
 def test_process_without_nvml_has_no_scan_hits():
     p = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
     try:
-        time.sleep(0.2)
-        threads = proctasks.process_threads(p.pid)
+        deadline = time.monotonic() + 60  # wait for the state, not a fixed pause
+        while time.monotonic() < deadline:
+            threads = proctasks.process_threads(p.pid)
+            if threads and threads[0].state == "S" and threads[0].syscall_nr is not None:
+                break
+            time.sleep(0.05)
         assert threads and all(t.nvml_init is None for t in threads)
         assert threads[0].stack_scan == "no nvml mapped"
         assert proctasks.nvml_library(p.pid) is None

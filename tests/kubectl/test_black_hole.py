@@ -213,3 +213,36 @@ def test_a_wedged_kubelet_is_the_wedge_not_also_a_black_hole():
                                      NOW, peers={})
     ids = {f.id for f in fs}
     assert "kubelet.admission_stalled" in ids and "node.gpu_black_hole" not in ids and not errs
+
+
+def _start_failure_pod(fc: FakeCluster, node: str, name: str, message: str):
+    """A GPU pod in CrashLoopBackOff whose last start the runtime refused (StartError)."""
+    pod = fc.add_pod("ml", name, node, gpus=1, age_s=900, now=NOW, events="none")
+    pod["metadata"]["ownerReferences"] = [{"kind": "ReplicaSet", "name": "cuda-rs",
+                                           "controller": True}]
+    start = NOW - dt.timedelta(seconds=120)
+    pod["status"]["containerStatuses"][0].update(
+        ready=False, restartCount=4,
+        state={"waiting": {"reason": "CrashLoopBackOff",
+                           "message": "back-off 2m40s restarting failed container"}},
+        lastState={"terminated": {"exitCode": 128, "reason": "StartError", "message": message,
+                                  "startedAt": ts(start), "finishedAt": ts(start)}})
+    pod["status"]["phase"] = "Running"
+
+
+def test_the_title_says_the_start_cause_in_words_not_its_key():
+    """ux-round-5 R4-14/N9: with 3 of 3 GPU pods failing on a driver/library mismatch the
+    headline read `(3 CrashLoopBackOff: driver_library_mismatch)`: an internal key. The
+    runtime's message is k8s-device-plugin#1431's, quoted in
+    tests/realworld/corpus_container_start.py
+    (https://github.com/NVIDIA/k8s-device-plugin/issues/1431: the loaded kernel module and the
+    driver libraries differed; a reboot fixed it)."""
+    from tests.realworld.corpus_container_start import ARTIFACTS
+    quote = next(a.quote for a in ARTIFACTS if a.key.endswith("driver-library-mismatch"))
+    fc, names = _fleet()
+    for k in range(3):
+        _start_failure_pod(fc, names[0], generated_name("cuda-rs", k), quote)
+    fs = _judge(fc, names[0], peers=False)
+    assert [f.id for f in fs] == ["node.gpu_black_hole"], fs
+    assert "driver library mismatch" in fs[0].title and "_" not in fs[0].title.split("(")[1]
+    assert any("driver_library_mismatch" in r for r in fs[0].evidence["reasons"])  # JSON keeps it

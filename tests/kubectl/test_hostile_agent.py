@@ -20,7 +20,11 @@ from .hostile import (GIANT_LINE_MIB, NODE, endless, finding_line, flood_unit,
 from .hostile import hc, kc  # noqa: F401 (fixtures)
 
 RSS_LIMIT_MIB = 512
-TIMEOUT_S = 1
+# the probe's --timeout; the exec into the agent must connect within min(10 s, it)
+# (reach/agent_exec.py): 1 s was missed under load (the ux-round-5 loaded run: the CLI fell
+# back to a debug pod and the test judged that path), 5 s is not, and the flood still
+# outlasts the deadline by far (120 s)
+TIMEOUT_S = 5
 DEADLINE_S = TIMEOUT_S + PROBE_GRACE_S  # what the CLI gives the exec / the log stream
 
 
