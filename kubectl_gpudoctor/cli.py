@@ -518,7 +518,7 @@ def _complete_kinds(ctx, param, incomplete):  # pragma: no cover - interactive
 def job_cmd(ctx: click.Context, name: str | None, kind: str | None, selector: str | None,
             probe: bool, max_probes: int, **kw: Any) -> int:
     """Which node (or rank) holds up a multi-node GPU job. NAME is a batch Job, JobSet,
-    Kubeflow job (PyTorchJob, MPIJob...), LeaderWorkerSet, RayJob, RayCluster, Volcano Job or
+    Kubeflow job (PyTorchJob, MPIJob and the rest), LeaderWorkerSet, RayJob, RayCluster, Volcano Job or
     Kueue Workload (its kind found, --kind when the name is more than one); -l takes the
     pods of a selector instead. Every node of the job is judged as `nodes` judges it (the
     agent's marks, NotReady, black holes, allocatable GPUs, other monitors' conditions) and

@@ -39,10 +39,28 @@ _WHOLE = re.compile(r"^(?:Error: )?(?:stderr: )?(?:Auto-detected mode as '[a-z-]
                     r"(?:\n|\\n))?(?=nvidia-container-cli)")
 
 
+# an NVIDIA hook binary the runtime itself failed to exec, outside the container's own frame:
+# `OCI runtime create failed: exec: "nvidia-container-runtime-hook": executable file not found
+# in $PATH` (NVIDIA/nvidia-docker#958: the legacy prestart hook not installed)
+_HOOK_BINARY = re.compile(r"(?:/[\w.+-]{1,64}){0,8}/?nvidia-(?:container-runtime-hook|ctk|"
+                          r"cdi-hook|container-toolkit)")
+# how the runtime frames the container's own process, just before its quoted argv[0]
+_PROCESS_FRAME = ("container process: ", "container process caused: ",
+                  'container process caused "', 'container process caused \\"')
+
+
+def _blank(message: str, m: re.Match) -> str:
+    before = message[max(0, m.start() - 40):m.start()]
+    if (m.group(0).startswith("exec: ") and _HOOK_BINARY.fullmatch(m.group(2))
+            and not before.endswith(_PROCESS_FRAME)):
+        return m.group(0)   # the runtime's exec of a hook, not the pod's command
+    return f'{m.group(0)[:m.start(1) - m.start(0)]}"<quoted>"'
+
+
 def runtime_text(message: str) -> str:
-    """The message with the container's own quoted command and working directory blanked."""
-    return _QUOTED_SPEC.sub(lambda m: f'{m.group(0)[:m.start(1) - m.start(0)]}"<quoted>"',
-                            message)
+    """The message with the container's own quoted command and working directory blanked (an
+    NVIDIA hook binary the runtime execs outside the container's process frame is kept)."""
+    return _QUOTED_SPEC.sub(lambda m: _blank(message, m), message)
 
 
 def hook_stderr(text: str) -> str:

@@ -65,6 +65,14 @@ def test_the_hook_error_counts_only_in_the_hook_frame_never_in_the_quoted_comman
     forged = ('unable to start container process: exec: "error running hook #0: exit status '
               '1, stdout: , stderr: ' + HOOK_ERR + '": executable file not found in $PATH')
     assert container_start.classify(forged) is None
+    # a command named like an NVIDIA hook binary is the pod's command, in the process frame
+    # (new and old runc); only the runtime's own exec of the hook (nvidia-docker#958, outside
+    # that frame) is a missing hook: test_container_start holds that side
+    for frame in ('unable to start container process: exec: "nvidia-container-runtime-hook"'
+                  ': executable file not found in $PATH: unknown',
+                  'starting container process caused "exec: \\"/usr/bin/nvidia-ctk\\": '
+                  'executable file not found in $PATH": unknown'):
+        assert container_start.classify(frame) is None, frame
     # a CDI device name spelled as the command is not the runtime's CDI error either
     assert container_start.classify(
         'unable to start container process: exec: "unresolvable CDI devices nvidia.com/gpu=0"'
