@@ -62,10 +62,13 @@ def test_kubectl_plugin_list_shows_it(krew_root: Path):
 def test_frozen_plugin_runs_the_same_node_checks_as_the_source_tree(krew_root: Path):
     """`local` re-enters the frozen executable to run node_probe: every check module must be
     in the bundle (node_probe discovers node_probe.checks.* with pkgutil at run time)."""
-    source = subprocess.run([sys.executable, "-m", "node_probe", "--list-checks"], cwd=REPO,
-                            capture_output=True, text=True, timeout=60)
-    want = sorted(line.split()[0] for line in source.stdout.splitlines() if line.strip())
-    assert want, source.stderr
+    # what the source tree runs on this host (--list-checks also lists the checks that run
+    # only on their input, such as `offline` with --nvidia-smi-file)
+    source = subprocess.run([sys.executable, "-m", "node_probe", "--trace-seconds", "0",
+                             "-o", "json"], cwd=REPO, capture_output=True, text=True,
+                            timeout=120)
+    want = sorted(c["id"] for c in json.loads(source.stdout)["checks"])
+    assert len(want) > 20, source.stderr
     r = kubectl(krew_root, "gpu-doctor", "local", "--trace-seconds", "0", "-o", "json", timeout_s=120)
     assert r.returncode in (0, 1), r.stderr
     doc = json.loads(r.stdout)
@@ -283,8 +286,8 @@ def test_frozen_plugin_serves_mcp(krew_root: Path, tmp_path: Path):
         listed, got, err = calls([exe, "mcp", kc], [("node", {"name": "gpu-1"}),
                                                      ("explain", {"id": "node.not_ready"})],
                                  env=env, cwd=tmp_path)
-        assert sorted(t.name for t in listed.tools) == ["explain", "history", "node", "nodes",
-                                                        "pod", "replay"]
+        assert sorted(t.name for t in listed.tools) == ["explain", "history", "job", "node",
+                                                        "nodes", "pod", "replay"]
         assert not got[0].is_error, text(got[0]) + err
         assert_same_document(got[0].structured_content, json.loads(r.stdout),
                              time.monotonic() - t0)
