@@ -12,10 +12,12 @@ Two forms, because the tools render different subsets:
   the sick nodes of `nodes`), the evidence in a collapsible <details> block. Titles are whole
   (markdown has no width) and said once: the evidence block does not repeat them.
 - `chat` (Slack and Microsoft Teams): neither renders tables nor <details>, and Slack shows a
-  backslash escape literally, so: plain lines in our words, numbered steps, commands in ```
-  blocks, findings as a bulleted list, every tenant-controlled string in a single-backtick
-  code span (the one markup both render and inside which neither makes links or mentions),
-  no headings, no emphasis, no escapes; at most CHAT_CHARS.
+  backslash escape literally, so: plain lines, numbered steps, commands in ``` blocks,
+  findings as a bulleted list; sentences (the headline, steps, titles: our words, which may
+  carry names) as plain text defanged by `chat_text` (no mention, link or code span can form:
+  a wall of monospace was safe but unreadable, audit round 5 R4-15); ids, names and the
+  page in single-backtick code spans; no headings, no emphasis, no escapes; at most
+  CHAT_CHARS.
 
 Every tenant-controlled string goes into a code span with its control characters made
 visible; our own words are backslash-escaped (markdown) or contain no markup (chat); commands
@@ -73,6 +75,28 @@ def chat_code(s: Any, limit: int = MAX_CODE) -> str:
     fences), so a backtick inside becomes a prime; never empty."""
     t = human.cut(" ".join(terminal_safe(str(s)).split()), limit).replace("`", "\u2032")
     return f"`{t}`" if t else "` `"
+
+
+_CHAT_SPAN = re.compile(r"`([^`]{1,200})`")
+_CHAT_FANGS = (("<", "\u2039"), (">", "\u203a"), ("`", "\u2032"), ("@", "@\u2060"),
+               ("://", ":\u2060//"), ("www.", "www\u2060."), ("](", "]\u2060("))
+
+
+def chat_text(s: Any, limit: int = MAX_CODE) -> str:
+    """Sentences as plain chat text, defanged rather than fenced: no mention (`@channel`,
+    Slack's `<!here>` and `<@U…>`), no link (`<url|x>`, `[x](url)`, a bare `https://` or
+    `www.`), no unbalanced code span can open (a balanced `...` pair stays one); formatting (`*b*`) may render and is harmless. For the
+    tool's words that may carry names or a bundle's text (headline, steps, titles)."""
+    t = human.cut(" ".join(terminal_safe(str(s)).split()), limit)
+    out = []
+    for i, part in enumerate(_CHAT_SPAN.split(t)):
+        if i % 2:   # a balanced `...` pair stays a code span: nothing renders inside one
+            out.append(f"`{part}`")
+            continue
+        for a, b in _CHAT_FANGS:
+            part = part.replace(a, b)
+        out.append(part)
+    return "".join(out)
 
 
 def key(k: str) -> str:
@@ -254,7 +278,7 @@ def render_chat(report: Report, fail_on: str, exit_code: int,
         sick = [r for r in rows if _sick(r)]
         out += [f"{TOOL} nodes: {len(rows)} nodes, {len(sick)} with problems ({when})", ""]
         for r in sick[:20]:
-            out.append(f"\u2022 {c(r.get('node'), 80)} {c(r.get('verdict') or '-', 300)}")
+            out.append(f"\u2022 {c(r.get('node'), 80)} {chat_text(r.get('verdict') or '-', 300)}")
         if len(sick) > 20:
             out.append(f"{len(sick) - 20} more: -o json")
         if sick:
@@ -265,14 +289,14 @@ def render_chat(report: Report, fail_on: str, exit_code: int,
         out.append("")
         if verdict:
             out.append(f"{str(verdict.get('severity') or 'ok').upper()}: "
-                       f"{c(verdict.get('headline') or '', 600)}")
+                       f"{chat_text(verdict.get('headline') or '', 600)}")
             actions = _actions(verdict)
             if actions:
                 out += ["", "What to do:"]
             for i, a in enumerate(actions, 1):
                 step = str(a.get("step") or a.get("stage") or "")
-                out.append(f"{i}. {step}: {c(a.get('text') or '', 400)} (risk: "
-                           f"{c(a.get('risk') or '', 400)})")
+                out.append(f"{i}. {chat_text(step, 20)}: {chat_text(a.get('text') or '', 400)}"
+                           f" (risk: {chat_text(a.get('risk') or '', 400)})")
                 if a.get("command"):
                     out += ["```", " ".join(terminal_safe(str(a["command"])).split())
                             .replace("`", "\u2032"), "```"]
@@ -283,7 +307,7 @@ def render_chat(report: Report, fail_on: str, exit_code: int,
             out += ["", "Findings:"]
             for f in findings[:20]:
                 out.append(f"\u2022 {f.severity.value.upper()} {c(f.id, 80)} "
-                           f"{c(f.title, 300)}")
+                           f"{chat_text(f.title, 300)}")
             if len(findings) > 20:
                 out.append(f"{len(findings) - 20} more: -o json")
     s = report.document(fail_on, exit_code)["summary"]

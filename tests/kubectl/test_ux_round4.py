@@ -399,8 +399,11 @@ def test_chat_renders_in_slack_and_teams():
     assert not re.search(r"^#", text, re.M) and "**" not in text
     assert "```\nkubectl cordon gpu-1\n```" in text
     outside = re.sub(r"`[^`\n]*`", "", text.replace("```", ""))
-    assert "evil.example" not in outside and "@channel" not in outside
-    assert "<!here>" not in outside
+    # round 5 (R4-15): sentences are plain text, not a wall of monospace, and defanged: no
+    # link, mention or code span forms outside the spans
+    assert "NotReady" in outside
+    assert "://" not in outside and "](" not in outside and "@channel" not in outside
+    assert "<!here>" not in outside and "<" not in outside and "`" not in outside
 
 
 def test_markdown_titles_are_whole_and_said_once():
