@@ -4,14 +4,17 @@ and hung tasks.
 Why: when a GPU falls off the bus or a task sits in D state inside the driver, the kernel log
 is the only witness. Reads /dev/kmsg without blocking (the whole ring buffer, then stops), or a
 saved log given with --kmsg-file (raw kmsg records, `dmesg`, `dmesg -T`/`-H`, journal or syslog
-lines) for offline use. Both are streamed: a record at a time, folded into grouped counts (per
-GPU and code: count, first/last time, one sample line), so a 200,000-line Xid storm costs the
-groups, not the log (issue 28, X-02).
+lines) for offline use. Both are streamed, folded into grouped counts (per GPU and code: count,
+first/last time, one sample line), so a 200,000-line Xid storm costs the groups, not the log
+(issue 28, X-02). /dev/kmsg is read a record at a time; a saved log in 1 MiB blocks, where
+runs of Xid lines are decoded in bulk, so that a 2,000,000-line storm is read to its end within
+the check's deadline (issue 41.2, SavedLog).
 """
 from __future__ import annotations
 
 import dataclasses
 import errno
+import gc
 import os
 import re
 import time
@@ -189,20 +192,172 @@ def parse_line(line: str) -> tuple[float | None, str]:
     return None, line
 
 
-def iter_log_file(path: Path, stats: Stats | None = None) -> Iterator[tuple[float | None, str]]:
+def iter_log_file(path: Path, stats: Stats | None = None) -> "SavedLog":
     """A saved kernel log, streamed a line at a time (bounded by MAX_LINE a line and
-    MAX_FILE_BYTES in all)."""
-    stats = stats if stats is not None else Stats()
-    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
-    try:
-        for raw in _lines(fd, stats, MAX_FILE_BYTES, 1 << 40):
-            text = raw.decode("utf-8", "replace")
-            if not text.strip():
-                continue
-            stats.records += 1
-            yield parse_line(text)
-    finally:
-        os.close(fd)
+    MAX_FILE_BYTES in all); analyze() reads it in blocks (SavedLog.items)."""
+    return SavedLog(path, stats)
+
+
+# -- a saved log read a block at a time (issue 41.2) --------------------------------------------
+# A 2,000,000-line storm is too many lines for Python to touch one at a time within the check's
+# deadline. So a saved log is read in 1 MiB blocks: one regex finds the lines that carry a
+# marker (the rest are only counted), and a run of plain dmesg Xid lines is decoded by one
+# findall and folded in bulk (xid.Grouper.add_many). Every other line goes through the same
+# per-line path as before, and so does every line while a multi-line report is being read.
+# `[ 1021.339512] NVRM: Xid (PCI:0000:3b:00): 79, pid=1, ...`: XID_RE on the message of a dmesg
+# line, written for a block (no group crosses a line; the line's trailing whitespace is not part
+# of the message, as parse_line's rstrip has it): a line this matches gives exactly what
+# parse_line + XID_RE give (tests/core/test_kmsg_blocks.py compares the two on every form).
+_FAST_PREFIX = r"\[ {0,8}([0-9]{1,12}\.[0-9]{1,9})\] *NVRM: Xid \("
+# (time, key, rest): key is `PCI:0000:3b:00): 79` (read once per distinct key, _xid_key), rest
+# `, message` or blanks (read only for the lines that need their message, _xid_text)
+FAST_XID_RE = re.compile(r"\n" + _FAST_PREFIX + r"((?:PCI:)?[^)\n]{0,64}\):[^\S\n]*[0-9]{1,6})"
+                         r"(,[^\n]*|[^\S\n]*)(?=\n)")
+_XID_KEY_RE = re.compile(r"(?:PCI:)?([^)\n]{0,64})\):[^\S\n]*([0-9]{1,6})")
+
+
+def _xid_key(key: str) -> tuple[str, int]:
+    """(bus id, code) of FAST_XID_RE's key, as line() reads them with XID_RE."""
+    m = _XID_KEY_RE.fullmatch(key)
+    return m.group(1).strip(), int(m.group(2))
+
+
+def _xid_text(rest: str) -> str:
+    """The message of FAST_XID_RE's rest, as line() reads it with XID_RE (`or ""`)."""
+    return rest[1:].strip() if rest[:1] == "," else ""
+
+
+FAST_START_RE = re.compile(_FAST_PREFIX)
+# the end of a run of lines that start like a dmesg Xid line: a line that does not
+FAST_RUN_END_RE = re.compile(r"\n(?!" + _FAST_PREFIX + ")")
+# a line that may matter (MARK_RE's words, anywhere in the line; `\x0a`, which a raw kmsg
+# record's message turns into a space); a blank line (not a record)
+BLOCK_MARK_RE = re.compile(MARK_RE.pattern + r"|\\x0a")
+_BLANK_RE = re.compile(r"\n[^\S\n]*(?=\n)")
+BLOCK_BYTES = 1 << 20
+MAX_KEYS = 1 << 16          # distinct Xid keys (bus id and code as written) remembered
+SKIP, LINE, XIDS = 0, 1, 2      # what SavedLog.items() yields
+
+
+def _blocks(fd: int, stats: Stats, max_bytes: int) -> Iterator[str]:
+    """The lines of an open file in blocks of about BLOCK_BYTES, decoded, each block "\n" +
+    whole lines each ending in "\n", each line cut to MAX_LINE bytes (the same lines _lines
+    gives: a line's bytes are decoded alike alone or in a block, since "\n" ends any sequence)."""
+    pending = b""
+    skipping = False        # the rest of a line already cut
+    while True:
+        chunk = os.read(fd, BLOCK_BYTES)
+        if not chunk:
+            break
+        stats.bytes += len(chunk)
+        if skipping:
+            nl = chunk.find(b"\n")
+            if nl < 0:
+                chunk = b""
+            else:
+                chunk, skipping = chunk[nl + 1:], False
+        data = pending + chunk if pending else chunk
+        end = data.rfind(b"\n") + 1
+        whole, pending = data[:end], data[end:]
+        if len(pending) > MAX_LINE:         # a line without end yet: keep its head only
+            whole += pending[:MAX_LINE] + b"\n"
+            pending, skipping = b"", True
+        if whole:
+            parts = whole.split(b"\n")
+            if max(map(len, parts)) > MAX_LINE:
+                whole = b"\n".join([p[:MAX_LINE] for p in parts])
+            yield "\n" + whole.decode("utf-8", "replace")
+        if stats.bytes >= max_bytes:
+            stats.cut = f"stopped after {max_bytes} bytes"
+            break
+    if pending and not skipping:
+        yield "\n" + pending[:MAX_LINE].decode("utf-8", "replace") + "\n"
+
+
+class SavedLog:
+    """A saved kernel log (--kmsg-file). Iterated, it is (seconds since boot or None, message)
+    a line at a time, as iter_log_file was; `items()` is the same log for analyze(), in
+    bulk where it can be (see above)."""
+
+    def __init__(self, path: Path, stats: Stats | None = None) -> None:
+        self.path = path
+        self.stats = stats if stats is not None else Stats()
+
+    def __iter__(self) -> Iterator[tuple[float | None, str]]:
+        fd = os.open(self.path, os.O_RDONLY | os.O_NONBLOCK)
+        try:
+            for raw in _lines(fd, self.stats, MAX_FILE_BYTES, 1 << 40):
+                text = raw.decode("utf-8", "replace")
+                if not text.strip():
+                    continue
+                self.stats.records += 1
+                yield parse_line(text)
+        finally:
+            os.close(fd)
+
+    def items(self, busy) -> Iterator[tuple]:
+        """(SKIP, records), (LINE, ts, message) or (XIDS, rows) in log order, where rows are
+        FAST_XID_RE's groups of a run of dmesg Xid lines. `busy()` (asked before each step)
+        says a reader is inside a multi-line report: then every line is given, one at a time."""
+        stats = self.stats
+        fd = os.open(self.path, os.O_RDONLY | os.O_NONBLOCK)
+        try:
+            for text in _blocks(fd, stats, MAX_FILE_BYTES):
+                pos, end = 1, len(text)
+                whole = True        # try once a block: is the rest of it all Xid lines?
+                while pos < end:
+                    if busy():
+                        nl = text.index("\n", pos)
+                        line = text[pos:nl]
+                        pos = nl + 1
+                        if line.strip():
+                            stats.records += 1
+                            yield (LINE, *parse_line(line))
+                        continue
+                    m = BLOCK_MARK_RE.search(text, pos)
+                    start = end if m is None else text.rfind("\n", 0, m.start()) + 1
+                    if start > pos:
+                        k = text.count("\n", pos, start) - len(_BLANK_RE.findall(text, pos - 1,
+                                                                                 start))
+                        if k:
+                            stats.records += k
+                            yield (SKIP, k)
+                        pos = start
+                        if m is None:
+                            break
+                    if FAST_START_RE.match(text, pos):
+                        if whole:           # a storm's block: one findall, no run scan
+                            whole = False
+                            rows = FAST_XID_RE.findall(text, pos - 1)
+                            if len(rows) == text.count("\n", pos):
+                                stats.records += len(rows)
+                                pos = end
+                                yield (XIDS, rows)
+                                break
+                        stop = FAST_RUN_END_RE.search(text, pos).end()
+                        rows = FAST_XID_RE.findall(text, pos - 1, stop)
+                        if len(rows) == text.count("\n", pos, stop):
+                            stats.records += len(rows)
+                            pos = stop
+                            yield (XIDS, rows)
+                            continue
+                        # a line in the run is not a plain Xid line: the run line by line
+                        while pos < stop and not busy():
+                            nl = text.index("\n", pos)
+                            line = text[pos:nl]
+                            pos = nl + 1
+                            if line.strip():
+                                stats.records += 1
+                                yield (LINE, *parse_line(line))
+                        continue
+                    nl = text.index("\n", pos)
+                    line = text[pos:nl]
+                    pos = nl + 1
+                    if line.strip():
+                        stats.records += 1
+                        yield (LINE, *parse_line(line))
+        finally:
+            os.close(fd)
 
 
 def parse_log_file(text: str) -> list[tuple[float | None, str]]:
@@ -282,7 +437,29 @@ class Summary:
 
     def __init__(self) -> None:
         self.xid_lines: deque = deque(maxlen=MAX_XID_LINES)   # (uptime_s, pci, code, text)
+        self._run: tuple | None = None      # the newest lines of the last run, not yet read
         self.lost: dict[str, dict] = {}     # full bus id -> {"xid79": n, "off_the_bus": n, ...}
+
+    def keep(self, line: tuple) -> None:
+        """One Xid line (uptime_s, pci, code, text), newest last."""
+        if self._run is not None:
+            self._flush()
+        self.xid_lines.append(line)
+
+    def keep_run(self, tss: list, keys: list, rests: list) -> None:
+        """The newest lines of a run of Xid lines (kmsg's block reader), their text read only
+        if they are still among the newest when read: a storm's runs push each other out."""
+        if len(tss) >= MAX_XID_LINES:
+            self.xid_lines.clear()
+        elif self._run is not None:
+            self._flush()
+        self._run = (tss, keys, rests)
+
+    def _flush(self) -> None:
+        tss, keys, rests = self._run
+        self._run = None
+        self.xid_lines.extend([(t, k[0], k[1], _xid_text(r)) for t, k, r in
+                               zip(tss, keys, rests)])
 
     def mark_lost(self, bus: str, key: str, n: int = 1) -> None:
         full = aer.full_bdf(bus)
@@ -295,6 +472,8 @@ class Summary:
             e[key] += n
 
     def as_fact(self, source: str) -> dict:
+        if self._run is not None:
+            self._flush()
         return {"source": source, "lost": {k: dict(v) for k, v in self.lost.items()},
                 "xid_lines": tuple({"uptime_s": t, "pci": p, "xid": c, "text": x[:200]}
                                    for t, p, c, x in self.xid_lines)}
@@ -325,15 +504,10 @@ def analyze(records: Iterable[tuple[float | None, str]], now_s: float | None = N
     x79: dict[str, int] = {}                # bus id as logged -> Xid 79 lines
     first79: dict[str, int] = {}
     mark, xid_re, add = MARK_RE.search, XID_RE.search, grouper.add_fields
-    keep = summary.xid_lines.append
-    n = 0
-    clock = time.monotonic
-    for ts, msg in records:
-        n += 1
-        if stop_at is not None and not n & 4095 and clock() > stop_at:
-            if stats is not None:
-                stats.cut = f"stopped at the check's deadline after {n - 1} lines"
-            break
+    keep = summary.keep
+
+    def line(n: int, ts, msg: str) -> None:
+        """One record: decoded only when it can matter."""
         if "NVRM: Xid" in msg:                      # the storm's line: decoded first, once
             m = xid_re(msg)
             if m:
@@ -347,24 +521,24 @@ def analyze(records: Iterable[tuple[float | None, str]], now_s: float | None = N
                     if pci not in first79:
                         first79[pci] = n
                 hung.current = None
-                continue
+                return
         if hung.current is None and locks._cur is None and pcie._left <= 0 \
                 and not driver.busy and not mark(msg):
-            continue
+            return
         if pcie.feed(ts, msg, n):
-            continue
+            return
         if switches.feed(ts, msg):
             hung.current = None
-            continue
+            return
         m = xid.GPU_AT_RE.search(msg)
         if m:
             if len(uuids) < xid.MAX_GROUPS:
                 uuids[xid.short_bus(m.group(1)) or ""] = m.group(2)
-            continue
+            return
         if hung.feed(ts, msg):
-            continue
+            return
         if locks.feed(ts, msg):
-            continue
+            return
         before = driver.off_bus_count()
         driver.feed(ts, msg)
         if driver.off_bus_count() != before:
@@ -372,6 +546,78 @@ def analyze(records: Iterable[tuple[float | None, str]], now_s: float | None = N
             if bus:
                 summary.mark_lost(bus, "off_the_bus")
                 first_lost_line.setdefault(xid.short_bus(bus) or bus, n)
+
+    norm: dict[str, tuple[str, int]] = {}      # FAST_XID_RE's keys read so far
+
+    def xid_run(n: int, rows: list) -> None:
+        """A run of dmesg Xid lines (FAST_XID_RE's groups), lines n+1..n+len(rows): what
+        line() does to each, in bulk."""
+        ts_s, raw, rests = zip(*rows)
+        tss = list(map(float, ts_s))
+        missing = set(raw).difference(norm)
+        if len(norm) + len(missing) > MAX_KEYS:
+            norm.clear()
+            missing = set(raw)
+        for k in missing:
+            norm[k] = _xid_key(k)
+        keys = list(map(norm.__getitem__, raw))
+        counts, first = grouper.add_many(tss, keys, rests, _xid_text)
+        tail = slice(-MAX_XID_LINES, None)
+        summary.keep_run(tss[tail], keys[tail], rests[tail])
+        if len(first_xid_at) < xid.MAX_GROUPS and \
+                not first_xid_at.keys() >= {pci for pci, _code in first}:
+            at: dict[str, int] = {}             # bus id -> its first line in the run
+            for (pci, _code), i in first.items():
+                if i < at.get(pci, i + 1):
+                    at[pci] = i
+            for pci, i in sorted(at.items(), key=lambda kv: kv[1]):
+                if pci not in first_xid_at and len(first_xid_at) < xid.MAX_GROUPS:
+                    first_xid_at[pci] = n + 1 + i
+        if any(k[1] == 79 for k in counts):
+            for key in [k for k in counts if k[1] == 79]:
+                pci = key[0]
+                x79[pci] = x79.get(pci, 0) + counts[key]
+                if pci not in first79:
+                    first79[pci] = n + 1 + first[key]
+        hung.current = None
+
+    n = 0
+    clock = time.monotonic
+    if isinstance(records, SavedLog):
+        def busy() -> bool:
+            return (hung.current is not None or locks._cur is not None or pcie._left > 0
+                    or driver.busy)
+
+        # a storm's block makes 100,000 tuples, each block would run the cyclic collector
+        # 150 times for nothing (they are freed by reference counts): off while reading
+        gc_on = gc.isenabled()
+        gc.disable()
+        try:
+            for item in records.items(busy):
+                if stop_at is not None and clock() > stop_at:
+                    if stats is not None:
+                        stats.cut = f"stopped at the check's deadline after {n} lines"
+                    break
+                kind = item[0]
+                if kind == SKIP:
+                    n += item[1]
+                elif kind == XIDS:
+                    xid_run(n, item[1])
+                    n += len(item[1])
+                else:
+                    n += 1
+                    line(n, item[1], item[2])
+        finally:
+            if gc_on:
+                gc.enable()
+    else:
+        for ts, msg in records:
+            n += 1
+            if stop_at is not None and not n & 4095 and clock() > stop_at:
+                if stats is not None:
+                    stats.cut = f"stopped at the check's deadline after {n - 1} lines"
+                break
+            line(n, ts, msg)
 
     def age(ts):
         return round(now_s - ts, 1) if now_s is not None and ts is not None else None
