@@ -10,7 +10,7 @@ import random
 import pytest
 
 from node_probe.checks import kmsg
-from node_probe.host import xid
+from node_probe.host import kernel_log, xid
 from tests.realworld import corpus
 
 KMSG = corpus.artifacts({"kmsg"})
@@ -88,7 +88,7 @@ def _line(rnd: random.Random, t: int, pool: list) -> bytes:
 def test_blocks_read_mixed_logs_as_lines_do(block, tmp_path, monkeypatch):
     """Real lines of every kind the corpus has, Xid runs among them, in every form; some logs
     with times out of order (a concatenation), at block sizes that cut lines and runs."""
-    monkeypatch.setattr(kmsg, "BLOCK_BYTES", block)
+    monkeypatch.setattr(kernel_log, "BLOCK_BYTES", block)
     pool = [line.encode() for a in KMSG for line in a.quote.splitlines()]
     for seed in range(40):
         rnd = random.Random(seed)
