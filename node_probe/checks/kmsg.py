@@ -17,6 +17,7 @@ import gc
 import re
 import time
 from collections import OrderedDict, deque
+from operator import itemgetter
 from pathlib import Path
 from typing import Iterable, Iterator
 
@@ -163,6 +164,9 @@ class Summary:
                                    for t, p, c, x in self.xid_lines)}
 
 
+_FIRST, _SECOND, _THIRD = itemgetter(0), itemgetter(1), itemgetter(2)
+
+
 def analyze(records: Iterable[tuple[float | None, str]], now_s: float | None = None,
             now_wall: float | None = None, grouper: xid.Grouper | None = None,
             summary: Summary | None = None, sys_pci: Path | None = None,
@@ -236,8 +240,9 @@ def analyze(records: Iterable[tuple[float | None, str]], now_s: float | None = N
     def xid_run(n: int, rows: list) -> None:
         """A run of dmesg Xid lines (FAST_XID_RE's groups), lines n+1..n+len(rows): what
         line() does to each, in bulk."""
-        ts_s, raw, rests = zip(*rows)
-        tss = list(map(float, ts_s))
+        tss = list(map(float, map(_FIRST, rows)))
+        raw = list(map(_SECOND, rows))
+        rests = list(map(_THIRD, rows))
         missing = set(raw).difference(norm)
         if len(norm) + len(missing) > MAX_KEYS:
             norm.clear()
