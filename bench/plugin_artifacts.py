@@ -82,7 +82,7 @@ def build_zipapp(venv: Path) -> Path:
         shutil.copytree(REPO / pkg, stage / pkg, ignore=shutil.ignore_patterns("__pycache__"))
     out = BUILD / "zipapp" / "kubectl-gpu_doctor.pyz"
     zipapp.create_archive(stage, out, interpreter="/usr/bin/env python3",
-                          main="kubectl_gpudoctor.cli:entrypoint", compressed=True)
+                          main="kubectl_gpudoctor.launch:entrypoint", compressed=True)
     return out
 
 

@@ -950,6 +950,9 @@ def entrypoint() -> None:
         from .reach import localproc as local
         local.run_probe_here(argv[1:])
     code = main(argv, exiting=True)
+    if argv[:1] == ["local"]:      # a probe child started early and not taken: stop it
+        from .reach import localproc
+        localproc.drop_early()
     try:
         sys.stdout.flush()
     except BrokenPipeError:

@@ -20,7 +20,7 @@ def main() -> None:
         sys.argv = [module, *sys.argv[3:]]
         runpy.run_module(module, run_name="__main__", alter_sys=True)
         sys.exit(0)
-    from kubectl_gpudoctor.cli import entrypoint
+    from kubectl_gpudoctor.launch import entrypoint
 
     entrypoint()
 

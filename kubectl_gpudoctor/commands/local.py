@@ -22,8 +22,6 @@ def local(session: Session, o: dict, probe_args: Sequence[str]) -> ExitStatus:
     from ..reach import localproc as local_probe
     from ..reach import stream
     host = os.uname().nodename
-    args = ["--timeout", f"{o['timeout']:g}", "--trace-seconds", f"{o['trace_seconds']:g}",
-            "--fail-on", o["fail_on"], *probe_args]
     files = [os.path.basename(v) for k, v in zip(probe_args, probe_args[1:])
              if k in OFFLINE_FLAGS]
     target = {"kind": "local", "name": host, "node": host}
@@ -33,7 +31,10 @@ def local(session: Session, o: dict, probe_args: Sequence[str]) -> ExitStatus:
                               details=bool(o.get("details")))
     if files:       # evidence captured elsewhere: the header must not say "live"
         out.origin = "offline, from " + ", ".join(files)
-    proc = local_probe.ProbeProcess(["--target-name", host, *args])
+    args = local_probe.local_probe_args(host, o["timeout"], o["trace_seconds"], o["fail_on"],
+                                        probe_args)
+    # started before the CLI's imports (launch.py) when its arguments were these
+    proc = local_probe.take_early(args) or local_probe.ProbeProcess(args)
     try:
         got_summary = False
         for rec in stream.records(proc.chunks()):

@@ -106,6 +106,97 @@ class ProbeProcess:
                 return
 
 
+# -- `local`'s child started before the CLI's imports (launch.py, issue 41.4) ----------------
+# the probe's flags `local` passes on, in the order commands/local.py and cli.local_cmd give
+# them; `local`'s own defaults (cli._DEFAULTS) for the three it always passes
+EARLY_PATHS = ("--host-root", "--cgroup-root", "--kubelet-dir", "--kmsg-file", "--plugin-log",
+               "--nvidia-smi-file", "--lspci-file", "--bug-report")
+EARLY_DEFAULTS = {"--timeout": 60.0, "--trace-seconds": 5.0, "--fail-on": "warning"}
+_EARLY_VALUED = {*EARLY_PATHS, "--only", "--skip", "--timeout", "--trace-seconds", "--fail-on",
+                 "-o", "--output"}
+_early: tuple[list[str], "ProbeProcess"] | None = None
+
+
+def local_probe_args(host: str, timeout_s: float, trace_s: float, fail_on: str,
+                     probe_args: Sequence[str]) -> list[str]:
+    """The probe child's arguments for `local` (before probe_command's `-o jsonl`)."""
+    return ["--target-name", host, "--timeout", f"{timeout_s:g}", "--trace-seconds",
+            f"{trace_s:g}", "--fail-on", fail_on, *probe_args]
+
+
+def early_args(argv: Sequence[str]) -> list[str] | None:
+    """The probe child's arguments for `local ARGV`, read without click, or None whenever
+    there is any doubt (a flag it does not know, --help, a value click would refuse): then
+    nothing starts early. A wrong guess costs only time: `local` compares (take_early)."""
+    from node_probe.protocol import FAIL_ON
+    paths: dict[str, str] = {}
+    only: list[str] = []
+    skip: list[str] = []
+    opts: dict = dict(EARLY_DEFAULTS)
+    i = 0
+    while i < len(argv):
+        name, eq, value = argv[i].partition("=")
+        if name == "--details" and not eq:
+            i += 1
+            continue
+        if name not in _EARLY_VALUED or (eq and not name.startswith("--")):
+            return None
+        if not eq:
+            if i + 1 >= len(argv):
+                return None
+            value = argv[i + 1]
+        i += 1 if eq else 2
+        if value.startswith("-"):
+            return None
+        if name in EARLY_PATHS:
+            paths[name] = value
+        elif name in ("--only", "--skip"):
+            (only if name == "--only" else skip).append(value)
+        elif name in ("--timeout", "--trace-seconds"):
+            try:
+                opts[name] = duration.parse(value)
+            except duration.DurationError:
+                return None
+            if opts[name] < (1.0 if name == "--timeout" else 0.0):
+                return None
+        elif name == "--fail-on":
+            if value not in FAIL_ON:
+                return None
+            opts[name] = value
+    if opts["--trace-seconds"] >= opts["--timeout"]:
+        return None
+    probe_args = [x for flag in EARLY_PATHS if paths.get(flag) for x in (flag, paths[flag])]
+    probe_args += [x for c in only for x in ("--only", c)]
+    probe_args += [x for c in skip for x in ("--skip", c)]
+    return local_probe_args(os.uname().nodename, opts["--timeout"], opts["--trace-seconds"],
+                            opts["--fail-on"], probe_args)
+
+
+def start_early(argv: Sequence[str]) -> None:
+    """Start `local ARGV`'s probe child now, if its arguments can be read without click."""
+    global _early
+    args = early_args(argv)
+    if args is not None:
+        _early = (args, ProbeProcess(args))
+
+
+def take_early(args: Sequence[str]) -> "ProbeProcess | None":
+    """The child start_early started, if it runs exactly `args`; else None (it is stopped)."""
+    global _early
+    early, _early = _early, None
+    if early is None:
+        return None
+    if early[0] == list(args):
+        return early[1]
+    early[1].stop()
+    return None
+
+
+def drop_early() -> None:
+    """Stop a child started early that `local` did not take (click refused the command line)."""
+    take_early(())
+
+
 PR_SET_PDEATHSIG = 1
 
 

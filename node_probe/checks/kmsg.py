@@ -4,18 +4,20 @@ and hung tasks.
 Why: when a GPU falls off the bus or a task sits in D state inside the driver, the kernel log
 is the only witness. Reads /dev/kmsg without blocking (the whole ring buffer, then stops), or a
 saved log given with --kmsg-file (raw kmsg records, `dmesg`, `dmesg -T`/`-H`, journal or syslog
-lines) for offline use. Both are streamed: a record at a time, folded into grouped counts (per
-GPU and code: count, first/last time, one sample line), so a 200,000-line Xid storm costs the
-groups, not the log (issue 28, X-02).
+lines) for offline use. Both are streamed, folded into grouped counts (per GPU and code: count,
+first/last time, one sample line), so a 200,000-line Xid storm costs the groups, not the log
+(issue 28, X-02). /dev/kmsg is read a record at a time; a saved log in 1 MiB blocks, where
+runs of Xid lines are decoded in bulk, so that a 2,000,000-line storm is read to its end within
+the check's deadline (issue 41.2, SavedLog).
 """
 from __future__ import annotations
 
 import dataclasses
-import errno
-import os
+import gc
 import re
 import time
 from collections import OrderedDict, deque
+from operator import itemgetter
 from pathlib import Path
 from typing import Iterable, Iterator
 
@@ -23,6 +25,11 @@ from node_probe.protocol import catalog
 from node_probe.protocol.evidence import cut
 from node_probe.protocol.render import terminal_safe
 from node_probe.host import aer, hostfs, lockup, nvrm, sxid, xid
+# the readers of a kernel log, and what tests and other checks used to find here
+from node_probe.host.kernel_log import (  # noqa: F401 -- re-exported
+    BLOCK_BYTES, LINE, MARK_RE, MAX_FILE_BYTES, MAX_KEYS, MAX_LINE, MAX_RECORDS, SKIP, XIDS,
+    SavedLog, Stats, _xid_key, _xid_text, iter_kmsg, iter_log_file, kernel_log,
+    parse_kmsg_record, parse_line, parse_log_file, read_kmsg, uptime_s)
 from node_probe.engine.context import Skipped
 from node_probe.deviceplugin import podresources
 from node_probe.engine.facts import KMSG_LOG, KMSG_XIDS, NVML, PODRESOURCES
@@ -35,9 +42,6 @@ XID_RE = xid.XID_RE
 # it without the `INFO: ` and with `120s` (gpud's cpu tests, components/cpu)
 HUNG_RE = re.compile(r"(?:INFO: )?task (.+):([0-9]{1,10}) blocked for more than ([0-9]{1,12}) ?"
                      r"(?:seconds|secs|s)\b")
-# a line none of the readers can use is skipped before any decoding: NVIDIA driver lines
-# (NVRM, nvidia-nvswitch, nvidia <bdf>, [nvidia] frames), hung tasks, AER, lockups
-MARK_RE = re.compile(r"NVRM|nvidia|task|AER|PCIe Bus Error|pciehp|BUG:|LOCKUP|rcu: INFO")
 MAX_XID_LINES = 4096            # newest Xid lines kept for the trace verdicts
 KMSG_TIMEOUT_S = 5.0            # the check's deadline
 READ_RESERVE_S = 1.2            # stop reading this long before it: findings, facts, output
@@ -49,172 +53,8 @@ FRAME_MODULE_RE = re.compile(r"\+0x[0-9a-f]{1,16}/0x[0-9a-f]{1,16} \[([a-z0-9_]{
 NVIDIA_MODULES = ("nvidia", "nvidia_uvm", "nvidia_modeset", "nvidia_drm", "nvidia_peermem",
                   "nvidia_fs")
 HUNG_CRITICAL_COMMS = ("kubelet", "containerd", "dockerd", "crio", "nvidia", "runc")
-MAX_RECORDS = 200_000           # records of /dev/kmsg read in one pass
-MAX_LINE = 4096                 # a longer line is read in part (its rest is skipped)
-MAX_FILE_BYTES = 1 << 30        # a saved log is read up to this many bytes
 MAX_HUNG = 64                   # distinct hung tasks kept
 MAX_FRAMES = 64                 # stack lines read after one hung task
-
-
-class Stats:
-    """What one read saw: records, bytes, and whether it stopped at a bound."""
-
-    def __init__(self) -> None:
-        self.records = 0
-        self.bytes = 0
-        self.cut: str | None = None
-
-
-def _lines(fd: int, stats: Stats, max_bytes: int, max_lines: int) -> Iterator[bytes]:
-    """Lines of an open fd, each at most MAX_LINE bytes, in bounded memory. One read of
-    /dev/kmsg is one record; a regular file gives many lines a read: both are split here."""
-    pending = b""           # the unfinished last line (at most MAX_LINE bytes kept)
-    skipping = False        # the unfinished line was already cut: drop the rest of it
-    lines = 0
-    while True:
-        try:
-            chunk = os.read(fd, 65536)
-        except OSError as exc:
-            if exc.errno == errno.EAGAIN:
-                break
-            if exc.errno == errno.EPIPE:  # /dev/kmsg overwritten while reading: go on
-                continue
-            raise
-        if not chunk:
-            break
-        stats.bytes += len(chunk)
-        parts = chunk.split(b"\n")
-        parts[0] = pending + parts[0]
-        for line in parts[:-1]:
-            if skipping:
-                skipping = False
-                continue
-            lines += 1
-            yield line[:MAX_LINE]
-            if lines >= max_lines:
-                stats.cut = f"stopped after {max_lines} lines"
-                return
-        pending = parts[-1]
-        if len(pending) > MAX_LINE:        # a line without end yet: keep its head only
-            if not skipping:
-                lines += 1
-                yield pending[:MAX_LINE]
-            skipping, pending = True, b""
-        if stats.bytes >= max_bytes:
-            stats.cut = f"stopped after {max_bytes} bytes"
-            break
-    if pending and not skipping:
-        yield pending[:MAX_LINE]
-
-
-def iter_kmsg(path: Path, stats: Stats | None = None) -> Iterator[tuple[float | None, str]]:
-    """The kernel ring buffer's records as (seconds since boot, message), streamed;
-    non-blocking: stops when the buffer is drained. Dictionary lines (` SUBSYSTEM=pci`) are
-    skipped; a message's own newlines (`\\x0a` in the record) become spaces."""
-    stats = stats if stats is not None else Stats()
-    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
-    try:
-        for raw in _lines(fd, stats, MAX_FILE_BYTES, MAX_RECORDS * 4):
-            if raw.startswith(b" "):
-                continue
-            stats.records += 1
-            yield parse_kmsg_record(raw.decode("utf-8", "replace"))
-            if stats.records >= MAX_RECORDS:
-                stats.cut = f"stopped after {MAX_RECORDS} records"
-                return
-    finally:
-        os.close(fd)
-
-
-def read_kmsg(path: Path) -> list[tuple[float | None, str]]:
-    """All records in the kernel ring buffer (a list: for callers that want one)."""
-    return list(iter_kmsg(path))
-
-
-def kernel_log(opts, stats: Stats | None = None) -> Iterator[tuple[float | None, str]]:
-    """The kernel log a run reads (--kmsg-file, else the host's /dev/kmsg), streamed as
-    (seconds since boot or None, message): every reader of it keeps what it needs, never the
-    log (a 200,000-line Xid storm is 19 MB of text). Raises OSError when it cannot be read."""
-    if opts.kmsg_file is not None:
-        return iter_log_file(opts.kmsg_file, stats)
-    return iter_kmsg(hostfs.resolve(opts.host_root, "dev/kmsg") or Path("/dev/kmsg"), stats)
-
-
-def parse_kmsg_record(text: str) -> tuple[float | None, str]:
-    head, sep, msg = text.partition(";")
-    if not sep:
-        return None, text.strip()
-    fields = head.split(",")
-    ts = None
-    if len(fields) >= 3 and fields[2].isdigit() and len(fields[2]) <= 18:
-        ts = int(fields[2]) / 1e6
-    msg = msg.split("\n", 1)[0].replace("\\x0a", " ").strip()
-    return ts, msg
-
-
-# `[ 1021.339512] msg` (dmesg), `[  +0.000049] msg` (dmesg -H), `[Wed Jan 27 23:04:35 2021]
-# msg` (dmesg -T), `Feb 17 08:02:06 host kernel: msg` / `2024-01-01T00:00:00+00:00 host kernel:
-# msg` (journal, syslog), `4,1234,2200100000,-;msg` (raw kmsg)
-_DMESG_TS = re.compile(r"^\[\s*([0-9]{1,12}\.[0-9]{1,9})\]\s?(.*)$")
-_DMESG_REL = re.compile(r"^\[\s*[+-]?[0-9]{1,12}\.[0-9]{1,9}\]\s?(.*)$")
-_DMESG_T = re.compile(r"^\[[A-Z][a-z]{2} [A-Z][a-z]{2} [ 0-9][0-9] [0-9:]{8} [0-9]{4}\]\s?(.*)$")
-_JOURNAL = re.compile(r"^(?:[A-Z][a-z]{2} [ 0-9][0-9] [0-9:]{8}|[0-9]{4}-[0-9]{2}-[0-9]{2}T\S+) "
-                      r"\S+ kernel: (.*)$")
-_KMSG_REC = re.compile(r"^[0-9]{1,3},[0-9]{1,20},[0-9]{1,20},[^;]{0,16};")
-
-
-def parse_line(line: str) -> tuple[float | None, str]:
-    """One line of a saved kernel log as (seconds since boot or None, message)."""
-    line = line.rstrip()
-    if line[:1] == "[":                 # `[ 1021.339512] msg` (dmesg), without a regex
-        close = line.find("]", 1, 40)
-        if close > 0:
-            try:
-                return float(line[1:close]), line[close + 1:].lstrip(" ")
-            except ValueError:
-                pass
-    if not line.startswith("["):
-        if _KMSG_REC.match(line):
-            return parse_kmsg_record(line)
-        m = _JOURNAL.match(line)
-        if not m:
-            return None, line
-        line = m.group(1)
-    m = _DMESG_TS.match(line)
-    if m:
-        return float(m.group(1)), m.group(2)
-    m = _DMESG_REL.match(line) or _DMESG_T.match(line)
-    if m:
-        return None, m.group(1)
-    return None, line
-
-
-def iter_log_file(path: Path, stats: Stats | None = None) -> Iterator[tuple[float | None, str]]:
-    """A saved kernel log, streamed a line at a time (bounded by MAX_LINE a line and
-    MAX_FILE_BYTES in all)."""
-    stats = stats if stats is not None else Stats()
-    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
-    try:
-        for raw in _lines(fd, stats, MAX_FILE_BYTES, 1 << 40):
-            text = raw.decode("utf-8", "replace")
-            if not text.strip():
-                continue
-            stats.records += 1
-            yield parse_line(text)
-    finally:
-        os.close(fd)
-
-
-def parse_log_file(text: str) -> list[tuple[float | None, str]]:
-    """Every line of a saved kernel log given as text (tests, small inputs)."""
-    return [parse_line(line) for line in text.splitlines() if line.strip()]
-
-
-def uptime_s() -> float | None:
-    try:
-        return float(Path("/proc/uptime").read_text().split()[0])
-    except (OSError, ValueError, IndexError):
-        return None
 
 
 class _Hung:
@@ -282,7 +122,29 @@ class Summary:
 
     def __init__(self) -> None:
         self.xid_lines: deque = deque(maxlen=MAX_XID_LINES)   # (uptime_s, pci, code, text)
+        self._run: tuple | None = None      # the newest lines of the last run, not yet read
         self.lost: dict[str, dict] = {}     # full bus id -> {"xid79": n, "off_the_bus": n, ...}
+
+    def keep(self, line: tuple) -> None:
+        """One Xid line (uptime_s, pci, code, text), newest last."""
+        if self._run is not None:
+            self._flush()
+        self.xid_lines.append(line)
+
+    def keep_run(self, tss: list, keys: list, rests: list) -> None:
+        """The newest lines of a run of Xid lines (kmsg's block reader), their text read only
+        if they are still among the newest when read: a storm's runs push each other out."""
+        if len(tss) >= MAX_XID_LINES:
+            self.xid_lines.clear()
+        elif self._run is not None:
+            self._flush()
+        self._run = (tss, keys, rests)
+
+    def _flush(self) -> None:
+        tss, keys, rests = self._run
+        self._run = None
+        self.xid_lines.extend([(t, k[0], k[1], _xid_text(r)) for t, k, r in
+                               zip(tss, keys, rests)])
 
     def mark_lost(self, bus: str, key: str, n: int = 1) -> None:
         full = aer.full_bdf(bus)
@@ -295,9 +157,14 @@ class Summary:
             e[key] += n
 
     def as_fact(self, source: str) -> dict:
+        if self._run is not None:
+            self._flush()
         return {"source": source, "lost": {k: dict(v) for k, v in self.lost.items()},
                 "xid_lines": tuple({"uptime_s": t, "pci": p, "xid": c, "text": x[:200]}
                                    for t, p, c, x in self.xid_lines)}
+
+
+_FIRST, _SECOND, _THIRD = itemgetter(0), itemgetter(1), itemgetter(2)
 
 
 def analyze(records: Iterable[tuple[float | None, str]], now_s: float | None = None,
@@ -325,15 +192,10 @@ def analyze(records: Iterable[tuple[float | None, str]], now_s: float | None = N
     x79: dict[str, int] = {}                # bus id as logged -> Xid 79 lines
     first79: dict[str, int] = {}
     mark, xid_re, add = MARK_RE.search, XID_RE.search, grouper.add_fields
-    keep = summary.xid_lines.append
-    n = 0
-    clock = time.monotonic
-    for ts, msg in records:
-        n += 1
-        if stop_at is not None and not n & 4095 and clock() > stop_at:
-            if stats is not None:
-                stats.cut = f"stopped at the check's deadline after {n - 1} lines"
-            break
+    keep = summary.keep
+
+    def line(n: int, ts, msg: str) -> None:
+        """One record: decoded only when it can matter."""
         if "NVRM: Xid" in msg:                      # the storm's line: decoded first, once
             m = xid_re(msg)
             if m:
@@ -347,24 +209,24 @@ def analyze(records: Iterable[tuple[float | None, str]], now_s: float | None = N
                     if pci not in first79:
                         first79[pci] = n
                 hung.current = None
-                continue
+                return
         if hung.current is None and locks._cur is None and pcie._left <= 0 \
                 and not driver.busy and not mark(msg):
-            continue
+            return
         if pcie.feed(ts, msg, n):
-            continue
+            return
         if switches.feed(ts, msg):
             hung.current = None
-            continue
+            return
         m = xid.GPU_AT_RE.search(msg)
         if m:
             if len(uuids) < xid.MAX_GROUPS:
                 uuids[xid.short_bus(m.group(1)) or ""] = m.group(2)
-            continue
+            return
         if hung.feed(ts, msg):
-            continue
+            return
         if locks.feed(ts, msg):
-            continue
+            return
         before = driver.off_bus_count()
         driver.feed(ts, msg)
         if driver.off_bus_count() != before:
@@ -372,6 +234,79 @@ def analyze(records: Iterable[tuple[float | None, str]], now_s: float | None = N
             if bus:
                 summary.mark_lost(bus, "off_the_bus")
                 first_lost_line.setdefault(xid.short_bus(bus) or bus, n)
+
+    norm: dict[str, tuple[str, int]] = {}      # FAST_XID_RE's keys read so far
+
+    def xid_run(n: int, rows: list) -> None:
+        """A run of dmesg Xid lines (FAST_XID_RE's groups), lines n+1..n+len(rows): what
+        line() does to each, in bulk."""
+        tss = list(map(float, map(_FIRST, rows)))
+        raw = list(map(_SECOND, rows))
+        rests = list(map(_THIRD, rows))
+        missing = set(raw).difference(norm)
+        if len(norm) + len(missing) > MAX_KEYS:
+            norm.clear()
+            missing = set(raw)
+        for k in missing:
+            norm[k] = _xid_key(k)
+        keys = list(map(norm.__getitem__, raw))
+        counts, first = grouper.add_many(tss, keys, rests, _xid_text)
+        tail = slice(-MAX_XID_LINES, None)
+        summary.keep_run(tss[tail], keys[tail], rests[tail])
+        if len(first_xid_at) < xid.MAX_GROUPS and \
+                not first_xid_at.keys() >= {pci for pci, _code in first}:
+            at: dict[str, int] = {}             # bus id -> its first line in the run
+            for (pci, _code), i in first.items():
+                if i < at.get(pci, i + 1):
+                    at[pci] = i
+            for pci, i in sorted(at.items(), key=lambda kv: kv[1]):
+                if pci not in first_xid_at and len(first_xid_at) < xid.MAX_GROUPS:
+                    first_xid_at[pci] = n + 1 + i
+        if any(k[1] == 79 for k in counts):
+            for key in [k for k in counts if k[1] == 79]:
+                pci = key[0]
+                x79[pci] = x79.get(pci, 0) + counts[key]
+                if pci not in first79:
+                    first79[pci] = n + 1 + first[key]
+        hung.current = None
+
+    n = 0
+    clock = time.monotonic
+    if isinstance(records, SavedLog):
+        def busy() -> bool:
+            return (hung.current is not None or locks._cur is not None or pcie._left > 0
+                    or driver.busy)
+
+        # a storm's block makes 100,000 tuples, each block would run the cyclic collector
+        # 150 times for nothing (they are freed by reference counts): off while reading
+        gc_on = gc.isenabled()
+        gc.disable()
+        try:
+            for item in records.items(busy):
+                if stop_at is not None and clock() > stop_at:
+                    if stats is not None:
+                        stats.cut = f"stopped at the check's deadline after {n} lines"
+                    break
+                kind = item[0]
+                if kind == SKIP:
+                    n += item[1]
+                elif kind == XIDS:
+                    xid_run(n, item[1])
+                    n += len(item[1])
+                else:
+                    n += 1
+                    line(n, item[1], item[2])
+        finally:
+            if gc_on:
+                gc.enable()
+    else:
+        for ts, msg in records:
+            n += 1
+            if stop_at is not None and not n & 4095 and clock() > stop_at:
+                if stats is not None:
+                    stats.cut = f"stopped at the check's deadline after {n - 1} lines"
+                break
+            line(n, ts, msg)
 
     def age(ts):
         return round(now_s - ts, 1) if now_s is not None and ts is not None else None

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import dataclasses
 import re
+from collections import Counter
 from typing import Iterable
 
 from node_probe.protocol.xid_catalog import (  # noqa: F401 -- the catalog, re-exported
@@ -170,6 +171,80 @@ class Grouper:
                 entry = pm.group(1) + (f" ({pm.group(2)})" if pm.group(2) else "")
                 if entry not in pids:
                     pids.append(entry)
+
+    def add_many(self, tss: list[float], keys: list[tuple[str, int]], texts,
+                 message=None) -> tuple[dict, dict]:
+        """add_fields() for each (ts, pci, code, message) of a run of lines, in order, with the
+        same result, in bulk (a storm's 2,000,000 lines): counts, first/last times and the last
+        message per group come from C-level dict and Counter passes; only the lines of groups
+        that still collect pids, or whose code reads its message (NVLink5, 45), are read one
+        (distinct message) at a time. `keys` are (pci, code), the pci at most 64 characters
+        (the Xid regex's bound); `message(texts[i])` is line i's message (`texts` are the
+        messages when `message` is None; equal texts give equal messages).
+        Returns ({(pci, code): lines}, {(pci, code): index of its first line})."""
+        message = message or (lambda t: t)
+        count = len(keys)
+        counts = Counter(keys)
+        first = dict(zip(reversed(keys), range(count - 1, -1, -1)))
+        if tss != sorted(tss):              # times out of order: min/max line by line
+            for ts, (pci, code), text in zip(tss, keys, texts):
+                self.add_fields(ts, pci, code, message(text))
+            return counts, first
+        last = dict(zip(keys, range(count)))
+        self.events += count
+        acc, slow = self.acc, set()
+        new = counts.keys() - acc.keys()
+        if new:
+            if len(acc) >= self.max_groups:     # a storm's many pairs: only counted
+                self.dropped += sum(counts[k] for k in new)
+            else:
+                for key in sorted(new, key=first.__getitem__):   # first appearance first
+                    if len(acc) >= self.max_groups:
+                        self.dropped += counts[key]
+                        continue
+                    acc[key] = {"count": 0, "first_s": None, "last_s": None, "pids": [],
+                                "fatal": 0, "nonfatal": 0, "caused_by": None}
+        for key in counts.keys() & acc.keys():
+            d = acc[key]
+            d["count"] += counts[key]
+            lo, hi = tss[first[key]], tss[last[key]]
+            if d["last_s"] is None or hi > d["last_s"]:
+                d["last_s"] = hi
+            if d["first_s"] is None or lo < d["first_s"]:
+                d["first_s"] = lo
+            d["message"] = message(texts[last[key]])[:MAX_MESSAGE]
+            code = key[1]
+            if code in NVLINK5 or code == 45 or len(d["pids"]) < MAX_PIDS:
+                slow.add(key)
+        if slow:
+            # each distinct (group, message) once, in order of first appearance, with its lines
+            rows = [i for i, k in enumerate(keys) if k in slow]
+            pairs = Counter([(keys[i], texts[i]) for i in rows])
+            latest = {(keys[i], texts[i]): i for i in rows} \
+                if any(k[1] == 45 for k in slow) else {}
+            caused: dict = {}               # Xid 45 group -> (its last line naming a cause, N)
+            for (key, full), lines in pairs.items():
+                if key not in slow:
+                    continue
+                d, code, text = acc[key], key[1], message(full)[:MAX_MESSAGE]
+                if code in NVLINK5:
+                    fm = _FATALITY_RE.search(text)
+                    if fm:
+                        d["fatal" if fm.group(1) == "Fatal" else "nonfatal"] += lines
+                elif code == 45:
+                    cm = _CAUSED_BY_RE.search(text)
+                    if cm and latest[key, full] > caused.get(key, (-1, 0))[0]:
+                        caused[key] = (latest[key, full], int(cm.group(1)))
+                pids = d["pids"]
+                if len(pids) < MAX_PIDS:
+                    pm = PID_RE.search(text)
+                    if pm:
+                        entry = pm.group(1) + (f" ({pm.group(2)})" if pm.group(2) else "")
+                        if entry not in pids:
+                            pids.append(entry)
+            for key, (_line, cause) in caused.items():
+                acc[key]["caused_by"] = cause
+        return counts, first
 
     def groups(self) -> list[XidGroup]:
         return [XidGroup(pci, code, d["count"], d["first_s"], d["last_s"], d["message"],

@@ -1,0 +1,339 @@
+"""Reading a kernel log, in bounded memory: the host's /dev/kmsg a record at a time, a saved
+log (--kmsg-file: raw kmsg records, `dmesg`, `dmesg -T`/`-H`, journal or syslog lines) in
+blocks, as (seconds since boot or None, message).
+
+Why a module of its own: the kmsg check decides what the lines mean; this one only reads
+them, and it is where a storm's cost is paid. A saved log of 2,000,000 Xid lines is too many
+lines for Python to touch one at a time within the check's deadline, so SavedLog.items() gives
+analyze() a run of plain dmesg Xid lines as one findall's rows (issue 41.2), and every other
+line as before.
+"""
+from __future__ import annotations
+
+import errno
+import os
+import re
+from pathlib import Path
+from typing import Iterator
+
+from node_probe.host import hostfs
+
+# a line none of the readers can use is skipped before any decoding: NVIDIA driver lines
+# (NVRM, nvidia-nvswitch, nvidia <bdf>, [nvidia] frames), hung tasks, AER, lockups
+MARK_RE = re.compile(r"NVRM|nvidia|task|AER|PCIe Bus Error|pciehp|BUG:|LOCKUP|rcu: INFO")
+MAX_RECORDS = 200_000           # records of /dev/kmsg read in one pass
+MAX_LINE = 4096                 # a longer line is read in part (its rest is skipped)
+MAX_FILE_BYTES = 1 << 30        # a saved log is read up to this many bytes
+
+
+class Stats:
+    """What one read saw: records, bytes, and whether it stopped at a bound."""
+
+    def __init__(self) -> None:
+        self.records = 0
+        self.bytes = 0
+        self.cut: str | None = None
+
+
+def _lines(fd: int, stats: Stats, max_bytes: int, max_lines: int) -> Iterator[bytes]:
+    """Lines of an open fd, each at most MAX_LINE bytes, in bounded memory. One read of
+    /dev/kmsg is one record; a regular file gives many lines a read: both are split here."""
+    pending = b""           # the unfinished last line (at most MAX_LINE bytes kept)
+    skipping = False        # the unfinished line was already cut: drop the rest of it
+    lines = 0
+    while True:
+        try:
+            chunk = os.read(fd, 65536)
+        except OSError as exc:
+            if exc.errno == errno.EAGAIN:
+                break
+            if exc.errno == errno.EPIPE:  # /dev/kmsg overwritten while reading: go on
+                continue
+            raise
+        if not chunk:
+            break
+        stats.bytes += len(chunk)
+        parts = chunk.split(b"\n")
+        parts[0] = pending + parts[0]
+        for line in parts[:-1]:
+            if skipping:
+                skipping = False
+                continue
+            lines += 1
+            yield line[:MAX_LINE]
+            if lines >= max_lines:
+                stats.cut = f"stopped after {max_lines} lines"
+                return
+        pending = parts[-1]
+        if len(pending) > MAX_LINE:        # a line without end yet: keep its head only
+            if not skipping:
+                lines += 1
+                yield pending[:MAX_LINE]
+            skipping, pending = True, b""
+        if stats.bytes >= max_bytes:
+            stats.cut = f"stopped after {max_bytes} bytes"
+            break
+    if pending and not skipping:
+        yield pending[:MAX_LINE]
+
+
+def iter_kmsg(path: Path, stats: Stats | None = None) -> Iterator[tuple[float | None, str]]:
+    """The kernel ring buffer's records as (seconds since boot, message), streamed;
+    non-blocking: stops when the buffer is drained. Dictionary lines (` SUBSYSTEM=pci`) are
+    skipped; a message's own newlines (`\\x0a` in the record) become spaces."""
+    stats = stats if stats is not None else Stats()
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+    try:
+        for raw in _lines(fd, stats, MAX_FILE_BYTES, MAX_RECORDS * 4):
+            if raw.startswith(b" "):
+                continue
+            stats.records += 1
+            yield parse_kmsg_record(raw.decode("utf-8", "replace"))
+            if stats.records >= MAX_RECORDS:
+                stats.cut = f"stopped after {MAX_RECORDS} records"
+                return
+    finally:
+        os.close(fd)
+
+
+def read_kmsg(path: Path) -> list[tuple[float | None, str]]:
+    """All records in the kernel ring buffer (a list: for callers that want one)."""
+    return list(iter_kmsg(path))
+
+
+def kernel_log(opts, stats: Stats | None = None) -> Iterator[tuple[float | None, str]]:
+    """The kernel log a run reads (--kmsg-file, else the host's /dev/kmsg), streamed as
+    (seconds since boot or None, message): every reader of it keeps what it needs, never the
+    log (a 200,000-line Xid storm is 19 MB of text). Raises OSError when it cannot be read."""
+    if opts.kmsg_file is not None:
+        return iter_log_file(opts.kmsg_file, stats)
+    return iter_kmsg(hostfs.resolve(opts.host_root, "dev/kmsg") or Path("/dev/kmsg"), stats)
+
+
+def parse_kmsg_record(text: str) -> tuple[float | None, str]:
+    head, sep, msg = text.partition(";")
+    if not sep:
+        return None, text.strip()
+    fields = head.split(",")
+    ts = None
+    if len(fields) >= 3 and fields[2].isdigit() and len(fields[2]) <= 18:
+        ts = int(fields[2]) / 1e6
+    msg = msg.split("\n", 1)[0].replace("\\x0a", " ").strip()
+    return ts, msg
+
+
+# `[ 1021.339512] msg` (dmesg), `[  +0.000049] msg` (dmesg -H), `[Wed Jan 27 23:04:35 2021]
+# msg` (dmesg -T), `Feb 17 08:02:06 host kernel: msg` / `2024-01-01T00:00:00+00:00 host kernel:
+# msg` (journal, syslog), `4,1234,2200100000,-;msg` (raw kmsg)
+_DMESG_TS = re.compile(r"^\[\s*([0-9]{1,12}\.[0-9]{1,9})\]\s?(.*)$")
+_DMESG_REL = re.compile(r"^\[\s*[+-]?[0-9]{1,12}\.[0-9]{1,9}\]\s?(.*)$")
+_DMESG_T = re.compile(r"^\[[A-Z][a-z]{2} [A-Z][a-z]{2} [ 0-9][0-9] [0-9:]{8} [0-9]{4}\]\s?(.*)$")
+_JOURNAL = re.compile(r"^(?:[A-Z][a-z]{2} [ 0-9][0-9] [0-9:]{8}|[0-9]{4}-[0-9]{2}-[0-9]{2}T\S+) "
+                      r"\S+ kernel: (.*)$")
+_KMSG_REC = re.compile(r"^[0-9]{1,3},[0-9]{1,20},[0-9]{1,20},[^;]{0,16};")
+
+
+def parse_line(line: str) -> tuple[float | None, str]:
+    """One line of a saved kernel log as (seconds since boot or None, message)."""
+    line = line.rstrip()
+    if line[:1] == "[":                 # `[ 1021.339512] msg` (dmesg), without a regex
+        close = line.find("]", 1, 40)
+        if close > 0:
+            try:
+                return float(line[1:close]), line[close + 1:].lstrip(" ")
+            except ValueError:
+                pass
+    if not line.startswith("["):
+        if _KMSG_REC.match(line):
+            return parse_kmsg_record(line)
+        m = _JOURNAL.match(line)
+        if not m:
+            return None, line
+        line = m.group(1)
+    m = _DMESG_TS.match(line)
+    if m:
+        return float(m.group(1)), m.group(2)
+    m = _DMESG_REL.match(line) or _DMESG_T.match(line)
+    if m:
+        return None, m.group(1)
+    return None, line
+
+
+def iter_log_file(path: Path, stats: Stats | None = None) -> "SavedLog":
+    """A saved kernel log, streamed a line at a time (bounded by MAX_LINE a line and
+    MAX_FILE_BYTES in all); analyze() reads it in blocks (SavedLog.items)."""
+    return SavedLog(path, stats)
+
+
+# -- a saved log read a block at a time (issue 41.2) --------------------------------------------
+# A 2,000,000-line storm is too many lines for Python to touch one at a time within the check's
+# deadline. So a saved log is read in 1 MiB blocks: one regex finds the lines that carry a
+# marker (the rest are only counted), and a run of plain dmesg Xid lines is decoded by one
+# findall and folded in bulk (xid.Grouper.add_many). Every other line goes through the same
+# per-line path as before, and so does every line while a multi-line report is being read.
+# `[ 1021.339512] NVRM: Xid (PCI:0000:3b:00): 79, pid=1, ...`: XID_RE on the message of a dmesg
+# line, written for a block (no group crosses a line; the line's trailing whitespace is not part
+# of the message, as parse_line's rstrip has it): a line this matches gives exactly what
+# parse_line + XID_RE give (tests/core/test_kmsg_blocks.py compares the two on every form).
+_FAST_PREFIX = r"\[ {0,8}([0-9]{1,12}\.[0-9]{1,9})\] *NVRM: Xid \("
+# (time, key, rest): key is `PCI:0000:3b:00): 79` (read once per distinct key, _xid_key), rest
+# `, message` or blanks (read only for the lines that need their message, _xid_text)
+FAST_XID_RE = re.compile(r"\n" + _FAST_PREFIX + r"((?:PCI:)?[^)\n]{0,64}\):[^\S\n]*[0-9]{1,6})"
+                         r"(,[^\n]*|[^\S\n]*)(?=\n)")
+_XID_KEY_RE = re.compile(r"(?:PCI:)?([^)\n]{0,64})\):[^\S\n]*([0-9]{1,6})")
+
+
+def _xid_key(key: str) -> tuple[str, int]:
+    """(bus id, code) of FAST_XID_RE's key, as line() reads them with XID_RE."""
+    m = _XID_KEY_RE.fullmatch(key)
+    return m.group(1).strip(), int(m.group(2))
+
+
+def _xid_text(rest: str) -> str:
+    """The message of FAST_XID_RE's rest, as line() reads it with XID_RE (`or ""`)."""
+    return rest[1:].strip() if rest[:1] == "," else ""
+
+
+FAST_START_RE = re.compile(_FAST_PREFIX)
+# the end of a run of lines that start like a dmesg Xid line: a line that does not
+FAST_RUN_END_RE = re.compile(r"\n(?!" + _FAST_PREFIX + ")")
+# a line that may matter (MARK_RE's words, anywhere in the line; `\x0a`, which a raw kmsg
+# record's message turns into a space); a blank line (not a record)
+BLOCK_MARK_RE = re.compile(MARK_RE.pattern + r"|\\x0a")
+_BLANK_RE = re.compile(r"\n[^\S\n]*(?=\n)")
+BLOCK_BYTES = 1 << 20
+MAX_KEYS = 1 << 16          # distinct Xid keys (bus id and code as written) remembered
+SKIP, LINE, XIDS = 0, 1, 2      # what SavedLog.items() yields
+
+
+def _blocks(fd: int, stats: Stats, max_bytes: int) -> Iterator[str]:
+    """The lines of an open file in blocks of about BLOCK_BYTES, decoded, each block "\n" +
+    whole lines each ending in "\n", each line cut to MAX_LINE bytes (the same lines _lines
+    gives: a line's bytes are decoded alike alone or in a block, since "\n" ends any sequence)."""
+    pending = b""
+    skipping = False        # the rest of a line already cut
+    while True:
+        chunk = os.read(fd, BLOCK_BYTES)
+        if not chunk:
+            break
+        stats.bytes += len(chunk)
+        if skipping:
+            nl = chunk.find(b"\n")
+            if nl < 0:
+                chunk = b""
+            else:
+                chunk, skipping = chunk[nl + 1:], False
+        data = pending + chunk if pending else chunk
+        end = data.rfind(b"\n") + 1
+        whole, pending = data[:end], data[end:]
+        if len(pending) > MAX_LINE:         # a line without end yet: keep its head only
+            whole += pending[:MAX_LINE] + b"\n"
+            pending, skipping = b"", True
+        if whole:
+            parts = whole.split(b"\n")
+            if max(map(len, parts)) > MAX_LINE:
+                whole = b"\n".join([p[:MAX_LINE] for p in parts])
+            yield "\n" + whole.decode("utf-8", "replace")
+        if stats.bytes >= max_bytes:
+            stats.cut = f"stopped after {max_bytes} bytes"
+            break
+    if pending and not skipping:
+        yield "\n" + pending[:MAX_LINE].decode("utf-8", "replace") + "\n"
+
+
+class SavedLog:
+    """A saved kernel log (--kmsg-file). Iterated, it is (seconds since boot or None, message)
+    a line at a time, as iter_log_file was; `items()` is the same log for analyze(), in
+    bulk where it can be (see above)."""
+
+    def __init__(self, path: Path, stats: Stats | None = None) -> None:
+        self.path = path
+        self.stats = stats if stats is not None else Stats()
+
+    def __iter__(self) -> Iterator[tuple[float | None, str]]:
+        fd = os.open(self.path, os.O_RDONLY | os.O_NONBLOCK)
+        try:
+            for raw in _lines(fd, self.stats, MAX_FILE_BYTES, 1 << 40):
+                text = raw.decode("utf-8", "replace")
+                if not text.strip():
+                    continue
+                self.stats.records += 1
+                yield parse_line(text)
+        finally:
+            os.close(fd)
+
+    def items(self, busy) -> Iterator[tuple]:
+        """(SKIP, records), (LINE, ts, message) or (XIDS, rows) in log order, where rows are
+        FAST_XID_RE's groups of a run of dmesg Xid lines. `busy()` (asked before each step)
+        says a reader is inside a multi-line report: then every line is given, one at a time."""
+        stats = self.stats
+        fd = os.open(self.path, os.O_RDONLY | os.O_NONBLOCK)
+        try:
+            for text in _blocks(fd, stats, MAX_FILE_BYTES):
+                pos, end = 1, len(text)
+                whole = True        # try once a block: is the rest of it all Xid lines?
+                while pos < end:
+                    if busy():
+                        nl = text.index("\n", pos)
+                        line = text[pos:nl]
+                        pos = nl + 1
+                        if line.strip():
+                            stats.records += 1
+                            yield (LINE, *parse_line(line))
+                        continue
+                    m = BLOCK_MARK_RE.search(text, pos)
+                    start = end if m is None else text.rfind("\n", 0, m.start()) + 1
+                    if start > pos:
+                        k = text.count("\n", pos, start) - len(_BLANK_RE.findall(text, pos - 1,
+                                                                                 start))
+                        if k:
+                            stats.records += k
+                            yield (SKIP, k)
+                        pos = start
+                        if m is None:
+                            break
+                    if FAST_START_RE.match(text, pos):
+                        if whole:           # a storm's block: one findall, no run scan
+                            whole = False
+                            rows = FAST_XID_RE.findall(text, pos - 1)
+                            if len(rows) == text.count("\n", pos):
+                                stats.records += len(rows)
+                                pos = end
+                                yield (XIDS, rows)
+                                break
+                        stop = FAST_RUN_END_RE.search(text, pos).end()
+                        rows = FAST_XID_RE.findall(text, pos - 1, stop)
+                        if len(rows) == text.count("\n", pos, stop):
+                            stats.records += len(rows)
+                            pos = stop
+                            yield (XIDS, rows)
+                            continue
+                        # a line in the run is not a plain Xid line: the run line by line
+                        while pos < stop and not busy():
+                            nl = text.index("\n", pos)
+                            line = text[pos:nl]
+                            pos = nl + 1
+                            if line.strip():
+                                stats.records += 1
+                                yield (LINE, *parse_line(line))
+                        continue
+                    nl = text.index("\n", pos)
+                    line = text[pos:nl]
+                    pos = nl + 1
+                    if line.strip():
+                        stats.records += 1
+                        yield (LINE, *parse_line(line))
+        finally:
+            os.close(fd)
+
+
+def parse_log_file(text: str) -> list[tuple[float | None, str]]:
+    """Every line of a saved kernel log given as text (tests, small inputs)."""
+    return [parse_line(line) for line in text.splitlines() if line.strip()]
+
+
+def uptime_s() -> float | None:
+    try:
+        return float(Path("/proc/uptime").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return None

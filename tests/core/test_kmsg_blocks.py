@@ -1,0 +1,118 @@
+"""The kernel-log check reads a saved log in blocks (issue 41.2): a run of dmesg Xid lines is
+decoded by one findall and folded in bulk, every other line as before. These tests hold the
+block reader to the line reader: the same findings, facts and counts on every kernel-log text
+of the real-world corpus, on mixtures of real lines with the odd forms a log takes (blank and
+cut lines, undecodable bytes, times out of order, multi-line reports), at any block size; and
+a storm is read to its last line under a deadline counted in clock reads, not seconds."""
+import json
+import random
+
+import pytest
+
+from node_probe.checks import kmsg
+from node_probe.host import kernel_log, xid
+from tests.realworld import corpus
+
+KMSG = corpus.artifacts({"kmsg"})
+
+# real lines (https://github.com/NVIDIA/nccl/issues/1439 , the corpus's Xid 13/109/48/31/43
+# quotes, tests/realworld/corpus_kmsg_xid.py), in the dmesg form with its time
+XID_MESSAGES = [
+    b"NVRM: Xid (PCI:0000:cb:00): 13, pid='<unknown>', name=<unknown>, Graphics SM Warp "
+    b"Exception on (GPC 7, TPC 7, SM 0): Illegal Instruction Parameter",
+    b"NVRM: Xid (PCI:0000:cb:00): 109, pid=1797828, name=pt_main_thread, Ch 00000008, "
+    b"errorString CTX SWITCH TIMEOUT, Info 0x58005",
+    b"NVRM: Xid (PCI:0000:07:00): 48, pid='<unknown>', name=<unknown>, An uncorrectable "
+    b"double bit error (DBE) has been detected on GPU in the framebuffer at physAddr "
+    b"0x7fdd60000 partition",
+    b"NVRM: Xid (PCI:0000:00:07): 31, pid=2512125, name=python3.10, Ch 00000008, intr "
+    b"00000000. MMU Fault: ENGINE GRAPHICS GPCCLIENT_T1_8 faulted @ 0x73ac_1c000000. Fault "
+    b"is of type FAULT_PDE ACCESS_TYPE_VIRT_WRITE",
+    b"NVRM: Xid (PCI:0000:00:05): 43, pid=1045242, name=pt_main_thread, Ch 00000008",
+    b"NVRM: Xid (PCI:0000:86:00): 79, pid='<unknown>', name=<unknown>, GPU has fallen off "
+    b"the bus.",
+    b"NVRM: Xid (PCI:0000:3b:00): 45, pid=2231, name=python, Ch 00000010, "
+    b"caused by previous Xid 79",
+]
+# forms the block reader must leave to the line reader, or read exactly as it does
+ODD = [b"\xff\xfe\xc3", b"\x1b[2J", b"\xe2\x82", b"\xc2\x85", b"\r", b" \t", b"\x00"]
+
+
+def _state(path, fast: bool):
+    stats = kmsg.Stats()
+    log = kmsg.SavedLog(path, stats)
+    grouper, summary = xid.Grouper(), kmsg.Summary()
+    found = list(kmsg.analyze(log if fast else iter(log), 3000.0, 1.7e9, grouper, summary,
+                              None, None, stats))
+    return (json.dumps([(f.id, f.severity.value, f.subject, f.title, dict(f.evidence))
+                        for f in found], default=str, sort_keys=True),
+            json.dumps(summary.as_fact("log"), default=str, sort_keys=True),
+            grouper.events, grouper.dropped, stats.records, stats.bytes)
+
+
+def _same(tmp_path, data: bytes) -> list:
+    p = tmp_path / "kern.log"
+    p.write_bytes(data)
+    fast, slow = _state(p, True), _state(p, False)
+    assert fast == slow
+    return json.loads(fast[0])
+
+
+@pytest.mark.parametrize("a", KMSG, ids=[a.key for a in KMSG])
+def test_blocks_read_every_corpus_log_as_lines_do(a, tmp_path):
+    _same(tmp_path, (a.quote + "\n").encode())
+
+
+def _line(rnd: random.Random, t: int, pool: list) -> bytes:
+    k = rnd.random()
+    if k < 0.6:
+        msg = rnd.choice(XID_MESSAGES)
+        if rnd.random() < 0.2:
+            msg = msg.replace(b"PCI:", b"", 1) if rnd.random() < 0.5 else msg + rnd.choice(ODD)
+        if rnd.random() < 0.1:
+            msg = msg.replace(b"(PCI:0000:", b"(PCI: 0000:", 1).replace(b"): 4", b"):  04", 1)
+        stamp = b"[%s%d.%06d]" % (b" " * rnd.randrange(6), t, rnd.randrange(10 ** 6))
+        return rnd.choice([stamp + b" ", stamp, stamp + b"   ", b"", b"4,9,%d,-;" % t,
+                           b"Feb 17 08:02:06 host kernel: "]) + msg
+    if k < 0.8:
+        line = rnd.choice(pool)
+        return b"[%d.000000] %s" % (t, line) if rnd.random() < 0.5 else line
+    if k < 0.85:
+        return rnd.choice([b"", b"   ", b"\t"])
+    if k < 0.88:       # longer than MAX_LINE: read in part
+        return b"[%d.1] " % t + rnd.choice(XID_MESSAGES) + b"B" * rnd.randrange(4000, 9000)
+    return b"[%d.%06d] e1000e: eth0 NIC Link is Up 1000 Mbps Full Duplex" % (t, t)
+
+
+@pytest.mark.parametrize("block", [64, 5000, kmsg.BLOCK_BYTES])
+def test_blocks_read_mixed_logs_as_lines_do(block, tmp_path, monkeypatch):
+    """Real lines of every kind the corpus has, Xid runs among them, in every form; some logs
+    with times out of order (a concatenation), at block sizes that cut lines and runs."""
+    monkeypatch.setattr(kernel_log, "BLOCK_BYTES", block)
+    pool = [line.encode() for a in KMSG for line in a.quote.splitlines()]
+    for seed in range(40):
+        rnd = random.Random(seed)
+        t, lines = 100, []
+        for _ in range(rnd.randrange(1, 300)):
+            t = max(0, t + (rnd.choice([0, 1, 2, -5]) if seed % 4 == 0 else rnd.randrange(3)))
+            lines.append(_line(rnd, t, pool))
+        _same(tmp_path, b"\n".join(lines) + (b"\n" if seed % 5 else b""))
+
+
+def test_a_storm_is_read_to_its_last_line(tmp_path, monkeypatch):
+    """100,000 Xid 13 lines, then one Xid 79 on another GPU: the check's clock is read a fixed
+    number of times before its deadline (a stub that ticks once a read), and the block reader
+    reaches the last line, where the line reader (a clock read every 4,096 lines) stopped."""
+    storm = b"".join(b"[%d.%06d] %s\n" % (1000 + i // 1000, i % 1000, XID_MESSAGES[0].replace(
+        b"name=<unknown>", b"name=w%d" % (i % 50))) for i in range(100_000))
+    last = b"[2000.000000] " + XID_MESSAGES[5] + b"\n"
+    p = tmp_path / "storm.log"
+    p.write_bytes(storm + last)
+    ticks = iter(range(10 ** 9))
+    monkeypatch.setattr(kmsg.time, "monotonic", lambda: float(next(ticks)))
+    stats = kmsg.Stats()
+    found = list(kmsg.analyze(kmsg.iter_log_file(p, stats), stop_at=20.0, stats=stats))
+    assert stats.cut is None and stats.records == 100_001
+    by_code = {f.evidence["xid"]: f for f in found if f.id == "gpu.xid"}
+    assert by_code[79].severity.value == "critical" and by_code[79].evidence["count"] == 1
+    assert by_code[13].evidence["count"] == 100_000
