@@ -123,12 +123,15 @@ class PassRunner:
                                                                       else ())[:detect.MAX_USERS]))
                                  for p in ps[:MAX_PROBLEMS]]
         iso = final.get("isolation_cpu_s")
+        seen = final.get("plugin_targets")
         return detect.PassResult(
             float(final.get("started") or started), float(final.get("duration_s") or 0.0),
             [Seen(str(i)) for i in (final.get("finding_ids") or ())[:10000]],
             [Check(str(c[0]), str(c[1]), float(c[2])) for c in final.get("checks") or ()],
             problems, {str(u) for u in final.get("unsure") or ()}, stuck, provoke,
-            float(iso) if isinstance(iso, (int, float)) else None)
+            float(iso) if isinstance(iso, (int, float)) else None,
+            tuple(str(x)[:600] for x in seen[:64]) if isinstance(seen, list) else None,
+            final.get("plugin_rpc") is not False)
 
 
 def detect_classes():
@@ -167,7 +170,9 @@ def _child(w: int, base, timeout_s: float, provoke: bool, isolation: bool,
             "finding_ids": sorted({f.id for f in res.findings}),
             "checks": [[c.id, c.status, round(c.duration_s, 3)] for c in res.checks],
             "problems": problems, "unsure": sorted(res.unsure),
-            "isolation_cpu_s": res.isolation_cpu_s}) + "\n")
+            "isolation_cpu_s": res.isolation_cpu_s,
+            "plugin_targets": None if res.plugin_targets is None else list(res.plugin_targets),
+            "plugin_rpc": res.plugin_rpc}) + "\n")
         out.flush()
     except BaseException:  # noqa: BLE001 - the parent sees an incomplete pass
         code = 1
