@@ -12,7 +12,8 @@ whole page as one tree), in child processes when `nodes` gives a pageparse.Parse
 A list is bounded like every read: a `continue` token the server already gave is an error (a
 list that would go round forever), and so are more items than a cluster has (max_items_for:
 MAX_NODES nodes, 200,000 items of another list; a list folded as it is read -- `nodes`' pods,
-analysis/podfold.py -- MAX_FOLDED_ITEMS) or MAX_LIST_BYTES of pages: a list that never ends.
+analysis/podfold.py -- PODS_PER_NODE a node seen, at most MAX_FOLDED_ITEMS) or MAX_LIST_BYTES
+of pages: a list that never ends.
 And memory is bounded by bytes, not only by items (audit L-01: 199,990 fat pods took the CLI
 past 512 MiB under the item bound): after each page the CLI's resident memory must stay under
 its bound (Memory: MAX_RSS_BYTES, plus NODE_RSS_BYTES a node past BASE_NODES: what `nodes`
@@ -55,8 +56,11 @@ MAX_KEPT_BYTES = 96 << 20
 # tallies). A folded list bounds items and bytes only against a list that never ends.
 BASE_NODES = 5_000
 NODE_RSS_BYTES = 6 << 10
+NODE_KEPT_BYTES = 3 << 10  # a slimmed node as marshal measures it is ~1-2 KiB
 MAX_FOLDED_ITEMS = 5_000_000
-MAX_FOLDED_BYTES = 32 << 30
+PODS_PER_NODE = 250        # a folded list's item bound: this many a node seen, at least
+                           # MAX_ITEMS (kubelet's maxPods is 110 by default)
+FOLDED_ITEM_BYTES = 16 << 10  # its byte bound: this much a pod of its item bound
 
 
 class Memory:
@@ -73,6 +77,11 @@ class Memory:
 
     def bound(self) -> int:
         return self.base + NODE_RSS_BYTES * max(0, self.nodes - BASE_NODES)
+
+    def kept_bound(self) -> int:
+        """MAX_KEPT_BYTES, plus NODE_KEPT_BYTES a node past BASE_NODES (the node list keeps
+        every node it reads)."""
+        return MAX_KEPT_BYTES + NODE_KEPT_BYTES * max(0, self.nodes - BASE_NODES)
 
 
 _CONTINUE = re.compile(rb'"continue"\s*:\s*"([^"]*)"')
@@ -181,8 +190,12 @@ def _walk(kube: Kube, path: str, query: list, page_size: int, timeout: float | N
     fetched = 0             # bytes of pages so far
     kept = 0                # bytes of what the reduction kept (marshal's measure)
     count = 0               # items so far (handed to `into`, or in `items`)
-    most = MAX_FOLDED_ITEMS if into is not None else max_items_for(path)
-    most_bytes = MAX_FOLDED_BYTES if into is not None else MAX_LIST_BYTES
+    def folded_bounds() -> tuple[int, int]:  # sized from the nodes seen so far
+        n = min(MAX_FOLDED_ITEMS, max(MAX_ITEMS, PODS_PER_NODE * mem.nodes))
+        return n, max(MAX_LIST_BYTES, n * FOLDED_ITEM_BYTES)
+
+    most, most_bytes = folded_bounds() if into is not None else (max_items_for(path),
+                                                                MAX_LIST_BYTES)
     nodes_list = path.rstrip("/").endswith("/nodes")
     # (raw page, or None once a child has it; its parse in a child or None; the token that
     # fetched it; the token read from its head)
@@ -229,6 +242,7 @@ def _walk(kube: Kube, path: str, query: list, page_size: int, timeout: float | N
                         kept += (size * n // len(got) if size is not None
                                  else len(marshal.dumps(got)) * n // len(got))
                     mem.saw(len(into.nodes))
+                    most, most_bytes = folded_bounds()
                 else:
                     kept += size if size is not None else len(marshal.dumps(got))
                     items.extend(got)
@@ -238,9 +252,9 @@ def _walk(kube: Kube, path: str, query: list, page_size: int, timeout: float | N
                 if count > most:
                     raise _endless(path, pages, count)
                 rss = resident_bytes()
-                max_rss = mem.bound()
-                if kept > MAX_KEPT_BYTES or (rss is not None and rss > max_rss):
-                    raise _too_big(path, pages, count, kept, rss, max_rss)
+                max_rss, max_kept = mem.bound(), mem.kept_bound()
+                if kept > max_kept or (rss is not None and rss > max_rss):
+                    raise _too_big(path, pages, count, kept, rss, max_rss, max_kept)
                 if real != token:  # the head scan disagreed with the parsed page: trust the
                     inflight.clear()  # page; what was fetched after it came from a wrong token
                     if nxt is not None:
@@ -270,10 +284,10 @@ def _bounded(path: str, token: str | None, seen: set[str], pages: int, fetched: 
 
 
 def _too_big(path: str, pages: int, items: int, kept: int, rss: int | None,
-             max_rss: int) -> errors.BadAnswer:
+             max_rss: int, max_kept: int = MAX_KEPT_BYTES) -> errors.BadAnswer:
     held = (f"{rss / MiB:.0f} MiB resident, over {max_rss / MiB:.0f} MiB"
             if rss is not None and rss > max_rss else
-            f"{kept / MiB:.0f} MiB kept, over {MAX_KEPT_BYTES / MiB:.0f} MiB")
+            f"{kept / MiB:.0f} MiB kept, over {max_kept / MiB:.0f} MiB")
     return errors.BadAnswer(
         f"the list {path} is too large to analyse in the memory gpu-doctor allows itself "
         f"({held} after {pages} pages, {items} items); narrow the scan (`nodes -l "
