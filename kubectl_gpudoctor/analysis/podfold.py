@@ -42,7 +42,7 @@ class NodeFold:
     def __init__(self) -> None:
         self.pods = 0
         self.kept: list[dict] = []
-        self.events: dict[str, list] = {}  # uid -> events, of its pods that have events
+        self.events: dict[str, list] | None = None  # uid -> events, of its pods with events
         self.held: dict[str, int] = {}
         self.memory = memory.Tally()
         self.recent = 0  # steady GPU pods of the window kept
@@ -114,6 +114,8 @@ class PodFold:
                 nf.recent += 1
             nf.add(p, keep)
             if evs:
+                if nf.events is None:
+                    nf.events = {}
                 nf.events[uid] = evs
             kept += keep
             if spec.get("resourceClaims") and st.get("phase") in (None, "Pending"):

@@ -139,7 +139,7 @@ def scan(kube: Kube, selector: str | None, settings: Settings, out: Output,
     for n in sorted(nodes, key=lambda n: n["metadata"]["name"]):
         name = n["metadata"]["name"]
         nf = folds[name]
-        fs, errs = analysis.node_objects(n, nf.kept, nf.events,
+        fs, errs = analysis.node_objects(n, nf.kept, nf.events or {},
                                          lease_by.get(name), now,
                                          threshold_s=settings.stall_threshold_s,
                                          events_known=events is not None,

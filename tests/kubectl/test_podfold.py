@@ -90,10 +90,10 @@ def test_folded_nodes_give_the_findings_of_the_whole_list():
         nf = fold.nodes.get(name) or podfold.NodeFold()
         ev_node = {p["metadata"]["uid"]: ev_index[p["metadata"]["uid"]] for p in whole
                    if p["metadata"]["uid"] in ev_index}
-        assert nf.events == ev_node
+        assert (nf.events or {}) == ev_node
         old, _ = analysis.node_objects(node, whole, ev_node, None, now, gone=gone_all.get(
             name, ()), peers=peers_all)
-        new, _ = analysis.node_objects(node, nf.kept, nf.events, None, now,
+        new, _ = analysis.node_objects(node, nf.kept, nf.events or {}, None, now,
                                        gone=gone.get(name, ()), peers=peers,
                                        memory_tally=nf.memory)
         assert _findings(new) == _findings(old), name
