@@ -103,7 +103,9 @@ EXAMPLES = {
         "Only the device-plugin checks, no eBPF trace",
         "sudo kubectl-gpu_doctor local --only deviceplugin --trace-seconds 0",
         "A kernel log saved from another machine",
-        "kubectl-gpu_doctor local --kmsg-file dmesg.txt --only kmsg"),
+        "kubectl-gpu_doctor local --kmsg-file dmesg.txt --only kmsg",
+        "Why is it slow, from what a ticket pasted (no GPU, no cluster needed)",
+        "kubectl-gpu_doctor local --host-root /tmp/empty --bug-report nvidia-bug-report.log.gz"),
     "cleanup": examples(
         "Leftover debug pods in the probe namespace",
         "kubectl gpu-doctor cleanup",
@@ -531,6 +533,14 @@ def job_cmd(ctx: click.Context, name: str | None, kind: str | None, selector: st
                    "<host-root>/dev/kmsg.")
 @click.option("--plugin-log", type=click.Path(dir_okay=False), default=None,
               help="A device plugin's log to scan for known HAMi errors.")
+@click.option("--nvidia-smi-file", type=click.Path(dir_okay=False), default=None,
+              help="A saved `nvidia-smi -q` (text) or `nvidia-smi -q -x` (XML): its GPUs "
+                   "judged for slow-GPU causes (link, clocks, memory health).")
+@click.option("--lspci-file", type=click.Path(dir_okay=False), default=None,
+              help="A saved `lspci -vvv`: its GPUs' PCIe links (LnkCap/LnkSta) judged.")
+@click.option("--bug-report", type=click.Path(dir_okay=False), default=None,
+              help="An nvidia-bug-report.log or .log.gz: its nvidia-smi, lspci and kernel "
+                   "log sections through every check that applies.")
 @click.option("--only", multiple=True, help="Run only these checks (repeatable).")
 @click.option("--skip", multiple=True, help="Skip these checks (repeatable).")
 @click.option("--list-checks", is_flag=True, default=False,
@@ -538,7 +548,8 @@ def job_cmd(ctx: click.Context, name: str | None, kind: str | None, selector: st
 @_output_options
 @click.pass_context
 def local_cmd(ctx: click.Context, host_root, cgroup_root, kubelet_dir, kmsg_file, plugin_log,
-              only, skip, list_checks, **kw: Any) -> int:
+              nvidia_smi_file, lspci_file, bug_report, only, skip, list_checks,
+              **kw: Any) -> int:
     """Run the node probe on THIS host, no cluster needed: over SSH on a node where no pod
     can start (a wedged kubelet, a NotReady node), or on a machine being set up."""
     if list_checks:
@@ -547,7 +558,8 @@ def local_cmd(ctx: click.Context, host_root, cgroup_root, kubelet_dir, kmsg_file
     args: list[str] = []
     for flag, val in (("--host-root", host_root), ("--cgroup-root", cgroup_root),
                       ("--kubelet-dir", kubelet_dir), ("--kmsg-file", kmsg_file),
-                      ("--plugin-log", plugin_log)):
+                      ("--plugin-log", plugin_log), ("--nvidia-smi-file", nvidia_smi_file),
+                      ("--lspci-file", lspci_file), ("--bug-report", bug_report)):
         if val:
             args += [flag, str(val)]
     for c in only:

@@ -7,7 +7,9 @@ from __future__ import annotations
 
 import argparse
 import os
+import shutil
 import signal
+import tempfile
 import sys
 from pathlib import Path
 
@@ -52,6 +54,14 @@ def build_parser() -> argparse.ArgumentParser:
                    help="read the kernel log from this file instead of /dev/kmsg")
     p.add_argument("--plugin-log", type=Path, default=None,
                    help="a device plugin log file to scan for known errors")
+    p.add_argument("--nvidia-smi-file", type=Path, default=None, metavar="FILE",
+                   help="judge the GPUs of a saved `nvidia-smi -q` (text) or `nvidia-smi -q -x` "
+                        "(XML) for slow-GPU causes, offline")
+    p.add_argument("--lspci-file", type=Path, default=None, metavar="FILE",
+                   help="judge the PCIe links of a saved `lspci -vvv` (LnkCap/LnkSta, AER)")
+    p.add_argument("--bug-report", type=Path, default=None, metavar="FILE",
+                   help="an nvidia-bug-report.log(.gz): its nvidia-smi, lspci and kernel log "
+                        "sections, through every check that applies")
     p.add_argument("--nvml-timeout", type=duration.argparse_type(0, exclusive=True),
                    default=8.0, metavar="DURATION",
                    help="how long NVML init may take before it counts as hung (default 8s)")
@@ -75,7 +85,9 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
-def options_from_args(a: argparse.Namespace) -> ProbeOptions:
+def options_from_args(a: argparse.Namespace, workdir: Path | None = None) -> ProbeOptions:
+    """The run's options; offline files (--nvidia-smi-file, --lspci-file, --bug-report) are
+    read here, a bug report's kernel log copied under `workdir`."""
     if a.timeout <= 0:
         raise _UsageError("--timeout must be > 0")
     if a.trace_seconds < 0:
@@ -84,15 +96,42 @@ def options_from_args(a: argparse.Namespace) -> ProbeOptions:
         raise _UsageError(f"--host-root {a.host_root}: not a directory")
     if a.kmsg_file is not None and not a.kmsg_file.is_file():
         raise _UsageError(f"--kmsg-file {a.kmsg_file}: no such file")
+    offline = _offline(a, workdir)
+    kmsg_file = a.kmsg_file
+    if kmsg_file is None and offline is not None and offline.kernel_log is not None:
+        kmsg_file = offline.kernel_log     # the bug report's kernel log, read by `kmsg`
     return ProbeOptions(host_root=a.host_root, cgroup_root=a.cgroup_root,
                         kubelet_dir=a.kubelet_dir, timeout_s=a.timeout,
-                        trace_s=a.trace_seconds, kmsg_file=a.kmsg_file,
+                        trace_s=a.trace_seconds, kmsg_file=kmsg_file, offline=offline,
                         nvml_timeout_s=a.nvml_timeout, dev_prefix=a.dev_prefix,
                         focus_pods=tuple(a.focus_pod), only=tuple(a.only),
                         skip=tuple(a.skip), plugin_log=a.plugin_log,
                         trace_pids=tuple(a.trace_pid),
                         trusted_namespaces=(None if a.trusted_namespace is None
                                             else tuple(a.trusted_namespace)))
+
+
+def _offline(a: argparse.Namespace, workdir: Path | None):
+    """The offline input of --nvidia-smi-file/--lspci-file/--bug-report, or None."""
+    for flag, path in (("--nvidia-smi-file", a.nvidia_smi_file), ("--lspci-file", a.lspci_file),
+                       ("--bug-report", a.bug_report)):
+        if path is not None and not path.is_file():
+            raise _UsageError(f"{flag} {path}: no such file")
+    if not (a.nvidia_smi_file or a.lspci_file or a.bug_report):
+        return None
+    from node_probe.host.offline import load
+    try:
+        return load.read_all(a.nvidia_smi_file, a.lspci_file, a.bug_report,
+                             workdir or Path(tempfile.gettempdir()))
+    except load.BadFile as exc:
+        raise _UsageError(" ".join(str(exc).split())[:400]) from None
+
+
+def offline_origin(a) -> str | None:
+    """The header's "when" for a run over pasted files: they were captured elsewhere, not
+    live on this host."""
+    names = [p.name for p in (a.nvidia_smi_file, a.lspci_file, a.bug_report) if p is not None]
+    return f"offline, from {', '.join(names)}" if names else None
 
 
 def _raise_interrupt(signum, frame):
@@ -116,17 +155,27 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _main(argv: list[str] | None) -> int:
+    workdir = Path(tempfile.mkdtemp(prefix="gpu-doctor-offline-"))
+    try:
+        return _run(argv, workdir)
+    finally:
+        shutil.rmtree(workdir, ignore_errors=True)
+
+
+def _run(argv: list[str] | None, workdir: Path) -> int:
     try:
         args = build_parser().parse_args(argv)
         if args.list_checks:
             for c in registry.all_checks():
                 print(f"{c.id:24} {c.title}")
             return ExitStatus.OK
-        opts = options_from_args(args)
+        opts = options_from_args(args, workdir)
         try:
             checks = registry.select(opts.only, opts.skip)
         except KeyError as exc:
             raise _UsageError(f"unknown check {exc.args[0]!r} (see --list-checks)")
+        if opts.offline is None and "offline" not in opts.only:
+            checks = [c for c in checks if c.id != "offline"]   # nothing to judge: not listed
     except _UsageError as exc:
         print(f"gpu-doctor-probe: error: {exc}", file=sys.stderr)
         return ExitStatus.USAGE
@@ -160,7 +209,8 @@ def _main(argv: list[str] | None) -> int:
     if args.output == "json":
         render.render_json(report, sys.stdout, args.fail_on, code)
     elif args.output == "table":
-        render.render_table(report, sys.stdout, args.fail_on, code)
+        render.render_table(report, sys.stdout, args.fail_on, code,
+                            origin=offline_origin(args))
     return code
 
 

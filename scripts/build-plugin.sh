@@ -150,6 +150,7 @@ log "PyInstaller $mode kubectl-gpu_doctor $VERSION ($OS/$ARCH)"
     --collect-submodules kubectl_gpudoctor --collect-submodules node_probe \
     --add-data "$ROOT/bpf:bpf" "${extra_data[@]}" "${hidden[@]}" \
     --add-data "$ROOT/deploy/*.yaml:kubectl_gpudoctor/manifests" \
+    --add-data "$ROOT/kubectl_gpudoctor/schema/*.json:kubectl_gpudoctor/schema" \
     --add-data "$ROOT/docs/findings:docs/findings" \
     --exclude-module bcc --exclude-module tkinter --exclude-module pytest \
     "$ROOT/packaging/kubectl-gpu_doctor.py" >&2

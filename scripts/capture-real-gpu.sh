@@ -19,6 +19,21 @@
 #                       (node_probe/tracing: cuInit, cuCtxCreate_v2..v4, cuMemAlloc_v2, ...,
 #                       nvmlInit, nvmlInit_v2, nvmlInitWithFlags): present or not, and where
 #   kmsg-nvrm.txt       the kernel log's NVRM / nvidia lines (dmesg), at most KMSG_LINES
+#   Why is it slow (issue 38): what the gpu.slow check and the offline parsers read
+#   nvidia-smi-q.xml    `nvidia-smi -q -x` (the XML the offline parser reads)
+#   nvidia-smi-q-slow.txt  `nvidia-smi -q -d PCIE,CLOCK,PERFORMANCE,TEMPERATURE,POWER,UTILIZATION,
+#                       PAGE_RETIREMENT` (link gen/width, clock event reasons, thresholds, limits)
+#   nvidia-smi-nvlink.txt  `nvidia-smi nvlink -s` and `-e` (link state, error counters)
+#   nvidia-smi-topo.txt `nvidia-smi topo -m` (NVLink/PCIe topology, NUMA affinity)
+#   lspci-vvv.txt       `lspci -vvv -D` of the NVIDIA functions and every bridge above them
+#                       (LnkCap/LnkSta, "(downgraded)", AER)
+#   sysfs-pci.txt       /sys/bus/pci/devices/<bdf>/{current,max}_link_{speed,width}, numa_node
+#                       and the real path (the bridges) of each GPU and bridge above it
+#   nvml-slow.json      what the NVML child (node_probe/host/nvml_child.py) answers for the
+#                       new queries on this driver: the records tests/fakes/fake_nvml.c imitates
+#   Capture twice: once idle, once under load (start a GPU job first, then run with
+#   SUFFIX=-busy): an idle GPU's link sits at Gen1 by design, so only the busy capture shows
+#   the link the GPU trains to.
 #   README.md           host kind, driver, GPUs, the commands run and their exit codes
 #
 # Secrets: no environment, no kubeconfig, no tokens are read. Serial numbers and UUIDs are
@@ -97,6 +112,50 @@ nvmlInit nvmlInit_v2 nvmlInitWithFlags"
   done
 } | head -c "$MAX_BYTES" > "$OUT/symbols.txt"
 echo "symbols exit=0 file=symbols.txt" >> "$RUNLOG"
+
+# why is it slow (issue 38): the same questions the gpu.slow check and the offline parsers ask
+SUFFIX=${SUFFIX:-}
+run nvidia-smi-xml "nvidia-smi-q${SUFFIX}.xml" nvidia-smi -q -x
+run nvidia-smi-slow "nvidia-smi-q-slow${SUFFIX}.txt" nvidia-smi -q -d \
+  PCIE,CLOCK,PERFORMANCE,TEMPERATURE,POWER,UTILIZATION,PAGE_RETIREMENT
+run nvidia-smi-nvlink "nvidia-smi-nvlink${SUFFIX}.txt" sh -c 'nvidia-smi nvlink -s; nvidia-smi nvlink -e'
+run nvidia-smi-topo "nvidia-smi-topo${SUFFIX}.txt" nvidia-smi topo -m
+gpus_bdf=$(for d in /sys/bus/pci/devices/*; do
+  [ "$(cat "$d/vendor" 2>/dev/null)" = 0x10de ] && basename "$d"; done)
+chain() {   # the bdf and every bridge above it (from the real sysfs path)
+  readlink -f "/sys/bus/pci/devices/$1" | tr '/' '\n' | grep -E '^[0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]$'
+}
+all_bdf=$(for b in $gpus_bdf; do chain "$b"; done | sort -u)
+if command -v lspci >/dev/null; then
+  run lspci "lspci-vvv${SUFFIX}.txt" sh -c "for b in $(echo $all_bdf); do lspci -vvv -D -s \$b; done"
+fi
+{
+  for b in $all_bdf; do
+    d=/sys/bus/pci/devices/$b
+    echo "# $b -> $(readlink -f "$d")"
+    for f in vendor device class current_link_speed current_link_width max_link_speed \
+             max_link_width numa_node local_cpulist; do
+      printf '%s: %s\n' "$f" "$(cat "$d/$f" 2>&1 | head -c 256)"
+    done
+  done
+  for n in /sys/devices/system/node/node*/cpulist; do echo "# $n: $(cat "$n")"; done
+} | head -c "$MAX_BYTES" > "$OUT/sysfs-pci${SUFFIX}.txt"
+echo "sysfs-pci exit=0 file=sysfs-pci${SUFFIX}.txt" >> "$RUNLOG"
+run nvml-slow "nvml-slow${SUFFIX}.json" "$PY" -c '
+import json, sys
+sys.path.insert(0, sys.argv[1])
+import pynvml
+from node_probe.host import nvml_child
+pynvml.nvmlInit()
+try:
+    inv = nvml_child.inventory(pynvml)
+finally:
+    pynvml.nvmlShutdown()
+keys = ("index", "name", "pci_bus_id", "pcie", "utilization_gpu_pct", "clocks", "temperature",
+        "power", "nvlink", "ecc", "remapped_rows", "processes")
+print(json.dumps({"driver_version": inv["driver_version"],
+                  "gpus": [{k: g.get(k) for k in keys} for g in inv["gpus"]]}, indent=1))
+' "$REPO"
 
 run kmsg kmsg-nvrm.txt sh -c "dmesg 2>/dev/null | grep -E 'NVRM|nvidia' | tail -n $KMSG_LINES"
 

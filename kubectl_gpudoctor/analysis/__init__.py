@@ -11,8 +11,8 @@ from typing import Any, Mapping, Sequence
 
 from node_probe.protocol import Finding
 
-from . import (admission, agent_conditions, black_hole, capacity, dra, foreign,  # noqa: F401
-               goroutines, hami, kubelet_config, memory, mig, plugin_messages, pod_status,
+from . import (admission, agent_conditions, black_hole, capacity, container_start,  # noqa: F401
+               dra, foreign, goroutines, hami, kubelet_config, memory, mig, plugin_messages, pod_status,
                readiness, runtime)
 from .common import events_by_uid
 
@@ -71,6 +71,10 @@ def node_objects(node: Mapping[str, Any], pods_on_node: Sequence[Mapping[str, An
     run("runtime", lambda: runtime.analyze(pods_on_node, ev_list,
                                            (extra or {}).get("runtimeclasses")))
     run("dra.health", dra.analyze_device_health, pods_on_node)
+    # a GPU pod that cannot start for a node reason: the node is sick from the first one
+    run("container_start", container_start.analyze_node,
+        str((node.get("metadata") or {}).get("name") or ""), pods_on_node,
+        events if isinstance(events, Mapping) else ev_list)
     # a GPU plugin pod failing with a known driver cause (version mismatch, lost GPU, NVML)
     run("plugin_messages", plugin_messages.analyze_plugin_pods,
         str((node.get("metadata") or {}).get("name") or ""), pods_on_node)

@@ -110,6 +110,38 @@ def _plugin_started(node_pods: Sequence[Mapping[str, Any]]) -> dt.datetime | Non
     return max(out) if out else None
 
 
+MAX_PEERS = 5000  # pods of the node looked at for the same rejection
+
+
+def _rejected_at(pod: Mapping[str, Any]) -> dt.datetime | None:
+    st = pod.get("status") or {}
+    times = [parse_time(c.get("lastTransitionTime")) for c in st.get("conditions") or ()
+             if isinstance(c, Mapping)]
+    times = [t for t in times if t] or [parse_time(st.get("startTime")), parse_time(
+        (pod.get("metadata") or {}).get("creationTimestamp"))]
+    return max((t for t in times if t), default=None)
+
+
+def _rejected_the_same_way(pod: Mapping[str, Any], node_pods: Sequence[Mapping[str, Any]],
+                           kind: str, resource: str, after: dt.datetime | None) -> list[str]:
+    """The other Failed pods on the node whose admission error is the same kind for the same
+    resource, rejected after `after` (None: at any time)."""
+    me = (pod.get("metadata") or {}).get("uid")
+    out = []
+    for p in list(node_pods)[:MAX_PEERS]:
+        meta, st = p.get("metadata") or {}, p.get("status") or {}
+        if meta.get("uid") == me or st.get("phase") != "Failed":
+            continue
+        err = device_error(str(st.get("message") or ""))
+        if not err or err["kind"] != kind or err["resource"] != resource:
+            continue
+        at = _rejected_at(p)
+        if after is not None and (at is None or at <= after):
+            continue
+        out.append(f"{meta.get('namespace')}/{meta.get('name')}")
+    return out
+
+
 def explain(pod: Mapping[str, Any], events: Sequence[Mapping[str, Any]], now: dt.datetime,
             node: Mapping[str, Any] | None = None,
             node_events: Sequence[Mapping[str, Any]] = (),
@@ -168,12 +200,21 @@ def explain(pod: Mapping[str, Any], events: Sequence[Mapping[str, Any]], now: dt
     alloc = count(((node or {}).get("status") or {}).get("allocatable", {}).get(res)) \
         if node else None
     need = err.get("requested") or 1
+    # a rejection that lasts (issue 40): other pods on the node rejected the same way after the
+    # device plugin last started (or, not known, after this one) -- the node still refuses
+    later = plugin_at or rejected_at
+    same = _rejected_the_same_way(pod, node_pods, kind, res, later)
+    cleared_now = None if alloc is None else alloc >= need
+    if same:
+        cleared_now = False
+        clears = (f"{len(same)} other pod(s) on the node were rejected the same way since: it "
+                  f"lasts; " + clears)
     out = {"kind": kind, "resource": res, "race": race, "clears": clears,
            "rejected_at": rejected_at.isoformat() if rejected_at else None,
            "kubelet_started_at": started_at.isoformat() if started_at else None,
            "node_rebooted_at": rebooted_at.isoformat() if rebooted_at else None,
            "plugin_started_at": plugin_at.isoformat() if plugin_at else None,
-           "cleared_now": None if alloc is None else alloc >= need,
+           "cleared_now": cleared_now, "rejected_the_same_way": same[:10],
            "node_allocatable_now": alloc, **recreation(pod)}
     for k in ("requested", "available"):
         if k in err:

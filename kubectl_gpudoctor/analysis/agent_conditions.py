@@ -16,10 +16,11 @@ from __future__ import annotations
 import datetime as dt
 from typing import Any, Mapping
 
-from node_probe.protocol import Finding, catalog, conditions
+from node_probe.protocol import Finding, catalog, conditions, quote
 
 from .agent_marks import read_marks, watch_from
 from .common import fmt_duration, node_is_ready
+from .quoting import word
 
 SOURCE = "gpu-doctor agent"
 # how bad each problem class is when the agent reports it (the condition carries no severity)
@@ -32,9 +33,20 @@ SEVERITY = {
     "GpuDoctorXidErrors": "warning",
     "GpuDoctorKernelHungTask": "warning",
     "GpuDoctorMemoryThrash": "warning",
+    "GpuDoctorGpuDegraded": "warning",
 }
 REFS = ("https://kubernetes.io/docs/concepts/architecture/nodes/#condition",
         "https://github.com/kubernetes/node-problem-detector")
+
+
+def _said(m: Any, node: str) -> tuple:
+    """The condition's message (and, for another writer, its name), quoted: whoever can
+    patch nodes/status can write them (audit round 5, MCP-01)."""
+    out = [quote(f"node/{node} condition {m.type}", "message", m.message)] if m.message else []
+    if m.foreign:
+        out.append(quote(f"node/{node} condition {m.type}", "managedFields manager",
+                         m.reported_by))
+    return tuple(out)
 
 
 def analyze(node: Mapping[str, Any], now: dt.datetime) -> list[Finding]:
@@ -66,25 +78,26 @@ def analyze(node: Mapping[str, Any], now: dt.datetime) -> list[Finding]:
             # tool's evidence: named as theirs, ranked below anything the tool saw itself
             out.append(catalog.make(
                 "agent.condition", "info", subject,
-                f"{ctype} on {name} was written by {m.reported_by}, not the gpu-doctor agent "
-                f"({reason}{': ' + message if message else ''})",
+                f"{ctype} on {name} was written by another node-status writer, not the "
+                f"gpu-doctor agent ({word(reason)}; the writer and its message are quoted)",
                 {**evidence, "source": "another node-status writer"},
-                f"Not the agent's mark: ask who runs `{m.reported_by}`. For the tool's own "
-                f"evidence: `kubectl gpu-doctor node {name}`.", REFS))
+                f"Not the agent's mark: ask who runs the writer named in the node's "
+                f"managedFields. For the tool's own evidence: `kubectl gpu-doctor node {name}`.",
+                REFS, quoted=_said(m, name)))
             continue
         title = (f"the gpu-doctor agent on {name} reported {what} {when}"
                  + (" (its heartbeat is stale: this may be outdated)" if stale else "")
                  + (" before it stopped: not current" if stopped else "")
-                 + (f": {message}" if message else "")) if stale or stopped else \
+                 + (" (its message is quoted)" if message else "")) if stale or stopped else \
             (f"the gpu-doctor agent on {name} reports {what} {when}"
-             + (f": {message}" if message else ""))
+             + (" (its message is quoted)" if message else ""))
         fix = (f"The agent saw this on the node itself. For the evidence now: `kubectl "
                f"gpu-doctor node {name}`; `kubectl gpu-doctor explain {fid or 'agent.condition'}`"
                f" explains the problem and its fix.")
         # a mark whose writer is gone is not presented as current (issue 31)
         sev = "info" if stale or stopped else SEVERITY.get(ctype, "warning")
         out.append(catalog.make(fid or "agent.condition", sev, subject, title, evidence, fix,
-                                REFS))
+                                REFS, quoted=_said(m, name)))
     if stopped and node_is_ready(node) is not False:
         out.append(catalog.make(
             "agent.heartbeat_stale", "warning", subject,

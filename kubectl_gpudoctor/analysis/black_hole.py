@@ -13,7 +13,12 @@ MIN_RATE of the GPU pods sent there failed, the last of them failed (a node that
 not one), and the same controllers' pods elsewhere fail far less (FAR_MORE times less). A failure
 whose cause is the node's by its nature (an admission rejection, a GPU start error) counts even
 when those controllers have no pods elsewhere to compare with; a pod that merely exits within
-seconds counts only against such a comparison (the workload may be broken everywhere).
+seconds counts only against such a comparison (the workload may be broken everywhere). When
+every failed pod is one namespace's, and other namespaces' GPU pods started on the node since
+the first failure, the node is not the cause (a tenant can break its own pods, or spell the
+runtime's GPU errors into them: audit round 5, BH-01). A start failure counts as a GPU cause
+only in the frame the runtime gives the NVIDIA hook's own error (container_start.classify,
+start_frames.py), never in the container's command the runtime quotes back.
 
 Pods deleted since (the controller replaced them) are seen through the kubelet's events, named
 by their node (`source.host`) and grouped under the controller their generated name implies.
@@ -220,6 +225,28 @@ def peer_table(attempts: Iterable[Attempt], only: set | frozenset | None = None
     return table
 
 
+def _namespaces(failed: Sequence[Attempt], ok: Sequence[Attempt]) -> dict:
+    """One namespace's failed pods against the other namespaces' GPU pods on the node.
+
+    A fault of the node (a lost GPU, a broken driver or runtime) fails every tenant's GPU pods
+    that land there; pods of one namespace that fail while other namespaces' GPU pods start
+    on the same node after the first failure are that namespace's doing -- a broken image, or
+    a tenant writing the runtime's words into its own pods (audit round 5, BH-01) -- however
+    many of them there are."""
+    per: dict[str, int] = {}
+    for a in failed:
+        per[a.controller[0]] = per.get(a.controller[0], 0) + 1
+    first = min((a.at for a in failed if a.at), default=None)
+    one = next(iter(per)) if len(per) == 1 else None
+    others = [a for a in ok if a.controller[0] != one] if one is not None else []
+    started = [a for a in others if a.at is None or first is None or a.at >= first]
+    top = sorted(per.items(), key=lambda kv: (-kv[1], kv[0]))[:MAX_SHOWN]
+    return {"namespaces": dict(top), "one_namespace_only": one is not None,
+            "others_started": len(started),
+            "other_namespaces": {"gpu_pods": len(others), "started_since_first_failure":
+                                 len(started)} if one is not None else None}
+
+
 def analyze(node: Mapping[str, Any], pods_on_node: Sequence[Mapping[str, Any]],
             events: Mapping[str, Sequence[Mapping[str, Any]]], gone: Sequence[Attempt],
             now: dt.datetime, peers: Peers | None) -> list[Finding]:
@@ -241,6 +268,9 @@ def analyze(node: Mapping[str, Any], pods_on_node: Sequence[Mapping[str, Any]],
     last_ok = max((a.at for a in ok if a.at), default=None)
     if rate < MIN_RATE or (last_ok and last_fail and last_ok > last_fail):
         return []  # most pods run there, or it has recovered since
+    spread = _namespaces(failed, ok)
+    if spread["one_namespace_only"] and spread["others_started"]:
+        return []  # one tenant's pods fail there while the others' start: theirs, not the node's
     by_ctl: dict[tuple[str, str], list[Attempt]] = {}
     for a in failed:  # grouped in one pass: a node may have thousands of failed pods
         by_ctl.setdefault(a.controller, []).append(a)
@@ -298,6 +328,7 @@ def analyze(node: Mapping[str, Any], pods_on_node: Sequence[Mapping[str, Any]],
          "controllers": rows, "compared_elsewhere": compared,
          "elsewhere": {"pods": sent_else, "failed": failed_else} if peers is not None else None,
          "messages": samples, "caused_by": caused_by or None,
+         "namespaces": spread["namespaces"], "other_namespaces": spread["other_namespaces"],
          # the latest ones, not `pods`: the verdict counts `pods` as held up, and these
          # were rejected (their controllers made new ones)
          "latest_failed": [{"pod": a.pod, "reason": a.reason} for a in

@@ -25,6 +25,7 @@ from typing import Any, Iterable, Mapping, Sequence
 from node_probe.protocol import Finding, catalog
 
 from .common import both_ends, event_source, gpu_requests, pod_ref
+from .start_frames import hook_stderr, runtime_text
 
 MAX_MESSAGE = 400
 # container states whose message is the runtime's (waiting reasons) or the failed start's
@@ -34,7 +35,9 @@ TERMINATED_REASONS = ("StartError", "ContainerCannotRun")
 # kubelet events that carry the runtime's error for a container or the pod sandbox
 EVENT_REASONS = ("Failed", "FailedCreatePodSandBox")
 
-_CLI = r"nvidia-container-cli(?:\.real)?: "
+# the hook's own error: a line of its stderr (start_frames.hook_stderr), never the command a
+# runtime quotes back (audit round 5, BH-01)
+_CLI = r"(?m:^)nvidia-container-cli(?:\.real)?: "
 
 
 @dataclasses.dataclass(frozen=True)
@@ -143,8 +146,58 @@ CAUSES: tuple[Cause, ...] = (
           "cgroup.devices", ("cgroup.device_denied", "container.nvidia_eperm"),
           ("https://github.com/NVIDIA/nvidia-docker/issues/1441",
            "https://github.com/NVIDIA/nvidia-container-toolkit/issues/678")),
+    # a hook the CDI spec (or the runtime's hook config) names, not on this node: the device
+    # plugin and `nvidia-ctk cdi generate` write /usr/bin/nvidia-ctk or /usr/bin/nvidia-cdi-hook
+    # by default; Talos installs them under /usr/local/bin (siderolabs/talos#13021), a distro
+    # package may lack nvidia-cdi-hook (void-linux/void-packages#55062)
+    Cause("cdi_hook_missing",
+          re.compile(r"(?:fork/exec |exec: \")(/?(?:[A-Za-z0-9._+-]{1,64}/){0,12}"
+                     r"(?:nvidia-cdi-hook|nvidia-ctk|nvidia-container-runtime-hook|"
+                     r"nvidia-container-toolkit))\"?: (?:no such file or directory|"
+                     r"executable file not found in \$PATH)"),
+          "the container's NVIDIA hook {0} is not on the node: the CDI spec (or the runtime's "
+          "hook configuration) names a path where no such program is",
+          "regenerate the CDI spec with the hook's real path on this node (`nvidia-ctk cdi "
+          "generate --nvidia-cdi-hook-path=<the path of nvidia-cdi-hook on the node>`; with "
+          "the GPU Operator or the device plugin set NVIDIA_CDI_HOOK_PATH, e.g. "
+          "/usr/local/bin/nvidia-cdi-hook on Talos), or install the toolkit's program at the "
+          "path the spec names",
+          "runtime_cdi", (),
+          ("https://github.com/siderolabs/talos/issues/13021",
+           "https://github.com/void-linux/void-packages/issues/55062",
+           "https://github.com/NVIDIA/nvidia-container-toolkit/blob/main/cmd/nvidia-ctk/README.md")),
+    # the hook ran and failed: runc's "error running createContainer hook #N: exit status N",
+    # crun's "error executing hook `/usr/bin/nvidia-ctk` (exit code: N)"
+    Cause("cdi_hook_failed",
+          re.compile(r"(?=[\s\S]{0,4000}nvidia)"  # an NVIDIA hook's (its words name it)
+                     r"(?:error running )?(createContainer|createRuntime|startContainer) hook #([0-9]{1,3}):? exit status ([0-9]{1,3})|"
+                     r"error executing hook `/?(?:[A-Za-z0-9._+-]{1,64}/){0,12}"
+                     r"(nvidia-ctk|nvidia-cdi-hook|nvidia-container-runtime-hook)` "
+                     r"\(exit code: ([0-9]{1,3})\)"),
+          # groups: runc's stage, hook number, exit status; crun's hook program, exit code
+          "an NVIDIA container hook failed while the runtime created the container "
+          "({0}{3} hook, exit status {2}{4})",
+          "read the hook's error in the message (quoted in the finding); update the NVIDIA "
+          "Container Toolkit on the node and regenerate its CDI spec (`nvidia-ctk cdi "
+          "generate`); a hook that fails on a read-only path of the pod (toolkit 1.20.0's "
+          "application-profile hook on a read-only /etc/nvidia) needs the toolkit's fix or "
+          "that mount moved",
+          "runtime_cdi", (),
+          ("https://github.com/NVIDIA/nvidia-container-toolkit/issues/2026",
+           "https://github.com/NVIDIA/nvidia-container-toolkit/issues/143")),
 )
 KNOWN_KEYS = frozenset(c.key for c in CAUSES)
+# what the node needs while a cause is fixed: "drain" (its GPU work must move: a reboot, a lost
+# GPU), "cordon" (each new GPU pod sent there fails the same way), "" (the fix keeps pods
+# running, or the fault is the pod's own: an image that needs a newer driver)
+NODE_ACTION = {"driver_library_mismatch": "drain", "driver_not_loaded": "drain",
+               "gpu_lost": "drain", "nvml_error": "drain", "driver_library_missing": "cordon",
+               "cdi_unresolvable": "cordon", "runtime_handler_missing": "cordon",
+               "cdi_hook_missing": "cordon", "cdi_hook_failed": "cordon",
+               "device_eperm": "cordon", "driver_rpc_timeout": "", "nvcgo_rpc_timeout": "",
+               "cuda_requirement": ""}
+# causes that are the node's, not the pod's: one GPU pod failing so makes the node sick
+NODE_CAUSES = frozenset(k for k in KNOWN_KEYS if k != "cuda_requirement")
 
 
 def classify(message: Any) -> tuple[Cause, str] | None:
@@ -152,9 +205,10 @@ def classify(message: Any) -> tuple[Cause, str] | None:
     we know. The first cause in CAUSES that matches wins (the specific before the general)."""
     if not isinstance(message, str) or not message:
         return None
-    text = message[:8192]
+    text = runtime_text(message[:8192])
+    hook = hook_stderr(text)
     for cause in CAUSES:
-        m = cause.pattern.search(text)
+        m = cause.pattern.search(hook if cause.pattern.pattern.startswith(_CLI) else text)
         if m:
             return cause, cause.describe(m)
     return None
@@ -240,8 +294,9 @@ def analyze_pod(pod: Mapping[str, Any], events: Sequence[Mapping[str, Any]] = ()
         where = f" on {node}" if node else ""
         who = (f"container {', '.join(containers)}" if containers else "the pod's sandbox"
                if f.reason == "FailedCreatePodSandBox" else "its containers")
-        confirm = (f" `kubectl gpu-doctor node {node}` runs the node-side check ({c.check}) "
-                   f"that proves it: {', '.join(c.node_ids)}." if node else "")
+        confirm = (f" `kubectl gpu-doctor node {node}` runs the node-side check ({c.check})"
+                   + (f" that proves it: {', '.join(c.node_ids)}." if c.node_ids else ".")
+                   if node else "")
         out.append(catalog.make(
             "pod.gpu_start_failed", "critical", f"pod/{ref}",
             f"{who} cannot start{where}: {f.description}",
@@ -252,5 +307,59 @@ def analyze_pod(pod: Mapping[str, Any], events: Sequence[Mapping[str, Any]] = ()
             f"Cause: {f.description}. Fix: {c.fix}.{confirm} Then delete the pod so its "
             "controller recreates it (a container that cannot start is retried with back-off, "
             "a pod rejected at admission never).",
+            c.refs))
+    return out
+
+
+MAX_NODE_PODS = 2000   # pods of one node looked at
+MAX_NAMED = 10         # failing pods named per cause
+
+
+def analyze_node(node_name: str, pods: Sequence[Mapping[str, Any]],
+                 events: Mapping[str, Sequence[Mapping[str, Any]]] | Sequence = ()
+                 ) -> list[Finding]:
+    """pod.gpu_start_failed about the node, from its first GPU pod that cannot start for a
+    node reason (NODE_CAUSES: a driver/library mismatch after an upgrade, a missing library, a
+    CDI or runtime fault): one finding per cause, naming the pods, so `node X` and `nodes` say
+    the node is sick before every pod there fails (issue 36). `events`: by pod uid, or a list
+    (then matched by the pod's uid)."""
+    if isinstance(events, Mapping):
+        by_uid = events
+    else:
+        by_uid = {}
+        for e in list(events)[:50000]:
+            uid = (e.get("involvedObject") or {}).get("uid") if isinstance(e, Mapping) else None
+            if uid:
+                by_uid.setdefault(uid, []).append(e)
+    hits: dict[str, list[tuple[Mapping[str, Any], Failure]]] = {}
+    for pod in list(pods)[:MAX_NODE_PODS]:
+        if ((pod.get("status") or {}).get("phase")) in ("Succeeded", "Failed"):
+            continue
+        uid = (pod.get("metadata") or {}).get("uid") or ""
+        for f in failures(pod, by_uid.get(uid) or ()):  # a steady pod ends here, cheaply
+            if f.cause.key in NODE_CAUSES and gpu_requests(pod):
+                hits.setdefault(f.cause.key, []).append((pod, f))
+                break
+    out = []
+    for key, got in hits.items():
+        pod, f = got[0]
+        c = f.cause
+        refs = [pod_ref(p) for p, _ in got]
+        more = f" ({len(refs)} GPU pods fail so)" if len(refs) > 1 else ""
+        action = NODE_ACTION.get(key, "")
+        out.append(catalog.make(
+            "pod.gpu_start_failed", "critical" if action else "warning", f"node/{node_name}",
+            f"GPU pod {refs[0]} cannot start on {node_name}{more}: {f.description}",
+            {"node": node_name, "cause": key, "reason": f.reason, "message": f.message,
+             "from_event": f.from_event,
+             "pods": [{"pod": r, "gpu": True} for r in refs[:MAX_NAMED]],
+             "pods_failing": len(refs), "node_action": action or None,
+             "node_check": c.check, "caused_by": list(c.node_ids)},
+            f"Cause: {f.description}. Fix: {c.fix}. Every new GPU pod sent to {node_name} "
+            f"fails the same way until then"
+            + (": cordon it first" if action else "")
+            + f". `kubectl gpu-doctor node {node_name}` runs the node-side check ({c.check})"
+            + (f" that proves it: {', '.join(c.node_ids)}" if c.node_ids else "")
+            + ". Then delete the failed pods so their controllers recreate them.",
             c.refs))
     return out

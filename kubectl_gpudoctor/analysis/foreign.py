@@ -22,10 +22,11 @@ import datetime as dt
 import re
 from typing import Any, Mapping, Sequence
 
-from node_probe.protocol import Finding, catalog, xid_catalog
+from node_probe.protocol import Finding, catalog, dcgm_catalog, quote, xid_catalog
 from node_probe.protocol.conditions import AGENT_COMPONENT, is_owned, sanitize_message
 
 from .common import age_s, event_source, event_time, fmt_duration
+from .quoting import word
 
 STANDARD = frozenset({"Ready", "MemoryPressure", "DiskPressure", "PIDPressure",
                       "NetworkUnavailable"})
@@ -114,6 +115,9 @@ def decode(ctype: str, reason: str, message: str) -> dict | None:
                           "resolution_bucket": x.bucket,
                           "nvidia_resolution_bucket": x.nvidia_bucket or None}
                          for x in infos]}
+    dcgm = dcgm_catalog.names_in(f"{reason} {message}")
+    if dcgm:
+        return _decode_dcgm(dcgm, message)
     if ctype == "AcceleratedHardwareReady" and reason in _EKS_REASONS:
         what, fix = _EKS_REASONS[reason]
         return {"headline": what, "fix": f"{what[0].upper()}{what[1:]}. Fix: {fix}.",
@@ -122,6 +126,33 @@ def decode(ctype: str, reason: str, message: str) -> dict | None:
 
 
 _SEVERITY_RANK = {"info": 0, "warning": 1, "critical": 2}
+
+
+def _decode_dcgm(names: list[str], message: str) -> dict:
+    """DCGM health-watch codes (NVSentinel's `ErrorCode:DCGM_FR_NVLINK_DOWN ... Recommended
+    Action=RESTART_VM`) read in DCGM's own table: ISOLATE codes are critical (drain the GPU),
+    MONITOR codes a warning; the monitor's recommended action, when it says one, is shown."""
+    infos = sorted((dcgm_catalog.describe(n) for n in names),
+                   key=lambda x: -_SEVERITY_RANK[x.severity])
+    worst = infos[0]
+    am = dcgm_catalog.ACTION_RE.search(message)
+    action = am.group(1) if am else None
+    said = (f"; the monitor recommends {action} "
+            f"({dcgm_catalog.ACTIONS.get(action, 'its own action')})" if action else "")
+    what = "DCGM says isolate the GPU (drain it)" if worst.dcgm_severity == "ISOLATE" else \
+        "DCGM says watch it" if worst.known else "a DCGM code this tool does not know"
+    fix = {"ISOLATE": "Drain the GPU's pods (or the node) and find the cause: nvidia-smi -q, "
+                      "the kernel log's Xids, `dcgmi diag -r 2`; reset the GPU or reboot as the "
+                      "code asks, and replace the GPU if it repeats.",
+           "MONITOR": "Watch it: the GPU still works; act if it repeats or grows."}.get(
+        worst.dcgm_severity, f"Look {worst.name} up in DCGM's dcgm_errors.h.")
+    return {"headline": f"{worst.name} ({worst.meaning}): {what}{said}",
+            "fix": f"{worst.name}: {worst.meaning}. {fix}",
+            "severity": worst.severity, "xids": [],
+            "dcgm": [{"name": x.name, "code": x.code, "meaning": x.meaning,
+                      "dcgm_severity": x.dcgm_severity or None, "known": x.known}
+                     for x in infos],
+            "recommended_action": action}
 
 
 def _source(ctype: str, reason: str, message: str) -> str:
@@ -172,18 +203,21 @@ def foreign_conditions(node: Mapping[str, Any], events: Sequence[Mapping[str, An
             f"{source} says {ctype}={c.get('status')}"
             + (f" ({reason})" if reason else "")
             + (f" for {fmt_duration(since)}" if since is not None else "")
-            + (f": {message}" if message else "")
+            + (" (its message is quoted)" if message else "")
             + (f" -- {meant['headline']}" if meant else ""),
             {"kind": "condition", "source": source, "type": ctype, "status": c.get("status"),
              "reason": reason, "message": message, "since": c.get("lastTransitionTime"),
              "age_s": None if since is None else round(since),
              "heartbeat_age_s": None if heartbeat is None else round(heartbeat),
-             "gpu_related": gpu or bool(meant), "xids": meant["xids"] if meant else []},
+             "gpu_related": gpu or bool(meant), "xids": meant["xids"] if meant else [],
+             **({"dcgm": meant["dcgm"], "recommended_action": meant["recommended_action"]}
+                if meant and "dcgm" in meant else {})},
             (f"{meant['fix']} " if meant else "")
             + f"Another monitor already flags this node; read its verdict before acting on ours "
             f"and act on the same cause once (kubectl describe node {name}). A stale condition "
             "(old heartbeat) may outlive the problem: its monitor clears it, not the kubelet.",
-            REFS))
+            REFS, quoted=(quote(f"{subject} condition {ctype}", "message", message),)
+            if message else ()))
     for t in ((node.get("spec") or {}).get("taints") or ())[:MAX_CONDITIONS]:
         if not isinstance(t, Mapping):
             continue
@@ -231,15 +265,25 @@ def _events(subject: str, name: str, events: Sequence[Mapping[str, Any]],
     out = []
     for (src, reason), g in groups.items():
         age = None if g["last"] is None else max(0.0, (now - g["last"]).total_seconds())
+        names = dcgm_catalog.names_in(f"{reason} {g['message']}")
+        meant = _decode_dcgm(names, g["message"]) if names else None
         out.append(catalog.make(
-            "node.foreign_condition", "info", f"{subject} event {src or '?'}/{reason}",
-            f"{src or 'a monitor'} reported {reason} x{g['count']}"
+            "node.foreign_condition", meant["severity"] if meant else "info",
+            f"{subject} event {src or '?'}/{reason}",
+            f"{word(src, 'a monitor') if src else 'a monitor'} reported "
+            f"{word(reason, 'an event')} x{g['count']}"
             + (f", last {fmt_duration(age)} ago" if age is not None else "")
-            + (f": {g['message']}" if g["message"] else ""),
+            + (" (its message is quoted)" if g["message"] else "")
+            + (f" -- {meant['headline']}" if meant else ""),
             {"kind": "event", "source": src, "reason": reason, "count": g["count"],
              "last_seen": g["last"].isoformat() if g["last"] else None,
              "age_s": None if age is None else round(age), "message": g["message"],
-             "gpu_related": _gpu_related(reason, g["message"])},
-            "Events another monitor (or the device plugin) recorded on the node; compare with "
-            "this tool's node findings.", REFS))
+             "gpu_related": _gpu_related(reason, g["message"]),
+             **({"dcgm": meant["dcgm"], "recommended_action": meant["recommended_action"]}
+                if meant else {})},
+            (f"{meant['fix']} " if meant else "")
+            + "Events another monitor (or the device plugin) recorded on the node; compare with "
+            "this tool's node findings.", REFS,
+            quoted=(quote(f"event {word(reason, '?')} from {word(src, '?')} on {subject}",
+                          "message", g["message"]),) if g["message"] else ()))
     return out

@@ -32,7 +32,7 @@ import re
 from typing import Any, Iterable, Mapping, Sequence
 
 from node_probe.protocol import catalog
-from node_probe.protocol import Finding
+from node_probe.protocol import Finding, quote
 
 from .common import ByIdentity, fmt_duration
 from .quantity import count
@@ -622,8 +622,10 @@ def _pod_findings(pod, events, now, known_devices, findings) -> None:
         ev["error"] = str(exc)
         findings.append(catalog.make(
             "hami.allocation_mismatch", "critical", subject,
-            f"HAMi device annotations cannot be decoded ({exc}): the device plugin cannot "
-            "allocate this pod", ev, fix, REFS_ALLOC))
+            "HAMi device annotations cannot be decoded (why is quoted): the device plugin "
+            "cannot allocate this pod", ev, fix, REFS_ALLOC,
+            # the annotations are the pod's: what the decoder says quotes them (MCP-01)
+            quoted=(quote(f"{subject} annotations", "decoding error", exc),)))
         return
     n_alloc = sum(len(c) for c in allocated)
     n_pending = sum(len(c) for c in pending)

@@ -13,13 +13,14 @@ import datetime as dt
 from typing import Any, Mapping, Sequence
 
 from node_probe.protocol import catalog
-from node_probe.protocol import Finding
+from node_probe.protocol import Finding, quote
 
 from .plugin_messages import Cause, classify as classify_plugin_error, finding_for
 from .admission_race import REFS as RACE_REFS, explain as explain_race
 from .container_start import classify as start_failure
 from .admission import untouched_pending
 from .common import event_source, event_time, fmt_duration, gpu_requests, pod_ref
+from .quoting import event_quote as _quote_event, word as _word
 from .wedge import blocking_findings
 
 IMAGE_REASONS = ("ErrImagePull", "ImagePullBackOff", "InvalidImageName", "ErrImageNeverPull")
@@ -81,9 +82,16 @@ def analyze_pod(pod: Mapping[str, Any], events: Sequence[Mapping[str, Any]],
         if race is not None:
             out.append(_race_finding(subject, base, st, race))
             return out
+        said = (quote(f"{subject} status", "reason: message", hit)
+                if st.get("reason") and st.get("message") else
+                next((_quote_event(e, subject) for e in evs
+                      if f"{e.get('reason', '')} {e.get('message', '')}" == hit),
+                     quote(subject, "status", hit)))
         out.append(catalog.make(
             "pod.admission_error", "critical", subject,
-            "the kubelet rejected the pod at admission: " + " ".join(hit.split())[:200],
+            f"the kubelet rejected the pod at admission ({_word(st.get('reason'))}; its "
+            "words are quoted)" if st.get("reason") else
+            "the kubelet rejected the pod at admission (its words are quoted)",
             dict(base, reason=st.get("reason"), message=st.get("message")),
             ("HAMi's scheduler annotations and the device plugin disagree about the devices "
              "(stale hami.io/node-handshake or a failed allocation); see hami.* findings for "
@@ -92,7 +100,8 @@ def analyze_pod(pod: Mapping[str, Any], events: Sequence[Mapping[str, Any]],
              "The kubelet's device manager refused the pod (the device plugin failed Allocate "
              "or had no healthy device). A pod that failed admission is not retried: delete it "
              "so its controller recreates it, after fixing the node (see the node findings)."),
-            ("https://kubernetes.io/docs/concepts/extend-kubernetes/compute-storage-net/device-plugins/",)))
+            ("https://kubernetes.io/docs/concepts/extend-kubernetes/compute-storage-net/device-plugins/",),
+            quoted=(said,)))
         return out
 
     if phase != "Pending":
@@ -108,11 +117,14 @@ def analyze_pod(pod: Mapping[str, Any], events: Sequence[Mapping[str, Any]],
              if c.get("type") == "PodScheduled" and c.get("status") == "False"), "")
         out.append(catalog.make(
             "pod.pending_explained", "warning", subject,
-            "not scheduled yet: " + (" ".join(str(msg).split())[:220] or "no scheduler event"),
+            "not scheduled yet" + (" (the scheduler's message is quoted)" if str(msg).strip()
+                                   else ": no scheduler event"),
             dict(base, scheduler_message=msg),
             "The scheduler found no node that fits. For GPU pods check `kubectl describe node` "
             "allocatable nvidia.com/* (node.gpu_capacity_mismatch), taints and node selectors.",
-            ()))
+            (), quoted=(_quote_event(sched[-1], subject) if sched else
+                        quote(f"{subject} condition PodScheduled", "message", msg),)
+            if str(msg).strip() else ()))
         return out
 
     waited = untouched_pending(pod, evs, now)
@@ -149,12 +161,14 @@ def analyze_pod(pod: Mapping[str, Any], events: Sequence[Mapping[str, Any]],
         image = w["reason"] in IMAGE_REASONS
         out.append(catalog.make(
             "pod.pending_explained", "warning", subject,
-            f"container {w['container']} waits: {w['reason']}"
-            + (f" ({' '.join(w['message'].split())[:160]})" if w["message"] else ""),
+            f"container {w['container']} waits: {_word(w['reason'])}"
+            + (" (its message is quoted)" if w["message"] else ""),
             dict(base, waiting=waiting),
             ("The image cannot be pulled: check the name/tag, the registry's reachability from "
              "the node and imagePullSecrets." if image else
-             "See the container's waiting message and the pod events."), ()))
+             "See the container's waiting message and the pod events."), (),
+            quoted=(quote(f"{subject} container {w['container']}", "state.waiting.message",
+                          w["message"]),) if w["message"] else ()))
     known = next(((e, c) for e in reversed(warnings)
                   for c in (classify_plugin_error(str(e.get("message") or "")),) if c), None)
     if known and not waiting:
@@ -162,9 +176,10 @@ def analyze_pod(pod: Mapping[str, Any], events: Sequence[Mapping[str, Any]],
         text = str(e.get("message") or "")
         out.append(catalog.make(
             "pod.pending_explained", "critical", subject,
-            f"{e.get('reason')}: {cause.what}",
+            f"{_word(e.get('reason'))}: {cause.what}",
             dict(base, caused_by=cause.finding_id, cause=cause.kind),
-            f"Cause: {cause.what}. Fix: {cause.fix}.", cause.refs))
+            f"Cause: {cause.what}. Fix: {cause.fix}.", cause.refs,
+            quoted=(_quote_event(e, subject),)))
         out.append(finding_for(cause, spec.get("nodeName"), text,
                                                f"the {e.get('reason')} event of {subject}",
                                                pod=pod_ref(pod)))
@@ -172,8 +187,9 @@ def analyze_pod(pod: Mapping[str, Any], events: Sequence[Mapping[str, Any]],
         e = warnings[-1]
         out.append(catalog.make(
             "pod.pending_explained", "warning", subject,
-            f"{e.get('reason')}: {' '.join(str(e.get('message') or '').split())[:200]}",
-            base, "See the pod events; the node findings may explain them.", ()))
+            f"has a Warning event {_word(e.get('reason'))} (its message is quoted)",
+            base, "See the pod events; the node findings may explain them.", (),
+            quoted=(_quote_event(e, subject),)))
     return out
 
 

@@ -29,6 +29,7 @@ from typing import Any, Iterable, Mapping, Sequence
 from node_probe.protocol import Finding, catalog
 
 from .common import pod_ref
+from .quoting import word
 from .quantity import count as qty
 
 KUEUE_GATE = "kueue.x-k8s.io/admission"
@@ -252,7 +253,7 @@ def kueue(pod: Mapping[str, Any], requests: Mapping[str, int],
     inactive = _cond(cluster_queue, "Active") or _cond(local_queue, "Active")
     if inactive is not None and inactive.get("status") == "False":
         ev["queue_inactive"] = _cut(inactive.get("message"))
-        why = f"{why}; the queue is inactive: {_cut(inactive.get('message'))[:120]}"
+        why = f"{why}; the queue is inactive (its Active condition's message is in evidence)"
         fix = ("Fix the queue's configuration (`kubectl get clusterqueue NAME -o yaml`: the "
                "Active condition says what is missing). " + fix)
     return [catalog.make(
@@ -389,8 +390,8 @@ def kai(pod: Mapping[str, Any], requests: Mapping[str, int],
         ev["scheduling_conditions"] = conds
         first = conds[0]
         pool = "" if first["node_pool"] == "default" else f", node pool {first['node_pool']}"
-        why = (f"KAI cannot schedule PodGroup {pg_name} ({first['reason']}{pool})"
-               + (f": {first['message']}" if first["message"] else ""))
+        why = (f"KAI cannot schedule PodGroup {pg_name} ({word(first['reason'], '?')}{pool})"
+               + (" (its message is in evidence)" if first["message"] else ""))
         fix = ("Free or raise the queue's quota and limit (`kubectl get queues.scheduling.run.ai "
                "NAME -o yaml`), or let the workload be preemptible.")
     return [catalog.make(

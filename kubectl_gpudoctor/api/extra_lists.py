@@ -88,6 +88,8 @@ def get_object(kube, path: str, timeout: float = 30) -> tuple[dict | None, str |
         doc = kube.get_json(path, timeout=timeout)
     except errors.NotFound:
         return None, f"{path}: not found", True
+    except errors.BadAnswer as exc:   # e.g. a field of another JSON type (api/shape.py)
+        return None, str(exc.message)[:200], False
     except errors.ApiError as exc:
         return None, f"{path}: HTTP {exc.status} {exc.message}"[:200], False
     return (doc if isinstance(doc, dict) else None), None, False
@@ -102,6 +104,8 @@ def list_objects(kube, path: str, query=(), timeout: float = 30, each=None,
     try:
         items, _ = pager.list_items(kube, path, list(query), timeout=timeout,
                                     each=each or slim)
+    except errors.BadAnswer as exc:   # e.g. an item with a field of another JSON type
+        return None, str(exc.message)[:200]
     except errors.ApiError as exc:
         return None, f"{path}: HTTP {exc.status} {exc.message}"[:200]
     if most is not None and len(items) > most:

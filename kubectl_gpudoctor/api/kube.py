@@ -38,7 +38,7 @@ import urllib.parse
 from typing import Any, Iterator, Mapping, Sequence
 
 from .. import errors
-from . import deadline, shape
+from . import deadline, depth, shape
 
 DEFAULT_REQUEST_TIMEOUT_S = 15.0
 WAIT_SAY_S = 1.0   # a request still unanswered after this long is said on the live line
@@ -102,6 +102,13 @@ class Kube:
         # on_wait(text, budget_s, waited_s): called once for each request unanswered after
         # WAIT_SAY_S (the live line of a terminal); None: nobody listens
         self.on_wait: Any = None
+        # on_note(text): an answer the client had to change to read (api/depth.py: nesting
+        # cut); without it the notes wait in `notes` (bounded)
+        self.on_note: Any = None
+        self.notes: list[str] = []
+        # why an exec upgrade through this API server got no answer in its deadline, once one
+        # did (reach/execstream.py): the run's other execs do not wait for it again
+        self.exec_hung: str | None = None
         self._inflight: dict[int, tuple[float, str, float]] = {}
         self._said: set[int] = set()
         self._ids = iter(range(1 << 62))
@@ -258,11 +265,22 @@ class Kube:
         the Kubernetes types is errors.BadAnswer (api/shape.py), before anything reads it."""
         doc = _loads(self.request("GET", path, query, timeout=timeout, max_bytes=max_bytes),
                      path)
+        self.pass_notes()
         try:
             shape.check_answer(path, doc)
         except shape.Malformed as exc:
             raise malformed(path, exc) from None
         return doc
+
+    def pass_notes(self, prefix: str = "") -> None:
+        """The notes this thread's decoding left (api/depth.py), to on_note or `notes`."""
+        for text in depth.take_notes():
+            text = prefix + text
+            on_note = self.on_note
+            if on_note is not None:
+                on_note(text)
+            elif len(self.notes) < depth.MAX_NOTES:
+                self.notes.append(text)
 
     def get_text(self, path: str, query: Sequence[tuple[str, Any]] | None = None,
                  timeout: float | None = None, max_bytes: int | None = None) -> str:
@@ -614,7 +632,11 @@ def _loads(data: bytes, path: str) -> dict:
     was_enabled = gc.isenabled()
     gc.disable()
     try:
-        doc = json.loads(data)
+        try:
+            doc = json.loads(data)
+        except RecursionError:   # nested past the decoder: cut to depth.MAX_DEPTH, say so
+            doc, n = depth.loads(data.decode("utf-8") if isinstance(data, bytes) else data)
+            depth.note(f"the API server's answer for {path}: {depth.cut_words(n)}")
     except ValueError:
         raise errors.ApiError(f"the API server sent non-JSON for {path}") from None
     finally:

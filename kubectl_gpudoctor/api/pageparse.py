@@ -32,11 +32,12 @@ import threading
 from json.decoder import scanstring
 from typing import Any, Callable
 
+from . import depth
 from .slim import DECODER
 
 _HEAD = struct.Struct("!BQ")  # kind (request) or status (answer), payload length
 KIND_SLIM, KIND_PODS, KIND_PODS_IDS = 0, 1, 2  # slim.slim, slim.PodCompactor(container_ids)
-_OK, _NOT_JSON = 0, 1
+_OK, _NOT_JSON, _DEEP = 0, 1, 2   # _DEEP: an item was cut (depth.py): the CLI parses it
 PAGE_TIMEOUT_S = 30.0  # one page in a child: ~0.1 s; past this the child is killed
 
 
@@ -72,7 +73,7 @@ def _walk_list(s: str, each: Callable[[dict], Any] | None) -> tuple[list, str | 
     ws, decode = _WS.match, _DECODE
     i = ws(s, 0).end()
     if s[i] != "{":  # not a list object: whatever json.loads makes of it
-        json.loads(s)
+        depth.loads(s)
         return [], None
     items: list = []
     token = None
@@ -95,7 +96,9 @@ def _walk_list(s: str, each: Callable[[dict], Any] | None) -> tuple[list, str | 
                     i += 1
                 else:
                     while True:
-                        obj, i = decode(s, i)
+                        obj, i, n = depth.raw_decode(decode, s, i)
+                        if n:   # this one item was nested past the decoder: cut, and said
+                            depth.note(f"{_named(obj)}: {depth.cut_words(n)}")
                         items.append(each(obj) if each and isinstance(obj, dict) else obj)
                         del obj
                         i = ws(s, i).end()
@@ -106,7 +109,9 @@ def _walk_list(s: str, each: Callable[[dict], Any] | None) -> tuple[list, str | 
                         if c != ",":
                             raise ValueError("',' or ']' expected")
             else:
-                val, i = decode(s, i)
+                val, i, n = depth.raw_decode(decode, s, i)
+                if n:
+                    depth.note(f"{key[:40]!r}: {depth.cut_words(n)}")
                 if key == "metadata":
                     t = val.get("continue") if isinstance(val, dict) else None
                     token = t if isinstance(t, str) and t else None
@@ -121,6 +126,15 @@ def _walk_list(s: str, each: Callable[[dict], Any] | None) -> tuple[list, str | 
     if ws(s, i).end() != len(s):
         raise ValueError("extra data")
     return items, token
+
+
+def _named(obj: Any) -> str:
+    """`namespace/name` of a list item, for a note (quoted data: the item's own text)."""
+    md = obj.get("metadata") if isinstance(obj, dict) else None
+    md = md if isinstance(md, dict) else {}
+    ns, name = md.get("namespace"), md.get("name")
+    name = name if isinstance(name, str) else "?"
+    return ascii(f"{ns}/{name}" if isinstance(ns, str) and ns else name)[:120]
 
 
 KIND_BITS = 3   # a page's kind byte: the reduction (low bits), shape.SCHEMA_IDS (high bits)
@@ -188,12 +202,15 @@ class _Child:
                 del raw
                 head = _read_exact(self.proc.stdout, _HEAD.size)
                 status, n = _HEAD.unpack(head)
-                if status not in (_OK, _NOT_JSON) or n > answer_cap(size):
+                if status not in (_OK, _NOT_JSON, _DEEP) or n > answer_cap(size):
                     raise ValueError(f"answer of status {status}, {n} bytes, to a page of "
                                      f"{size} bytes")
                 body = _read_exact(self.proc.stdout, n)
                 if status == _NOT_JSON:
                     fut.set_exception(NotJson("not JSON"))
+                    continue
+                if status == _DEEP:   # parsed again in the CLI, where its notes are said
+                    fut.set_exception(BrokenChild("an item nested too deep"))
                     continue
                 result = _checked(marshal.loads(body))
                 del body
@@ -381,6 +398,8 @@ def main() -> int:
                 got = parse_page(text, each)
             body, status = marshal.dumps(got), _OK
             del got
+            if depth.take_notes():
+                body, status = b"", _DEEP
         except (NotJson, ValueError):  # ValueError: not UTF-8
             body, status = b"", _NOT_JSON
         raw = text = None

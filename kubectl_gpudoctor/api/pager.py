@@ -237,6 +237,9 @@ def _walk(kube: Kube, path: str, query: list, page_size: int, timeout: float | N
                         f"the API server sent non-JSON for {path}") from None
                 except shape.Malformed as exc:
                     raise malformed(path, exc) from None
+                finally:   # an item nested too deep was cut (api/depth.py): say which
+                    if hasattr(kube, "pass_notes"):
+                        kube.pass_notes(f"the API server's answer for {path}: ")
                 del raw, fut
                 count += len(got)
                 if into is not None:  # folded: only what it keeps counts (its share of the page)

@@ -74,6 +74,47 @@ LEASE = {"metadata": META,
                   "acquireTime": STR}}
 LIST_META = {"resourceVersion": STR, "continue": STR, "remainingItemCount": INT}
 
+# The queueing systems' and schedulers' objects analysis/schedulers.py reads (audit round 5,
+# SC-01: a field of another type ended `pod Y` in exit 70), after each project's API types:
+# kueue.x-k8s.io v1beta2 workload_types.go, localqueue_types.go, clusterqueue_types.go;
+# scheduling.volcano.sh v1beta1 types.go (PodGroup, Queue); scheduling.run.ai v2alpha2
+# podgroup_types.go (KAI). A misfit makes the object unreadable (a note), not the run.
+KUEUE_RESOURCES = [{"name": STR, "resources": [{"name": STR, "total": QTY, "borrowed": QTY}]}]
+WORKLOAD = {"metadata": META,
+            "spec": {"queueName": STR, "podSets": [OBJ], "priorityClassName": STR},
+            "status": {"conditions": [CONDITION],
+                       "admission": {"clusterQueue": STR, "podSetAssignments": [
+                           {"name": STR, "count": INT, "flavors": STRMAP,
+                            "resourceUsage": {QTY}}]},
+                       "admissionChecks": [{"name": STR, "state": STR, "message": STR}]}}
+LOCAL_QUEUE = {"metadata": META, "spec": {"clusterQueue": STR},
+               "status": {"conditions": [CONDITION]}}
+CLUSTER_QUEUE = {"metadata": META,
+                 "spec": {"namespaceSelector": OBJ, "resourceGroups": [{
+                     "coveredResources": [STR],
+                     "flavors": [{"name": STR, "resources": [
+                         {"name": STR, "nominalQuota": QTY, "borrowingLimit": QTY,
+                          "lendingLimit": QTY}]}]}]},
+                 "status": {"conditions": [CONDITION], "admittedWorkloads": INT,
+                            "reservingWorkloads": INT, "pendingWorkloads": INT,
+                            "flavorsReservation": KUEUE_RESOURCES,
+                            "flavorsUsage": KUEUE_RESOURCES}}
+VOLCANO_PODGROUP = {"metadata": META,
+                    "spec": {"minMember": INT, "queue": STR, "minResources": {QTY},
+                             "priorityClassName": STR},
+                    "status": {"phase": STR, "conditions": [CONDITION], "running": INT,
+                               "succeeded": INT, "failed": INT}}
+VOLCANO_QUEUE = {"metadata": META,
+                 "spec": {"weight": INT, "capability": {QTY}, "deserved": {QTY},
+                          "guarantee": OBJ},
+                 "status": {"state": STR, "allocated": {QTY}}}
+KAI_PODGROUP = {"metadata": META,
+                "spec": {"minMember": INT, "queue": STR, "priorityClassName": STR},
+                "status": {"schedulingConditions": [{
+                    "type": STR, "nodePool": STR, "status": STR, "reason": STR,
+                    "message": STR, "lastTransitionTime": STR,
+                    "reasons": [{"reason": STR, "message": STR}]}]}}
+
 # path -> (what it is, the schema of the object or of each list item, a list?)
 _PATHS = (
     (re.compile(r"^/api/v1/nodes$"), "node list", NODE, True),
@@ -85,11 +126,23 @@ _PATHS = (
      LEASE, False),
     (re.compile(r"^/apis/coordination\.k8s\.io/v1/namespaces/[^/]+/leases$"), "lease list",
      LEASE, True),
+    (re.compile(r"^/apis/kueue\.x-k8s\.io/[^/]+/(namespaces/[^/]+/)?workloads$"),
+     "Workload list", WORKLOAD, True),
+    (re.compile(r"^/apis/kueue\.x-k8s\.io/[^/]+/namespaces/[^/]+/localqueues/[^/]+$"),
+     "LocalQueue", LOCAL_QUEUE, False),
+    (re.compile(r"^/apis/kueue\.x-k8s\.io/[^/]+/clusterqueues/[^/]+$"), "ClusterQueue",
+     CLUSTER_QUEUE, False),
+    (re.compile(r"^/apis/scheduling\.volcano\.sh/[^/]+/namespaces/[^/]+/podgroups/[^/]+$"),
+     "PodGroup", VOLCANO_PODGROUP, False),
+    (re.compile(r"^/apis/scheduling\.volcano\.sh/[^/]+/queues/[^/]+$"), "Queue",
+     VOLCANO_QUEUE, False),
+    (re.compile(r"^/apis/scheduling\.run\.ai/[^/]+/namespaces/[^/]+/podgroups/[^/]+$"),
+     "PodGroup", KAI_PODGROUP, False),
 )
 
 
 # list item schemas by a small number: a page parser child is told which one with its page
-SCHEMA_IDS: dict[int, dict] = {1: NODE, 2: POD, 3: EVENT, 4: LEASE}
+SCHEMA_IDS: dict[int, dict] = {1: NODE, 2: POD, 3: EVENT, 4: LEASE, 5: WORKLOAD}
 
 
 def schema_id(path: str) -> int:

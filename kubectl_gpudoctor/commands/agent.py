@@ -103,6 +103,8 @@ def install(kube: Kube, docs: Sequence[Mapping[str, Any]],
     for m in docs:
         if m["kind"] == "Namespace":
             refuse_foreign_namespace(kube, m["metadata"]["name"])
+        if m["kind"] == "ClusterRoleBinding" and m["metadata"]["name"] == agent_policy.ROLE_NAME:
+            refuse_another_agents_grant(kube, m["subjects"][0]["namespace"])
     done: list[str] = []
     query = [("fieldManager", FIELD_MANAGER), ("force", "true")]
     if server_dry_run:
@@ -119,10 +121,11 @@ def install(kube: Kube, docs: Sequence[Mapping[str, Any]],
             continue
         try:
             before = _resource_version(kube, obj)
-            answer = json.loads(kube.request("PATCH", obj, query,
-                                             body=json.dumps(dict(m), separators=(",", ":")),
-                                             content_type=APPLY_TYPE) or b"{}")
-            after = str((answer.get("metadata") or {}).get("resourceVersion") or "")
+            answer = _answer(kube.request("PATCH", obj, query,
+                                          body=json.dumps(dict(m), separators=(",", ":")),
+                                          content_type=APPLY_TYPE))
+            md = answer.get("metadata")
+            after = str((md if isinstance(md, dict) else {}).get("resourceVersion") or "")
             if before is None:
                 done.append(f"{what} created{tag}")
                 if server_dry_run and m["kind"] == "Namespace":
@@ -158,6 +161,16 @@ def install(kube: Kube, docs: Sequence[Mapping[str, Any]],
     return done
 
 
+def _answer(raw: bytes) -> dict:
+    """The applied object the API server answered; {} when it is not a JSON object (not
+    JSON, nested past the decoder): only its resourceVersion is read."""
+    try:
+        doc = json.loads(raw or b"{}")
+    except (ValueError, RecursionError):
+        return {}
+    return doc if isinstance(doc, dict) else {}
+
+
 def _midway(exc: errors.ApiError, i: int, docs: Sequence[Mapping[str, Any]]) -> errors.ApiError:
     """The error of a run that stopped at object i: what was applied, and that running the
     install again resumes (each step is an apply)."""
@@ -182,6 +195,43 @@ def refuse_foreign_namespace(kube: Kube, namespace: str) -> None:
             hint=exc.hint) from None
 
 
+class AnotherAgent(errors.ClusterError):
+    """The watching agent's cluster-scoped objects belong to an agent of another namespace."""
+
+
+def grant_namespace(kube: Kube) -> str | None:
+    """The namespace whose agent holds the watching agent's cluster-scoped grant (the
+    ClusterRoleBinding's ServiceAccount; its name and the policies' are the same whatever
+    -n says), None when there is none."""
+    path = f"{CLUSTER_PATHS['ClusterRoleBinding']}/{agent_policy.ROLE_NAME}"
+    try:
+        crb = kube.get_json(path, timeout=10)
+    except errors.NotFound:
+        return None
+    subjects = crb.get("subjects") if isinstance(crb, dict) else None
+    for sub in subjects if isinstance(subjects, list) else ():
+        if isinstance(sub, dict) and sub.get("name") == agent_policy.SA_NAME and \
+                isinstance(sub.get("namespace"), str):
+            return sub["namespace"]
+    return None
+
+
+def refuse_another_agents_grant(kube: Kube, namespace: str) -> None:
+    """The ClusterRole, its binding and the agent's policies have one name per cluster: an
+    install with another -n would take them from the agent that has them (audit round 5,
+    AG-01: `install -n B` rebound A's grant to B's ServiceAccount, silently). Refused, in one
+    line, with the commands for the namespace that has them."""
+    other = grant_namespace(kube)
+    if other is None or other == namespace:
+        return
+    raise AnotherAgent(
+        f"not installing the watching agent in namespace {namespace}: the agent of namespace "
+        f"{other[:63]} holds its cluster-wide grant and policies "
+        f"(clusterrolebinding/{agent_policy.ROLE_NAME})",
+        hint=f"one watching agent per cluster: `kubectl gpu-doctor agent install -n "
+             f"{other[:63]}`, or `kubectl gpu-doctor agent uninstall -n {other[:63]}` first")
+
+
 def uninstall(kube: Kube, namespace: str, wait_s: float = 30.0) -> list[str]:
     """Delete the watching agent's grant first (so an agent pod still stopping can no longer
     write), the DaemonSet (its pods go with it), the quota and the rest of its identity
@@ -194,10 +244,18 @@ def uninstall(kube: Kube, namespace: str, wait_s: float = 30.0) -> list[str]:
     from ..reach.agent_manifests import metrics_network_policy
     grant = [m for m in ident if m["kind"] == "ClusterRoleBinding"]
     rest = [m for m in ident if m["kind"] != "ClusterRoleBinding"]
+    # the cluster-scoped objects have one name per cluster: another namespace's agent's are
+    # left to it, and so are the conditions it writes (audit round 5, AG-01)
+    other = grant_namespace(kube)
+    other = other if other is not None and other != namespace else None
     for m in (*grant, daemonset(namespace, default_image()), quota_manifest(namespace), *rest,
               metrics_network_policy(namespace, 0)):
         _, obj = _path(m)
         what = f"{m['kind'].lower()}/{m['metadata']['name']}"
+        if other is not None and m["kind"] in CLUSTER_PATHS:
+            done.append(f"{what} left: it belongs to the watching agent of namespace "
+                        f"{other[:63]}")
+            continue
         try:
             kube.request("DELETE", obj, [("propagationPolicy", "Background")])
             done.append(f"{what} deleted")
@@ -209,6 +267,10 @@ def uninstall(kube: Kube, namespace: str, wait_s: float = 30.0) -> list[str]:
         done.append(f"agent pods in {namespace} still stopping after {wait_s:g}s: the "
                     f"conditions they write while stopping are removed by running "
                     f"`kubectl gpu-doctor agent uninstall` again")
+    if other is not None:
+        done.append(f"GpuDoctor conditions left on the nodes: the watching agent of namespace "
+                    f"{other[:63]} writes them")
+        return done
     done.append(clear_marks(kube))
     return done
 

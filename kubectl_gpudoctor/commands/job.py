@@ -18,10 +18,11 @@ import threading
 import time
 from typing import Any, Callable, Mapping
 
-from node_probe.protocol import ExitStatus
+from node_probe.protocol import ExitStatus, Finding, ProtocolError, Severity
 from node_probe.protocol.catalog import make
 
 from .. import errors
+from ..analysis import fit as gpu_fit
 from ..analysis.common import node_is_ready, pod_ref
 from ..analysis.job import kinds as jk
 from ..analysis.job import nodes as jn
@@ -34,6 +35,7 @@ from ..report import job_table
 from ..report.output import Output
 from ..session import Session
 from . import nodes as fleet_scan
+from . import pending as pending_fit
 from .cluster import run_cluster
 
 MAX_JOB_PODS = 20_000     # a job's pods read (a selector matching more is refused)
@@ -117,6 +119,59 @@ def resolve(kube: Kube, ns: str, name: str, kind_text: str | None, out: Output) 
     return Resolved(kind, version, obj, jk.pod_query(kind, obj))
 
 
+def _pending_fit(kube: Kube, pods: list, events: Mapping[str, Any], rank_fs: list,
+                 out: Output) -> list:
+    """The GPU fit `pod Y` gives an unscheduled GPU pod (analysis/fit: e.g. the only node left
+    has 7 allocatable GPUs where 8 are asked), computed ONCE per job: for the first Pending
+    rank asking for GPUs, over the node, pod and quota lists read once; the other Pending
+    ranks asking for the same GPUs are named in its evidence. A node the job's own ranks fill
+    is not "held by others" for its next rank: such nodes are left out of the fit (counted in
+    the evidence). The fit's findings replace that rank's scheduler-message explanation."""
+    pend = [p for p in pods if pending_fit.applies(p)]
+    if not pend:
+        return rank_fs
+    first = pend[0]
+    want = gpu_fit.pod_gpu_requests(first)
+    got = pending_fit.lists(kube, first, out)
+    if got is None:
+        return rank_fs
+    nodes, bound, quotas = got
+    own = {str((p.get("metadata") or {}).get("uid") or "") for p in pods}
+    on: dict[str, list] = {}
+    for p in bound:
+        on.setdefault(str((p.get("spec") or {}).get("nodeName") or ""), []).append(p)
+    need = sum(want.values())
+    taken = set()
+    for n in nodes:
+        name = str((n.get("metadata") or {}).get("name") or "")
+        here = on.get(name, ())
+        if any(str((p.get("metadata") or {}).get("uid") or "") in own for p in here):
+            free = gpu_fit.node_free(n, here)
+            if free is not None and free < need:
+                taken.add(name)
+    uid = str((first.get("metadata") or {}).get("uid") or "")
+    judged = pending_fit.judge(kube, first, list(events.get(uid, ())), out,
+                               [n for n in nodes if (n.get("metadata") or {}).get("name")
+                                not in taken], bound, quotas)
+    if judged is None:
+        return rank_fs
+    found, _ = judged
+    same = [pod_ref(p) for p in pend if gpu_fit.pod_gpu_requests(p) == want]
+    subject = f"pod/{pod_ref(first)}"
+    extra = {"pending_ranks": same[:jn.MAX_RANKS_SHOWN], "pending_ranks_total": len(same),
+             "fit_computed_for": pod_ref(first), "requested_per_rank": dict(want),
+             "nodes_filled_by_the_job": len(taken)}
+    more = (f"; {len(same) - 1} more Pending rank(s) ask the same ({', '.join(same[1:3])}"
+            f"{', ...' if len(same) > 3 else ''})") if len(same) > 1 else ""
+    found = [dataclasses.replace(f, evidence={**f.evidence, **extra},
+                                 title=f.title + (more if f.severity.rank >= Severity.WARNING.rank else ""))
+             for f in found]
+    covered = {f"pod/{r}" for r in same}   # each finding once: the fit speaks for them
+    keep = [f for f in rank_fs
+            if not (f.subject in covered and f.id == "pod.pending_explained")]
+    return found + keep
+
+
 def _job_pods(kube: Kube, ns: str, selector: str, out: Output) -> list[dict]:
     try:
         items, _ = pager.list_items(kube, f"/api/v1/namespaces/{seg(ns)}/pods",
@@ -127,6 +182,45 @@ def _job_pods(kube: Kube, ns: str, selector: str, out: Output) -> list[dict]:
         raise errors.UsageError(f"-l {selector} selects {len(items)} pods in {ns} (more than "
                                 f"{MAX_JOB_PODS}): narrow it")
     return [p for p in items if isinstance(p, dict)]
+
+
+WAITERS_SHOWN = 3   # nodes whose gpu.collective_spin records are shown (the rows count all)
+
+
+class _JobNodeOut(fleet_scan._NodeOut):
+    """One node's probe output in `job --probe`: as `nodes --probe`, except that the waiting
+    signature (gpu.collective_spin, one per GPU on every node that waits for a peer: 4,096
+    lines on a hung 512-node job) is held back; `_show_waiters` shows a few, once compared."""
+
+    def __init__(self, out: Output) -> None:
+        super().__init__(out)
+        self.held: list[tuple[Mapping[str, Any], str | None]] = []
+
+    def node_record(self, rec: Mapping[str, Any], node: str | None = None) -> None:
+        if rec.get("kind") == "finding" and rec.get("id") in jn.WAITING:
+            if len(self.held) < 64:
+                self.held.append((rec, node))
+            try:
+                f = Finding.from_record(rec)
+            except ProtocolError:
+                return
+            self.found.setdefault(f.key(), f)
+            return
+        super().node_record(rec, node)
+
+
+def _show_waiters(outs: Mapping[str, "_JobNodeOut"], out: Output) -> None:
+    """The held-back waiting records: the first GPU's of the first WAITERS_SHOWN nodes, and
+    one line saying how many nodes wait (each node's row carries its signature)."""
+    waiting = sorted(n for n, o in outs.items() if o.held)
+    for n in waiting[:WAITERS_SHOWN]:
+        rec, node = outs[n].held[0]
+        outs[n]._out.node_record(rec, node=node)
+    if len(waiting) > WAITERS_SHOWN or any(len(outs[n].held) > 1 for n in waiting):
+        gpus = sum(len(outs[n].held) for n in waiting)
+        out.log("info", f"gpu.collective_spin (a GPU waiting in a collective) on {gpus} GPU(s) "
+                        f"of {len(waiting)} node(s); shown for "
+                        f"{min(len(waiting), WAITERS_SHOWN)} node(s), one GPU each")
 
 
 def _probe_job(kube: Kube, names: list[str], nodes: Mapping[str, dict],
@@ -170,7 +264,7 @@ def _probe_job(kube: Kube, names: list[str], nodes: Mapping[str, dict],
     try:
         for name in names:
             if name in nodes:
-                outs[name] = fleet_scan._NodeOut(out)
+                outs[name] = _JobNodeOut(out)
                 futs[pool.submit(one, name)] = name
         try:
             for fut in cf.as_completed(futs, timeout=max(0.0, deadline - time.monotonic())):
@@ -195,6 +289,7 @@ def _probe_job(kube: Kube, names: list[str], nodes: Mapping[str, dict],
     for name, node_out in outs.items():
         if name not in late:
             node_findings.setdefault(name, []).extend(node_out.found.values())
+    _show_waiters({n: o for n, o in outs.items() if n not in late}, out)
     return paths, late
 
 
@@ -268,6 +363,7 @@ def job(session: Session, o: dict, name: str | None, kind_text: str | None,
         out.findings(cmp.findings)
         rank_fs = jr.analyze(label, r.kind, pods, keep.get("events") or {}, now_utc(),
                              stall_threshold_s=s.stall_threshold_s)
+        rank_fs = _pending_fit(kube, pods, keep.get("events") or {}, rank_fs, out)
         out.findings(rank_fs)
         v = jv.decide(job, cmp, node_findings, rank_fs, cmp.findings, pods=len(pods),
                       probed=s.probe, complete=not out.report.extra_incomplete_reason)

@@ -11,6 +11,9 @@ from .. import errors
 from ..session import Session
 
 
+OFFLINE_FLAGS = ("--nvidia-smi-file", "--lspci-file", "--bug-report")
+
+
 def local(session: Session, o: dict, probe_args: Sequence[str]) -> ExitStatus:
     """The node probe on this host in a child process, rendered like `node X`."""
     from ..reach import localproc as local_probe
@@ -21,6 +24,10 @@ def local(session: Session, o: dict, probe_args: Sequence[str]) -> ExitStatus:
     out = session.open_report(o["output"], o["fail_on"],
                               {"kind": "local", "name": host, "node": host}, api_only=False,
                               details=bool(o.get("details")))
+    files = [os.path.basename(v) for k, v in zip(probe_args, probe_args[1:])
+             if k in OFFLINE_FLAGS]
+    if files:       # evidence captured elsewhere: the header must not say "live"
+        out.origin = "offline, from " + ", ".join(files)
     proc = local_probe.ProbeProcess(["--target-name", host, *args])
     try:
         got_summary = False

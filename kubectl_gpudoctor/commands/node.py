@@ -319,6 +319,16 @@ def diagnose_node(kube: Kube, name: str, settings: Settings, out: Output,
         out.findings(capacity.driver_not_seen(view.node, out.report.findings))
 
 
+def _same_start(f: Finding, mine: list[Finding], pod: Mapping[str, Any]) -> bool:
+    """A node's pod.gpu_start_failed about this pod alone, for a cause the pod's own finding
+    reports: said once."""
+    if f.id != "pod.gpu_start_failed" or not str(f.subject).startswith("node/"):
+        return False
+    pods = [p.get("pod") for p in f.evidence.get("pods") or () if isinstance(p, Mapping)]
+    causes = {g.evidence.get("cause") for g in mine}
+    return pods == [pod_ref(pod)] and f.evidence.get("cause") in causes
+
+
 def diagnose_pod(kube: Kube, namespace: str, name: str, settings: Settings, out: Output,
                  cancelled: Callable[[], bool] = lambda: False,
                  on_pod: Callable = lambda p: None) -> None:
@@ -339,6 +349,8 @@ def diagnose_pod(kube: Kube, namespace: str, name: str, settings: Settings, out:
         out.log("warning", f"cannot read the pod's events: {http_words(exc)}")
     node_name = (pod.get("spec") or {}).get("nodeName")
     out.report.target["node"] = node_name
+    phase = (pod.get("status") or {}).get("phase")   # a Running pod: is it slow (analysis/slow)
+    out.context["pod_phase"] = phase if isinstance(phase, str) and len(phase) < 32 else None
     view = None
     if node_name:
         try:
@@ -347,7 +359,10 @@ def diagnose_pod(kube: Kube, namespace: str, name: str, settings: Settings, out:
             out.finding(node_not_found(node_name, pod))
             return
         view = collect_node(kube, node_name, settings, out, node=node)
-        out.findings(view.findings)
+        # the pod's own failed start is said once, by the pod's finding below (its fix names
+        # the pod); the node's finding stays when other GPU pods there fail too
+        mine = container_start.analyze_pod(pod, evs)
+        out.findings([f for f in view.findings if not _same_start(f, mine, pod)])
         resolve_plugin_pods(out, view.pods)
     # an unscheduled GPU pod: its fit against every node names the case (pending.py)
     fit = None if node_name else pending.collect(kube, pod, evs, out, now_utc())
@@ -364,6 +379,10 @@ def diagnose_pod(kube: Kube, namespace: str, name: str, settings: Settings, out:
                                             extra["resourceslices"],
                                             extra.get("deviceclasses") or (), evs, now_utc()))
     out.findings(container_start.analyze_pod(pod, evs))  # a GPU start the runtime refused
+    st = pod.get("status") or {}
+    out.context["pod_running"] = st.get("phase") == "Running" and bool(
+        st.get("containerStatuses")) and all(
+        isinstance(c, Mapping) and c.get("ready") is True for c in st["containerStatuses"])
     out.findings(pod_status.analyze_pod(pod, evs, now_utc(), settings.stall_threshold_s,
                                         fit=fit, node_findings=view.findings if view else (),
                                         node=view.node if view else None,
@@ -375,6 +394,9 @@ def diagnose_pod(kube: Kube, namespace: str, name: str, settings: Settings, out:
         uid = (pod.get("metadata") or {}).get("uid")
         run_probe(kube, view, settings, out, focus_pods=(uid,) if uid else (),
                   cancelled=cancelled, on_pod=on_pod)
+        # the slow-GPU check looked: a Running pod without a slow-down is said healthy
+        out.context["slow_looked"] = any(c.id == "gpu.slow" and c.status == "ok"
+                                         for c in out.report.checks)
         resolve_plugin_pods(out, view.pods)
         out.findings(capacity.driver_not_seen(view.node, out.report.findings))
 def node(session: Session, o: dict, name: str) -> ExitStatus:

@@ -6,7 +6,7 @@ Leases (paged where big: see _list), group by node in memory and run the same pu
 `node X` (analysis.node_objects: readiness, admission, capacity, HAMi, memory, DRA, the watching
 agent's conditions...), so the two never disagree. Only nodes the lists flag get per-node proxy
 calls (goroutine dump, healthz), with a concurrency limit. Each node becomes a row with its
-verdict (analysis/verdict.py); report/fleet.py shows the sick ones first. Raw bytes are parsed into dicts item by item (pageparse.py, in child
+verdict (analysis/verdict/); report/fleet.py shows the sick ones first. Raw bytes are parsed into dicts item by item (pageparse.py, in child
 processes for long lists): the client's model deserialization is far too slow here.
 """
 from __future__ import annotations

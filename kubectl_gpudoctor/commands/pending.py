@@ -169,10 +169,11 @@ def _kueue(kube, pod: Mapping[str, Any], ns: str, requests: Mapping[str, int],
     return schedulers.kueue(pod, requests, wls, lq, lq_missing, cq, everyone, free, takers)
 
 
-def _fit(kube, pod: Mapping[str, Any], events: Sequence[Mapping[str, Any]], out: Output,
-         now: dt.datetime | None = None) -> tuple[list[Finding], "fit.Fit"] | None:
-    """(the fit findings for `pod`, the fit), or None when it could not be computed."""
-    now = now or dt.datetime.now(dt.timezone.utc)
+def lists(kube, pod: Mapping[str, Any], out: Output
+          ) -> tuple[list[dict], list[dict], list[dict]] | None:
+    """(every node, every bound unfinished pod, the namespace's ResourceQuotas): the three
+    lists the fit needs, read at once; None (said as a skipped check) when nodes and pods
+    cannot be listed."""
     ns = (pod.get("metadata") or {}).get("namespace") or "default"
     t0 = time.monotonic()
     out.say("computing the GPU fit of the pod against every node")
@@ -195,6 +196,17 @@ def _fit(kube, pod: Mapping[str, Any], events: Sequence[Mapping[str, Any]], out:
             out.check("api.resource_quotas", "skipped", time.monotonic() - t0, _why(exc))
             out.log("warning", f"ResourceQuotas in {ns} not readable ({_why(exc)}); the quota "
                                f"case was not judged")
+    return nodes, pods, quotas
+
+
+def judge(kube, pod: Mapping[str, Any], events: Sequence[Mapping[str, Any]], out: Output,
+          nodes: Sequence[dict], pods: Sequence[dict], quotas: Sequence[dict],
+          now: dt.datetime | None = None) -> tuple[list[Finding], "fit.Fit"] | None:
+    """(the fit findings for `pod`, the fit) over lists already read; None when the fit does
+    not apply."""
+    now = now or dt.datetime.now(dt.timezone.utc)
+    ns = (pod.get("metadata") or {}).get("namespace") or "default"
+    t0 = time.monotonic()
     quota_events: list[dict] = []
     # a node whose kubelet admits nothing has no room, whatever its free GPUs say
     f = fit.compute(pod, nodes, pods, now, admission.stalled_nodes(pods, now))
@@ -211,6 +223,15 @@ def _fit(kube, pod: Mapping[str, Any], events: Sequence[Mapping[str, Any]], out:
     out.check("api.gpu_fit", "ok", time.monotonic() - t0,
               f"{f.case}: {len(nodes)} nodes, {len(pods)} bound pods")
     return found, f
+
+
+def _fit(kube, pod: Mapping[str, Any], events: Sequence[Mapping[str, Any]], out: Output,
+         now: dt.datetime | None = None) -> tuple[list[Finding], "fit.Fit"] | None:
+    """(the fit findings for `pod`, the fit), or None when it could not be computed."""
+    got = lists(kube, pod, out)
+    if got is None:
+        return None
+    return judge(kube, pod, events, out, *got, now=now)
 
 
 def not_created(kube, namespace: str, name: str, out: Output) -> list[Finding]:

@@ -2,13 +2,14 @@
 
 Why: a watching agent writes to the API server, and `nodes/status patch` alone would let it
 rewrite any node's status (capacity, addresses, the kubelet's Ready) or relabel nodes through the
-status subresource. RBAC cannot name "my own node", so two ValidatingAdmissionPolicies narrow it
+status subresource. RBAC cannot name "my own node", so ValidatingAdmissionPolicies narrow it
 (the shape of the one verified on a 1.35 API server, captures k8s-1.35/node-status-writes):
 the agent's account may update only the status of the node its bound token names
 (`request.userInfo.extra["authentication.kubernetes.io/node-name"]`), may change only condition
 types starting with GpuDoctor (every other condition, every other status field and the node's
 labels, annotations, owners and finalizers stay as they were), and may create only Events about
-that node under its own component name. A denial is 422 `Invalid` (the writer backs off).
+that node under its own component name, in either API that serves Events (core/v1 and
+events.k8s.io/v1, a policy each). A denial is 422 `Invalid` (the writer backs off).
 """
 from __future__ import annotations
 
@@ -17,8 +18,10 @@ from node_probe.protocol import conditions
 SA_NAME = "gpu-doctor-agent"
 ROLE_NAME = "gpu-doctor-agent-node-status"
 NODE_POLICY = "gpu-doctor-agent-own-node"
-EVENT_POLICY = "gpu-doctor-agent-own-events"
-POLICY_NAMES = (NODE_POLICY, EVENT_POLICY)
+EVENT_POLICY = "gpu-doctor-agent-own-events"              # core/v1 Events
+EVENT_POLICY_V1 = "gpu-doctor-agent-own-events-k8s-io"    # events.k8s.io/v1 Events
+WRITER_POLICY = "gpu-doctor-conditions-agent-only"       # everyone else's node writes
+POLICY_NAMES = (NODE_POLICY, EVENT_POLICY, EVENT_POLICY_V1, WRITER_POLICY)
 NODE_NAME_EXTRA = "authentication.kubernetes.io/node-name"
 EVENT_COMPONENT = "gpu-doctor-agent"  # node_probe/watch/writer.py COMPONENT
 PREFIX = conditions.TYPE_PREFIX
@@ -56,18 +59,51 @@ OWN_CONDITIONS_ONLY = (
     f"oldObject.status.conditions.filter(c, {FOREIGN})) : "
     f"(!has(object.status.conditions) || "
     f"object.status.conditions.all(c, c.type.startsWith('{PREFIX}')))")
+OURS = f"c.type.startsWith('{PREFIX}')"
+# Everyone but the agent: the GpuDoctor* conditions stay as they were (the kubelet's status
+# patches merge by type and carry none of them), or all of them go at once (`agent uninstall`
+# clears them as the admin who runs it). The field manager a writer names itself was the only
+# attribution before (audit round 5, G-01: a forged condition under the manager
+# `gpu-doctor-agent` read as the agent's own); now no other account can write one.
+# It sees every node update in the cluster (the kubelets' heartbeats too), so it fails open
+# (failurePolicy Ignore): an expression that cannot be evaluated never stops a kubelet.
+OUR_CONDITIONS_UNCHANGED = (
+    f"!has(object.status) || !has(object.status.conditions) || "
+    f"object.status.conditions.filter(c, {OURS}).size() == 0 || "
+    f"(has(oldObject.status) && has(oldObject.status.conditions) && "
+    f"object.status.conditions.filter(c, {OURS}) == "
+    f"oldObject.status.conditions.filter(c, {OURS}))")
 OTHER_STATUS_UNCHANGED = " && ".join(_same(f"status.{f}") for f in STATUS_FIELDS)
 METADATA_UNCHANGED = " && ".join(_same(f"metadata.{f}") for f in META_FIELDS)
+NODE_CLAIM = f"request.userInfo.extra['{NODE_NAME_EXTRA}'][0]"
+
+
+# The same Event in the two APIs that serve it. A core/v1 Event names its object in
+# `involvedObject` and its writer in `source`; an events.k8s.io/v1 Event in `regarding`, and
+# its writer in `reportingController`/`reportingInstance` (the node), `source` being
+# `deprecatedSource` there. A policy's expressions are type-checked against every kind its
+# rules match (with matchPolicy Equivalent, the equivalent kinds too: on 1.35 the core/v1
+# rule drew "events.k8s.io/v1, Kind=Event: ERROR: ... undefined field 'involvedObject'",
+# captures k8s-1.35/admission-and-conditions b-status-gpu-doctor-agent-own-events), so each
+# version has its own policy, each matching exactly its version.
 def _own_event(obj: str) -> str:
     return (f"{obj}.involvedObject.kind == 'Node' && "
-            f"{obj}.involvedObject.name == request.userInfo.extra['{NODE_NAME_EXTRA}'][0] && "
+            f"{obj}.involvedObject.name == {NODE_CLAIM} && "
             f"has({obj}.source) && {obj}.source.component == '{EVENT_COMPONENT}'")
+
+
+def _own_event_v1(obj: str) -> str:
+    return (f"{obj}.regarding.kind == 'Node' && {obj}.regarding.name == {NODE_CLAIM} && "
+            f"{obj}.reportingController == '{EVENT_COMPONENT}' && "
+            f"{obj}.reportingInstance == {NODE_CLAIM}")
 
 
 # a create, or a patch of its count/lastTimestamp/message (client-go's correlator does that,
 # node_probe/watch/events.py): both the Event and what it was are about its own node
 EVENT_ABOUT_OWN_NODE = (f"{BOUND} && {_own_event('object')} && "
                         f"(request.operation == 'CREATE' || {_own_event('oldObject')})")
+EVENT_V1_ABOUT_OWN_NODE = (f"{BOUND} && {_own_event_v1('object')} && "
+                           f"(request.operation == 'CREATE' || {_own_event_v1('oldObject')})")
 
 
 def username(namespace: str) -> str:
@@ -84,23 +120,22 @@ def manifests(namespace: str, labels: dict) -> list[dict]:
     # the policies first: the grant never exists on a cluster without them (an API server
     # that does not serve ValidatingAdmissionPolicy fails the install before any grant)
     def policy(name: str, operations: list[str], resources: list[str],
-               validations: list[tuple[str, str]]) -> list[dict]:
-        """A Deny policy on the agent's own requests, and its binding. matchPolicy Exact: the
-        expressions are written against core/v1 (Equivalent would also type-check them
-        against the Event of the newer events API group, whose `involvedObject`/`source` are
-        `regarding`/`deprecatedSource`: the warnings of capture b-status-gpu-doctor-agent-
-        own-events).
-        Exact matches nothing the agent could use instead: its RBAC names the core group
-        only."""
+               validations: list[tuple[str, str]], group: str = "",
+               match: list[dict] | None = None, failure: str = "Fail") -> list[dict]:
+        """A Deny policy on the agent's own requests to `group`/v1, and its binding.
+        matchPolicy Exact: the expressions are written against that version's kind only
+        (Equivalent would also type-check them against the equivalent kind of the other
+        group: the warnings of capture b-status-gpu-doctor-agent-own-events); the other
+        version of Events has its own policy."""
         return [
             {"apiVersion": "admissionregistration.k8s.io/v1",
              "kind": "ValidatingAdmissionPolicy",
              "metadata": {"name": name, **meta},
-             "spec": {"failurePolicy": "Fail",
+             "spec": {"failurePolicy": failure,
                       "matchConstraints": {"matchPolicy": "Exact", "resourceRules": [{
-                          "apiGroups": [""], "apiVersions": ["v1"], "operations": operations,
+                          "apiGroups": [group], "apiVersions": ["v1"], "operations": operations,
                           "resources": resources}]},
-                      "matchConditions": is_agent,
+                      "matchConditions": match or is_agent,
                       "validations": [{"expression": e, "message": m}
                                       for e, m in validations]}},
             {"apiVersion": "admissionregistration.k8s.io/v1",
@@ -120,6 +155,15 @@ def manifests(namespace: str, labels: dict) -> list[dict]:
         *policy(EVENT_POLICY, ["CREATE", "UPDATE"], ["events"], [
             (EVENT_ABOUT_OWN_NODE, "the gpu-doctor agent may only post Events about the node "
                                    "its token is bound to")]),
+        *policy(EVENT_POLICY_V1, ["CREATE", "UPDATE"], ["events"], [
+            (EVENT_V1_ABOUT_OWN_NODE, "the gpu-doctor agent may only post Events about the "
+                                      "node its token is bound to")], group="events.k8s.io"),
+        *policy(WRITER_POLICY, ["UPDATE"], ["nodes", "nodes/status"], [
+            (OUR_CONDITIONS_UNCHANGED, f"only the gpu-doctor agent may write {PREFIX}* "
+                                       f"conditions (others may only remove them all)")],
+                match=[{"name": "not-the-gpu-doctor-agent",
+                        "expression": f"request.userInfo.username != '{username(namespace)}'"}],
+                failure="Ignore"),
         {"apiVersion": "v1", "kind": "ServiceAccount",
          "metadata": {"name": SA_NAME, "namespace": namespace, **meta},
          "automountServiceAccountToken": False},

@@ -25,7 +25,8 @@ import threading
 import time
 from typing import Any, Callable, Mapping, Sequence
 
-from node_probe.protocol import CheckResult, ExitStatus, Finding, ProtocolError, catalog
+from node_probe.protocol import (CheckResult, ExitStatus, Finding, ProtocolError, catalog,
+                                 worst_exit)
 from node_probe.protocol import bundle as protocol_bundle
 from node_probe.protocol.render import terminal_safe
 from node_probe.protocol.version import __version__
@@ -342,7 +343,9 @@ def replay(doc: Mapping[str, Any], fmt: str, fail_on: str | None = None,
                  details=details)
     r = out.report
     out.origin = origin_of(doc, source)
-    out.doc_extra["replay"] = {"bundle": source, "captured_at": doc.get("created_at")}
+    # everything below is the file's contents, whoever wrote it (docs/mcp.md, "Untrusted")
+    out.doc_extra["replay"] = {"bundle": source, "captured_at": doc.get("created_at"),
+                               "untrusted": True}
     r.version = terminal_safe(rep.get("version") or r.version)
     if isinstance(doc, dict):
         doc.pop("evidence", None)   # not rendered: its memory goes before the report's grows
@@ -368,10 +371,14 @@ def replay(doc: Mapping[str, Any], fmt: str, fail_on: str | None = None,
     r.extra_incomplete_reason = rep.get("incomplete_reason") or ""
     out.api_only = r.summary_record is None
     err = rep.get("error") or None
-    if fail_on == saved_fail_on and isinstance(rep.get("exit_code"), int):
-        code = int(rep["exit_code"])
-    else:
-        code = int(out.exit_status(ExitStatus(err["exit_status"]) if err else None))
+    code = int(out.exit_status(ExitStatus(err["exit_status"]) if err else None))
+    saved = rep.get("exit_code")
+    if fail_on == saved_fail_on and isinstance(saved, int) and saved != code:
+        # the saved code stands where it is the worse one (an interrupted run, a probe that
+        # died); never below what the saved findings say: a bundle is anyone's to edit, and
+        # one saying 0 over a critical finding replayed as 0 (audit round 3, R-2)
+        code = int(worst_exit(ExitStatus(saved), ExitStatus(code)))
+        out.doc_extra["replay"]["saved_exit_code"] = saved
     message = None if err is None else terminal_safe(" ".join(err["message"].split()))
     if err is None or r.findings or fmt not in ("table", "wide"):
         out.finish(code, pre_table="\n".join(terminal_safe(line) for line in

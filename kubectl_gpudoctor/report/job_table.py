@@ -50,8 +50,9 @@ def table(doc: Mapping[str, Any], rows: Sequence[Mapping[str, Any]],
             rk = ", ".join(x.split("/", 1)[-1] for x in ranks[:2])
             if int(r.get("job_pods_on_node") or 0) > 2:
                 rk += f" +{int(r['job_pods_on_node']) - 2}"
-            by = ", ".join(r.get("differs_by") or ()) or ("(shared)" if r.get("signature")
-                                                         else "-")
+            by = ", ".join(r.get("differs_by") or ()) or (
+                "(waiting for a peer)" if r.get("waiting") is True
+                else "(shared)" if r.get("signature") else "-")
             body.append([str(r.get("node")), str(r.get("severity")),
                          "-" if r.get("gpu_allocatable") is None else str(r["gpu_allocatable"]),
                          _cut(by, 34), _cut(rk, 28)]

@@ -121,6 +121,10 @@ def _evidence(f) -> list[str]:
     """A finding's evidence, under its id (its title is in the table above: said once)."""
     scalars, tables = human.split(f.evidence)
     out = [f"**{text(f.severity.value.upper())}** {code(f.id)} on {code(f.subject)}", ""]
+    # what others wrote: marked as quoted, as code (never markup, never our words)
+    out += [f"- quoted from {code(q.get('source', ''), 200)} "
+            f"\\({text(q.get('field', ''))}\\): {code(q.get('text', ''), 600)}"
+            for q in f.quoted]
     out += [f"- {key(k)}: {code(v)}" for k, v in scalars]
     for k, rows in tables:
         cols, body, more = human.table(rows)

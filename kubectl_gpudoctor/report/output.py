@@ -225,6 +225,7 @@ class Output:
             doc = r.document(self.fail_on, code, lazy=True)
             if v is not None:
                 doc["verdict"] = v
+            doc["reach"] = render.reach_of(r)  # how the node side was reached, as fields
             doc.update(self.doc_extra)
             if error is not None:
                 doc["error"] = dict(error)

@@ -242,7 +242,9 @@ class Inputs:
     containers: Callable[[], ContainerList | None]   # the fact, waited for on first call
     read_list: Callable[[str], str | None]  # a v1 cgroup's devices.list now, by relpath
     event: Callable[..., None]              # (name, subject, message, **data): a live event
-    kernel_log: Callable[[], Iterable] = list   # (seconds since boot or None, message), streamed on demand
+    # (seconds since boot or None, message), streamed on demand, or the kmsg check's decoded
+    # Xid lines ({uptime_s, pci, xid, text}) when it ran: the log is then not read again
+    kernel_log: Callable[[], Iterable] = list
 
 
 Said = Callable[[dict], "str | None"]   # a record -> the live message, or None: nothing to say
@@ -376,11 +378,15 @@ def cuda_findings(failed: Iterable[Mapping[str, Any]], opens: Iterable[Mapping[s
         return []
     opens = list(opens)
     xids: deque = deque(maxlen=MAX_XIDS_KEPT)   # the newest: the calls are the trace window's
-    for t, msg in kernel_log() or ():
+    for item in kernel_log() or ():
+        if isinstance(item, Mapping):   # already decoded by the kmsg check (fact KMSG_LOG)
+            xids.append(dict(item))
+            continue
+        t, msg = item
         m = XID_RE.search(msg)
         if m:
             xids.append({"uptime_s": t, "pci": m.group(1).strip(), "xid": int(m.group(2)),
-                         "text": m.group(3).strip()[:200]})
+                         "text": (m.group(3) or "").strip()[:200]})
     out = []
     for pid, calls in by_pid.items():
         first, comm = calls[0], calls[0].get("comm", "")

@@ -13,8 +13,8 @@ import re
 from pathlib import Path
 
 from node_probe.checks import _gpufacts
-from node_probe.checks.kmsg import XID_RE, kernel_log
-from node_probe.engine.facts import DEVICEPLUGIN_TARGETS
+from node_probe.checks.kmsg import XID_RE, kernel_log, with_pods
+from node_probe.engine.facts import DEVICEPLUGIN_TARGETS, KMSG_LOG, PODRESOURCES
 from node_probe.engine.registry import check
 from node_probe.host import hostfs
 from node_probe.protocol import catalog
@@ -44,8 +44,25 @@ def driver_gpus(root: Path) -> dict[str, dict]:
     return out
 
 
+def from_kmsg(lost: dict) -> tuple[dict[str, int], dict[str, dict]]:
+    """The kmsg check's one read of the log (fact KMSG_LOG's `lost`): ({bus: Xid 79 count},
+    {bus: the other signs: off_the_bus lines, a fatal AER})."""
+    xids: dict[str, int] = {}
+    other: dict[str, dict] = {}
+    for full, e in list(lost.items())[:MAX_GPUS]:
+        bus = _gpufacts.norm_bus_id(full) or full
+        if e.get("xid79"):
+            xids[bus] = int(e["xid79"])
+        if e.get("off_the_bus") or e.get("aer_fatal"):
+            other[bus] = {"off_the_bus": int(e.get("off_the_bus") or 0),
+                          "aer_fatal": bool(e.get("aer_fatal"))}
+    return xids, other
+
+
 def xid79(ctx) -> tuple[dict[str, int], str | None]:
-    """{normalized bus id: count} of Xid 79 in the kernel log; (.., why not) if unreadable."""
+    """{normalized bus id: count} of Xid 79 in the kernel log; (.., why not) if unreadable.
+    Only when the kmsg check is not part of the run: otherwise its fact says it (the log is
+    read once)."""
     out: dict[str, int] = {}
     try:
         for _, msg in kernel_log(ctx.options):      # streamed: a storm costs the counts only
@@ -61,11 +78,18 @@ def xid79(ctx) -> tuple[dict[str, int], str | None]:
 
 
 @check("gpu_lost", title="Lost GPUs: Xid 79, NVML GPU_IS_LOST, GPUs NVML no longer lists",
-       timeout_s=14.0, needs=(_gpufacts.NVML,), uses=(DEVICEPLUGIN_TARGETS,))
+       timeout_s=14.0, needs=(_gpufacts.NVML,), uses=(DEVICEPLUGIN_TARGETS, KMSG_LOG,
+                                                             PODRESOURCES))
 def gpu_lost_check(ctx):
     root = ctx.options.host_root
     known = driver_gpus(root)
-    xids, kmsg_why = xid79(ctx)
+    summary = ctx.fact(KMSG_LOG, timeout=ctx.budget(6.0, reserve=4.0), default=None)
+    if summary is not None:
+        xids, signs = from_kmsg(summary.get("lost") or {})
+        kmsg_why = None
+    else:
+        xids, kmsg_why = xid79(ctx)
+        signs = {}
     nv, why = _gpufacts.nvml(ctx)
     lost: dict[str, dict] = {}
 
@@ -81,6 +105,13 @@ def gpu_lost_check(ctx):
         e = entry(bus, bus)
         e["sources"].append("xid_79")
         e["xid79_count"] = n
+    for bus, sg in signs.items():
+        e = entry(bus, bus)
+        if sg["off_the_bus"]:
+            e["sources"].append("kernel_off_the_bus")
+            e["off_the_bus_lines"] = sg["off_the_bus"]
+        if sg["aer_fatal"]:
+            e["sources"].append("pcie_aer_fatal")
     nvml_listed: set[str] = set()
     if why is None:
         gpus = list((nv or {}).get("gpus") or ())
@@ -135,18 +166,23 @@ def gpu_lost_check(ctx):
     else:
         impact = ("with the NVIDIA device plugin this makes GetPreferredAllocation fail for "
                   "every GPU pod on the node, not only for this GPU")
+    out = []
     for key, e in lost.items():
         name = e["pci_bus_id"] or key
         what = []
+        if "pcie_aer_fatal" in e["sources"]:
+            what.append("a fatal PCIe AER error on its link")
         if "xid_79" in e["sources"]:
             what.append(f"Xid 79 x{e['xid79_count']} (fallen off the bus)")
+        if "kernel_off_the_bus" in e["sources"] and "xid_79" not in e["sources"]:
+            what.append("the driver says it has fallen off the bus (no Xid line)")
         if "nvml_gpu_is_lost" in e["sources"]:
             what.append("NVML returns GPU_IS_LOST")
         if "missing_from_nvml" in e["sources"]:
             what.append("the driver lists it but NVML does not")
         ev = dict(e, nvml=why, kernel_log=kmsg_why, driver_gpus=len(known),
                   nvml_gpus=len(nvml_listed), nvidia_device_plugins=nv_plugins)
-        yield catalog.make(
+        out.append(catalog.make(
             "gpu.lost", "critical", f"pci {name}",
             f"GPU {name} is lost: " + "; ".join(what) + "; " + impact,
             ev,
@@ -155,4 +191,6 @@ def gpu_lost_check(ctx):
             "the node. Check power, cooling and the PCIe slot, and replace the GPU if it "
             "repeats. Until then GPU pods on this node fail admission with "
             "'GetPreferredAllocation rpc failed ... GPU is lost'.",
-            REFS)
+            REFS))
+    # the pods on each lost GPU (issue 40.6), from pod-resources joined to NVML's GPUs
+    yield from with_pods(ctx, out, ctx.started + 14.0 - 1.0)

@@ -10,26 +10,37 @@ groups, not the log (issue 28, X-02).
 """
 from __future__ import annotations
 
+import dataclasses
 import errno
 import os
 import re
 import time
-from collections import OrderedDict
+from collections import OrderedDict, deque
 from pathlib import Path
 from typing import Iterable, Iterator
 
 from node_probe.protocol import catalog
 from node_probe.protocol.evidence import cut
 from node_probe.protocol.render import terminal_safe
-from node_probe.host import hostfs, nvrm, sxid, xid
+from node_probe.host import aer, hostfs, lockup, nvrm, sxid, xid
 from node_probe.engine.context import Skipped
-from node_probe.engine.facts import KMSG_XIDS
+from node_probe.deviceplugin import podresources
+from node_probe.engine.facts import KMSG_LOG, KMSG_XIDS, NVML, PODRESOURCES
 from node_probe.engine.registry import check
 
 # numbers are bounded ASCII digits: a --kmsg-file (or a forged record) with a 5,000-digit pid
 # must not raise in int(), and `\d` would also take non-ASCII digits
 XID_RE = xid.XID_RE
-HUNG_RE = re.compile(r"INFO: task (.+):([0-9]{1,10}) blocked for more than ([0-9]{1,12}) seconds")
+# `INFO: task kworker/1:2:345 blocked for more than 120 seconds.`; kernels and pastes also give
+# it without the `INFO: ` and with `120s` (gpud's cpu tests, components/cpu)
+HUNG_RE = re.compile(r"(?:INFO: )?task (.+):([0-9]{1,10}) blocked for more than ([0-9]{1,12}) ?"
+                     r"(?:seconds|secs|s)\b")
+# a line none of the readers can use is skipped before any decoding: NVIDIA driver lines
+# (NVRM, nvidia-nvswitch, nvidia <bdf>, [nvidia] frames), hung tasks, AER, lockups
+MARK_RE = re.compile(r"NVRM|nvidia|task|AER|PCIe Bus Error|pciehp|BUG:|LOCKUP|rcu: INFO")
+MAX_XID_LINES = 4096            # newest Xid lines kept for the trace verdicts
+KMSG_TIMEOUT_S = 5.0            # the check's deadline
+READ_RESERVE_S = 1.2            # stop reading this long before it: findings, facts, output
 # `task:python3.11      state:D stack:    0 pid:15277 ppid: 15257 flags:0x00000002` (the
 # kernel's sched_show_task since 5.14); `dmesg -H` pastes often start here, without the header
 STATE_RE = re.compile(r"task:(\S{1,64})\s+state:(\w)\b.*?(?<![a-z])pid:\s*([0-9]{1,10})\b")
@@ -155,6 +166,13 @@ _KMSG_REC = re.compile(r"^[0-9]{1,3},[0-9]{1,20},[0-9]{1,20},[^;]{0,16};")
 def parse_line(line: str) -> tuple[float | None, str]:
     """One line of a saved kernel log as (seconds since boot or None, message)."""
     line = line.rstrip()
+    if line[:1] == "[":                 # `[ 1021.339512] msg` (dmesg), without a regex
+        close = line.find("]", 1, 40)
+        if close > 0:
+            try:
+                return float(line[1:close]), line[close + 1:].lstrip(" ")
+            except ValueError:
+                pass
     if not line.startswith("["):
         if _KMSG_REC.match(line):
             return parse_kmsg_record(line)
@@ -257,22 +275,83 @@ class _Hung:
         return False
 
 
+class Summary:
+    """What the other checks need from the one read of the kernel log (fact KMSG_LOG), so
+    that gpu_lost and the trace verdicts do not read it again (issue 41): the newest Xid lines
+    and, per GPU, the signs it is gone (Xid 79, the driver's off-the-bus line, a fatal AER)."""
+
+    def __init__(self) -> None:
+        self.xid_lines: deque = deque(maxlen=MAX_XID_LINES)   # (uptime_s, pci, code, text)
+        self.lost: dict[str, dict] = {}     # full bus id -> {"xid79": n, "off_the_bus": n, ...}
+
+    def mark_lost(self, bus: str, key: str, n: int = 1) -> None:
+        full = aer.full_bdf(bus)
+        if full is None or (full not in self.lost and len(self.lost) >= xid.MAX_GROUPS):
+            return
+        e = self.lost.setdefault(full, {"xid79": 0, "off_the_bus": 0, "aer_fatal": None})
+        if key == "aer_fatal":
+            e["aer_fatal"] = e["aer_fatal"] or n
+        else:
+            e[key] += n
+
+    def as_fact(self, source: str) -> dict:
+        return {"source": source, "lost": {k: dict(v) for k, v in self.lost.items()},
+                "xid_lines": tuple({"uptime_s": t, "pci": p, "xid": c, "text": x[:200]}
+                                   for t, p, c, x in self.xid_lines)}
+
+
 def analyze(records: Iterable[tuple[float | None, str]], now_s: float | None = None,
-            now_wall: float | None = None, grouper: xid.Grouper | None = None):
+            now_wall: float | None = None, grouper: xid.Grouper | None = None,
+            summary: Summary | None = None, sys_pci: Path | None = None,
+            stop_at: float | None = None, stats: Stats | None = None):
     """Findings from kernel log records (any iterable: a stream is read once, in bounded
     memory). `now_s` (seconds since boot) adds ages, and with `now_wall` (epoch seconds at the
     same instant) the wall-clock first/last times. The Xid groups are folded into `grouper`
-    (a fresh one when None), which the caller may keep."""
+    (a fresh one when None), which the caller may keep, and what other checks need into
+    `summary`. `sys_pci` (the host's /sys/bus/pci/devices) joins AER reports of a port to the
+    GPUs below it. `stop_at` (time.monotonic()) stops reading there, so that a storm larger
+    than the check's deadline still ends with the findings of what was read (`stats.cut`
+    says so)."""
     hung = _Hung()
     grouper = grouper if grouper is not None else xid.Grouper()
+    summary = summary if summary is not None else Summary()
     driver = nvrm.Reader()
     switches = sxid.Grouper()
+    pcie = aer.Reader()
+    locks = lockup.Reader()
     uuids: dict[str, str] = {}
+    first_xid_at: dict[str, int] = {}       # bus id as logged -> line of its first Xid
+    first_lost_line: dict[str, int] = {}    # short bus -> line of its first Xid 79/off-bus
+    x79: dict[str, int] = {}                # bus id as logged -> Xid 79 lines
+    first79: dict[str, int] = {}
+    mark, xid_re, add = MARK_RE.search, XID_RE.search, grouper.add_fields
+    keep = summary.xid_lines.append
+    n = 0
+    clock = time.monotonic
     for ts, msg in records:
-        ev = xid.parse(ts, msg)
-        if ev is not None:
-            grouper.add(ev)
-            hung.current = None
+        n += 1
+        if stop_at is not None and not n & 4095 and clock() > stop_at:
+            if stats is not None:
+                stats.cut = f"stopped at the check's deadline after {n - 1} lines"
+            break
+        if "NVRM: Xid" in msg:                      # the storm's line: decoded first, once
+            m = xid_re(msg)
+            if m:
+                pci, code, text = m.group(1).strip(), int(m.group(2)), m.group(3) or ""
+                add(ts, pci, code, text)
+                keep((ts, pci, code, text))
+                if pci not in first_xid_at and len(first_xid_at) < xid.MAX_GROUPS:
+                    first_xid_at[pci] = n
+                if code == 79:             # per bus id as logged: normalised once, below
+                    x79[pci] = x79.get(pci, 0) + 1
+                    if pci not in first79:
+                        first79[pci] = n
+                hung.current = None
+                continue
+        if hung.current is None and locks._cur is None and pcie._left <= 0 \
+                and not driver.busy and not mark(msg):
+            continue
+        if pcie.feed(ts, msg, n):
             continue
         if switches.feed(ts, msg):
             hung.current = None
@@ -284,7 +363,15 @@ def analyze(records: Iterable[tuple[float | None, str]], now_s: float | None = N
             continue
         if hung.feed(ts, msg):
             continue
+        if locks.feed(ts, msg):
+            continue
+        before = driver.off_bus_count()
         driver.feed(ts, msg)
+        if driver.off_bus_count() != before:
+            bus = driver.last_off_bus
+            if bus:
+                summary.mark_lost(bus, "off_the_bus")
+                first_lost_line.setdefault(xid.short_bus(bus) or bus, n)
 
     def age(ts):
         return round(now_s - ts, 1) if now_s is not None and ts is not None else None
@@ -294,11 +381,38 @@ def analyze(records: Iterable[tuple[float | None, str]], now_s: float | None = N
             return None
         return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(now_wall - (now_s - ts)))
 
+    for pci, count in list(x79.items())[:xid.MAX_GROUPS]:
+        summary.mark_lost(pci, "xid79", count)
+        bus = xid.short_bus(pci) or pci
+        first_lost_line[bus] = min(first79[pci], first_lost_line.get(bus, first79[pci]))
     groups = grouper.groups()
+    first_xid_line: dict[str, int] = {}     # short bus -> line of its first Xid
+    for pci, line in first_xid_at.items():
+        bus = xid.short_bus(pci) or pci
+        first_xid_line[bus] = min(line, first_xid_line.get(bus, line))
+    joins = _aer_joins(pcie.devices(), uuids, groups, driver.errors(), first_lost_line, sys_pci)
+    for dev, gpus, how in joins:
+        if dev.worst == aer.FATAL or dev.cant_recover:
+            for g in gpus:
+                summary.mark_lost(g, "aer_fatal", dev.first_fatal_line or 1)
+    aer_cause: dict[str, tuple[aer.AerDevice, int]] = {}
+    for dev, gpus, how in joins:
+        if dev.first_fatal_line is None:
+            continue
+        for g in gpus:
+            bus = xid.short_bus(g) or g
+            first = first_xid_line.get(bus)
+            if first is not None and dev.first_fatal_line < first and bus not in aer_cause:
+                aer_cause[bus] = (dev, first)
     for gpu, gs in xid.per_gpu(groups):
-        yield _xid_finding(gs, uuids.get(gpu), age, wall, grouper.dropped)
+        yield _xid_finding(gs, uuids.get(gpu), age, wall, grouper.dropped,
+                           (aer_cause.get(gpu) or (None,))[0])
     for _pci, gs in sxid.per_switch(switches.groups()):
         yield _sxid_finding(gs, age, wall, switches.dropped)
+    for dev, gpus, how in joins:
+        f = _aer_finding(dev, gpus, how, age, wall)
+        if f is not None:
+            yield f
     xid_codes = {g.code for g in groups}
     for e in driver.errors():
         if e.xid_like in xid_codes and e.kind != "reset_required":
@@ -311,6 +425,143 @@ def analyze(records: Iterable[tuple[float | None, str]], now_s: float | None = N
         yield _unrecognized_finding(unknown, driver.unknown_dropped, age)
     for (comm, pid), d in hung.tasks.items():
         yield _hung_finding(comm, pid, d, age)
+    xid_pids = {p.split(" ")[0] for g in groups for p in g.pids}
+    for r in locks.reports():
+        f = _lockup_finding(r, xid_pids, age)
+        if f is not None:
+            yield f
+
+
+def _aer_joins(devices: list[aer.AerDevice], uuids: dict[str, str], groups, driver_errors,
+               first_lost_line: dict[str, int], sys_pci: Path | None):
+    """Each AER device with the GPUs (full bus ids) it concerns and how that was known:
+    the GPU itself (`nvidia <bdf>`), the report's broadcast to an nvidia device, sysfs
+    topology, or an Xid 79 / off-the-bus line on a GPU right after a fatal report."""
+    gpus: set[str] = set()
+    for bus in list(uuids) + [g.pci for g in groups] + [e.gpu for e in driver_errors]:
+        full = aer.full_bdf(bus) if bus else None
+        if full:
+            gpus.add(full)
+    for d in devices:
+        if d.driver == "nvidia":
+            gpus.add(d.bdf)
+    above = {g: aer.upstream_ports(sys_pci, g) for g in sorted(gpus)} if sys_pci else {}
+    out = []
+    for d in devices:
+        found: list[str] = []
+        how = None
+        if d.driver == "nvidia":
+            found, how = [d.bdf], "the GPU itself"
+        elif d.gpus:
+            found, how = list(d.gpus), "the report's broadcast to the nvidia driver"
+        else:
+            below = [g for g, ports in above.items() if d.bdf in ports]
+            if below:
+                found, how = below, "sysfs topology (the GPU's upstream port)"
+            elif d.first_fatal_line is not None:
+                after = [b for b, line in first_lost_line.items()
+                         if 0 < line - d.first_fatal_line <= 64]
+                if len(after) == 1:
+                    full = aer.full_bdf(after[0])
+                    if full:
+                        found, how = [full], "an Xid 79 on the GPU right after it"
+        out.append((d, tuple(found), how))
+    return out
+
+
+def _aer_finding(dev: aer.AerDevice, gpus: tuple[str, ...], how: str | None, age, wall):
+    """gpu.pcie_aer: what the PCIe link of a GPU reported; quiet for a corrected error on a
+    port with no GPU below it."""
+    fatal = dev.worst == aer.FATAL or bool(dev.cant_recover)
+    if not gpus and not fatal:
+        return None            # a corrected / non-fatal error on some other device's link
+    counts = dict(dev.counts)
+    what = []
+    if dev.surprise_down:
+        what.append("the link went down (Surprise Down)" if not dev.link_down
+                    else "the slot's link went down")
+    if dev.completion_timeout:
+        what.append("completion timeouts")
+    if dev.cant_recover:
+        what.append("the nvidia driver can't recover (no error_detected callback)")
+    label = {aer.FATAL: "uncorrected fatal", aer.NONFATAL: "uncorrected non-fatal",
+             aer.CORRECTED: "corrected"}[dev.worst]
+    place = (f"GPU {dev.bdf}" if dev.driver == "nvidia" else
+             f"PCIe port {dev.bdf} above GPU {', '.join(gpus)}" if gpus else
+             f"PCIe device {dev.bdf} ({dev.driver}; no GPU known below it)")
+    n = sum(counts.values()) + dev.link_down
+    times = "once" if n == 1 else f"{n} times"
+    if fatal and gpus:
+        sev = "critical"
+        fix = ("The GPU is gone from the PCIe bus: the kernel's AER recovery cannot bring it "
+               "back (the nvidia driver has no AER callbacks), and every Xid that follows on "
+               "it is a consequence. Drain the node and reboot it; check the GPU's seating, "
+               "riser/cable, slot power and the port's link (`lspci -vvv -s <port>`: LnkSta); "
+               "replace the GPU or the riser if it repeats.")
+    elif fatal:
+        sev = "warning"
+        fix = ("A fatal PCIe error on a device this tool cannot tie to a GPU (no sysfs "
+               "topology, no nvidia line in the report): check `lspci -t` for what sits "
+               "below it; if a GPU does, treat it as gone (drain and reboot).")
+    elif dev.worst == aer.NONFATAL:
+        sev = "warning"
+        fix = ("The GPU's link had uncorrected (non-fatal) errors: transactions were lost and "
+               "the application may have seen errors. Watch for a fatal one; check the link's "
+               "seating and signal integrity (riser, cable) if it repeats.")
+    else:
+        sev = "info"
+        fix = ("Corrected errors on the GPU's link: the hardware retried and nothing was "
+               "lost. A rising rate is a link going bad (riser, cable, seating): compare "
+               "with the GPU's PCIe replay counter (nvidia-smi -q -d PCIE).")
+    return catalog.make(
+        "gpu.pcie_aer", sev, f"pci {gpus[0] if gpus else dev.bdf}",
+        f"PCIe AER {label} error {times} on {place}" + (f": {'; '.join(what)}" if what else ""),
+        {"device": dev.bdf, "driver": dev.driver, "severity_class": dev.worst,
+         "counts": counts, "status_bits": list(dev.bits), "link_down": dev.link_down,
+         "cant_recover": list(dev.cant_recover), "gpus": list(gpus), "joined_by": how,
+         "surprise_down": dev.surprise_down, "completion_timeout": dev.completion_timeout,
+         "sample": cut(terminal_safe(dev.sample), aer.MAX_LINE),
+         "first_fatal_s_since_boot": dev.first_fatal_s, "last_s_since_boot": dev.last_s,
+         "last_seen": wall(dev.last_s), "last_age_s": age(dev.last_s)},
+        fix,
+        ("https://docs.kernel.org/PCI/pcieaer-howto.html", xid.CATALOG_URL))
+
+
+def _lockup_finding(r: lockup.Lockup, xid_pids: set[str], age):
+    """kernel.lockup: a soft/hard lockup, RCU stall or BUG whose stack names an NVIDIA module
+    (critical), whose task is a GPU process (warning) or that has only the driver loaded
+    (info); none when nothing ties it to the GPUs."""
+    gpu_proc = r.gpu_process or (r.pid is not None and str(r.pid) in xid_pids)
+    if r.in_driver:
+        sev, why = "critical", f"inside the NVIDIA driver ({', '.join(r.stack_modules)})"
+    elif gpu_proc:
+        sev, why = "warning", f"in a GPU process ({r.comm})"
+    elif r.nvidia_loaded:
+        sev, why = "info", "on a node with the NVIDIA driver loaded (not in its stack)"
+    else:
+        return None
+    task = f" [{r.comm}:{r.pid}]" if r.comm else ""
+    times = "once" if r.count == 1 else f"{r.count} times"
+    fix = ("A CPU spun or stalled inside the NVIDIA kernel driver: the GPUs' work and often "
+           "the node freeze, and the task cannot be killed. Drain the node and reboot it; "
+           "update the driver and report the stack to NVIDIA (nvidia-bug-report.sh) if it "
+           "recurs." if r.in_driver else
+           "A CPU stalled while running a GPU process's task: look at the job and the stack "
+           "that follows the report (dmesg); a repeat needs a drain and reboot." if gpu_proc
+           else "A kernel lockup or BUG that does not name the NVIDIA driver in its stack: "
+                "look at the stack for the module that did; it may still stall GPU jobs.")
+    return catalog.make(
+        "kernel.lockup", sev, f"{r.comm}:{r.pid}" if r.comm else "node",
+        f"Kernel {lockup.KINDS[r.kind]} ({cut(terminal_safe(r.what), 80)}){task} {times} "
+        f"{why}",
+        {"kind": r.kind, "what": cut(terminal_safe(r.what), 120), "comm": r.comm, "pid": r.pid,
+         "reports": r.count, "nvidia_modules": list(r.stack_modules),
+         "in_nvidia_driver": r.in_driver, "gpu_process": gpu_proc,
+         "nvidia_loaded": r.nvidia_loaded, "sample": cut(terminal_safe(r.sample), 300),
+         "last_age_s": age(r.last_s)},
+        fix,
+        ("https://docs.kernel.org/admin-guide/lockup-watchdogs.html",
+         "https://docs.kernel.org/RCU/stallwarn.html"))
 
 
 def _hung_finding(comm: str, pid: int, d: dict, age):
@@ -345,7 +596,8 @@ def _hung_finding(comm: str, pid: int, d: dict, age):
 def _code_evidence(g: xid.XidGroup, age, wall) -> dict:
     info = xid.describe(g.code)
     bucket = g.bucket
-    ev = {"xid": g.code, "mnemonic": info.mnemonic, "meaning": info.meaning,
+    ev = {"xid": g.code, "known": xid.known(g.code), "mnemonic": info.mnemonic,
+          "meaning": info.meaning,
           "severity": xid.SEVERITY[bucket], "resolution_bucket": bucket,
           "nvidia_resolution_bucket": info.nvidia_bucket, "usual_cause": info.blame,
           "count": g.count, "last_message": g.last_message, "pids": list(g.pids),
@@ -359,7 +611,8 @@ def _code_evidence(g: xid.XidGroup, age, wall) -> dict:
     return ev
 
 
-def _xid_finding(gs: list[xid.XidGroup], uuid: str | None, age, wall, dropped: int):
+def _xid_finding(gs: list[xid.XidGroup], uuid: str | None, age, wall, dropped: int,
+                 aer_dev: aer.AerDevice | None = None):
     """One finding per GPU: every Xid code it logged (grouped per code, worst first), the
     worst one setting the severity, the headline and the action. The top-level evidence keys
     are the worst code's (as before, when a GPU had one code); `codes` has them all."""
@@ -382,17 +635,42 @@ def _xid_finding(gs: list[xid.XidGroup], uuid: str | None, age, wall, dropped: i
     ev.update(pci=g.pci, gpu_uuid=uuid, xids=[o.code for o in gs], codes=codes,
               groups_dropped_events=dropped)
     action = info.action
-    if g.caused_by is not None and g.code == 45:
+    if aer_dev is not None:
+        # a fatal AER before the GPU's first Xid: the link went first, the Xid follows it
+        bits = ", ".join(aer_dev.bits) or aer_dev.worst
+        why = (f" after a PCIe AER fatal error ({bits}) on "
+               f"{'the GPU' if aer_dev.driver == 'nvidia' else 'its port ' + aer_dev.bdf}: "
+               "the GPU is gone")
+        bucket = xid.REBOOT
+        ev["caused_by_aer"] = {"device": aer_dev.bdf, "status_bits": list(aer_dev.bits),
+                               "cant_recover": list(aer_dev.cant_recover)}
+        ev["resolution_bucket"] = bucket
+        action = ("The PCIe link failed before the driver logged this Xid, so the Xid is its "
+                  "consequence, whatever its own bucket says: the GPU is off the bus until the "
+                  "node reboots. Check the GPU's seating, riser and slot power; replace the "
+                  "GPU or riser if it repeats.")
+    elif g.caused_by is not None and g.code == 45:
         cause = xid.describe(g.caused_by)
         action = (f"Xid 45 tears down contexts after another error: here Xid {g.caused_by} "
                   f"({cause.meaning}). {cause.action}")
     elif g.code in xid.NVLINK5 and not g.fatal and g.nonfatal:
         action = ("The driver marks this NVLink error Nonfatal: workloads go on; watch the "
                   "rate, and reset the GPU if a Fatal one follows.")
+    severity = xid.SEVERITY[bucket]
+    parsed = aer.full_bdf(g.pci) is not None
+    ev["bus_id_parsed"] = parsed
+    if not parsed:
+        # `Xid (PCI:zz:zz)` (a forged or garbled line) names no GPU: what was seen, not a
+        # critical for "a GPU" on its own
+        gpu = f"a GPU whose bus id did not parse ({cut(terminal_safe(g.pci), 24)!r})"
+        severity = "warning" if severity == "critical" else severity
     return catalog.make(
-        "gpu.xid", xid.SEVERITY[bucket], f"pci {g.pci}" if g.pci else "gpu",
-        f"Xid {g.code} ({name}{info.meaning}){why} {times} on {gpu}: "
-        f"NVIDIA says {bucket.replace('_', ' ')}{also}",
+        "gpu.xid", severity, f"pci {g.pci}" if g.pci else "gpu",
+        (f"Xid {g.code} ({name}{info.meaning}){why} {times} on {gpu}: "
+         + ("reboot the node" if aer_dev is not None else
+            f"NVIDIA says {bucket.replace('_', ' ')}") + also if xid.known(g.code) else
+         f"Xid {g.code} (unknown: not in NVIDIA's catalog as this tool carries it) {times} on "
+         f"{gpu}: {cut(terminal_safe(g.last_message), 120)}{also}"),
         ev,
         f"{xid.BUCKET_TEXT[bucket][0].upper()}{xid.BUCKET_TEXT[bucket][1:]}. {action}",
         (xid.CATALOG_URL,))
@@ -424,7 +702,10 @@ def _sxid_finding(gs: list[sxid.SxidGroup], age, wall, dropped: int):
     others = [f"SXid {o.code} x{o.lines}" for o in gs[1:]]
     also = f"; also {', '.join(others[:6])}" + (" ..." if len(others) > 6 else "") if others else ""
     links = f", link {', '.join(map(str, g.links[:8]))}" if g.links else ""
+    cut_key = g.cuts
+    cuts_text = sxid.CUTS_TEXT.get(cut_key or "", "")
     codes = [{"sxid": o.code, "name": sxid.describe(o.code)[1] or None, "class": o.klass,
+              "cuts": o.cuts, "severity": o.severity,
               "lines": o.lines, "fatal_lines": o.fatal, "nonfatal_lines": o.nonfatal,
               "links": list(o.links), "sample": cut(terminal_safe(o.sample), sxid.MAX_MESSAGE),
               "first_s_since_boot": o.first_s, "last_s_since_boot": o.last_s,
@@ -433,10 +714,20 @@ def _sxid_finding(gs: list[sxid.SxidGroup], age, wall, dropped: int):
     return catalog.make(
         "nvswitch.sxid", g.severity, f"nvswitch pci {g.pci}",
         f"SXid {g.code}" + (f" ({name})" if name else "") + f" on NVSwitch {g.switch} "
-        f"(pci {g.pci}{links}): {said}{also}",
+        f"(pci {g.pci}{links}): {said}" + (f"; it cuts {cuts_text}" if cut_key not in
+                                           (None, "none") else "") + also,
         {"switch": g.switch, "pci": g.pci, "sxid": g.code, "name": name or None, "class": cls,
+         "cuts": cut_key, "cuts_text": cuts_text or None,
          "sxids": [o.code for o in gs], "codes": codes, "groups_dropped_lines": dropped},
-        _SXID_FIX[cls], (sxid.FM_GUIDE_URL,))
+        _SXID_FIX[sxid.FATAL] if cls == sxid.NONFATAL and g.severity == "critical" else
+        _SXID_FIX_WATCH if cls == sxid.NONFATAL and g.severity == "warning" else _SXID_FIX[cls],
+        (sxid.FM_GUIDE_URL,))
+
+
+_SXID_FIX_WATCH = ("Not fatal by itself, but not corrected either: it cuts the port's throughput "
+                   "or precedes a fatal SXid on the same port. Check the NVLink cabling and "
+                   "cooling, and act on a fatal SXid or a GPU Xid 74/45 next to it: those need "
+                   "the node drained and rebooted.")
 
 
 DRIVER_REFS = ("https://github.com/NVIDIA/open-gpu-kernel-modules",
@@ -445,14 +736,21 @@ DRIVER_REFS = ("https://github.com/NVIDIA/open-gpu-kernel-modules",
 
 def _driver_finding(e: nvrm.DriverError, age, wall):
     like = xid.describe(e.xid_like)
-    where = f"GPU {e.gpu}" if e.gpu else "a GPU"
+    unparsed = e.gpu == nvrm.UNPARSED
+    where = ("a GPU whose bus id did not parse" if unparsed else f"GPU {e.gpu}" if e.gpu
+             else "a GPU")
     times = "once" if e.count == 1 else f"{e.count} times"
+    severity = nvrm.SEVERITY_OVERRIDE.get(e.kind, xid.SEVERITY[e.bucket])
+    if unparsed and severity == "critical":
+        severity = "warning"   # a garbled bus id: never a critical for "a GPU" on its own
     return catalog.make(
-        "gpu.driver_error", xid.SEVERITY[e.bucket],
-        f"pci {e.gpu}" if e.gpu and ":" in e.gpu else (e.gpu.lower() or "gpu"),
+        "gpu.driver_error", severity,
+        f"pci {e.gpu}" if e.gpu and ":" in e.gpu and not unparsed
+        else ("gpu" if unparsed else e.gpu.lower() or "gpu"),
         f"NVIDIA driver on {where}: {e.what}, {times} (no Xid line; the state of Xid "
         f"{e.xid_like}, {like.meaning})",
-        {"kind": e.kind, "gpu": e.gpu or None, "like_xid": e.xid_like,
+        {"kind": e.kind, "gpu": None if unparsed else e.gpu or None, "bus_id_parsed":
+         not unparsed, "like_xid": e.xid_like,
          "resolution_bucket": e.bucket, "count": e.count,
          "sample": cut(terminal_safe(e.sample), nvrm.MAX_LINE),
          "first_s_since_boot": e.first_s, "last_s_since_boot": e.last_s,
@@ -502,35 +800,75 @@ def _unrecognized_finding(unknown: list[nvrm.Unrecognized], dropped: int, age):
         DRIVER_REFS)
 
 
-@check("kmsg", title="Kernel log: NVIDIA Xid and driver errors, hung tasks", timeout_s=5.0,
-       provides=(KMSG_XIDS,))
+def log_source(opts, stats: Stats) -> tuple[str, Iterator[tuple[float | None, str]], bool]:
+    """(name, stream, live) of the kernel log this run reads: --kmsg-file (a saved log, no
+    clock to age it against), else the host's /dev/kmsg. The one place the input is chosen,
+    so another source (a bug report's log) plugs in here."""
+    if opts.kmsg_file is not None:
+        return str(opts.kmsg_file), iter_log_file(opts.kmsg_file, stats), False
+    dev = hostfs.resolve(opts.host_root, "dev/kmsg") or Path("/dev/kmsg")
+    return str(dev), iter_kmsg(dev, stats), True
+
+
+@check("kmsg", title="Kernel log: NVIDIA Xid and driver errors, PCIe AER, hung tasks, lockups",
+       timeout_s=KMSG_TIMEOUT_S, provides=(KMSG_XIDS, KMSG_LOG), uses=(PODRESOURCES, NVML))
 def kmsg_check(ctx):
     opts = ctx.options
     stats = Stats()
-    if opts.kmsg_file is not None:
-        source = str(opts.kmsg_file)
-        try:
-            stream = iter_log_file(opts.kmsg_file, stats)
-            now = None
-            grouper = xid.Grouper()
-            found = list(analyze(stream, now, None, grouper))
-        except OSError as exc:
-            ctx.facts.fail(KMSG_XIDS, f"cannot read {source}")
+    grouper, summary = xid.Grouper(), Summary()
+    sys_pci = hostfs.resolve(opts.host_root, "sys/bus/pci/devices")
+    source = "the kernel log"
+    try:
+        source, stream, live = log_source(opts, stats)
+        now = uptime_s() if live else None
+        stop_at = min(ctx.started + KMSG_TIMEOUT_S, ctx.run_deadline) - READ_RESERVE_S
+        found = list(analyze(stream, now, time.time() if now is not None else None, grouper,
+                             summary, sys_pci, stop_at, stats))
+    except OSError as exc:
+        for key in (KMSG_XIDS, KMSG_LOG):
+            ctx.facts.fail(key, f"cannot read {source}")
+        if opts.kmsg_file is not None:
             return Skipped(f"cannot read the kernel log file {source}: {exc.strerror}")
-    else:
-        dev = hostfs.resolve(opts.host_root, "dev/kmsg") or Path("/dev/kmsg")
-        source = str(dev)
-        now = uptime_s()
-        grouper = xid.Grouper()
-        try:
-            found = list(analyze(iter_kmsg(dev, stats), now,
-                                 time.time() if now is not None else None, grouper))
-        except OSError as exc:
-            ctx.facts.fail(KMSG_XIDS, f"cannot read {dev}")
-            return Skipped(f"cannot read the kernel log {dev}: {exc.strerror} (needs root or "
-                           "CAP_SYSLOG): no Xid or hung-task verdict")
+        return Skipped(f"cannot read the kernel log {source}: {exc.strerror} (needs root or "
+                       "CAP_SYSLOG): no Xid or hung-task verdict")
     ctx.progress(message=f"kernel log: {stats.records} records from {source}")
     if stats.cut:
         ctx.log("warning", f"kernel log {source}: {stats.cut}; later lines were not read")
     ctx.publish(KMSG_XIDS, tuple(grouper.groups()))
+    ctx.publish(KMSG_LOG, summary.as_fact(source))
+    if any(f.id in FAULT_IDS and f.severity.value != "info" for f in found):
+        found = with_pods(ctx, found, ctx.started + KMSG_TIMEOUT_S - 0.4)
     yield from found
+
+
+# the findings about one GPU that name the pods on it (issue 40.6): on demand, only when a GPU
+# fault was found, in the probe, so `node X` without the agent names them too
+FAULT_IDS = frozenset({"gpu.xid", "gpu.driver_error", "gpu.pcie_aer", "gpu.lost"})
+
+
+def with_pods(ctx, found: list, until: float) -> list:
+    """`found` with `pods` (ns/pod/container on the GPU each fault names, from the kubelet's
+    pod-resources joined to NVML's GPUs by bus id, UUID and MIG devices) in the evidence of
+    each GPU fault, and the first pods in its title. Waits for the two facts until `until`
+    (time.monotonic()); a fault whose pods could not be read says why (`pods_note`)."""
+    rows = ctx.fact(PODRESOURCES, timeout=max(0.05, until - time.monotonic()), default=None)
+    inv = ctx.fact(NVML, timeout=max(0.05, until - time.monotonic()), default=None)
+    hit = podresources.gpu_users(rows or (), getattr(inv, "gpus", ()) or ())
+    note = None if rows is not None else "the kubelet's pod-resources were not read in time"
+    out = []
+    for f in found:
+        if f.id not in FAULT_IDS:
+            out.append(f)
+            continue
+        ev = f.evidence
+        pods = podresources.users_of(f.subject, hit, str(ev.get("gpu_uuid") or ""),
+                                     *(str(g) for g in (ev.get("gpus") or ())))
+        new_ev = {**ev, "pods": list(pods)}
+        if note:
+            new_ev["pods_note"] = note
+        title = f.title
+        if pods:
+            more = f" (+{len(pods) - 3} more)" if len(pods) > 3 else ""
+            title = f"{title}; pods on it: {', '.join(pods[:3])}{more}"
+        out.append(dataclasses.replace(f, title=title, evidence=new_ev))
+    return out

@@ -14,7 +14,8 @@ from __future__ import annotations
 
 import time
 
-from node_probe.engine.facts import CONTAINERS, DEVICEPLUGIN_TARGETS, TRACE_READY, TRACE_RESULTS
+from node_probe.engine.facts import (CONTAINERS, DEVICEPLUGIN_TARGETS, KMSG_LOG, TRACE_READY,
+                                     TRACE_RESULTS)
 from node_probe.engine.context import Skipped
 from node_probe.engine.registry import check
 from node_probe.protocol import tracefit
@@ -64,7 +65,7 @@ def _plugin_targets(ctx, wait_s: float) -> list[dict]:
 
 @check("trace", title="eBPF: NVIDIA device opens/ioctls, device cgroup rules, futex waits, NVML init",
        timeout_s=10.0, provides=(TRACE_READY, TRACE_RESULTS),
-       uses=(DEVICEPLUGIN_TARGETS, CONTAINERS), uses_trace_window=True)
+       uses=(DEVICEPLUGIN_TARGETS, CONTAINERS, KMSG_LOG), uses_trace_window=True)
 def trace_check(ctx):
     opts = ctx.options
     started = time.monotonic()
@@ -152,6 +153,10 @@ def trace_check(ctx):
             window_s=results["window_s"], since_start_s=round(time.monotonic() - started, 3))
 
     def kernel_log():
+        done = ctx.fact(KMSG_LOG, timeout=ctx.budget(1.0, reserve=0.5), default=None)
+        if done is not None:          # the kmsg check read the log: its Xid lines, not again
+            yield from done.get("xid_lines") or ()
+            return
         try:
             yield from kmsg.kernel_log(opts)
         except OSError as exc:

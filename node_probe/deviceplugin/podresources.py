@@ -7,6 +7,7 @@ GetAllocatableResources are called with deadlines (the kubelet may itself be wed
 """
 from __future__ import annotations
 
+import re
 import time
 from pathlib import Path
 
@@ -81,3 +82,63 @@ def holders(rows: list[dict], device_ids=None, resource: str | None = None) -> l
         out.append({"pod": f"{r['namespace']}/{r['pod']}", "container": r["container"],
                     "resource": r["resource"], "device_ids": r["device_ids"]})
     return out
+
+
+# -- which pods a GPU fault hit (issue 40.6) ----------------------------------------------------
+
+MAX_USERS = 32          # pods kept per GPU (a GPU shared by time-slicing has a few)
+MAX_ROWS = 10000
+_PCI_RE = re.compile(r"([0-9A-Fa-f]{4,8}):([0-9A-Fa-f]{2}):([0-9A-Fa-f]{2})(?:\.([0-7]))?")
+_UUID_RE = re.compile(r"(?:GPU|MIG)-[0-9a-fA-F-]{8,}")
+
+
+def pci_key(text: str) -> str | None:
+    """`pci 0000:3b:00` (the Xid line's `PCI:0000:3b:00`), `00000000:3B:00.0` (NVML) ->
+    `0000:3b:00.0`: domain, bus, device, function (0 when not written)."""
+    m = _PCI_RE.search(text)
+    if not m:
+        return None
+    return (f"{int(m.group(1), 16):04x}:{m.group(2).lower()}:{m.group(3).lower()}."
+            f"{m.group(4) or 0}")
+
+
+def gpu_users(rows, gpus) -> dict[str, tuple[str, ...]]:
+    """{GPU key: ("ns/pod/container", ...)} from pod-resources List rows (the device ids the
+    kubelet allocated: GPU or MIG UUIDs, `UUID::n` replicas under time-slicing) and NVML's
+    GPUs (objects with uuid, pci_bus_id, mig_devices: a PCI bus id -> its UUID, and its MIG
+    devices' UUIDs). Keys are GPU and MIG UUIDs and PCI ids `0000:3b:00.0`. Pure, bounded."""
+    by_dev: dict[str, list[str]] = {}
+    for r in list(rows or ())[:MAX_ROWS]:
+        name = "/".join(str(r.get(k) or "?")[:253] for k in ("namespace", "pod", "container"))
+        for d in list(r.get("device_ids") or ())[:64]:
+            users = by_dev.setdefault(str(d).split("::", 1)[0], [])
+            if name not in users and len(users) < MAX_USERS:
+                users.append(name)
+    out: dict[str, tuple[str, ...]] = {k: tuple(v) for k, v in by_dev.items()}
+    for g in gpus or ():
+        users = list(out.get(getattr(g, "uuid", None) or "", ()))
+        for m in getattr(g, "mig_devices", ()) or ():
+            users += [u for u in out.get(m.uuid or "", ()) if u not in users]
+        if g.uuid:
+            out[g.uuid] = tuple(users[:MAX_USERS])
+        pci = pci_key(getattr(g, "pci_bus_id", None) or "")
+        if pci:
+            out[pci] = tuple(users[:MAX_USERS])
+    return out
+
+
+def users_of(subject: str, hit: dict[str, tuple[str, ...]], *more: str) -> tuple[str, ...]:
+    """The pods on the GPU a finding names (its subject, or more of its words: a UUID or a
+    PCI id), else ()."""
+    if not hit:
+        return ()
+    for text in (subject, *more):
+        if not text:
+            continue
+        m = _UUID_RE.search(text)
+        if m and m.group(0) in hit:
+            return hit[m.group(0)]
+        pci = pci_key(text)
+        if pci and pci in hit:
+            return hit[pci]
+    return ()

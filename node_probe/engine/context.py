@@ -51,6 +51,9 @@ class ProbeOptions:
     # namespaces whose pods may hold GPUs unallocated (GPU agents); None: the environment's
     # GPU_DOCTOR_TRUSTED_NAMESPACES, else the defaults (checks/gpu_isolation.trusted_namespaces)
     trusted_namespaces: tuple[str, ...] | None = None
+    # records read from --nvidia-smi-file / --lspci-file / --bug-report before the run
+    # (host.offline.load.OfflineInput, which holds dicts: kept out of eq and hash); None: none
+    offline: Any = dataclasses.field(default=None, compare=False)
 
     @property
     def cgroup_dir(self) -> Path:

@@ -283,6 +283,11 @@ TRACE_RESULTS: FactKey[Mapping[str, Any]] = declare(
     "trace.results", Mapping,
     doc="one trace window: available, nvml_calls, futex_waits, ioctls, ioctls_inflight, "
         "opens, cgroup_writes, bpf_attaches, ... (trace)")
+KMSG_LOG: FactKey[Mapping[str, Any]] = declare(
+    "kmsg.log", Mapping,
+    doc="what the one read of the kernel log gives other checks: source, lost (full bus id -> "
+        "xid79, off_the_bus, aer_fatal), xid_lines (the newest Xid lines: uptime_s, pci, xid, "
+        "text) (kmsg)")
 KMSG_XIDS: FactKey[tuple[XidGroup, ...]] = declare(
     "kmsg.xids", tuple, item=XidGroup,
     doc="Xid lines of the kernel log grouped per (GPU bus id, code) by host.xid.group (kmsg)")

@@ -27,10 +27,12 @@ FLAG_KEYS = {
     "--cpu-manager-policy": "cpuManagerPolicy",
     "--cgroup-driver": "cgroupDriver",
     "--topology-manager-policy": "topologyManagerPolicy",
+    "--topology-manager-scope": "topologyManagerScope",
     "--memory-manager-policy": "memoryManagerPolicy",
     "--feature-gates": "featureGates",
 }
-KEYS = ("cpuManagerPolicy", "cgroupDriver", "topologyManagerPolicy", "memoryManagerPolicy",
+KEYS = ("cpuManagerPolicy", "cgroupDriver", "topologyManagerPolicy", "topologyManagerScope",
+        "memoryManagerPolicy",
         "systemReserved", "kubeReserved", "evictionHard", "featureGates", "cpuManagerPolicyOptions",
         "reservedSystemCPUs", "maxPods", "containerRuntimeEndpoint")
 

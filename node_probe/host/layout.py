@@ -45,6 +45,7 @@ import threading
 import time
 import tomllib
 from pathlib import Path
+from typing import Callable
 
 from node_probe.host.unix_sockets import find_owners, list_sockets
 from node_probe.host import host_owned, hostfs, procfs
@@ -212,13 +213,30 @@ def _flag(argv: list[str], *names: str) -> str | None:
     return val
 
 
-def _procs(comms: tuple[str, ...], proc: Path) -> list[tuple[int, list[str]]]:
+def _procs(comms: tuple[str, ...], proc: Path, host_root: Path, refused: list | None = None,
+           keep: Callable[[int, list[str]], bool] | None = None) -> list[tuple[int, list[str]]]:
+    """(pid, argv) of the first MAX_PROCS_SEEN processes named in `comms` that are the host's
+    own (host_owned.process_refusal) and that `keep` keeps (one that names nothing to look at
+    is of no use). Any other is passed over without taking a slot: sixteen decoys named
+    `kubelet` (prctl(PR_SET_NAME) in a tenant's container) started before the kubelet once
+    filled the slots and hid it (audit round 5, HK-01). The scan goes on through every process
+    until the slots are full. The first MAX_PROCS_SEEN refusals go to `refused` as (pid,
+    argv, why)."""
     out = []
     for pid in procfs.pids(proc):
-        if procfs.read_comm(pid, proc) in comms:
-            out.append((pid, procfs.read_cmdline(pid, proc)))
-            if len(out) >= MAX_PROCS_SEEN:
-                break
+        if procfs.read_comm(pid, proc) not in comms:
+            continue
+        no = host_owned.process_refusal(pid, proc, host_root)
+        if no:
+            if refused is not None and len(refused) < MAX_PROCS_SEEN:
+                refused.append((pid, procfs.read_cmdline(pid, proc), no))
+            continue
+        argv = procfs.read_cmdline(pid, proc)
+        if keep is not None and not keep(pid, argv):
+            continue
+        out.append((pid, argv))
+        if len(out) >= MAX_PROCS_SEEN:
+            break
     return out
 
 
@@ -241,16 +259,14 @@ def resolve_kubelet_dir(host_root: Path, proc: Path = procfs.PROC,
     cands: list[tuple[str, str, int | None]] = []      # (rel, why, pid that named it)
     refused: list[str] = []
     areas = host_owned.tenant_areas(host_root, proc)
-    for pid, argv in _procs(KUBELET_COMMS, proc):
-        d = _flag(argv, "--root-dir", "--kubelet-root-dir")
-        if d is None:   # k3s/RKE2: --kubelet-arg=root-dir=/x
-            for a in argv:
-                v = a.split("=", 1)[1] if a.startswith("--kubelet-arg=") else None
-                if v and v.startswith("root-dir="):
-                    d = v.split("=", 1)[1]
+    decoys: list = []
+    for pid, argv, no in [(pid, argv, None) for pid, argv in
+                          _procs(KUBELET_COMMS, proc, host_root, decoys,
+                                 keep=lambda _pid, argv: bool(_root_dir(argv)))] + decoys:
+        d = _root_dir(argv)
         if d and d.startswith("/"):
             why = f"--root-dir of pid {pid} ({(argv[0] if argv else '?')[:MAX_SHOWN]})"
-            no = _kubelet_dir_refusal(d, pid, host_root, proc, areas)
+            no = no or _kubelet_dir_refusal(d, pid, host_root, proc, areas)
             if no:
                 refused.append(f"{d[:MAX_SHOWN]} ({why}: not believed: {no})")
                 continue
@@ -285,6 +301,16 @@ def resolve_kubelet_dir(host_root: Path, proc: Path = procfs.PROC,
                               "kubelet socket", None, False, tried)
     return KubeletDir(host_root / KUBELET_DEFAULTS[0][0], "no kubelet found: the default",
                       None, False, tried)
+
+
+def _root_dir(argv: list[str]) -> str | None:
+    d = _flag(argv, "--root-dir", "--kubelet-root-dir")
+    if d is None:   # k3s/RKE2: --kubelet-arg=root-dir=/x
+        for a in argv:
+            v = a.split("=", 1)[1] if a.startswith("--kubelet-arg=") else None
+            if v and v.startswith("root-dir="):
+                d = v.split("=", 1)[1]
+    return d
 
 
 def _kubelet_dir_refusal(d: str, pid: int, host_root: Path, proc: Path,
@@ -389,14 +415,21 @@ def _from_processes(root: Path, proc: Path) -> list[Runtime]:
     """The containerd and CRI-O processes that are the host's own and serve the CRI socket their
     own flags and config name: decided from the running process, wherever its socket is."""
     out = []
-    for pid, argv in _procs(tuple(RUNTIME_COMMS), proc):
+    serving: dict[int, tuple[str, str, str]] = {}   # pid: (runtime, socket, how it was named)
+
+    def serves(pid: int, argv: list[str]) -> bool:
         name = RUNTIME_COMMS.get(procfs.read_comm(pid, proc))
-        if name is None or host_owned.process_refusal(pid, proc, root):
-            continue
+        if name is None:
+            return False
         sock, why = _address(root, name, argv)
         p = root / sock
         if not _is_socket(p) or find_owners([p], proc).get(p, (None,))[0] != pid:
-            continue
+            return False
+        serving[pid] = (name, sock, why)
+        return True
+
+    for pid, _argv in _procs(tuple(RUNTIME_COMMS), proc, root, keep=serves):
+        name, sock, why = serving[pid]
         out.append(_containerd_dirs(root, pid, proc, (sock, *CONTAINERD_SOCKETS[0][1:]), why)
                    if name == "containerd" else _crio(root, pid, proc, sock, why))
     return out

@@ -96,6 +96,97 @@ def remapped_rows(pynvml, h) -> dict | None:
     return out
 
 
+def _ints(pairs) -> dict:
+    """{key: int(value)} for the (key, zero-arg query) pairs NVML answers; a query NVML refuses
+    (NOT_SUPPORTED on this GPU or driver) leaves its key out: not known, never invented."""
+    out = {}
+    for key, fn in pairs:
+        v = _try(fn)
+        if v is not None:
+            out[key] = int(v)
+    return out
+
+
+def event_reasons(pynvml, h) -> int | None:
+    """nvmlDeviceGetCurrentClocksEventReasons; the older ...ThrottleReasons name (same bits)
+    on drivers before 535."""
+    for name in ("nvmlDeviceGetCurrentClocksEventReasons",
+                 "nvmlDeviceGetCurrentClocksThrottleReasons"):
+        fn = getattr(pynvml, name, None)
+        v = None if fn is None else _try(fn, h)
+        if v is not None:
+            return int(v)
+    return None
+
+
+def slow_facts(pynvml, h, g: dict) -> None:
+    """What says whether a GPU runs slow (issue 38): the record keys of the contract in
+    node_probe/checks/slow/__init__.py. Each is optional: a query NVML refuses stays absent."""
+    g["pcie"] = _ints((
+        ("gen_cur", lambda: pynvml.nvmlDeviceGetCurrPcieLinkGeneration(h)),
+        ("width_cur", lambda: pynvml.nvmlDeviceGetCurrPcieLinkWidth(h)),
+        ("gen_max", lambda: pynvml.nvmlDeviceGetMaxPcieLinkGeneration(h)),
+        ("width_max", lambda: pynvml.nvmlDeviceGetMaxPcieLinkWidth(h)),
+        ("gen_gpu_max", lambda: pynvml.nvmlDeviceGetGpuMaxPcieLinkGeneration(h))))
+    util = _try(pynvml.nvmlDeviceGetUtilizationRates, h)
+    if util is not None:
+        g["utilization_gpu_pct"] = int(util.gpu)
+    clocks = _ints((
+        ("sm_mhz", lambda: pynvml.nvmlDeviceGetClockInfo(h, pynvml.NVML_CLOCK_SM)),
+        ("sm_max_mhz", lambda: pynvml.nvmlDeviceGetMaxClockInfo(h, pynvml.NVML_CLOCK_SM)),
+        ("mem_mhz", lambda: pynvml.nvmlDeviceGetClockInfo(h, pynvml.NVML_CLOCK_MEM)),
+        ("mem_max_mhz", lambda: pynvml.nvmlDeviceGetMaxClockInfo(h, pynvml.NVML_CLOCK_MEM))))
+    reasons = event_reasons(pynvml, h)
+    if reasons is not None:
+        clocks["event_reasons"] = reasons
+    g["clocks"] = clocks
+    g["temperature"] = _ints((
+        ("gpu_c", lambda: pynvml.nvmlDeviceGetTemperature(h, pynvml.NVML_TEMPERATURE_GPU)),
+        ("slowdown_c", lambda: pynvml.nvmlDeviceGetTemperatureThreshold(
+            h, pynvml.NVML_TEMPERATURE_THRESHOLD_SLOWDOWN)),
+        ("shutdown_c", lambda: pynvml.nvmlDeviceGetTemperatureThreshold(
+            h, pynvml.NVML_TEMPERATURE_THRESHOLD_SHUTDOWN))))
+    power = {}
+    for key, name in (("draw_w", "nvmlDeviceGetPowerUsage"),
+                      ("limit_w", "nvmlDeviceGetEnforcedPowerLimit"),
+                      ("default_limit_w", "nvmlDeviceGetPowerManagementDefaultLimit")):
+        mw = _try(getattr(pynvml, name), h)
+        if mw is not None:
+            power[key] = round(int(mw) / 1000.0, 3)   # NVML reports milliwatts
+    g["power"] = power
+    g["nvlink"] = nvlinks(pynvml, h)
+    g["ecc"] = _ints((
+        ("sbe_volatile", lambda: pynvml.nvmlDeviceGetTotalEccErrors(h, 0, 0)),
+        ("dbe_volatile", lambda: pynvml.nvmlDeviceGetTotalEccErrors(h, 1, 0))))
+    pending = _try(pynvml.nvmlDeviceGetRetiredPagesPendingStatus, h)
+    if pending is not None:
+        g["ecc"]["retired_pending"] = bool(pending)
+
+
+INVALID_ARGUMENT, NOT_SUPPORTED = 2, 3
+NVLINK_COUNTERS = (("replay", 0), ("recovery", 1), ("crc_flit", 2), ("crc_data", 3))
+
+
+def nvlinks(pynvml, h) -> list[dict]:
+    """Each NVLink NVML answers for (nvmlDeviceGetNvLinkState; a link the GPU lacks returns
+    NOT_SUPPORTED or INVALID_ARGUMENT and is left out) with its DL error counters."""
+    out = []
+    for link in range(int(getattr(pynvml, "NVML_NVLINK_MAX_LINKS", 18))):
+        try:
+            state = pynvml.nvmlDeviceGetNvLinkState(h, link)
+        except Exception as exc:  # noqa: BLE001 - pynvml raises NVMLError subclasses
+            if _code(exc) in (NOT_SUPPORTED, INVALID_ARGUMENT):
+                break   # no NVLink, or past the GPU's last link: the rest answer the same
+            continue
+        errors = {}
+        for key, counter in NVLINK_COUNTERS:
+            v = _try(pynvml.nvmlDeviceGetNvLinkErrorCounter, h, link, counter)
+            if v is not None:
+                errors[key] = int(v)
+        out.append({"link": link, "active": bool(state), "errors": errors})
+    return out
+
+
 def details(pynvml, h, g: dict) -> None:
     """Fields beyond the basic inventory; each one is optional (older drivers lack some)."""
     pci = _try(pynvml.nvmlDeviceGetPciInfo, h)
@@ -114,6 +205,7 @@ def details(pynvml, h, g: dict) -> None:
             g["lost"] = True
     if not g.get("lost"):
         g["processes"] = processes(pynvml, h)
+        slow_facts(pynvml, h, g)
 
 
 def inventory(pynvml) -> dict:

@@ -59,15 +59,49 @@ CLASSES: dict[str, tuple[int, str, str]] = {
                                         "(RmInitAdapter failed): the GPU is unusable"),
     "reset_required": (154, xid.RESET_GPU, "the driver says the GPU needs a reset "
                                            "(NV_ERR_RESET_REQUIRED)"),
+    # the driver's NVLink core (knvlink*): peers' links not detected after receiver detect,
+    # so the NVLinks between the GPUs never train (gpud's nvlink component reads the same
+    # lines, components/accelerator/nvidia/nvlink/kmsg.go)
+    "nvlink_rxdet": (74, xid.RESET_GPU, "the driver could not detect its NVLink peers' links "
+                                        "(post-Rx-detect link mask): the NVLinks did not train"),
+    "nvlink_error": (74, xid.RESTART_APP, "the driver's NVLink core reported an error "
+                                          "(knvlink...)"),
 }
+# classes whose severity is not the bucket's: an NVLink core error line without a fatal
+# outcome is worth a look (warning), not a reset
+SEVERITY_OVERRIDE = {"nvlink_error": "warning"}
 
 _BUS = r"([0-9a-fA-F]{4,8}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}(?:\.[0-9a-fA-F])?)"
 _OFF_HEAD_RE = re.compile(r"NVRM: The NVIDIA GPU " + _BUS)
 _OFF_TAIL = "fallen off the bus and is not responding to commands"
-_GPU_BUS_RE = re.compile(r"NVRM: GPU " + _BUS + r":")
+_BUS_ONLY_RE = re.compile(_BUS + "$")
+UNPARSED = "?"           # the gpu of a line whose bus id is there but does not parse
+_GPU_BUS_RE = re.compile(r"NVRM: GPU (?:at PCI:)?" + _BUS + r":")
+# the one-line form, with no Xid before it: `NVRM: GPU 0000:09:00.0: GPU has fallen off the
+# bus.` (nvidia-docker#1553), also `NVRM: GPU at PCI:0000:65:00: GPU has fallen off the bus.`
+_OFF_ONE_RE = re.compile(r"NVRM: GPU (?:at PCI:)?(\S{1,24}): GPU has fallen off the bus")
 _GPU_INST_RE = re.compile(r"NVRM: GPU([0-9]{1,3})\b")
+# which init failure the line names, in our words (first match wins)
+_INIT_SAID = (
+    ("RmInitAdapter failed", "the driver could not initialise the GPU (RmInitAdapter failed): "
+                             "the GPU is unusable"),
+    ("rm_init_adapter failed", "the driver could not initialise the GPU (rm_init_adapter "
+                               "failed): the GPU is unusable"),
+    ("Cannot initialize GSP firmware RM", "the driver could not start the GPU's GSP firmware: "
+                                          "the GPU is unusable"),
+    ("failed to wait for GFW", "the GPU's firmware boot did not complete (the driver timed "
+                               "out waiting for GFW): the GPU is unusable"),
+    ("The NVIDIA probe routine failed", "the driver's probe of the GPU failed (the NVIDIA "
+                                        "probe routine failed): the GPU is not usable"),
+)
 _RULES: tuple[tuple[str, re.Pattern], ...] = (
     ("gpu_lost", re.compile(r"\[NV_ERR_GPU_IS_LOST\]")),
+    ("nvlink_rxdet", re.compile(r"knvlinkUpdatePostRxDetectLinkMask_[A-Za-z0-9_]{1,40}: Failed "
+                                r"to update Rx Detect Link mask|knvlinkDiscoverPostRxDetLinks_"
+                                r"[A-Za-z0-9_]{1,40}: Getting peer[0-9]{1,3}(?:'s)? "
+                                r"postRxDetLinkMask failed")),
+    ("nvlink_error", re.compile(r"\bknvlink[A-Za-z0-9_]{1,60}: .{0,200}?(?:fail|error|timed? ?out|"
+                                r"not (?:trained|active|ready))", re.I)),
     ("reset_required", re.compile(r"\[NV_ERR_RESET_REQUIRED\]")),
     ("gsp_heartbeat", re.compile(r"(?:GSP RM|LibOS) heartbeat timed out|Heartbeat timed out, "
                                  r"currentTimeMs")),
@@ -113,6 +147,12 @@ class DriverError:
 
     @property
     def what(self) -> str:
+        """The state in words, saying only what the line said: a failed probe of the GPU is
+        not an RmInitAdapter failure (issue 36)."""
+        if self.kind == "init_failed":
+            said = next((w for p, w in _INIT_SAID if p in self.sample), None)
+            if said:
+                return said
         return CLASSES[self.kind][2]
 
 
@@ -145,8 +185,13 @@ class Reader:
         self.mismatch: dict | None = None
         self._mm_left = 0
         self._mm_text = ""
+        self._off_lines = 0                 # off-the-bus lines read, and the last one's bus
+        self.last_off_bus = ""
 
     def _add(self, kind: str, gpu: str, ts: float | None, msg: str) -> None:
+        if kind == "off_the_bus":
+            self._off_lines += 1
+            self.last_off_bus = gpu
         key = (kind, gpu)
         d = self.acc.get(key)
         if d is None:
@@ -185,6 +230,14 @@ class Reader:
         if len(versions) >= 2:
             self.mismatch["client_version"], self.mismatch["module_version"] = versions[:2]
 
+    @property
+    def busy(self) -> bool:
+        """In the middle of a message that spans lines (every line must be fed)."""
+        return self._off_head is not None or self._mm_left > 0
+
+    def off_bus_count(self) -> int:
+        return self._off_lines
+
     def feed(self, ts: float | None, msg: str) -> bool:
         """Read one line; True when it was an NVIDIA driver line we classified or showed."""
         if "NVRM" not in msg:
@@ -210,6 +263,12 @@ class Reader:
             self._add("off_the_bus", bus, ts, " ".join(msg.split()))
             return True
         if head:
+            return True
+        one = _OFF_ONE_RE.search(msg)
+        if one:
+            bus = one.group(1).lower()
+            self._add("off_the_bus", bus if _BUS_ONLY_RE.match(bus) else UNPARSED, ts,
+                      " ".join(msg.split()))
             return True
         self._age()
         if self._off_head is not None and "(PCI ID:" in msg:

@@ -25,62 +25,72 @@ from __future__ import annotations
 
 import dataclasses
 import re
+from pathlib import Path
 
 FM_GUIDE_URL = ("https://docs.nvidia.com/datacenter/tesla/fabric-manager-user-guide/"
                 "index.html")
 
 NONFATAL, FATAL, ALWAYS_FATAL, UNKNOWN = "nonfatal", "fatal", "always_fatal", "unknown"
 
-# the Fabric Manager user guide's SXid tables (names as the guide gives them)
-_NONFATAL = {
-    11012: "Single bit ECC errors", 11021: "Single bit ECC errors",
-    11022: "Single bit ECC errors", 11023: "Single bit ECC errors",
-    12021: "Single bit ECC errors", 12023: "Single bit ECC errors",
-    15008: "Single bit ECC errors", 15011: "Single bit ECC errors",
-    19049: "Single bit ECC errors", 19055: "Single bit ECC errors",
-    19057: "Single bit ECC errors", 19059: "Single bit ECC errors",
-    19062: "Single bit ECC errors", 19065: "Single bit ECC errors",
-    19068: "Single bit ECC errors", 19071: "Single bit ECC errors",
-    24001: "Single bit ECC errors", 24002: "Single bit ECC errors",
-    24003: "Single bit ECC errors", 20001: "TX Replay Error", 20009: "RX Short Error Rate",
-    20012: "Broken/inconsistent connection", 22013: "Minion Link DLREQ interrupt",
+OTHER = "other"          # the guide's "Other Notable NVSwitch SXid Errors" (not fatal alone)
+DATA = Path(__file__).resolve().parent.parent / "protocol" / "data" / "sxid_catalog.tsv"
+# what a code cuts (the data file's last column; its header says each in words)
+CUTS = ("none", "throughput", "link", "precedes_fatal", "gpu_traffic", "gpu_port", "fabric")
+CUTS_TEXT = {
+    "none": "nothing: the switch corrected it",
+    "throughput": "the port's NVLink throughput (replays, single-lane mode)",
+    "link": "the link: a broken or inconsistent connection",
+    "precedes_fatal": "nothing yet: usually followed by a fatal SXid on the same port",
+    "gpu_traffic": "the NVLink traffic of the GPU on that port (its CUDA jobs abort, Xid 45)",
+    "gpu_port": "the GPU on that port (every partition across it on a trunk port)",
+    "fabric": "every GPU behind the NVSwitches (the whole fabric)",
 }
-_FATAL = {
-    11001: "ingress invalid command", 11004: "Ingress invalid ACL",
-    11009: "ingress invalid VCSet", 11013: "ingress header DBE", 11018: "ingress RID DBE",
-    11019: "ingress RLAN DBE", 11020: "ingress control parity",
-    12001: "egress crossbar overflow", 12002: "egress packet route",
-    12022: "egress input ECC DBE error", 12024: "egress output ECC DBE error",
-    12025: "egress credit overflow", 12026: "egress destination request ID error",
-    12027: "egress destination response ID error",
-    12028: "egress non-posted PRIV error", 12030: "egress control parity error",
-    12031: "egress credit parity error", 12032: "egress flit type mismatch",
-    14017: "TS ATO timeout", 15001: "route buffer over/underflow",
-    15006: "route transdone over/underflow", 15009: "route GLT DBE", 15010: "route parity",
-    15012: "route incoming DBE", 15013: "route credit parity",
-    19047: "NCISOC HDR ECC DBE Error", 19048: "NCISOC DAT ECC DBE Error",
-    19054: "HDR RAM ECC DBE Error", 19056: "DAT0 RAM ECC DBE Error",
-    19058: "DAT1 RAM ECC DBE Error", 19060: "CREQ RAM HDR ECC DBE Error",
-    19061: "CREQ RAM DAT ECC DBE Error", 19063: "Response RAM HDR ECC DBE Error",
-    19064: "Response RAM DAT ECC DBE Error", 19066: "COM RAM HDR ECC DBE Error",
-    19067: "COM RAM DAT ECC DBE Error", 19069: "RSP1 RAM HDR ECC DBE Error",
-    19070: "RSP1 RAM DAT ECC DBE Error", 19084: "AN1 Heartbeat Timeout Error",
-    20034: "LTSSM Fault Up", 22012: "Minion Link NA interrupt",
-    24004: "sourcetrack TCEN0 crubmstore DBE", 24005: "sourcetrack TCEN0 TD crubmstore DBE",
-    24006: "sourcetrack TCEN1 crubmstore DBE", 24007: "sourcetrack timeout error",
-}
-_ALWAYS_FATAL = {
-    12020: "egress sequence ID error", 22003: "Minion Halt", 22011: "Minion exterror",
-    **{c: "ingress/egress buffer or credit error (always fatal)" for c in range(23001, 23018)},
-}
+_TABLES = {NONFATAL, FATAL, ALWAYS_FATAL, OTHER}
+
+
+class CatalogError(ValueError):
+    pass
+
+
+def parse_table(text: str) -> dict[int, tuple[str, str, str]]:
+    """{sxid: (class, name, cuts)} from the data file's text; CatalogError on a bad row."""
+    out: dict[int, tuple[str, str, str]] = {}
+    for n, line in enumerate(text.splitlines(), 1):
+        if not line.strip() or line.startswith("#") or line.startswith("sxid\t"):
+            continue
+        f = line.split("\t")
+        if len(f) != 4 or not f[0].isdigit() or not f[1] or f[2] not in _TABLES \
+                or f[3] not in CUTS:
+            raise CatalogError(f"line {n}: {line!r} is not `sxid<TAB>name<TAB>table<TAB>cuts`")
+        if int(f[0]) in out:
+            raise CatalogError(f"line {n}: SXid {f[0]} twice")
+        out[int(f[0])] = (f[2], f[1], f[3])
+    return out
+
+
+def _load() -> dict[int, tuple[str, str, str]]:
+    try:
+        return parse_table(DATA.read_text(encoding="utf-8"))
+    except OSError:
+        return {}
+
+
+TABLE = _load()
 
 
 def describe(code: int) -> tuple[str, str]:
-    """(class, name) of an SXid code by the Fabric Manager guide; UNKNOWN when not listed."""
-    for cls, table in ((ALWAYS_FATAL, _ALWAYS_FATAL), (FATAL, _FATAL), (NONFATAL, _NONFATAL)):
-        if code in table:
-            return cls, table[code]
-    return UNKNOWN, ""
+    """(class, name) of an SXid code by the Fabric Manager guide; UNKNOWN when not listed.
+    The guide's "other notable" SXids read as non-fatal (not fatal by themselves)."""
+    row = TABLE.get(code)
+    if row is None:
+        return UNKNOWN, ""
+    return (NONFATAL if row[0] == OTHER else row[0]), row[1]
+
+
+def cuts(code: int) -> str | None:
+    """What the code cuts (a key of CUTS_TEXT), None when the guide does not list it."""
+    row = TABLE.get(code)
+    return row[2] if row else None
 
 
 # `nvidia-nvswitch3: SXid (PCI:0000:04:00.0): 22013, Non-fatal, Link 44 ...`; bounded digits
@@ -117,9 +127,27 @@ class SxidGroup:
         return describe(self.code)[0]
 
     @property
+    def cuts(self) -> str | None:
+        c = cuts(self.code)
+        if self.fatal and c in (None, "none", "throughput", "link", "precedes_fatal"):
+            return "gpu_port"          # the driver says Fatal: the port's traffic is cut
+        return c
+
+    @property
     def severity(self) -> str:
-        return {FATAL: "critical", ALWAYS_FATAL: "critical", NONFATAL: "info"}.get(
-            self.klass, "warning")
+        """Fatal classes are critical; a non-fatal code by what it cuts: the GPU's traffic
+        (the guide lists 11004 and 12028 as non-fatal to the fabric, but the GPU's CUDA jobs
+        abort) critical, or a warning when the driver itself said Non-fatal; throughput, link
+        and codes that precede a fatal one a warning; corrected ones informational."""
+        k = self.klass
+        if k in (FATAL, ALWAYS_FATAL):
+            return "critical"
+        if k == UNKNOWN:
+            return "warning"
+        c = cuts(self.code)
+        if c == "gpu_traffic":
+            return "warning" if self.nonfatal else "critical"
+        return "info" if c in (None, "none") else "warning"
 
 
 _RANK = {ALWAYS_FATAL: 4, FATAL: 3, UNKNOWN: 2, NONFATAL: 1}

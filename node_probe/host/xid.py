@@ -20,7 +20,7 @@ from typing import Iterable
 
 from node_probe.protocol.xid_catalog import (  # noqa: F401 -- the catalog, re-exported
     BUCKET_TEXT, CATALOG_URL, CONTACT_SUPPORT, IGNORE, REBOOT, RESET_GPU, RESTART_APP, SEVERITY,
-    XIDS, Xid, describe)
+    XIDS, Xid, describe, known)
 
 # Xid 154 (R565+) states the recovery the driver wants for the Xids around it, in words
 RECOVERY_154 = {"none": IGNORE, "drain p2p": RESET_GPU, "drain and reset": RESET_GPU,
@@ -39,7 +39,8 @@ def recovery_154(message: str) -> str | None:
 
 # numbers are bounded ASCII digits: a --kmsg-file (or a forged record) with a 5,000-digit pid
 # must not raise in int(), and `\d` would also take non-ASCII digits
-XID_RE = re.compile(r"NVRM: Xid \((?:PCI:)?([^)]{0,64})\):\s*([0-9]{1,6}),\s*(.*)")
+# the message may be missing: `NVRM: Xid (PCI:0000:3b:00): 79,` or `...: 79` (a cut line)
+XID_RE = re.compile(r"NVRM: Xid \((?:PCI:)?([^)]{0,64})\):\s*([0-9]{1,6})(?:,\s*(.*)|\s*$)")
 # "NVRM: GPU at PCI:0000:3b:00: GPU-2f815c32-..." (logged when the driver binds a GPU)
 GPU_AT_RE = re.compile(r"NVRM: GPU at PCI:([0-9a-fA-F:.]{7,16}):\s*(GPU-[0-9a-fA-F-]{8,64})")
 PID_RE = re.compile(r"pid='?([0-9]{1,10})'?(?:, name='?([^',]{0,64})'?)?")
@@ -71,7 +72,7 @@ def parse(ts: float | None, msg: str) -> XidEvent | None:
     m = XID_RE.search(msg)
     if not m:
         return None
-    return XidEvent(ts, m.group(1).strip(), int(m.group(2)), m.group(3))
+    return XidEvent(ts, m.group(1).strip(), int(m.group(2)), m.group(3) or "")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -128,35 +129,47 @@ class Grouper:
         self.events = 0
 
     def add(self, ev: XidEvent) -> None:
+        self.add_fields(ev.ts, ev.pci, ev.code, ev.message)
+
+    def add_fields(self, ts: float | None, pci: str, code: int, message: str) -> None:
+        """add() without building an XidEvent (the kernel-log check's hot path: a storm is
+        millions of calls, so the common case -- a known group, a later time, its pids
+        already full -- does the least)."""
         self.events += 1
-        key = (ev.pci[:64], ev.code)
+        key = (pci[:64], code)
         d = self.acc.get(key)
         if d is None:
             if len(self.acc) >= self.max_groups:
                 self.dropped += 1
                 return
-            d = self.acc[key] = {"count": 0, "first_s": ev.ts, "last_s": ev.ts, "pids": [],
+            d = self.acc[key] = {"count": 0, "first_s": ts, "last_s": ts, "pids": [],
                                  "fatal": 0, "nonfatal": 0, "caused_by": None}
         d["count"] += 1
-        if ev.ts is not None:
-            d["first_s"] = ev.ts if d["first_s"] is None else min(d["first_s"], ev.ts)
-            d["last_s"] = ev.ts if d["last_s"] is None else max(d["last_s"], ev.ts)
-        message = ev.message[:MAX_MESSAGE]
+        if ts is not None:
+            last = d["last_s"]
+            if last is None or ts > last:
+                d["last_s"] = ts
+            first = d["first_s"]
+            if first is None or ts < first:
+                d["first_s"] = ts
+        if len(message) > MAX_MESSAGE:
+            message = message[:MAX_MESSAGE]
         d["message"] = message
-        if ev.code in NVLINK5:
+        if code in NVLINK5:
             fm = _FATALITY_RE.search(message)
             if fm:
                 d["fatal" if fm.group(1) == "Fatal" else "nonfatal"] += 1
-        elif ev.code == 45:
+        elif code == 45:
             cm = _CAUSED_BY_RE.search(message)
             if cm:
                 d["caused_by"] = int(cm.group(1))
-        if len(d["pids"]) < MAX_PIDS:
+        pids = d["pids"]
+        if len(pids) < MAX_PIDS:
             pm = PID_RE.search(message)
             if pm:
                 entry = pm.group(1) + (f" ({pm.group(2)})" if pm.group(2) else "")
-                if entry not in d["pids"]:
-                    d["pids"].append(entry)
+                if entry not in pids:
+                    pids.append(entry)
 
     def groups(self) -> list[XidGroup]:
         return [XidGroup(pci, code, d["count"], d["first_s"], d["last_s"], d["message"],

@@ -86,6 +86,41 @@ class ProtocolError(ValueError):
 
 _NO_EVIDENCE: Mapping[str, Any] = {}   # never written to: Finding.evidence is read-only
 
+# Text a finding quotes from the cluster (an event's message, a container's message, a
+# condition's message, an annotation) or from a bundle: data, never the tool's words. A
+# finding's title and remediation are the tool's own; what others wrote goes in `quoted`, each
+# entry {"source": the object it came from, "field": its field, "text": what it says}, which
+# renderers show escaped and marked as quoted, and which an assistant is told is untrusted.
+MAX_QUOTED = 8
+MAX_QUOTE_CHARS = 600
+
+
+def quote(source: Any, field: str, text: Any, limit: int = 300) -> dict:
+    """One `quoted` entry: `text` (whitespace runs made one space; both ends kept past
+    `limit` characters) from `field` of `source` (e.g. "event ml/train-0 FailedMount")."""
+    t = " ".join(str(text if text is not None else "").split())
+    limit = max(8, min(int(limit), MAX_QUOTE_CHARS))
+    if len(t) > limit:
+        half = (limit - 5) // 2
+        t = f"{t[:half]} ... {t[-half:]}"
+    return {"source": " ".join(str(source).split())[:200], "field": str(field)[:80],
+            "text": t}
+
+
+def _quoted(raw: Any) -> tuple:
+    """`quoted` as a record carries it: a list of {source, field, text} strings, bounded."""
+    if not raw:
+        return ()
+    if not isinstance(raw, (list, tuple)):
+        raise TypeError("quoted is not a list")
+    out = []
+    for q in list(raw)[:MAX_QUOTED]:
+        if not isinstance(q, Mapping):
+            raise TypeError("a quoted entry is not an object")
+        out.append(quote(q.get("source", ""), str(q.get("field", "")), q.get("text", ""),
+                         MAX_QUOTE_CHARS))
+    return tuple(out)
+
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class Finding:
@@ -103,11 +138,15 @@ class Finding:
     remediation: str = ""
     refs: tuple[str, ...] = ()
     check: str = ""  # which check produced it (filled in by the runner when empty)
+    # what others wrote, quoted as data (see quote()); never part of title or remediation
+    quoted: tuple[Mapping[str, str], ...] = ()
 
     def __post_init__(self) -> None:
         if not isinstance(self.severity, Severity):
             object.__setattr__(self, "severity", Severity(self.severity))
         object.__setattr__(self, "refs", tuple(self.refs))
+        if self.quoted and not isinstance(self.quoted, tuple):
+            object.__setattr__(self, "quoted", tuple(self.quoted))
         if not self.id or self.id != self.id.strip() or " " in self.id:
             raise ValueError(f"bad finding id {self.id!r}")
 
@@ -125,6 +164,8 @@ class Finding:
         }
         if self.check:
             rec["check"] = self.check
+        if self.quoted:  # additive within v1: absent when nothing is quoted
+            rec["quoted"] = [dict(q) for q in self.quoted]
         return rec
 
     @classmethod
@@ -142,6 +183,7 @@ class Finding:
                 remediation=str(rec.get("remediation", "")),
                 refs=tuple(rec.get("refs") or ()),
                 check=str(rec.get("check", "")),
+                quoted=_quoted(rec.get("quoted")),
             )
         except (KeyError, ValueError, TypeError) as exc:
             raise ProtocolError(f"invalid finding record: {exc}") from exc

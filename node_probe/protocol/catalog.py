@@ -24,10 +24,25 @@ CATALOG: dict[str, str] = {
     "gpu.row_remap_pending": "A GPU has a memory row remapping waiting for a GPU reset while it still looks healthy",
     "gpu.row_remap_failed": "A GPU's memory row remapping failed: the GPU must be replaced",
     "mig.layout": "MIG mode and instances; mixed MIG and full GPUs on one node",
+    # slow GPUs: degradations that raise no Xid (checks/slow)
+    "gpu.pcie_downtrained": "A busy GPU's PCIe link runs below the generation, or any GPU's below the width, that GPU and slot support",
+    "gpu.clocks_throttled": "A busy GPU's clocks are held down by thermal, power or hardware slowdown",
+    "gpu.nvlink_degraded": "A GPU has fewer NVLink links active than its peers, or NVLink error counters",
+    "gpu.memory_degrading": "A GPU has memory pages pending retirement or corrected ECC errors rising fast",
+    "pod.numa_misplaced": "A pod's CPUs sit on another NUMA node than its GPU",
+    "gpu.time_shared": "Several pods share one GPU (time-slicing or MPS), each with its share",
+    # a multi-node job held up: what names the node the others wait for (checks/collective.py,
+    # ib_ports.py, gpu_dstate.py)
+    "gpu.collective_spin": "A GPU at ~100 % utilisation drawing little power with its clocks up: looks like a kernel spinning in a collective, waiting for a peer",
+    "gpu.collective_idle_peer": "One GPU of a pod is idle while the pod's other GPUs spin in a collective: its rank is likely the one they wait for",
+    "net.ib_port_down": "An InfiniBand/RoCE port is not ACTIVE where the node's other ports are (or none is)",
+    "process.gpu_d_state": "A process holding a GPU has threads stuck in uninterruptible sleep (D state)",
     "kernel.hung_task": "The kernel reported tasks blocked for a long time",
     "gpu.driver_error": "The NVIDIA driver reports a GPU failure without an Xid number (off the bus, GSP timeout, init failure, reset required)",
     "gpu.driver_message": "NVIDIA driver error lines the tool does not recognise (shown, not judged)",
     "nvswitch.sxid": "The kernel log has NVSwitch SXid errors (the NVLink fabric's switches)",
+    "gpu.pcie_aer": "PCIe AER errors on a GPU's link (corrected, non-fatal, fatal: a GPU gone from the bus)",
+    "kernel.lockup": "A soft/hard lockup, RCU stall or kernel BUG in the NVIDIA driver or a GPU process",
     # device plugin (node)
     "deviceplugin.missing": "No device plugin serves nvidia.com resources on a node with GPUs",
     "deviceplugin.rpc_timeout": "A device plugin RPC did not answer within its deadline",
@@ -131,12 +146,14 @@ class UnknownFindingId(KeyError):
 
 def make(id: str, severity: Severity | str, subject: str, title: str,
          evidence: Mapping[str, Any] | None = None, remediation: str = "",
-         refs: tuple[str, ...] | list[str] = ()) -> Finding:
-    """Build a Finding whose id must be in the catalog."""
+         refs: tuple[str, ...] | list[str] = (), quoted: Any = ()) -> Finding:
+    """Build a Finding whose id must be in the catalog. `quoted`: protocol.quote() entries,
+    the text others wrote that the finding shows as data (never in `title`)."""
     if id not in CATALOG:
         raise UnknownFindingId(f"finding id {id!r} is not in node_probe/catalog.py")
     return Finding(id=id, severity=Severity(severity), subject=subject, title=title,
-                   evidence=dict(evidence or {}), remediation=remediation, refs=tuple(refs))
+                   evidence=dict(evidence or {}), remediation=remediation, refs=tuple(refs),
+                   quoted=tuple(quoted))
 
 
 # Remediation is advice someone will follow. A record from a node (debug pod, agent) or a bundle

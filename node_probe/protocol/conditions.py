@@ -36,6 +36,10 @@ CLASSES: dict[str, tuple[str, ...]] = {
     "GpuDoctorGpuLost": ("gpu.lost",),
     "GpuDoctorFabricNotReady": ("fabric.not_ready",),
     "GpuDoctorIsolationBreach": ("gpu.isolation_breach",),
+    # a GPU that runs slow without an Xid (issue 38); the reason names the cause:
+    # GpuPcieDowntrained, GpuClocksThrottled, GpuNvlinkDegraded, GpuMemoryDegrading
+    "GpuDoctorGpuDegraded": ("gpu.pcie_downtrained", "gpu.clocks_throttled",
+                             "gpu.nvlink_degraded", "gpu.memory_degrading"),
 }
 # the agent's own presence: True while it watches (its heartbeat says when it last looked)
 WATCHING_TYPE = "GpuDoctorWatching"

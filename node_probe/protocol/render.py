@@ -63,7 +63,23 @@ def terminal_safe_finding(f: Finding) -> Finding:
         title=terminal_safe(f.title),
         remediation="\n".join(terminal_safe(ln) for ln in f.remediation.splitlines()),
         refs=tuple(terminal_safe(r) for r in f.refs),
-        evidence={terminal_safe(k): _safe_evidence_value(v) for k, v in f.evidence.items()})
+        evidence={terminal_safe(k): _safe_evidence_value(v) for k, v in f.evidence.items()},
+        quoted=tuple({k: terminal_safe(v) for k, v in q.items()} for q in f.quoted))
+
+
+def quoted_lines(f: Finding, width: int, ind: str, first_only: bool = False) -> list[str]:
+    """What the finding quotes from the cluster or a bundle, marked as quoted and escaped:
+    `quoted from event ml/train-0 FailedMount (message): "..."`."""
+    out: list[str] = []
+    for q in f.quoted[:1] if first_only else f.quoted:
+        where = " ".join(terminal_safe(q.get("source", "")).split())
+        field = terminal_safe(q.get("field", ""))
+        text = " ".join(terminal_safe(q.get("text", "")).split())
+        out += _wrap(f'quoted from {where}{f" ({field})" if field else ""}: "{text}"', width,
+                     ind, ind + "  ")
+    if first_only and len(f.quoted) > 1:
+        out.append(f"{ind}({len(f.quoted) - 1} more quoted: --details)")
+    return out
 
 
 def use_color(stream: IO) -> bool:
@@ -276,6 +292,23 @@ def verdict_lines(verdict: Mapping[str, Any], width: int, color: bool = False,
     return lines
 
 
+def reach_of(report: Report) -> dict:
+    """How the node side was reached, as fields (the `reach` of the JSON document): `how` is
+    one of local, agent_exec, debug_pod, api_only; `pod` the agent or debug pod (namespace/
+    name) when one ran the probe; `why` the reason it was not reached, when one was said."""
+    if report.target.get("kind") == "local":
+        return {"how": "local", "pod": None, "why": None}
+    probe = next((c for c in report.checks if c.id == "node.probe"), None)
+    if probe is None:
+        return {"how": "api_only", "pod": None, "why": None}
+    msg = " ".join(str(probe.message or probe.reason or "").split())[:300]
+    for prefix, how in (("via agent pod ", "agent_exec"), ("via debug pod ", "debug_pod")):
+        if msg.startswith(prefix):
+            return {"how": how, "pod": msg[len(prefix):].split(" ", 1)[0] or None,
+                    "why": None}
+    return {"how": "api_only", "pod": None, "why": msg or probe.status}
+
+
 def reached(report: Report) -> str:
     """How the node side was reached, in words: the agent pod by name, a debug pod, this host,
     or why it was not (from the `node.probe` check the client records)."""
@@ -334,7 +367,7 @@ def _finding_block(f: Finding, width: int, color: bool, target: Mapping[str, Any
         "(the cause: the verdict above)" if said else title)
     out = _wrap(text, width, IND, IND)
     out[0] = f"{_sev(f.severity.value, color)}  " + out[0][len(IND):]
-    return out
+    return out + quoted_lines(f, width, IND, first_only=True)
 
 
 def _wide_rows(findings: list[Finding], color: bool) -> Iterator[str]:
@@ -354,6 +387,7 @@ def _details(f: Finding, width: int, color: bool) -> list[str]:
     ind = "    "
     head = f"{_sev(f.severity.value, color, 0)} {f.id}  {f.subject}"
     out = _wrap(head, width, "", ind) + _wrap(" ".join(f.title.split()), width, ind, ind)
+    out += quoted_lines(f, width, ind)
     scalars, tables = human.split(f.evidence)
     # nested values are joined from parts terminal_safe_finding did not reach: escape again
     scalars = [(terminal_safe(k), terminal_safe(v)) for k, v in scalars]

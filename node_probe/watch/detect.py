@@ -16,11 +16,11 @@ last scan took, spread at ISOLATION_SHARE of one CPU. A pass without it is unsur
 from __future__ import annotations
 
 import dataclasses
-import re
 import threading
 import time
 from typing import Iterable
 
+from node_probe.deviceplugin import podresources
 from node_probe.engine import registry
 from node_probe.engine.context import ProbeOptions
 from node_probe.engine.runner import Runner
@@ -30,7 +30,7 @@ from .state import CLASS_CHECKS, LOOKED, Problem
 
 # cheap checks the watch runs each pass (their fact producers join through `needs`)
 WATCH_CHECKS = ("nvml", "deviceplugin", "containers", "kubelet", "cgroup.devices", "kmsg",
-                "memory", "gpu_lost", "fabric", "gpu.isolation")
+                "memory", "gpu_lost", "fabric", "gpu.isolation", "gpu.slow")
 ISOLATION = "gpu.isolation"
 ISOLATION_MAX_FDS = 200_000     # ~1 s of CPU here: a node's scan, cut beyond (said, unsure)
 ISOLATION_SHARE = 0.001         # of one CPU, averaged: 0.1% of the agent's 1%
@@ -51,6 +51,7 @@ class PassResult:
     stuck: tuple[str, ...]              # checks not started: still stuck from before
     provoked: bool
     isolation_cpu_s: float | None = None    # CPU the isolation check took (None: not run)
+    gpus: list = dataclasses.field(default_factory=list)   # gpu_gauges: the per-GPU metrics
     # the device plugins the pass found (checks/deviceplugin.targets_seen), None: not looked
     plugin_targets: tuple[str, ...] | None = None
     plugin_rpc: bool = True                 # whether the pass asked them over gRPC
@@ -191,20 +192,20 @@ def run_pass(base: ProbeOptions, timeout_s: float, provoke: bool = False,
     # the deviceplugin check asked anyway when something changed (it then is not skipped)
     asked = opts.plugin_rpc or (dp is not None and dp.status != "skipped")
     hit = gpu_users(runner.ctx, None if asked or not problems else _pod_rows(opts))
+    gauges = gpu_gauges(runner.ctx)
     ran = {c.id: c.status for c in result.checks}
     unsure = {ct for ct, ids in CLASS_CHECKS.items()
               if any(ran.get(cid) not in LOOKED.get(cid, ("ok", "skipped")) for cid in ids)}
     return PassResult(started, result.duration_s, result.findings, result.checks,
                       problems_of(result.findings, recent_s, hit), unsure, stuck, provoke,
-                      _isolation_cost(result.checks, scan_cpu),
-                      plugins[-1] if plugins else None, asked)
+                      _isolation_cost(result.checks, scan_cpu), gauges,
+                      plugin_targets=plugins[-1] if plugins else None, plugin_rpc=asked)
 
 
 def _pod_rows(opts: ProbeOptions) -> tuple | None:
     """pod-resources' List, asked only to name the pods of a problem a pass without RPCs found
     (grpc is loaded then, and only then)."""
     try:
-        from node_probe.deviceplugin import podresources
         path = podresources.socket_path(opts.kubelet_path)
         if not path.is_socket():
             return None
@@ -214,24 +215,18 @@ def _pod_rows(opts: ProbeOptions) -> tuple | None:
         return None
 
 
-MAX_USERS = 32   # pods kept per GPU (a GPU shared by time-slicing has a few)
+MAX_USERS = podresources.MAX_USERS
 
 
 def _pci(text: str) -> str | None:
-    """`pci 0000:3b:00` (the Xid line's `PCI:0000:3b:00`), `00000000:3B:00.0` (NVML) ->
-    `0000:3b:00.0`: domain, bus, device, function (0 when not written)."""
-    m = re.search(r"([0-9A-Fa-f]{4,8}):([0-9A-Fa-f]{2}):([0-9A-Fa-f]{2})(?:\.([0-7]))?", text)
-    if not m:
-        return None
-    return (f"{int(m.group(1), 16):04x}:{m.group(2).lower()}:{m.group(3).lower()}."
-            f"{m.group(4) or 0}")
+    """`pci 0000:3b:00`, `00000000:3B:00.0` -> `0000:3b:00.0` (podresources.pci_key)."""
+    return podresources.pci_key(text)
 
 
 def gpu_users(ctx, rows: tuple | None = None) -> dict[str, tuple[str, ...]]:
-    """{GPU key: ("ns/pod/container", ...)}: from the kubelet's pod-resources List (the
-    device ids it allocated: GPU or MIG UUIDs, `UUID::n` replicas under time-slicing) and
-    NVML's GPU list (a PCI bus id -> its UUID, and its MIG devices' UUIDs). Keys are GPU
-    UUIDs and PCI ids `0000:3b:00.0`. Empty when either fact is missing. Bounded."""
+    """{GPU key: ("ns/pod/container", ...)} from the pod-resources and NVML facts
+    (podresources.gpu_users, the join the probe's own findings use too). Empty when either
+    fact is missing."""
     from node_probe.engine.facts import NVML, PODRESOURCES
     try:
         if rows is None:
@@ -239,35 +234,82 @@ def gpu_users(ctx, rows: tuple | None = None) -> dict[str, tuple[str, ...]]:
         inv = ctx.fact(NVML, timeout=0, default=None)
     except Exception:  # noqa: BLE001 - a fact that is not there names no pod
         return {}
-    by_dev: dict[str, list[str]] = {}
-    for r in list(rows)[:10000]:
-        name = "/".join(str(r.get(k) or "?")[:253] for k in ("namespace", "pod", "container"))
-        for d in list(r.get("device_ids") or ())[:64]:
-            users = by_dev.setdefault(str(d).split("::", 1)[0], [])
-            if name not in users and len(users) < MAX_USERS:
-                users.append(name)
-    out: dict[str, tuple[str, ...]] = {k: tuple(v) for k, v in by_dev.items()}
-    for g in getattr(inv, "gpus", ()) or ():
-        users = list(out.get(g.uuid or "", ()))
-        for m in g.mig_devices:
-            users += [u for u in out.get(m.uuid or "", ()) if u not in users]
-        if g.uuid:
-            out[g.uuid] = tuple(users[:MAX_USERS])
-        pci = _pci(g.pci_bus_id or "")
-        if pci:
-            out[pci] = tuple(users[:MAX_USERS])
+    return podresources.gpu_users(rows, getattr(inv, "gpus", ()) or ())
+
+
+MAX_GPUS = 64   # GPUs a pass hands back gauges for (a node has 8; 16 at most today)
+GAUGES = ("pcie_gen_cur", "pcie_gen_max", "pcie_width_cur", "pcie_width_max",
+          "clocks_event_reasons", "thermal_margin_c", "nvlink_errors", "sbe_volatile")
+
+
+def gpu_gauges(ctx) -> list[dict]:
+    """Per GPU, what the agent's metrics show of a slow GPU (issue 38): PCIe link generation and
+    width, current and max; the clock event reasons bitmask; the thermal margin (slowdown
+    threshold minus temperature); NVLink error and corrected-ECC totals (for rising). A value
+    NVML could not give is None (no sample written). Empty when NVML did not answer."""
+    from node_probe.engine.facts import NVML
+    try:
+        inv = ctx.fact(NVML, timeout=0, default=None)
+    except Exception:  # noqa: BLE001 - no inventory, no gauges
+        return []
+    out = []
+    for g in (inv.gpu_records() if inv is not None else [])[:MAX_GPUS]:
+        rec = g
+        if rec.get("lost"):
+            continue
+        p, c, t = rec.get("pcie") or {}, rec.get("clocks") or {}, rec.get("temperature") or {}
+        temp, slow = t.get("gpu_c"), t.get("slowdown_c")
+        nvl = rec.get("nvlink")
+        out.append({
+            "uuid": str(rec.get("uuid") or "")[:96], "pci_bus_id": str(rec.get("pci_bus_id") or "")[:32],
+            "pcie_gen_cur": _n(p.get("gen_cur")), "pcie_gen_max": _n(p.get("gen_max")),
+            "pcie_width_cur": _n(p.get("width_cur")), "pcie_width_max": _n(p.get("width_max")),
+            "clocks_event_reasons": _n(c.get("event_reasons")),
+            "thermal_margin_c": (_n(slow) - _n(temp) if _n(slow) is not None
+                                 and _n(temp) is not None else None),
+            "nvlink_errors": (None if not nvl else sum(
+                int(v) for x in nvl for v in (x.get("errors") or {}).values()
+                if isinstance(v, int) and not isinstance(v, bool))),
+            "sbe_volatile": _n((rec.get("ecc") or {}).get("sbe_volatile"))})
     return out
+
+
+DEGRADED = "GpuDoctorGpuDegraded"
+
+
+def rising(before: list[dict], now: list[dict]) -> list[Problem]:
+    """What two passes' gauges say that one cannot: NVLink error counters that rose, corrected
+    ECC errors that rose by memory.SBE_RISING or more (counters count since the driver loaded;
+    one sample says only that they are non-zero). Matched by GPU UUID; a counter that went
+    down (driver reloaded) says nothing."""
+    from node_probe.checks.slow.memory import SBE_RISING
+    prev = {g.get("uuid"): g for g in before or () if g.get("uuid")}
+    out = []
+    for g in now or ():
+        p = prev.get(g.get("uuid"))
+        if p is None:
+            continue
+        who = f"{g.get('uuid')} ({g.get('pci_bus_id')})"
+        a, b = _n(p.get("nvlink_errors")), _n(g.get("nvlink_errors"))
+        if a is not None and b is not None and b > a:
+            out.append(Problem(DEGRADED, "gpu.nvlink_degraded", "warning", str(g.get("uuid")),
+                               f"GPU {who}: NVLink error counters rose by {b - a} since the "
+                               "last pass"))
+        a, b = _n(p.get("sbe_volatile")), _n(g.get("sbe_volatile"))
+        if a is not None and b is not None and b - a >= SBE_RISING:
+            out.append(Problem(DEGRADED, "gpu.memory_degrading", "warning", str(g.get("uuid")),
+                               f"GPU {who}: corrected ECC errors rose by {b - a} since the "
+                               "last pass"))
+    return out
+
+
+def _n(v):
+    return v if isinstance(v, (int, float)) and not isinstance(v, bool) else None
 
 
 def users_of(subject: str, hit: dict[str, tuple[str, ...]]) -> tuple[str, ...]:
     """The pods on the GPU a finding's subject names (its UUID or PCI id), else ()."""
-    if not hit:
-        return ()
-    m = re.search(r"(?:GPU|MIG)-[0-9a-fA-F-]{8,}", subject)
-    if m and m.group(0) in hit:
-        return hit[m.group(0)]
-    pci = _pci(subject)
-    return hit.get(pci, ()) if pci else ()
+    return podresources.users_of(subject, hit)
 
 
 def _isolation_cost(checks: list[CheckResult], reported: list[float]) -> float | None:

@@ -221,6 +221,7 @@ def main(argv: list[str] | None = None) -> int:
          f"{'' if writer else ' (API writes off)'}")
     n = 0
     first = True
+    last_gpus: list = []   # the previous pass's per-GPU gauges (detect.rising)
     pending: dict[str, dict] = {}   # transitions to True whose capture waits for a free turn
     last_sig = last_flips = None
     last_write = 0.0
@@ -248,6 +249,9 @@ def main(argv: list[str] | None = None) -> int:
             if stop.is_set():
                 break
             provoker.observe(res.findings)
+            for p in detect.rising(last_gpus, res.gpus):   # counters rising between passes
+                res.problems.setdefault(p.ctype, []).append(p)
+            last_gpus = res.gpus or last_gpus
             transitions = state.update(res.problems, res.unsure)
             events = [(t.ctype, t.reason, f"{t.ctype} is {t.status}: {t.message}",
                        t.status == "True") for t in transitions]

@@ -3,8 +3,9 @@
 Why: platform teams alert on metrics as much as on conditions. Exposed: current problems per
 finding id and subject (GPU, plugin, node), detector durations and failures per check, the last
 successful pass and API write. Bounded: at most MAX_SERIES problem series, label values cut and
-escaped, at most MAX_CONNECTIONS served at once, each within one total deadline (a slowloris
-client holds one slot for at most REQUEST_DEADLINE_S), a client that hangs up is counted, never
+escaped, one thread serving every connection from a selector (a trickling client costs a
+descriptor and a few bytes, never a scrape's turn), each connection within one total deadline,
+at most MAX_OPEN open at once (the oldest cut first), a client that hangs up is counted, never
 a traceback; any other method or path answered 404/405 without reading a body.
 
 Where and how it is reachable (M-01): it binds the pod's own IP (POD_IP from the downward API
@@ -15,16 +16,16 @@ install --metrics-port` ships a NetworkPolicy that admits only namespaces labell
 """
 from __future__ import annotations
 
-import http.server
+import selectors
 import socket
-import socketserver
 import threading
 import time
 
 MAX_SERIES = 200
 MAX_LABEL = 120
-MAX_CONNECTIONS = 8         # served at once; more wait in the backlog
-READ_TIMEOUT_S = 2.0        # per read of the request
+MAX_OPEN = 256              # connections open at once; past it the oldest is cut
+MAX_REQUEST = 8192          # bytes of request line and headers
+BACKLOG = 128
 REQUEST_DEADLINE_S = 5.0    # a whole connection: request in, answer out (Prometheus: < 1 s)
 
 
@@ -67,6 +68,7 @@ class Metrics:
                          f'{0 if c.status in ("ok", "skipped") else 1}')
         for cid in passed.stuck:
             lines.append(f'gpu_doctor_check_failed{{check="{_label(cid)}"}} 1')
+        lines += gpu_lines(getattr(passed, "gpus", None) or [])
         lines += ["# HELP gpu_doctor_last_pass_timestamp_seconds End of the last pass.",
                   "# TYPE gpu_doctor_last_pass_timestamp_seconds gauge",
                   f"gpu_doctor_last_pass_timestamp_seconds {time.time():.3f}",
@@ -89,99 +91,183 @@ class Metrics:
             return self._text
 
 
-class _Server(socketserver.ThreadingMixIn, http.server.HTTPServer):
-    """One thread per connection, at most MAX_CONNECTIONS at once: the accept loop waits for
-    a free slot, so more clients queue in the kernel's backlog (each slot frees within
-    REQUEST_DEADLINE_S) instead of costing a thread each. A slow or idle client holds one
-    slot, never the server (M-02)."""
+# per-GPU gauges of a slow GPU (issue 38): metric -> (help, gauge key in detect.gpu_gauges)
+GPU_METRICS = (
+    ("gpu_doctor_gpu_pcie_link_generation", "PCIe link generation of the GPU (which=current|max).",
+     (("current", "pcie_gen_cur"), ("max", "pcie_gen_max"))),
+    ("gpu_doctor_gpu_pcie_link_width", "PCIe link width in lanes (which=current|max).",
+     (("current", "pcie_width_cur"), ("max", "pcie_width_max"))),
+    ("gpu_doctor_gpu_clocks_event_reasons", "NVML clock event (throttle) reasons bitmask "
+     "(0x4 SW power cap, 0x8 HW slowdown, 0x20 SW thermal, 0x40 HW thermal, 0x80 power brake).",
+     ((None, "clocks_event_reasons"),)),
+    ("gpu_doctor_gpu_thermal_margin_celsius", "Slowdown temperature minus GPU temperature.",
+     ((None, "thermal_margin_c"),)),
+)
 
-    daemon_threads = True
-    request_queue_size = 64
 
-    def __init__(self, addr, handler) -> None:
-        self.slots = threading.BoundedSemaphore(MAX_CONNECTIONS)
-        self.errors = 0
-        super().__init__(addr, handler)
+def gpu_lines(gpus: list[dict]) -> list[str]:
+    """Prometheus lines of the per-GPU gauges; a value NVML could not give writes no sample."""
+    out = []
+    for name, help_, series in GPU_METRICS:
+        out += [f"# HELP {name} {help_}", f"# TYPE {name} gauge"]
+        for g in gpus[:MAX_SERIES]:
+            base = f'uuid="{_label(g.get("uuid"))}",pci_bus_id="{_label(g.get("pci_bus_id"))}"'
+            for which, key in series:
+                v = g.get(key)
+                if not isinstance(v, (int, float)) or isinstance(v, bool):
+                    continue
+                lab = base + (f',which="{which}"' if which else "")
+                out.append(f"{name}{{{lab}}} {int(v) if float(v).is_integer() else v}")
+    return out
 
-    def _handle_request_noblock(self) -> None:
-        self.slots.acquire()
-        handed = False
+
+class _Conn:
+    """One client: what it sent so far, then the answer being written, and its deadline."""
+    __slots__ = ("deadline", "inbuf", "out", "sent")
+
+    def __init__(self, deadline: float) -> None:
+        self.deadline = deadline
+        self.inbuf = b""
+        self.out: bytes | None = None   # the answer, once the request is complete
+        self.sent = 0
+
+
+class _Server:
+    """One thread serves every connection from a selector (non-blocking sockets): a client
+    costs a few bytes and one descriptor while it trickles, never a slot a scrape waits for.
+    Before, 8 threads of 5 s each and a 64-deep backlog let 30 clients trickling a byte every
+    1.5 s stretch a scrape past Prometheus' 10 s timeout, and 100 made every scrape time out
+    (audit round 5, M-02). Each connection still has one total deadline; past MAX_OPEN at
+    once the oldest is cut for the newest (a scrape sends its request at once)."""
+
+    def __init__(self, addr: tuple[str, int], metrics: "Metrics") -> None:
+        self.metrics = metrics
+        self.sock = socket.create_server(addr, backlog=BACKLOG)
+        self.sock.setblocking(False)
+        self.server_address = self.sock.getsockname()
+        self.errors = 0           # clients that hung up, trickled past the deadline, were cut
+        self._stop = threading.Event()
+        self._done = threading.Event()
+        self._wake_r, self._wake_w = socket.socketpair()
+        self.conns: dict[socket.socket, _Conn] = {}   # oldest first
+
+    def serve_forever(self) -> None:
+        sel = selectors.DefaultSelector()
+        sel.register(self.sock, selectors.EVENT_READ, None)
+        sel.register(self._wake_r, selectors.EVENT_READ, "wake")
         try:
+            while not self._stop.is_set():
+                for key, _mask in sel.select(timeout=0.5):
+                    if key.data is None:
+                        self._accept(sel)
+                    elif key.data != "wake":
+                        self._step(sel, key.fileobj, key.data)
+                now = time.monotonic()
+                for c, conn in list(self.conns.items()):
+                    if conn.deadline < now:
+                        self._close(sel, c, failed=True)
+        finally:
+            for c in list(self.conns):
+                self._close(sel, c)
+            sel.close()
+            self._done.set()
+
+    def _accept(self, sel: selectors.BaseSelector) -> None:
+        for _ in range(BACKLOG):
             try:
-                request, client = self.get_request()
+                c, _addr = self.sock.accept()
+            except (BlockingIOError, InterruptedError):
+                return
             except OSError:
                 return
-            if self.verify_request(request, client):
+            c.setblocking(False)
+            if len(self.conns) >= MAX_OPEN:
+                self._close(sel, next(iter(self.conns)), failed=True)
+            self.conns[c] = _Conn(time.monotonic() + REQUEST_DEADLINE_S)
+            sel.register(c, selectors.EVENT_READ, self.conns[c])
+
+    def _step(self, sel: selectors.BaseSelector, c: socket.socket, conn: _Conn) -> None:
+        try:
+            if conn.out is None:
+                data = c.recv(4096)
+                if not data:
+                    self._close(sel, c, failed=True)
+                    return
+                conn.inbuf += data
+                end = conn.inbuf.find(b"\r\n\r\n")
+                if end < 0:
+                    end = conn.inbuf.find(b"\n\n")
+                if end < 0:
+                    if len(conn.inbuf) > MAX_REQUEST:
+                        self._close(sel, c, failed=True)
+                    return
+                conn.out = self._answer(conn.inbuf[:end])
+                sel.modify(c, selectors.EVENT_WRITE, conn)
+            conn.sent += c.send(memoryview(conn.out)[conn.sent:conn.sent + 65536])
+            if conn.sent >= len(conn.out):
                 try:
-                    self.process_request(request, client)
-                    handed = True
-                except Exception:  # noqa: BLE001 - one client's trouble ends only its own
-                    self.handle_error(request, client)
-                    self.shutdown_request(request)
-            else:
-                self.shutdown_request(request)
-        finally:
-            if not handed:
-                self.slots.release()
+                    c.shutdown(socket.SHUT_WR)   # the answer ends with the connection (1.0)
+                except OSError:
+                    pass
+                self._close(sel, c)
+        except (BlockingIOError, InterruptedError):
+            return
+        except OSError:   # reset, broken pipe: counted, never a traceback
+            self._close(sel, c, failed=True)
 
-    def process_request_thread(self, request, client) -> None:
+    def _answer(self, head: bytes) -> bytes:
+        """HTTP/1.0, one request per connection: GET /metrics, else 404 or 405."""
+        parts = head.split(b"\n", 1)[0].split()
+        method = parts[0] if parts else b""
+        path = parts[1].split(b"?", 1)[0] if len(parts) > 1 else b""
+        if method != b"GET":
+            return _status(405, "Method Not Allowed")
+        if path != b"/metrics":
+            return _status(404, "Not Found")
+        body = self.metrics.text()
+        return (b"HTTP/1.0 200 OK\r\nContent-Type: text/plain; version=0.0.4; charset=utf-8"
+                b"\r\nContent-Length: " + str(len(body)).encode() + b"\r\n\r\n" + body)
+
+    def _close(self, sel: selectors.BaseSelector, c: socket.socket,
+               failed: bool = False) -> None:
+        self.conns.pop(c, None)
+        if failed:
+            self.errors += 1
         try:
-            super().process_request_thread(request, client)
-        finally:
-            self.slots.release()
-
-    def handle_error(self, request, client) -> None:
-        """A client that hung up (BrokenPipeError, ECONNRESET) or ran past its deadline: counted,
-        never a traceback in the agent's log."""
-        self.errors += 1
-
-
-def serve(metrics: Metrics, port: int, host: str = "127.0.0.1") -> http.server.HTTPServer:
-    """Serve GET /metrics on host:port (the agent passes its pod IP, from the downward API).
-    Each connection has one total deadline -- reading the request, writing the answer -- after
-    which its socket is shut down, whatever the client trickles."""
-    class Handler(http.server.BaseHTTPRequestHandler):
-        timeout = READ_TIMEOUT_S  # per read; the total is REQUEST_DEADLINE_S
-        protocol_version = "HTTP/1.0"  # one request per connection: no keep-alive slot hog
-
-        def setup(self):
-            super().setup()
-            self._guard = threading.Timer(REQUEST_DEADLINE_S, self._cut)
-            self._guard.daemon = True
-            self._guard.start()
-
-        def _cut(self):
-            try:
-                self.connection.shutdown(socket.SHUT_RDWR)
-            except OSError:
-                pass
-
-        def finish(self):
-            self._guard.cancel()
-            try:
-                super().finish()
-            except OSError:
-                pass
-
-        def do_GET(self):  # noqa: N802 - http.server's naming
-            if self.path.split("?", 1)[0] != "/metrics":
-                self.send_error(404)
-                return
-            body = metrics.text()
-            self.send_response(200)
-            self.send_header("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
-
-        def _refuse(self):
-            self.send_error(405)
-
-        do_POST = do_PUT = do_DELETE = do_PATCH = _refuse  # noqa: N815
-
-        def log_message(self, *args):  # quiet
+            sel.unregister(c)
+        except (KeyError, ValueError):
+            pass
+        try:
+            c.close()
+        except OSError:
             pass
 
-    srv = _Server((host, port), Handler)
+    def shutdown(self) -> None:
+        self._stop.set()
+        try:
+            self._wake_w.send(b"x")
+        except OSError:
+            pass
+        self._done.wait(10)
+
+    def server_close(self) -> None:
+        for s in (self.sock, self._wake_r, self._wake_w):
+            try:
+                s.close()
+            except OSError:
+                pass
+
+
+def _status(code: int, reason: str) -> bytes:
+    body = f"{code} {reason}\n".encode()
+    return (f"HTTP/1.0 {code} {reason}\r\nContent-Type: text/plain\r\n"
+            f"Content-Length: {len(body)}\r\n\r\n").encode() + body
+
+
+def serve(metrics: Metrics, port: int, host: str = "127.0.0.1") -> _Server:
+    """Serve GET /metrics on host:port (the agent passes its pod IP, from the downward API).
+    Each connection has one total deadline -- reading the request, writing the answer -- after
+    which it is closed, whatever the client trickles."""
+    srv = _Server((host, port), metrics)
     threading.Thread(target=srv.serve_forever, name="watch-metrics", daemon=True).start()
     return srv

@@ -129,9 +129,24 @@ class PassRunner:
             [Seen(str(i)) for i in (final.get("finding_ids") or ())[:10000]],
             [Check(str(c[0]), str(c[1]), float(c[2])) for c in final.get("checks") or ()],
             problems, {str(u) for u in final.get("unsure") or ()}, stuck, provoke,
-            float(iso) if isinstance(iso, (int, float)) else None,
-            tuple(str(x)[:600] for x in seen[:64]) if isinstance(seen, list) else None,
-            final.get("plugin_rpc") is not False)
+            float(iso) if isinstance(iso, (int, float)) else None, _gauges(final.get("gpus")),
+            plugin_targets=tuple(str(x)[:600] for x in seen[:64]) if isinstance(seen, list)
+            else None, plugin_rpc=final.get("plugin_rpc") is not False)
+
+
+def _gauges(rows) -> list[dict]:
+    """The per-GPU gauges a pass handed back, re-checked: only the known keys, numbers or
+    short strings, at most detect.MAX_GPUS."""
+    out = []
+    for r in (rows if isinstance(rows, list) else [])[:detect.MAX_GPUS]:
+        if not isinstance(r, dict):
+            continue
+        g = {"uuid": str(r.get("uuid") or "")[:96], "pci_bus_id": str(r.get("pci_bus_id") or "")[:32]}
+        for k in detect.GAUGES:
+            v = r.get(k)
+            g[k] = v if isinstance(v, (int, float)) and not isinstance(v, bool) else None
+        out.append(g)
+    return out
 
 
 def detect_classes():
@@ -171,6 +186,7 @@ def _child(w: int, base, timeout_s: float, provoke: bool, isolation: bool,
             "checks": [[c.id, c.status, round(c.duration_s, 3)] for c in res.checks],
             "problems": problems, "unsure": sorted(res.unsure),
             "isolation_cpu_s": res.isolation_cpu_s,
+            "gpus": res.gpus[:detect.MAX_GPUS],
             "plugin_targets": None if res.plugin_targets is None else list(res.plugin_targets),
             "plugin_rpc": res.plugin_rpc}) + "\n")
         out.flush()

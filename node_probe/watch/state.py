@@ -32,6 +32,7 @@ CLASS_CHECKS: dict[str, tuple[str, ...]] = {
     "GpuDoctorGpuLost": ("gpu_lost",),
     "GpuDoctorFabricNotReady": ("fabric",),
     "GpuDoctorIsolationBreach": ("gpu.isolation",),
+    "GpuDoctorGpuDegraded": ("gpu.slow", "nvml"),
 }
 # statuses meaning a check looked (default: ok and skipped, a skip saying there was nothing to
 # look at). The isolation check skips when it could not read what was allocated or was cut by

@@ -26,6 +26,18 @@
  *     |<remapper histogram "max,high,partial,low,none" (banks by rows still available),
  *      default: all banks at max>
  *   proc=<gpu index>|<pid>|<used GPU memory bytes>   (a running compute process)
+ *   set=<gpu index>|<attribute>|<value>   what says whether a GPU runs slow (issue 38); each
+ *     attribute has a healthy default (attr_names/attr_defaults below: the link at its max
+ *     generation while the GPU is busy, at Gen1 while idle); the value "none"
+ *     (or -1) makes its query return NOT_SUPPORTED, as on GPUs and drivers without it:
+ *     pcie_gen_cur pcie_width_cur pcie_gen_max pcie_width_max pcie_gen_gpu_max
+ *     util_gpu util_mem clock_reasons sm_mhz sm_max_mhz mem_mhz mem_max_mhz
+ *     temp_c temp_slowdown_c temp_shutdown_c power_mw power_limit_mw power_default_mw
+ *     nvlinks (how many links answer) nvlink_down (bitmask of inactive links)
+ *     ecc_sbe ecc_dbe retired_pending
+ *     clock_api: 0 both names, 1 only nvmlDeviceGetCurrentClocksThrottleReasons (a driver
+ *       before 535: the EventReasons call is FUNCTION_NOT_FOUND)
+ *   set=<gpu index>|nvlink_err|<link>,<counter 0 replay 1 recovery 2 crc flit 3 crc data>,<n>
  */
 #define _GNU_SOURCE
 #include <dlfcn.h>
@@ -44,11 +56,31 @@ typedef int nvmlReturn_t;
 #define NVML_ERROR_NOT_SUPPORTED 3
 #define NVML_ERROR_NOT_FOUND 6
 #define NVML_ERROR_INSUFFICIENT_SIZE 7
+#define NVML_ERROR_FUNCTION_NOT_FOUND 13
 #define NVML_ERROR_GPU_IS_LOST 15
 
 #define MAX_GPUS 16
 #define MAX_MIG 8
 #define MAX_PROCS 16
+#define MAX_LINKS 18
+
+enum { A_GEN_CUR, A_WIDTH_CUR, A_GEN_MAX, A_WIDTH_MAX, A_GEN_GPU_MAX, A_UTIL_GPU, A_UTIL_MEM,
+       A_REASONS, A_SM, A_SM_MAX, A_MEM, A_MEM_MAX, A_TEMP, A_TEMP_SLOW, A_TEMP_SHUT,
+       A_POWER, A_POWER_LIMIT, A_POWER_DEFAULT, A_NVLINKS, A_NVLINK_DOWN, A_SBE, A_DBE,
+       A_RETIRED_PENDING, A_CLOCK_API, NATTR };
+static const char *attr_names[NATTR] = {
+    "pcie_gen_cur", "pcie_width_cur", "pcie_gen_max", "pcie_width_max", "pcie_gen_gpu_max",
+    "util_gpu", "util_mem", "clock_reasons", "sm_mhz", "sm_max_mhz", "mem_mhz", "mem_max_mhz",
+    "temp_c", "temp_slowdown_c", "temp_shutdown_c", "power_mw", "power_limit_mw",
+    "power_default_mw", "nvlinks", "nvlink_down", "ecc_sbe", "ecc_dbe", "retired_pending",
+    "clock_api"};
+/* a healthy H100-like GPU: its link at Gen5 while busy (util_gpu > 0 or a proc= line) and
+ * idled down to Gen1 otherwise, as real GPUs do (-2: that automatic value), clocks idle
+ * (reason 0x1 GPU idle), 700 W default limit, no NVLink answered, no errors */
+#define AUTO_GEN (-2)
+static const long long attr_defaults[NATTR] = {
+    AUTO_GEN, 16, 5, 16, 5, 0, 0, 0x1, 345, 1980, 2619, 2619, 34, 87, 92, 70000, 700000, 700000,
+    0, 0, 0, 0, 0, 0};
 
 struct fake_dev {
     int is_mig;
@@ -75,6 +107,8 @@ struct fake_dev {
     unsigned long long proc_mem[MAX_PROCS];
     int nmig;
     struct fake_dev *migs[MAX_MIG];
+    long long attr[NATTR];
+    unsigned long long nvlink_err[MAX_LINKS][4];
 };
 
 static struct fake_dev gpus[MAX_GPUS];
@@ -157,7 +191,25 @@ static void load_config(void) {
             if (*fl[18]) sscanf(fl[18], "%u,%u,%u,%u,%u", &g->hist[0], &g->hist[1],
                                 &g->hist[2], &g->hist[3], &g->hist[4]);
             else g->hist[0] = 640;  /* every bank still has all its spare rows */
+            memcpy(g->attr, attr_defaults, sizeof g->attr);
             ngpus++;
+        } else if (!strcmp(k, "set")) {
+            char *fl[3];
+            split(v, fl, 3);
+            int gi = atoi(fl[0]);
+            if (gi < 0 || gi >= ngpus) continue;
+            struct fake_dev *g = &gpus[gi];
+            if (!strcmp(fl[1], "nvlink_err")) {
+                unsigned int link = 0, counter = 0;
+                unsigned long long n = 0;
+                if (sscanf(fl[2], "%u,%u,%llu", &link, &counter, &n) == 3 && link < MAX_LINKS
+                    && counter < 4)
+                    g->nvlink_err[link][counter] = n;
+                continue;
+            }
+            for (int a = 0; a < NATTR; a++)
+                if (!strcmp(fl[1], attr_names[a]))
+                    g->attr[a] = strcmp(fl[2], "none") ? strtoll(fl[2], NULL, 0) : -1;
         } else if (!strcmp(k, "proc")) {
             char *fl[3];
             split(v, fl, 3);
@@ -315,7 +367,9 @@ nvmlReturn_t nvmlDeviceGetTotalEccErrors(struct fake_dev *d, int errorType, int 
     NEED_INIT();
     (void)counterType;
     if (d->is_mig) return NVML_ERROR_NOT_SUPPORTED;
-    *count = errorType == 1 ? d->ecc_uncorrected : 0;
+    if (errorType == 1) { *count = d->ecc_uncorrected; return NVML_SUCCESS; }
+    if (d->attr[A_SBE] < 0) return NVML_ERROR_NOT_SUPPORTED;
+    *count = (unsigned long long)d->attr[A_SBE];
     return NVML_SUCCESS;
 }
 /* nvml.h: nvmlDeviceGetRemappedRows(nvmlDevice_t device, unsigned int *corrRows,
@@ -440,4 +494,130 @@ nvmlReturn_t nvmlDeviceGetComputeRunningProcesses_v3(struct fake_dev *d, unsigne
 nvmlReturn_t nvmlDeviceGetComputeRunningProcesses_v2(struct fake_dev *d, unsigned int *count,
                                                      fake_process_info *infos) {
     return nvmlDeviceGetComputeRunningProcesses_v3(d, count, infos);
+}
+
+/* ---- what says whether a GPU runs slow (issue 38); signatures as in nvml.h ---- */
+
+/* the GPU (parent of a MIG handle), or NULL while a query must fail (lost) */
+static struct fake_dev *full(struct fake_dev *d) { return d->is_mig ? &gpus[d->parent] : d; }
+
+#define ATTR_QUERY(fn, which, type)                                                     \
+    nvmlReturn_t fn(struct fake_dev *d, type *out) {                                    \
+        NEED_INIT();                                                                    \
+        if (!out) return NVML_ERROR_INVALID_ARGUMENT;                                   \
+        if (d->lost) return NVML_ERROR_GPU_IS_LOST;                                     \
+        long long v = full(d)->attr[which];                                             \
+        if (v < 0) return NVML_ERROR_NOT_SUPPORTED;                                     \
+        *out = (type)v;                                                                 \
+        return NVML_SUCCESS;                                                            \
+    }
+
+nvmlReturn_t nvmlDeviceGetCurrPcieLinkGeneration(struct fake_dev *d, unsigned int *gen) {
+    NEED_INIT();
+    if (!gen) return NVML_ERROR_INVALID_ARGUMENT;
+    if (d->lost) return NVML_ERROR_GPU_IS_LOST;
+    struct fake_dev *g = full(d);
+    long long v = g->attr[A_GEN_CUR];
+    if (v == AUTO_GEN) v = (g->nprocs > 0 || g->attr[A_UTIL_GPU] > 0) ? g->attr[A_GEN_MAX] : 1;
+    if (v < 0) return NVML_ERROR_NOT_SUPPORTED;
+    *gen = (unsigned int)v;
+    return NVML_SUCCESS;
+}
+ATTR_QUERY(nvmlDeviceGetCurrPcieLinkWidth, A_WIDTH_CUR, unsigned int)
+ATTR_QUERY(nvmlDeviceGetMaxPcieLinkGeneration, A_GEN_MAX, unsigned int)
+ATTR_QUERY(nvmlDeviceGetMaxPcieLinkWidth, A_WIDTH_MAX, unsigned int)
+ATTR_QUERY(nvmlDeviceGetGpuMaxPcieLinkGeneration, A_GEN_GPU_MAX, unsigned int)
+ATTR_QUERY(nvmlDeviceGetPowerUsage, A_POWER, unsigned int)
+ATTR_QUERY(nvmlDeviceGetEnforcedPowerLimit, A_POWER_LIMIT, unsigned int)
+ATTR_QUERY(nvmlDeviceGetPowerManagementLimit, A_POWER_LIMIT, unsigned int)
+ATTR_QUERY(nvmlDeviceGetPowerManagementDefaultLimit, A_POWER_DEFAULT, unsigned int)
+ATTR_QUERY(nvmlDeviceGetRetiredPagesPendingStatus, A_RETIRED_PENDING, int)
+
+nvmlReturn_t nvmlDeviceGetCurrentClocksThrottleReasons(struct fake_dev *d,
+                                                       unsigned long long *reasons) {
+    NEED_INIT();
+    if (!reasons) return NVML_ERROR_INVALID_ARGUMENT;
+    if (d->lost) return NVML_ERROR_GPU_IS_LOST;
+    long long v = full(d)->attr[A_REASONS];
+    if (v < 0) return NVML_ERROR_NOT_SUPPORTED;
+    *reasons = (unsigned long long)v;
+    return NVML_SUCCESS;
+}
+nvmlReturn_t nvmlDeviceGetCurrentClocksEventReasons(struct fake_dev *d,
+                                                    unsigned long long *reasons) {
+    NEED_INIT();
+    if (full(d)->attr[A_CLOCK_API] == 1) return NVML_ERROR_FUNCTION_NOT_FOUND;
+    return nvmlDeviceGetCurrentClocksThrottleReasons(d, reasons);
+}
+
+/* nvmlUtilization_t: gpu, memory (percent) */
+typedef struct { unsigned int gpu, memory; } fake_utilization;
+
+nvmlReturn_t nvmlDeviceGetUtilizationRates(struct fake_dev *d, fake_utilization *u) {
+    NEED_INIT();
+    if (!u) return NVML_ERROR_INVALID_ARGUMENT;
+    if (d->lost) return NVML_ERROR_GPU_IS_LOST;
+    if (d->is_mig || d->attr[A_UTIL_GPU] < 0) return NVML_ERROR_NOT_SUPPORTED;
+    u->gpu = (unsigned int)d->attr[A_UTIL_GPU];
+    u->memory = d->attr[A_UTIL_MEM] < 0 ? 0 : (unsigned int)d->attr[A_UTIL_MEM];
+    return NVML_SUCCESS;
+}
+
+/* nvmlClockType_t: 0 graphics, 1 SM, 2 memory, 3 video */
+static nvmlReturn_t clock_query(struct fake_dev *d, int type, unsigned int *mhz, int cur) {
+    NEED_INIT();
+    if (!mhz) return NVML_ERROR_INVALID_ARGUMENT;
+    if (d->lost) return NVML_ERROR_GPU_IS_LOST;
+    int a = type == 2 ? (cur ? A_MEM : A_MEM_MAX) : (type <= 1 ? (cur ? A_SM : A_SM_MAX) : -1);
+    if (a < 0) return NVML_ERROR_NOT_SUPPORTED;
+    long long v = full(d)->attr[a];
+    if (v < 0) return NVML_ERROR_NOT_SUPPORTED;
+    *mhz = (unsigned int)v;
+    return NVML_SUCCESS;
+}
+nvmlReturn_t nvmlDeviceGetClockInfo(struct fake_dev *d, int type, unsigned int *mhz) { return clock_query(d, type, mhz, 1); }
+nvmlReturn_t nvmlDeviceGetMaxClockInfo(struct fake_dev *d, int type, unsigned int *mhz) { return clock_query(d, type, mhz, 0); }
+
+/* nvmlTemperatureSensors_t 0 = GPU; nvmlTemperatureThresholds_t 0 shutdown, 1 slowdown */
+nvmlReturn_t nvmlDeviceGetTemperature(struct fake_dev *d, int sensor, unsigned int *c) {
+    NEED_INIT();
+    if (!c) return NVML_ERROR_INVALID_ARGUMENT;
+    if (d->lost) return NVML_ERROR_GPU_IS_LOST;
+    long long v = full(d)->attr[A_TEMP];
+    if (sensor != 0 || v < 0) return NVML_ERROR_NOT_SUPPORTED;
+    *c = (unsigned int)v;
+    return NVML_SUCCESS;
+}
+nvmlReturn_t nvmlDeviceGetTemperatureThreshold(struct fake_dev *d, int which, unsigned int *c) {
+    NEED_INIT();
+    if (!c) return NVML_ERROR_INVALID_ARGUMENT;
+    if (d->lost) return NVML_ERROR_GPU_IS_LOST;
+    int a = which == 0 ? A_TEMP_SHUT : (which == 1 ? A_TEMP_SLOW : -1);
+    if (a < 0 || full(d)->attr[a] < 0) return NVML_ERROR_NOT_SUPPORTED;
+    *c = (unsigned int)full(d)->attr[a];
+    return NVML_SUCCESS;
+}
+
+/* NVLink: links 0..nvlinks-1 answer; the rest are INVALID_ARGUMENT, as on a GPU with fewer */
+nvmlReturn_t nvmlDeviceGetNvLinkState(struct fake_dev *d, unsigned int link, unsigned int *active) {
+    NEED_INIT();
+    if (!active) return NVML_ERROR_INVALID_ARGUMENT;
+    if (d->lost) return NVML_ERROR_GPU_IS_LOST;
+    struct fake_dev *g = full(d);
+    if (g->attr[A_NVLINKS] <= 0) return NVML_ERROR_NOT_SUPPORTED;
+    if (link >= (unsigned)g->attr[A_NVLINKS] || link >= MAX_LINKS) return NVML_ERROR_INVALID_ARGUMENT;
+    *active = (g->attr[A_NVLINK_DOWN] >> link) & 1 ? 0 : 1;
+    return NVML_SUCCESS;
+}
+nvmlReturn_t nvmlDeviceGetNvLinkErrorCounter(struct fake_dev *d, unsigned int link, int counter,
+                                             unsigned long long *n) {
+    NEED_INIT();
+    if (!n) return NVML_ERROR_INVALID_ARGUMENT;
+    if (d->lost) return NVML_ERROR_GPU_IS_LOST;
+    struct fake_dev *g = full(d);
+    if (g->attr[A_NVLINKS] <= 0) return NVML_ERROR_NOT_SUPPORTED;
+    if (link >= (unsigned)g->attr[A_NVLINKS] || link >= MAX_LINKS) return NVML_ERROR_INVALID_ARGUMENT;
+    if (counter < 0 || counter > 3) return NVML_ERROR_NOT_SUPPORTED;
+    *n = g->nvlink_err[link][counter];
+    return NVML_SUCCESS;
 }

@@ -45,6 +45,12 @@ class FakeGpu:
     remap_supported: bool = True                  # False: a pre-Ampere GPU (NOT_SUPPORTED)
     # banks with (max, high, partial, low, none) spare rows left; None: all banks at max
     remap_histogram: tuple[int, int, int, int, int] | None = None
+    # what says whether it runs slow (fake_nvml.c's set= attributes: pcie_gen_cur, util_gpu,
+    # clock_reasons, temp_c, power_limit_mw, nvlinks, nvlink_down, ecc_sbe, ...): name -> value
+    # ("none" = the query is NOT_SUPPORTED); unset ones keep a healthy idle default
+    attrs: tuple[tuple[str, int | str], ...] = ()
+    # (link, counter 0 replay 1 recovery 2 crc flit 3 crc data, count)
+    nvlink_errors: tuple[tuple[int, int, int], ...] = ()
 
     @property
     def bus_id(self) -> str:
@@ -79,6 +85,10 @@ def config_text(init: str = "ok", driver_version: str = "550.54.15",
                      f"{'' if g.remap_uncorrectable_rows is None else g.remap_uncorrectable_rows}|"
                      f"{int(g.remap_supported)}|"
                      f"{','.join(map(str, g.remap_histogram)) if g.remap_histogram else ''}")
+        for name, value in g.attrs:
+            lines.append(f"set={i}|{name}|{value}")
+        for link, counter, n in g.nvlink_errors:
+            lines.append(f"set={i}|nvlink_err|{link},{counter},{n}")
         for pid, used in g.processes:
             lines.append(f"proc={i}|{pid}|{used}")
         for uuid, profile, gi, ci in g.mig_devices:

@@ -289,8 +289,16 @@ UNDEFINED = {
     ("", "resourcequotas"): ("/v1, Kind=ResourceQuota", ("spec.hard", "status.hard",
                                                           "status.used")),
     ("events.k8s.io", "events"): ("events.k8s.io/v1, Kind=Event",
-                                  ("involvedObject", "source")),
+                                  ("involvedObject", "source", "message", "count",
+                                   "firstTimestamp", "lastTimestamp", "reportingComponent")),
+    ("", "events"): ("/v1, Kind=Event",
+                     ("regarding", "related", "note", "reportingController",
+                      "deprecatedSource", "deprecatedCount", "deprecatedFirstTimestamp",
+                      "deprecatedLastTimestamp")),
 }
+# matchPolicy Equivalent type-checks the expressions against the other group's Event too
+_EQUIVALENT = {("", "events"): ("events.k8s.io", "events"),
+               ("events.k8s.io", "events"): ("", "events")}
 _SELECT = re.compile(r"(has\()?\b(?:object|oldObject)((?:\.[A-Za-z_][A-Za-z0-9_]*)+)")
 
 
@@ -322,8 +330,8 @@ def type_check(policy: dict) -> list[dict]:
                 base = r.split("/")[0]
                 if (g, base) in UNDEFINED:
                     kinds.append(UNDEFINED[(g, base)])
-                if g == "" and base == "events" and not exact:
-                    kinds.append(UNDEFINED[("events.k8s.io", "events")])
+                if (g, base) in _EQUIVALENT and not exact:
+                    kinds.append(UNDEFINED[_EQUIVALENT[(g, base)]])
     warnings = []
     for i, v in enumerate(spec.get("validations") or ()):
         for gvk, paths in dict.fromkeys(kinds):

@@ -55,6 +55,8 @@ def test_install_dry_run_prints_valid_manifests():
     assert [d["kind"] for d in docs] == [
         "Namespace", "ResourceQuota", "ValidatingAdmissionPolicy",
         "ValidatingAdmissionPolicyBinding", "ValidatingAdmissionPolicy",
+        "ValidatingAdmissionPolicyBinding", "ValidatingAdmissionPolicy",
+        "ValidatingAdmissionPolicyBinding", "ValidatingAdmissionPolicy",
         "ValidatingAdmissionPolicyBinding", "ServiceAccount", "ClusterRole",
         "ClusterRoleBinding", "ValidatingAdmissionPolicy",
         "ValidatingAdmissionPolicyBinding", "DaemonSet"]  # the policy in force before pods
@@ -223,7 +225,8 @@ def test_save_then_replay_same_document_and_exit_code(xc, kc, tmp_path):
     a.pop("duration_s")
     c.pop("duration_s")
     # a replay says it is one (which bundle, captured when): the rest is the same document
-    assert c.pop("replay") == {"bundle": str(path), "captured_at": b["created_at"]}
+    assert c.pop("replay") == {"bundle": str(path), "captured_at": b["created_at"],
+                               "untrusted": True}
     assert json.dumps(a, indent=2) == json.dumps(c, indent=2)
     t = run_cli("replay", str(path))
     assert t.returncode == 1 and "nvml.init_hang" in t.stdout

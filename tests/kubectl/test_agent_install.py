@@ -154,7 +154,8 @@ def test_our_policies_type_check_without_warnings(xc, kc):
     assert r.returncode == 0, r.stderr
     pols = {n: o for (res, n), o in xc.admission.items() if res == "validatingadmissionpolicies"}
     assert set(pols) == {"gpu-doctor-probe-only", "gpu-doctor-agent-own-node",
-                         "gpu-doctor-agent-own-events"}
+                         "gpu-doctor-agent-own-events", "gpu-doctor-agent-own-events-k8s-io",
+                         "gpu-doctor-conditions-agent-only"}
     for name, o in pols.items():
         assert o["status"]["typeChecking"] == {"expressionWarnings": []}, name
 
@@ -270,3 +271,42 @@ def test_install_documents_are_one_policy_whatever_the_image():
     b = install_documents("gpu-doctor", "registry.corp/mirror:2", None)
     pick = lambda docs: [d for d in docs if d["kind"].startswith("ValidatingAdmission")]  # noqa
     assert pick(a) == pick(b) == admission.manifests()
+
+
+# -- audit round 5, AG-01: one cluster-wide grant, never taken from another namespace's agent --
+
+def test_a_second_namespace_neither_takes_nor_removes_the_first_agents_grant(xc, kc):
+    """`agent install -n B` after `-n A` rebound A's grant to B's ServiceAccount (A's agent
+    could no longer write, silently), and `agent uninstall -n B` deleted A's grant and
+    policies and cleared A's conditions (ag01_two_installs.py). Now install -n B is refused
+    in one line before anything is applied, and uninstall -n B removes only B's own."""
+    import datetime as dt
+    now = dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    xc.nodes["gpu-a"]["status"]["conditions"].append({
+        "type": "GpuDoctorWatching", "status": "True", "reason": "AgentWatching",
+        "message": "agent of namespace gpu-doctor", "lastHeartbeatTime": now,
+        "lastTransitionTime": now})
+    r = run_cli("agent", "install", "-n", "gpu-doctor", "--kubeconfig", kc)
+    assert r.returncode == 0, r.stderr
+    crb = "/apis/rbac.authorization.k8s.io/v1/clusterrolebindings/gpu-doctor-agent-node-status"
+    before = json.dumps(xc.objects[crb], sort_keys=True)
+    r = run_cli("agent", "install", "-n", "team-b-doctor", "--kubeconfig", kc)
+    assert r.returncode == 3 and r.stdout == "", (r.returncode, r.stdout)
+    [line] = r.stderr.strip().splitlines()
+    assert "namespace gpu-doctor holds its cluster-wide grant" in line
+    assert "agent uninstall -n gpu-doctor" in line
+    assert json.dumps(xc.objects[crb], sort_keys=True) == before
+    assert not [k for k in xc.daemonsets if k[0] == "team-b-doctor"]
+    r = run_cli("agent", "uninstall", "-n", "team-b-doctor", "--kubeconfig", kc)
+    assert r.returncode == 0, r.stderr
+    assert "clusterrolebinding/gpu-doctor-agent-node-status left" in r.stdout
+    assert json.dumps(xc.objects[crb], sort_keys=True) == before
+    assert ("validatingadmissionpolicies", "gpu-doctor-agent-own-node") in xc.admission
+    assert [c["type"] for c in xc.nodes["gpu-a"]["status"]["conditions"]
+            if c["type"].startswith("GpuDoctor")] == ["GpuDoctorWatching"]
+    # the namespace that has it uninstalls it all
+    r = run_cli("agent", "uninstall", "-n", "gpu-doctor", "--kubeconfig", kc)
+    assert r.returncode == 0, r.stderr
+    assert crb not in xc.objects
+    assert not [c for c in xc.nodes["gpu-a"]["status"]["conditions"]
+                if c["type"].startswith("GpuDoctor")]

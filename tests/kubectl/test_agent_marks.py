@@ -43,10 +43,11 @@ def _printable(text: str) -> bool:
 
 
 def _seen_and_fleet(node: dict) -> tuple[dict, dict]:
-    """What each view reports per condition type: agent_seen's finding_id (node X) and
-    agent_conditions' finding id (nodes, agent.condition when the reason names none)."""
-    seen = {f.subject: f.evidence["finding_id"] for f in agent_seen.analyze(node, now())
-            if f.severity.value == "warning"}
+    """What each view reports per condition type: the finding id `node X` (agent_seen) and
+    `nodes` (agent_conditions) give each current mark (agent.condition when the reason names
+    none): the same findings (issue 36.4)."""
+    seen = {f.evidence["condition"]: f.id for f in agent_seen.analyze(node, now())
+            if f.evidence.get("source") == "gpu-doctor agent"}
     fleet = {f.evidence["condition"]: f.id for f in agent_conditions.analyze(node, now())
              if f.id != "agent.heartbeat_stale"}
     return seen, fleet
@@ -102,9 +103,10 @@ def test_a_reason_naming_no_id_of_its_class_maps_to_none_in_both_views():
         "GpuDoctorGpuLost": ("SomethingNewer", "newer agent", 60)}))
     by = {m.type: m for m in agent_marks.read_marks(node, now())}
     assert by[XID].finding_id is None and by["GpuDoctorGpuLost"].finding_id is None
-    seen = {f.subject: f for f in agent_seen.analyze(node, now())}
-    assert seen[XID].evidence["finding_id"] is None and "caused_by" not in seen[XID].evidence
-    assert _seen_and_fleet(node) == ({XID: None, "GpuDoctorGpuLost": None},
+    seen = {f.evidence["condition"]: f for f in agent_seen.analyze(node, now())}
+    assert seen[XID].id == "agent.condition" and "caused_by" not in seen[XID].evidence
+    assert _seen_and_fleet(node) == ({XID: "agent.condition",
+                                      "GpuDoctorGpuLost": "agent.condition"},
                                      {XID: "agent.condition",
                                       "GpuDoctorGpuLost": "agent.condition"})
     # a cleared message's "was <Reason>:" obeys the same rule
@@ -198,16 +200,17 @@ def test_node_and_nodes_read_the_same_conditions_of_the_same_node(cluster, kubec
            _mark("GpuDoctorKernelHungTask\n", conditions.reason_of("kernel.hung_task"))])
     cluster.goroutines["gpu-1"] = healthy_kubelet_dump()
     r = run_cli("node", "gpu-1", "--kubeconfig", str(kubeconfig), "--no-probe", "-o", "json")
-    seen = {f["subject"]: f["evidence"]["finding_id"] for f in json.loads(r.stdout)["findings"]
-            if f["id"] == "agent.problem_seen"}
+    def marks(doc):
+        return {f["evidence"]["condition"]: (f["id"], f["severity"]) for f in doc["findings"]
+                if f["evidence"].get("source") == "gpu-doctor agent" and "condition" in f[
+                    "evidence"]}
+    seen = marks(json.loads(r.stdout))
     doc = json.loads(run_nodes(kubeconfig, "-o", "json").stdout)
-    fleet = {f["evidence"]["condition"]: f["id"] for f in doc["findings"]
-             if f["evidence"].get("source") == "gpu-doctor agent" and "condition" in f[
-                 "evidence"]}
-    assert seen == {STUCK: "deviceplugin.blocked_in_nvml", XID: None,
-                    "GpuDoctorGpuLost": "gpu.lost"}
-    assert fleet == {STUCK: "deviceplugin.blocked_in_nvml", XID: "agent.condition",
-                     "GpuDoctorGpuLost": "gpu.lost"}
+    fleet = marks(doc)
+    # the current marks are the same findings in both views (issue 36.4: one answer)
+    assert seen == fleet == {STUCK: ("deviceplugin.blocked_in_nvml", "critical"),
+                             XID: ("agent.condition", "warning"),
+                             "GpuDoctorGpuLost": ("gpu.lost", "critical")}
     assert doc["nodes"][0]["agent"]["state"] == "watching"
 
 
@@ -248,10 +251,14 @@ def test_a_mark_written_by_another_node_status_writer_says_so_and_is_not_the_too
     fleet = agent_conditions.analyze(node, t)
     (f,) = [f for f in fleet if f.evidence.get("condition") == STUCK]
     assert (f.id, f.severity.value) == ("agent.condition", "info")
-    assert "written by kubectl-edit, not the gpu-doctor agent" in f.title
+    assert "written by another node-status writer, not the gpu-doctor agent" in f.title
+    # the writer's name is the writer's word: quoted, not the title (audit 5, MCP-01)
+    assert {"field": "managedFields manager", "text": "kubectl-edit"}.items() <= \
+        f.quoted[-1].items()
     assert f.evidence["reported_by"] == ["kubectl-edit"]
     (s,) = agent_seen.analyze(node, now())
-    assert s.severity.value == "info" and "written by kubectl-edit" in s.title
+    assert s.severity.value == "info" and "written by another node-status writer" in s.title \
+        and s.quoted[-1]["text"] == "kubectl-edit"
     assert "caused_by" not in s.evidence
     # the node list keeps just this much of managedFields, and the views agree
     from kubectl_gpudoctor.api.slim import slim

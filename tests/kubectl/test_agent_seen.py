@@ -30,19 +30,23 @@ def _agent_conditions(clear: bool, cleared_ago_s: float = 600.0):
     return s.api_conditions(T0)
 
 
-def test_a_problem_marked_now_is_a_warning_naming_it():
-    (f,) = agent_seen.analyze(_node(_agent_conditions(clear=False)), NOW)
-    assert f.id == "agent.problem_seen" and f.severity.value == "warning"
-    assert f.subject == "GpuDoctorDevicePluginStuck"
-    assert "deviceplugin.blocked_in_nvml" in f.title and "60m ago" in f.title
-    assert f.evidence["finding_id"] == "deviceplugin.blocked_in_nvml"
-    assert "--history" in f.remediation
+def test_a_problem_marked_now_is_the_finding_it_names_as_nodes_reports_it():
+    """Issue 36.4: the mark the agent holds now is the finding it names, at its class's
+    severity, exactly as `nodes` (agent_conditions) reports it -- not a warning of its own."""
+    from kubectl_gpudoctor.analysis import agent_conditions
+    node = _node(_agent_conditions(clear=False))
+    (f,) = agent_seen.analyze(node, NOW)
+    assert f.id == "deviceplugin.blocked_in_nvml" and f.severity.value == "critical"
+    assert f == next(g for g in agent_conditions.analyze(node, NOW) if g.id == f.id)
+    assert f.evidence["condition"] == "GpuDoctorDevicePluginStuck"
+    assert "60m" in f.title and "since" not in f.title
 
 
 def test_a_problem_cleared_within_the_hour_is_still_mentioned_with_what_it_was():
     (f,) = agent_seen.analyze(_node(_agent_conditions(clear=True)), NOW)
     assert f.severity.value == "info" and "cleared since" in f.title
-    assert "DevicepluginBlockedInNvml" in f.title  # the cleared message keeps what it was
+    # the cleared message keeps what it was: quoted, as the agent wrote it
+    assert "DevicepluginBlockedInNvml" in f.quoted[0]["text"]
     assert "10m ago" in f.title
 
 
@@ -70,19 +74,22 @@ def test_the_verdict_names_the_probe_finding_not_the_agents_mark():
     from kubectl_gpudoctor.analysis import verdict
     from node_probe.protocol import catalog
     (seen,) = agent_seen.analyze(_node(_agent_conditions(clear=False)), NOW)
-    assert seen.evidence["caused_by"] == ["deviceplugin.blocked_in_nvml"]
     probe = catalog.make("deviceplugin.blocked_in_nvml", "critical", "nvidia.com/gpu plugin",
                          "thread 43 entered nvmlInit_v2", {"pid": 42})
     v = verdict.decide([seen, probe], {"kind": "node", "name": "gpu-1", "node": "gpu-1"})
     assert v.root_cause == "deviceplugin.blocked_in_nvml"
-    assert "agent.problem_seen" in v.chain
+    # the finding seen now speaks for the id: its pid, not the agent's mark from then
+    assert "pid 42" in v.headline and "marked by the watching agent" not in v.headline
+    alone = verdict.decide([seen], {"kind": "node", "name": "gpu-1", "node": "gpu-1"})
+    assert alone.root_cause == v.root_cause and alone.severity == v.severity == "critical"
+    assert "marked by the watching agent 60m ago" in alone.headline
     (cleared,) = agent_seen.analyze(_node(_agent_conditions(clear=True)), NOW)
     assert cleared.evidence["finding_id"] == "deviceplugin.blocked_in_nvml"
 
 
 def test_node_reports_the_agents_current_mark_once(cluster, kubeconfig):
-    """`node X` on a node the agent marks now: one finding for the mark (agent.problem_seen,
-    linked to the probe's id), not a second one for the same condition from the fleet reader."""
+    """`node X` on a node the agent marks now: one finding for the mark (the id it names, as
+    `nodes` reports it), not a second one for the same condition."""
     import json
 
     from .conftest import run_cli
@@ -100,4 +107,4 @@ def test_node_reports_the_agents_current_mark_once(cluster, kubeconfig):
     doc = json.loads(r.stdout)
     about = [f for f in doc["findings"] if f["id"] in ("agent.problem_seen",
                                                         "deviceplugin.blocked_in_nvml")]
-    assert [f["id"] for f in about] == ["agent.problem_seen"], about
+    assert [f["id"] for f in about] == ["deviceplugin.blocked_in_nvml"], about

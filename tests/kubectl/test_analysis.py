@@ -133,7 +133,10 @@ def test_pod_status_explanations():
                  "0/3 nodes are available: 3 Insufficient nvidia.com/gpu.", "default-scheduler",
                  NOW)
     f = pod_status.analyze_pod(unsched, fc.events[-1:], NOW)[0]
-    assert "Insufficient nvidia.com/gpu" in f.title
+    # the scheduler's words are quoted from its event, never the title (audit 5, MCP-01)
+    assert "Insufficient" not in f.title and f.quoted[0]["source"].startswith(
+        "event FailedScheduling on pod/x/unsched")
+    assert "Insufficient nvidia.com/gpu" in f.quoted[0]["text"]
 
 
 def test_kubelet_config_and_aggregate():

@@ -90,7 +90,8 @@ def test_replay_gives_the_same_document_and_exit_code(fc, tmp_path, wedged):
     assert bundle.replay(doc, "json", stdout=replayed, stderr=io.StringIO()) == code
     a, b = _strip_time(original), _strip_time(replayed.getvalue())
     # the one addition: a replay says it is one, of which bundle, captured when
-    assert b.pop("replay") == {"bundle": "a bundle", "captured_at": doc["created_at"]}
+    assert b.pop("replay") == {"bundle": "a bundle", "captured_at": doc["created_at"],
+                                "untrusted": True}
     assert a == b
     # byte for byte once the one timestamp that must differ is aligned
     a_text = json.dumps(a, indent=2)

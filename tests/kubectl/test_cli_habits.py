@@ -121,6 +121,10 @@ def test_agent_install_dry_run_client_server_and_bare(tmp_path):
                                          "ValidatingAdmissionPolicyBinding",
                                          "ValidatingAdmissionPolicy",
                                          "ValidatingAdmissionPolicyBinding",
+                                         "ValidatingAdmissionPolicy",
+                                         "ValidatingAdmissionPolicyBinding",
+                                         "ValidatingAdmissionPolicy",
+                                         "ValidatingAdmissionPolicyBinding",
                                          "ServiceAccount", "ClusterRole", "ClusterRoleBinding",
                                          "ValidatingAdmissionPolicy",
                                          "ValidatingAdmissionPolicyBinding", "DaemonSet"]

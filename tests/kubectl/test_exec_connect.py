@@ -162,3 +162,59 @@ def test_exec_over_tls_is_verified_against_the_kubeconfigs_ca(tmp_path, certs):
     finally:
         front.close()
         xc.stop()
+
+
+class _Counting(Trickler):
+    """A Trickler that takes any number of connections and counts them."""
+
+    def __init__(self, every: float = 0.2) -> None:
+        self.accepted = 0
+        super().__init__(every)
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                c, _ = self.srv.accept()
+            except OSError:
+                return
+            self.accepted += 1
+            threading.Thread(target=self._serve, args=(c,), daemon=True).start()
+
+    def _serve(self, c) -> None:
+        try:
+            head = b""
+            while b"\r\n\r\n" not in head:
+                head += c.recv(65536)
+            c.sendall(b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\n")
+            self.answered.set()
+            for i in range(3000):
+                c.sendall(b"X-More-%d: x\r\n" % i)
+                time.sleep(self.every)
+        except OSError:
+            pass
+        finally:
+            c.close()
+
+
+def test_after_one_hung_upgrade_the_runs_other_execs_do_not_wait_again(tmp_path):
+    """Round 5 (L-02 still partial): `nodes --probe` over 20 nodes whose exec upgrades hung
+    waited 10 s for each (37 s with --timeout 20) before each used a debug pod. The first hung
+    upgrade is remembered on the run's client: the next exec fails at once, without a
+    connection, and its caller falls back to a debug pod."""
+    srv = _Counting()
+    kube = Kube(str(_kubeconfig(tmp_path / "kc", f"http://127.0.0.1:{srv.port}")))
+    try:
+        first = execstream.ExecStream(kube, "gpu-doctor", "agent-a", "probe", ["true"],
+                                      connect_timeout_s=1.5)
+        with pytest.raises(errors.ApiUnreachable):
+            first.open()
+        assert srv.accepted == 1 and "within 1.5s" in (kube.exec_hung or "")
+        second = execstream.ExecStream(kube, "gpu-doctor", "agent-b", "probe", ["true"],
+                                       connect_timeout_s=1.5)
+        with pytest.raises(errors.ApiUnreachable) as ei:
+            second.open()
+        assert "not waiting on the exec into gpu-doctor/agent-b" in ei.value.one_line()
+        assert srv.accepted == 1            # no second connection was even made
+        assert _connect_threads() == []
+    finally:
+        srv.close()

@@ -204,7 +204,7 @@ def test_fit_not_computable_says_so_and_falls_back(cluster, kubeconfig):
     cluster.forbid.append(("GET", re.compile(r"^/api/v1/nodes$")))
     r, doc = pod_doc(cluster, kubeconfig)
     f = gpu_case(doc)
-    assert f["id"] == "pod.pending_explained" and "Insufficient" in f["title"]
+    assert f["id"] == "pod.pending_explained" and "Insufficient" in f["quoted"][0]["text"]
     check = {c["id"]: c for c in doc["checks"]}["api.gpu_fit"]
     assert check["status"] == "skipped" and "403" in check["message"]
 

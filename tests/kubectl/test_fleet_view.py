@@ -169,7 +169,7 @@ def test_agent_conditions_are_read_from_the_node_list_without_exec(cluster, kube
     f = by[("deviceplugin.blocked_in_nvml", f"node/{names[1]}")]
     assert f["severity"] == "critical" and f["evidence"]["source"] == "gpu-doctor agent"
     assert f["evidence"]["since_s"] >= 700 and f["evidence"]["stale"] is False
-    assert "for 11m" in f["title"] and "nvmlInit_v2" in f["title"]
+    assert "for 11m" in f["title"] and "nvmlInit_v2" in f["quoted"][0]["text"]
     assert by[("gpu.xid", f"node/{names[1]}")]["severity"] == "warning"
     stale = by[("agent.heartbeat_stale", f"node/{names[2]}")]
     assert stale["evidence"]["heartbeat_age_s"] >= 3600

@@ -450,3 +450,118 @@ def test_probe_refuses_more_debug_pods_than_max_probes_and_fail_on(cluster, kube
                 "critical")
     assert r.returncode == 0, r.stdout
     assert "gpu-5" in r.stdout
+
+
+# -- the node that holds up a hung job (the hang helper's probe checks) -------------------------
+
+def _probe_stream(tmp_path, name, gpus, ib):
+    """A REAL probe run's stream (node_probe with the stand-in libnvidia-ml.so.1 and a sysfs
+    tree of RDMA ports as the kernel writes them), as the debug pod would print it."""
+    from tests.fakes.nvml import build_fake_nvml
+    from tests.probe_run import run_probe
+    root = tmp_path / name
+    build_fake_nvml(root / "usr/lib/x86_64-linux-gnu", gpus=gpus)
+    for dev, (state, phys) in ib.items():
+        d = root / "sys/class/infiniband" / dev / "ports/1"
+        d.mkdir(parents=True)
+        (d / "state").write_text(state)
+        (d / "phys_state").write_text(phys)
+        (d / "rate").write_text("400 Gb/sec (4X NDR)\n")
+        (d / "link_layer").write_text("InfiniBand\n")
+    run = run_probe("--host-root", str(root), "--only", "gpu.collective", "--only", "ib_ports",
+                    "--trace-seconds", "0")
+    assert run.summary, run.stderr
+    return run.stdout.encode()
+
+
+def test_probe_names_the_node_the_hung_job_waits_for(cluster, kubeconfig, tmp_path):
+    """A hung 4-node job (nccl#968's picture): on gpu-0, gpu-2 and gpu-3 every GPU is 100 %
+    busy at ~70 W of 400 W (gpu.collective_spin: waiting); on gpu-1 one InfiniBand port is
+    DOWN/Disabled beside ACTIVE siblings and its GPUs do not spin. The spinning nodes are not
+    "the shared cause": the verdict names gpu-1, the node they wait for."""
+    from tests.fakes.nvml import FakeGpu
+    spin = (("util_gpu", 100), ("power_mw", 70000), ("power_limit_mw", 400000),
+            ("sm_mhz", 1410), ("sm_max_mhz", 1410), ("clock_reasons", 0))
+    up = ("4: ACTIVE\n", "5: LinkUp\n")
+    waiting = _probe_stream(tmp_path, "waiting",
+                            [FakeGpu(f"GPU-w{i}", minor=i, attrs=spin) for i in range(2)],
+                            {"mlx5_0": up, "mlx5_1": up})
+    culprit = _probe_stream(tmp_path, "culprit",
+                            [FakeGpu(f"GPU-c{i}", minor=i) for i in range(2)],
+                            {"mlx5_0": up, "mlx5_1": ("1: DOWN\n", "3: Disabled\n")})
+    for n in NODES[:4]:
+        cluster.add_node(n)
+    jobkinds.batch_job(cluster, "ml", "train", NODES[:4])
+    cluster.log_chunks = [waiting]
+    cluster.node_log_chunks["gpu-1"] = [culprit]
+    r = run_cli("job", "train", "-n", "ml", "--kubeconfig", str(kubeconfig), "-o", "json",
+                "--probe", "--no-agent", "--timeout", "20s", "--trace-seconds", "0",
+                timeout=90)
+    doc = json.loads(r.stdout)
+    v = doc["verdict"]
+    assert v["subject"] == "node gpu-1", v
+    assert v["root_cause"] == "net.ib_port_down", v
+    rows = {x["node"]: x for x in doc["nodes"]}
+    assert rows["gpu-1"]["differs"] and "net.ib_port_down" in rows["gpu-1"]["signature"]
+    assert rows["gpu-1"]["differs_by"][:2] == ["not waiting", "net.ib_port_down"]
+    for n in ("gpu-0", "gpu-2", "gpu-3"):
+        assert "gpu.collective_spin" in rows[n]["signature"] and not rows[n]["differs"]
+        assert rows[n]["waiting"] is True and rows[n]["differs_by"] == []
+    assert rows["gpu-1"]["waiting"] is False
+    assert doc["nodes"][0]["node"] == "gpu-1"
+    assert "the cause is shared" not in v["headline"]
+    # the waiters' signature is shown once per node for a few nodes, not once per GPU
+    spins = [f for f in doc["findings"] if f["id"] == "gpu.collective_spin"]
+    assert len(spins) == 3, [(f["subject"], f.get("node")) for f in spins]
+    assert r.returncode == 1, r.stderr
+
+
+def test_compare_names_the_node_that_does_not_wait_even_with_no_finding_of_its_own():
+    views = [jn.NodeView(f"gpu-{i}", ("gpu.collective_spin",), "warning", 8, (f"p{i}",), True)
+             for i in (0, 2, 3)] + [jn.NodeView("gpu-1", (), "ok", 8, ("p1",), True)]
+    c = jn.compare("Job ml/train", views)
+    assert c.odd == ("gpu-1",) and c.not_waiting == ("gpu-1",) and not c.shared
+    [f] = c.findings
+    assert f.subject == "node/gpu-1" and "the job likely waits for gpu-1" in f.title
+    # a waiting node with a GPU process stuck in D beside it: the stuck one is named by it
+    views[-1] = jn.NodeView("gpu-1", ("process.gpu_d_state",), "warning", 8, ("p1",), True)
+    c = jn.compare("Job ml/train", views)
+    assert c.odd == ("gpu-1",) and not c.shared
+    assert jn.signature(views[-1], c)["differs_by"] == ["not waiting", "process.gpu_d_state"]
+    # all four wait, but on gpu-2 one GPU of the rank's pod sits idle among them: gpu-2
+    idle = [jn.NodeView(f"gpu-{i}", ("gpu.collective_spin",) + (
+        ("gpu.collective_idle_peer",) if i == 2 else ()), "warning", 8, (), True)
+        for i in range(4)]
+    c = jn.compare("Job ml/train", idle)
+    assert c.odd == ("gpu-2",) and not c.shared and c.not_waiting == ()
+    # every node waiting: no node is named (the peer is elsewhere, or the job itself)
+    allw = [jn.NodeView(f"gpu-{i}", ("gpu.collective_spin",), "warning", 8, (), True)
+            for i in range(4)]
+    c = jn.compare("Job ml/train", allw)
+    assert c.odd == () and c.not_waiting == ()
+
+
+def test_a_pending_rank_gets_the_gpu_fit_once_per_job(cluster, kubeconfig):
+    """NVIDIA/aicr#1858: a node with 7 of 8 GPUs left a worker Pending. Seven nodes run the
+    job's seven ranks on all 8 GPUs each; the only node with room, gpu-7, has 7 allocatable
+    GPUs (one unhealthy). Two ranks are Pending: the fit `pod Y` gives (pod.gpu_devices_missing
+    naming gpu-7 7/8) is computed once for the job, naming both ranks, and leads the verdict."""
+    for n in NODES[:7]:
+        cluster.add_node(n)
+    cluster.add_node("gpu-7", gpus=8, allocatable_gpus=7)
+    cluster.add_node("cpu-0", gpus=0)
+    jobkinds.pytorchjob(cluster, "ml", "bert", NODES[:7] + [None, None])
+    r, doc = _json(kubeconfig, "bert")
+    assert r.returncode == 1, r.stderr
+    fits = [f for f in doc["findings"] if f["id"] == "pod.gpu_devices_missing"]
+    assert len(fits) == 1, [(f["id"], f["title"], f["evidence"]) for f in doc["findings"] if f["id"].startswith("pod.")]
+    f = fits[0]
+    assert "gpu-7 7/8" in f["title"]
+    assert f["evidence"]["pending_ranks_total"] == 2
+    assert f["evidence"]["requested_per_rank"] == {"nvidia.com/gpu": 8}
+    v = doc["verdict"]
+    assert v["root_cause"] == "pod.gpu_devices_missing", v
+    assert v["subject"] == f"pod {f['evidence']['fit_computed_for']}"
+    # the lists the fit needs were read once, not per rank
+    lists = [p for m, p, _ in cluster.requests() if m == "GET" and p == "/api/v1/nodes"]
+    assert len(lists) <= 2, lists   # one for the job's nodes (nodes' scan), one for the fit

@@ -98,3 +98,26 @@ def test_started_at_out_of_range_is_exit_2(saved, tmp_path, value):
     r = run_cli("replay", str(p))
     assert r.returncode == 2, (r.returncode, r.stderr)
     assert r.stderr.count("\n") == 1 and "started_at" in r.stderr
+
+
+def test_a_bundle_saying_exit_0_over_a_critical_finding_replays_as_1(saved, tmp_path):
+    """docs/cli.md promises the same exit code as the run; a bundle is anyone's to edit, and
+    one saying `exit_code: 0` over its critical finding replayed with 0 (audit round 3 R-2,
+    still partial in round 5). The code follows the saved findings; the saved one is kept in
+    the document's `replay` object."""
+    rep = saved["report"]
+    assert any(f["severity"] == "critical" for f in rep["findings"])
+    assert rep["exit_code"] == 1
+    p = tmp_path / "b.json"
+    p.write_text(json.dumps(saved))
+    untouched = run_cli("replay", str(p), "-o", "json")
+    assert untouched.returncode == 1
+    assert "saved_exit_code" not in json.loads(untouched.stdout)["replay"]
+    rep["exit_code"] = 0
+    p.write_text(json.dumps(saved))
+    r = run_cli("replay", str(p), "-o", "json")
+    assert r.returncode == 1, r.stderr
+    doc = json.loads(r.stdout)
+    assert doc["exit_code"] == 1 and doc["replay"]["saved_exit_code"] == 0
+    r = run_cli("replay", str(p), "--fail-on", "never")   # recomputed as before: the
+    assert r.returncode == 4, r.stderr                      # saved run was incomplete

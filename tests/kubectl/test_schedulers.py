@@ -205,8 +205,10 @@ def test_kai_scheduling_conditions(cluster, kubeconfig):
                 "-o", "json")
     f = next(f for f in json.loads(r.stdout)["findings"]
              if f["id"] == "kai.podgroup_unschedulable")
-    assert f["title"].startswith("KAI cannot schedule PodGroup pg-kai-job (OverLimit): gpu-queue "
-                                 "quota has reached the allowable limit of GPUs.")
+    # KAI's own message is data: in evidence, not the title (audit round 5, MCP-01)
+    assert f["title"].startswith("KAI cannot schedule PodGroup pg-kai-job (OverLimit)")
+    assert f["evidence"]["scheduling_conditions"][0]["message"].startswith(
+        "gpu-queue quota has reached the allowable limit of GPUs.")
     assert f["evidence"]["queue"] == "gpu-queue"
 
 

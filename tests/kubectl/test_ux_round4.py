@@ -219,9 +219,10 @@ def test_another_monitors_xid79_is_named_and_drained(cluster, kubeconfig):
     _eks_xid79(cluster)
     args = ("node", "gpu-0050", "--kubeconfig", str(kubeconfig), "--no-probe")
     v = json.loads(cli(*args, "-o", "json").stdout)["verdict"]
+    # the monitor's own message is quoted by the finding, not the headline (audit 5, MCP-01)
     assert v["headline"] == ("EKS node monitoring agent says AcceleratedHardwareReady=False "
-                             "(NvidiaXID79Error) for 3h: GPU 0000:86:00.0 has fallen off the "
-                             "bus -- Xid 79 (GPU has fallen off the bus): NVIDIA says reboot")
+                             "(NvidiaXID79Error) for 3h (its message is quoted) -- Xid 79 (GPU "
+                             "has fallen off the bus): NVIDIA says reboot")
     cmds = [a["command"] for a in v["actions"]]
     assert cmds[:2] == ["kubectl cordon gpu-0050", "kubectl drain gpu-0050 --ignore-daemonsets "
                         "--delete-emptydir-data --timeout=10m"]
@@ -287,7 +288,8 @@ def test_save_says_where_and_replay_says_when(cluster, kubeconfig, tmp_path):
         in first
     assert "live" not in first
     doc = json.loads(cli("replay", str(path), "-o", "json").stdout)
-    assert doc["replay"] == {"bundle": str(path), "captured_at": saved["created_at"]}
+    assert doc["replay"] == {"bundle": str(path), "captured_at": saved["created_at"],
+                             "untrusted": True}
     assert doc["duration_s"] == saved["report"]["duration_s"]  # the run's, not since
 
 

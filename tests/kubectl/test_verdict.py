@@ -1,4 +1,4 @@
-"""The verdict engine (analysis/verdict.py) on the 1.35 captures and on synthetic chains.
+"""The verdict engine (analysis/verdict/) on the 1.35 captures and on synthetic chains.
 
 What it must get right: the root cause is the finding nothing else explains (the known-bad
 driver, not the kubelet symptom it causes), the impact counts the stuck pods from the

@@ -35,6 +35,8 @@ def test_wheel_carries_every_finding_page(tmp_path: Path):
     pages = sorted(Path(n).stem for n in names
                    if ".data/data/share/gpu-doctor/findings/" in n and n.endswith(".md"))
     assert pages == sorted(CATALOG)
+    # and the JSON Schema of -o json, as package data (issue 36.5)
+    assert "kubectl_gpudoctor/schema/gpu-doctor-v1.schema.json" in names
 
 
 def test_explain_finds_the_pages_a_wheel_installed(tmp_path: Path, monkeypatch):

@@ -107,4 +107,44 @@ ARTIFACTS = [
         fix="none reported (the timeout is not configurable)",
         expect_id="pod.gpu_start_failed", expect_severity="critical", cause_word="pressure",
         context={"state": "waiting", "reason": "CreateContainerError"}),
+    # issue 40.5: a hook the CDI spec names that is not on the node, and a hook that fails
+    Artifact(
+        key="talos#13021-cdi-hook-nvidia-ctk-missing",
+        source="https://github.com/siderolabs/talos/issues/13021",
+        quote=("error running createContainer hook #0: fork/exec /usr/bin/nvidia-ctk: no such "
+               "file or directory"),
+        channel="runtime_message",
+        diagnosis="The device plugin's CDI spec names its hooks at /usr/bin/nvidia-ctk (its "
+                  "default); Talos installs the toolkit under /usr/local/bin, and the hooks "
+                  "run on the host.",
+        fix="NVIDIA_CDI_HOOK_PATH=/usr/local/bin/nvidia-cdi-hook in the GPU Operator's values "
+            "(siderolabs/docs#449), later /usr/bin symlinks (siderolabs/talos#13022)",
+        expect_id="pod.gpu_start_failed", expect_severity="critical",
+        cause_word="--nvidia-cdi-hook-path", context={"reason": "Failed"}),
+    Artifact(
+        key="void-packages#55062-nvidia-cdi-hook-missing",
+        source="https://github.com/void-linux/void-packages/issues/55062",
+        quote=("Error: runc: runc create failed: unable to start container process: error "
+               "during container init: error running hook #0: fork/exec "
+               "/usr/bin/nvidia-cdi-hook: no such file or directory: OCI runtime attempted to "
+               "invoke a command that was not found"),
+        channel="pod_status",
+        diagnosis="The distribution's toolkit package did not build nvidia-cdi-hook, which the "
+                  "generated CDI spec names (split out of nvidia-ctk in toolkit 1.16).",
+        fix="rebuild the package with cmd/nvidia-cdi-hook",
+        expect_id="pod.gpu_start_failed", expect_severity="critical",
+        cause_word="not on the node",
+        context={"state": "waiting", "reason": "RunContainerError", "from": "podman"}),
+    Artifact(
+        key="nvidia-container-toolkit#2026-createcontainer-hook-fails",
+        source="https://github.com/NVIDIA/nvidia-container-toolkit/issues/2026",
+        quote=("createContainer hook #6: exit status 1, stderr:\nfailed to create application "
+               "profiles directory:\nmkdirat etc/nvidia/nvidia-application-profiles-rc.d: "
+               "read-only file system"),
+        channel="pod_status",
+        diagnosis="Toolkit 1.20.0's update-application-profile CDI hook aborts container "
+                  "creation when /etc/nvidia is a read-only mount in the container.",
+        fix="a toolkit with the fix, or 1.19.x",
+        expect_id="pod.gpu_start_failed", expect_severity="critical", cause_word="hook failed",
+        context={"state": "waiting", "reason": "CreateContainerError"}),
 ]

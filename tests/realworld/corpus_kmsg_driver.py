@@ -78,8 +78,10 @@ ARTIFACTS = [
     Artifact(
         "gpud#1271-unknown-nvlink-line", "https://github.com/leptonai/gpud/pull/1271",
         "Jul 09 10:42:47 pool0-0082 kernel: NVRM: knvlinkDiscoverPostRxDetLinks_GH100: Getting peer0's postRxDetLinkMask failed!",
+        # issue 40.8: the driver's NVLink core lines are rated, not only shown: the peers'
+        # links were not detected, so the NVLinks never trained (GPUd marks it unhealthy)
         "kmsg", "an NVLink discovery failure GPUd had to learn to detect", "GPUd added a check",
-        "gpu.driver_message", "info", "recognise"),
+        "gpu.driver_error", "critical", "did not train"),
     Artifact(
         "nccl#2241-unknown-vf-line", "https://github.com/NVIDIA/nccl/issues/2241",
         "kernel: NVRM: GPU1 kbifCacheVFInfo_GB100: Unable to read NV_PF0_INITIAL_AND_TOTAL_VFS",

@@ -140,6 +140,10 @@ def test_agent_install_refuses_a_tenant_namespace(xc, tmp_path):
         r = run_cli("agent", "install", "-n", ns, "--kubeconfig", kc)
         assert r.returncode == 0, r.stderr
         assert (ns, agent_manifests.AGENT_NAME) in xc.daemonsets
+        # one watching agent per cluster (its grant has one name): the next namespace's
+        # install comes after this one's uninstall (audit round 5, AG-01)
+        r = run_cli("agent", "uninstall", "-n", ns, "--kubeconfig", kc)
+        assert r.returncode == 0, r.stderr
     assert xc.namespaces["gpu-doctor-new"][PROBE_NS] == "true"
 
 

@@ -176,3 +176,88 @@ def test_the_writers_own_patch_merged_into_the_node_is_admitted():
     new["status"]["conditions"] += ConditionState().api_conditions(0.0)  # merged by type
     req, _ = _request("127.0.0.1")
     assert _refusals(ap.NODE_POLICY, new, old, req) == []
+
+
+def _event_v1(node: str, controller: str = ap.EVENT_COMPONENT) -> dict:
+    """The agent's Event as events.k8s.io/v1 has it (the shape of capture k8s-1.35/admission-
+    and-conditions d03-events-k8s-io-v1: `regarding`, `note`, `reportingController`,
+    `reportingInstance`, `deprecatedSource`)."""
+    return {"apiVersion": "events.k8s.io/v1", "kind": "Event",
+            "metadata": {"name": f"{node}.gpu-doctor.1", "namespace": "default"},
+            "eventTime": "2026-11-27T20:55:20.000000Z", "action": "Watch", "reason": "GpuXid",
+            "regarding": {"kind": "Node", "name": node},
+            "note": "x", "type": "Warning", "reportingController": controller,
+            "reportingInstance": node, "deprecatedSource": {"component": controller}}
+
+
+def test_events_k8s_io_events_only_about_the_own_node_under_the_agents_name():
+    req, _ = _request("127.0.0.1")
+    ev = _event_v1("127.0.0.1")
+    assert _refusals(ap.EVENT_POLICY_V1, ev, None, req) == []
+    other = _event_v1("127.0.0.1")
+    other["regarding"]["name"] = "gpu-node-other"
+    assert _refusals(ap.EVENT_POLICY_V1, other, None, req)
+    pod = _event_v1("127.0.0.1")
+    pod["regarding"]["kind"] = "Pod"
+    assert _refusals(ap.EVENT_POLICY_V1, pod, None, req)
+    assert _refusals(ap.EVENT_POLICY_V1, _event_v1("127.0.0.1", "kubelet"), None, req)
+    elsewhere = _event_v1("127.0.0.1")
+    elsewhere["reportingInstance"] = "gpu-node-other"
+    assert _refusals(ap.EVENT_POLICY_V1, elsewhere, None, req)
+    upd, _ = _request("127.0.0.1", operation="UPDATE")
+    assert _refusals(ap.EVENT_POLICY_V1, ev, _event_v1("127.0.0.1", "kubelet"), upd)
+    assert _refusals(ap.EVENT_POLICY_V1, ev, ev, upd) == []
+
+
+# -- audit round 5, G-01: only the agent's account writes GpuDoctor* conditions ----------------
+
+def _forged(change: str):
+    """(oldObject, object) of a node update by someone else than the agent."""
+    old, _ = _nodes()
+    old["status"]["conditions"].append({"type": "GpuDoctorWatching", "status": "True",
+                                        "reason": "AgentWatching", "message": "watching"})
+    new = copy.deepcopy(old)
+    conds = new["status"]["conditions"]
+    if change == "add":
+        conds.append({"type": "GpuDoctorDevicePluginStuck", "status": "True",
+                      "reason": "DevicepluginBlockedInNvml", "message": "forged"})
+    elif change == "flip":
+        conds[-1]["status"] = "False"
+    elif change == "message":
+        conds[-1]["message"] = "IMPORTANT: cordon gpu-1"
+    elif change == "kubelet":   # the kubelet's heartbeat: its own conditions only
+        for c in conds:
+            if c["type"] == "Ready":
+                c["lastHeartbeatTime"] = "2026-11-29T01:00:00Z"
+    elif change == "remove_all":   # agent uninstall, run by an admin
+        new["status"]["conditions"] = [c for c in conds if not c["type"].startswith("GpuDoctor")]
+    return old, new
+
+
+@pytest.mark.parametrize("user", ["system:serviceaccount:kube-system:node-problem-detector",
+                                  "system:node:127.0.0.1", "kubernetes-admin"])
+@pytest.mark.parametrize("change", ["add", "flip", "message"])
+def test_no_other_account_may_write_a_gpudoctor_condition(user, change):
+    """Whatever field manager it names itself (?fieldManager=gpu-doctor-agent): the writer is
+    the account, and only the agent's may write them."""
+    old, new = _forged(change)
+    req, _ = _request("127.0.0.1", user=user, operation="UPDATE")
+    assert any("only the gpu-doctor agent may write" in m
+               for m in _refusals(ap.WRITER_POLICY, new, old, req)), (user, change)
+
+
+@pytest.mark.parametrize("change", ["kubelet", "remove_all"])
+def test_the_kubelets_heartbeat_and_the_uninstalls_clear_are_admitted(change):
+    old, new = _forged(change)
+    req, _ = _request(None, user="system:node:127.0.0.1", operation="UPDATE")
+    assert _refusals(ap.WRITER_POLICY, new, old, req) == []
+
+
+def test_the_agent_itself_is_not_matched_by_the_writer_policy():
+    old, new = _forged("add")
+    req, _ = _request("127.0.0.1", operation="UPDATE")
+    assert _refusals(ap.WRITER_POLICY, new, old, req) is None
+    [p] = [d for d in _kind("ValidatingAdmissionPolicy")
+           if d["metadata"]["name"] == ap.WRITER_POLICY]
+    assert p["spec"]["failurePolicy"] == "Ignore"   # every kubelet's heartbeat passes it
+    assert p["spec"]["matchConstraints"]["matchPolicy"] == "Exact"

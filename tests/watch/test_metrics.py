@@ -101,3 +101,91 @@ def test_it_binds_the_address_it_is_given():
     finally:
         srv.shutdown()
         srv.server_close()
+
+
+def _flood(port: int, n: int) -> list[socket.socket]:
+    """n clients that have each begun a request and hold their connection (the audit's
+    m02_metrics_flood.py trickles a byte every 1.5 s and reconnects when cut)."""
+    socks = []
+    for _ in range(n):
+        s = socket.create_connection(("127.0.0.1", port))
+        s.sendall(b"GET /metr")
+        socks.append(s)
+    return socks
+
+
+def _open(s: socket.socket) -> bool:
+    """Whether the server still holds this connection (no EOF, no reset)."""
+    s.setblocking(False)
+    try:
+        return s.recv(1) != b""
+    except BlockingIOError:
+        return True
+    except OSError:
+        return False
+    finally:
+        s.setblocking(True)
+
+
+def test_a_flood_of_trickling_clients_does_not_starve_a_scrape(monkeypatch):
+    """Audit round 5, M-02: 8 connection slots of 5 s and a 64-deep backlog; 30 clients that
+    trickle and reconnect made scrapes take 10-13.5 s (Prometheus' scrape timeout is 10 s),
+    100 made every scrape time out. Now one thread serves every connection: a scrape is
+    answered while 100 such clients are all still connected. The deadline is raised here so
+    that no client is cut while the test runs: the scrape cannot have waited for a slot."""
+    monkeypatch.setattr(m, "REQUEST_DEADLINE_S", 120.0)
+    srv, port = _serve()
+    socks = _flood(port, 100)
+    try:
+        out: list = []
+        t = threading.Thread(target=_scrape, args=(port, out), daemon=True)
+        t.start()
+        t.join(60)   # a bound for the test, not a timing measurement
+        assert not t.is_alive(), "the scrape waited behind the trickling clients"
+        assert isinstance(out[0], bytes) and out[0].startswith(b"HTTP/1.0 200"), out
+        assert out[0].endswith(b"gpu_doctor_x 1\n")
+        assert all(_open(s) for s in socks)   # answered while every one of them held on
+    finally:
+        for s in socks:
+            s.close()
+        srv.shutdown()
+        srv.server_close()
+
+
+def test_past_max_open_the_oldest_connection_is_cut_for_the_newest(monkeypatch):
+    monkeypatch.setattr(m, "MAX_OPEN", 4)
+    monkeypatch.setattr(m, "REQUEST_DEADLINE_S", 120.0)
+    srv, port = _serve()
+    socks = _flood(port, 6)
+    try:
+        out: list = []
+        _scrape(port, out)
+        assert isinstance(out[0], bytes) and out[0].startswith(b"HTTP/1.0 200"), out
+        end = time.monotonic() + 30
+        while _open(socks[0]) and time.monotonic() < end:
+            time.sleep(0.05)
+        assert not _open(socks[0]) and _open(socks[-1])
+        assert srv.errors >= 2
+    finally:
+        for s in socks:
+            s.close()
+        srv.shutdown()
+        srv.server_close()
+
+
+def test_other_paths_and_methods_are_refused_without_a_body_read():
+    srv, port = _serve()
+    try:
+        for req, want in ((b"GET / HTTP/1.0\r\n\r\n", b"HTTP/1.0 404"),
+                          (b"POST /metrics HTTP/1.0\r\nContent-Length: 99\r\n\r\n",
+                           b"HTTP/1.0 405")):
+            s = socket.create_connection(("127.0.0.1", port), timeout=30)
+            s.sendall(req)
+            data = b""
+            while chunk := s.recv(65536):
+                data += chunk
+            s.close()
+            assert data.startswith(want), data
+    finally:
+        srv.shutdown()
+        srv.server_close()

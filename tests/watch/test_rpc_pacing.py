@@ -19,8 +19,8 @@ REPO = Path(__file__).resolve().parents[2]
 
 
 def _res(problems=None, unsure=(), plugins=("s|1|nvidia.com/gpu",), rpc=True) -> PassResult:
-    return PassResult(0.0, 0.1, [], [], problems or {}, set(unsure), (), False, None,
-                      plugins, rpc)
+    return PassResult(0.0, 0.1, [], [], problems or {}, set(unsure), (), False,
+                      plugin_targets=plugins, plugin_rpc=rpc)
 
 
 def test_the_first_pass_asks_then_quiet_passes_do_not():

@@ -134,6 +134,7 @@ def test_wedged_plugin_marks_the_node_and_the_evidence_outlives_the_restart(
     seen = [f for f in json.loads(r.stdout)["findings"] if f["id"] == "agent.problem_seen"]
     assert seen and seen[0]["severity"] == "info" and "cleared since" in seen[0]["title"]
     # what it was in its last pass (the restart may race a pass: the NVML hang alone)
-    assert "was DevicepluginBlockedInNvml" in seen[0]["title"] or \
-        "was NvmlInitHang" in seen[0]["title"]
+    # (the agent's message: quoted, not the title -- audit round 5, MCP-01)
+    assert "was DevicepluginBlockedInNvml" in seen[0]["quoted"][0]["text"] or \
+        "was NvmlInitHang" in seen[0]["quoted"][0]["text"]
     print(f"fault -> condition latency {latency:.1f}s (interval 5 s)")

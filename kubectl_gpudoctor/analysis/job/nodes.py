@@ -18,6 +18,10 @@ from node_probe.protocol.catalog import make
 from .. import capacity
 
 MAX_RANKS_SHOWN = 16
+# Symptoms of WAITING for a peer, not causes (node_probe/checks/collective.py): in a hung job
+# every healthy node shows them. They never make a node differ or a cause "shared"; when most
+# nodes wait, the nodes that do not are the ones the job waits for.
+WAITING = frozenset({"gpu.collective_spin"})
 
 
 @dataclasses.dataclass(frozen=True)
@@ -46,6 +50,7 @@ class Comparison:
     gpus_usual: int | None
     findings: tuple[Finding, ...]
     fewer: tuple[str, ...] = ()   # nodes with fewer allocatable GPUs than most
+    not_waiting: tuple[str, ...] = ()  # most nodes wait in a collective; these do not
 
 
 def _worst(fs: Sequence[Finding]) -> str:
@@ -75,7 +80,9 @@ def _usual(values: Sequence[int]) -> int | None:
 
 def compare(job: str, views: Sequence[NodeView]) -> Comparison:
     """The comparison of the job's nodes (`job`: the job in words, for the findings)."""
-    sigs = collections.Counter(v.problems for v in views)
+    sigs = collections.Counter(_causes(v.problems) for v in views)
+    waiters = sum(1 for v in views if WAITING & set(v.problems))
+    most_wait = waiters * 2 > len(views) and waiters < len(views)
     top = max(sigs.values()) if sigs else 0
     baseline: tuple[str, ...] = ()
     if sigs and sigs.get((), 0) < top:
@@ -85,8 +92,9 @@ def compare(job: str, views: Sequence[NodeView]) -> Comparison:
     fewer_nodes: list[str] = []
     odd: list[tuple[tuple, str]] = []
     alike = sigs.get(baseline, 0)
+    idle: list[str] = []
     for v in views:
-        extra = tuple(p for p in v.problems if p not in baseline)
+        extra = tuple(p for p in _causes(v.problems) if p not in baseline)
         fewer = usual is not None and v.gpus is not None and v.gpus < usual
         if fewer:
             fewer_nodes.append(v.name)
@@ -98,6 +106,22 @@ def compare(job: str, views: Sequence[NodeView]) -> Comparison:
                  "job": job, "job_pods": list(v.pods[:MAX_RANKS_SHOWN])},
                 f"a GPU of {v.name} is gone or unhealthy: `kubectl gpu-doctor node {v.name}` "
                 f"says which; cordon it and restart the job from its checkpoint"))
+        if most_wait and not WAITING & set(v.problems):
+            idle.append(v.name)
+            findings.append(make(
+                "job.node_differs", "warning", f"node/{v.name}",
+                f"node {v.name}'s GPUs do not wait in the collective where {waiters} of "
+                f"{len(views)} nodes' do (gpu.collective_spin): the job likely waits for "
+                f"{v.name}" + (f" ({', '.join(extra[:3])})" if extra else ""),
+                {"node": v.name, "differs_by": ["not waiting", *extra], "not_waiting": True,
+                 "nodes_waiting": waiters, "nodes": len(views), "job": job,
+                 "job_pods": list(v.pods[:MAX_RANKS_SHOWN]), "job_pods_on_node": len(v.pods)},
+                f"cordon {v.name} (`kubectl cordon {v.name}`) and restart the job from its "
+                f"checkpoint; `kubectl gpu-doctor node {v.name}` has the evidence"))
+            rank = Severity(v.worst).rank if v.worst != "ok" else Severity.WARNING.rank
+            odd.append(((-rank, v.ready is not False, -len(extra) - 1, -len(v.pods), v.name),
+                        v.name))
+            continue
         if not extra and not fewer:
             continue
         sev = v.worst if extra else "warning"
@@ -117,7 +141,11 @@ def compare(job: str, views: Sequence[NodeView]) -> Comparison:
     odd.sort()
     shared = bool(baseline) and alike * 2 > len(views)
     return Comparison(tuple(views), baseline, tuple(n for _, n in odd), shared, usual,
-                      tuple(findings), tuple(fewer_nodes))
+                      tuple(findings), tuple(fewer_nodes), tuple(idle))
+
+
+def _causes(problems: Sequence[str]) -> tuple[str, ...]:
+    return tuple(p for p in problems if p not in WAITING)
 
 
 def signature(v: NodeView, c: Comparison) -> dict:
@@ -127,7 +155,9 @@ def signature(v: NodeView, c: Comparison) -> dict:
     return {"node": v.name, "signature": list(v.problems) + (["job.node_fewer_gpus"] if fewer
                                                              else []),
             "differs": v.name in c.odd,
-            "differs_by": [p for p in v.problems if p not in c.baseline]
+            "differs_by": (["not waiting"] if v.name in c.not_waiting else [])
+            + [p for p in _causes(v.problems) if p not in c.baseline]
             + (["job.node_fewer_gpus"] if fewer else []),
+            "waiting": bool(WAITING & set(v.problems)),
             "severity": worst, "ready": v.ready, "gpu_allocatable": v.gpus,
             "job_pods": list(v.pods[:MAX_RANKS_SHOWN]), "job_pods_on_node": len(v.pods)}

@@ -18,7 +18,9 @@ from .. import verdict as node_verdict
 from ..verdict import Action, Verdict
 from .nodes import Comparison
 
-RANK_IDS = ("job.rank_crashloop", "pod.admission_error", "pod.pending_explained",
+FIT_IDS = ("pod.gpu_devices_missing", "pod.gpu_never_fits", "pod.gpu_held_by_others",
+           "pod.gpu_placement_excluded", "pod.gpu_quota_exhausted")
+RANK_IDS = ("job.rank_crashloop", "pod.admission_error", *FIT_IDS, "pod.pending_explained",
             "job.rank_restarts", "job.rank_replaced", "job.rank_late_start")
 NO_IMPACT = {"pods": 0, "gpu_pods": 0, "non_gpu_pods": 0}
 
@@ -65,7 +67,10 @@ def _odd_node(job: Mapping[str, Any], c: Comparison, node_findings: Mapping[str,
     others = len(c.views) - 1
     more = f" (and {len(c.odd) - 1} more node{'s' if len(c.odd) > 2 else ''})" \
         if len(c.odd) > 1 else ""
-    if nv.root_cause and nv.root_cause not in ("job.node_differs",):
+    if name in c.not_waiting and (not nv.root_cause or nv.root_cause == "job.node_differs"):
+        why = ("its GPUs do not wait in the collective where the others' do "
+               "(gpu.collective_spin): the job likely waits for it")
+    elif nv.root_cause and nv.root_cause not in ("job.node_differs",):
         why = nv.headline
         for prefix in (f"Node {name} ", f"node {name} "):
             if why.startswith(prefix):
@@ -112,7 +117,7 @@ def _odd_rank(job: Mapping[str, Any], f: Finding, total: int) -> Verdict:
     ev = f.evidence
     pod = str(ev.get("pod") or f.subject.removeprefix("pod/"))
     ns, _, name = pod.partition("/")
-    if f.id in ("pod.pending_explained", "pod.admission_error"):
+    if f.id in ("pod.pending_explained", "pod.admission_error", *FIT_IDS):
         pv = node_verdict.decide([f], {"kind": "pod", "name": pod,
                                        "node": ev.get("node")})
         head = f"Rank {pod} of the job is not running: {pv.headline}"
