@@ -235,11 +235,14 @@ def main(argv: list[str] | None = None) -> int:
             # the pass leaves the kernel log alone: in an Xid storm two readers of a 20 MB log
             # at once were past the container's memory limit (X-02); its classes wait a pass
             busy = capturer is not None and capturer.busy
-            # the device plugins' RPCs (grpc in the pass child) only when due (detect.RpcPacer)
+            # the device plugins' RPCs (grpc in the pass child) only when due (detect.RpcPacer),
+            # and with the isolation scan (it reads what pod-resources allocated); a quiet pass
+            # assigns containers their GPUs from the kubelet's device checkpoint
             active = [ct for ct, c in state.conds.items() if c.status == "True"]
-            opts = dataclasses.replace(base, plugin_rpc=provoke or rpcs.want(active),
+            iso = pacer.want()
+            opts = dataclasses.replace(base, plugin_rpc=provoke or iso or rpcs.want(active),
                                        plugin_targets_seen=rpcs.seen)
-            res = passes.run(opts, pass_timeout, provoke, isolation=pacer.want(),
+            res = passes.run(opts, pass_timeout, provoke, isolation=iso,
                              skip=CAPTURE_EXCLUSIVE if busy else ())
             rpcs.observe(res)
             if busy:  # a partial look: problems may go True, none clears
