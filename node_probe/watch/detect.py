@@ -116,7 +116,8 @@ class RpcPacer:
     """When a pass asks the device plugins and pod-resources over gRPC (loading grpc and
     protobuf costs the pass child ~80 ms of CPU: half the agent's 5m budget at 30 s). Due:
     the first pass; RPC_MAX_GAP_S after the last; while any condition they judge is True (so
-    it clears on what they say) or any class is unsure; after a pass that found any problem.
+    it clears on what they say) or one of their classes is unsure; after a pass that found any
+    problem.
     The check itself asks anyway when the plugins found differ from the ones last asked or a
     plugin thread sits in nvmlInit (checks/deviceplugin.py): those need no RPC to be seen, so
     a quiet pass loses none of its detection latency."""
@@ -138,7 +139,10 @@ class RpcPacer:
             self.last, self.seen = t, res.plugin_targets
         elif res.plugin_rpc:
             self.last = t
-        self.signal = bool(res.problems) or bool(res.unsure) or res.plugin_targets is None
+        # a class they judge that could not be judged asks again; others (the isolation scan
+        # that the pacer left out, unsure on most passes) do not
+        self.signal = bool(res.problems) or res.plugin_targets is None or any(
+            ct in RPC_CLASSES for ct in res.unsure)
 
 
 class IsolationPacer:

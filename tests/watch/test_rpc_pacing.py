@@ -46,6 +46,10 @@ def test_a_problem_an_unsure_class_or_an_active_condition_asks_at_once():
     p.observe(_res(), now=60.0)
     p.observe(_res(unsure=["GpuDoctorGpuUnhealthy"], rpc=False), now=90.0)
     assert p.want(now=120.0)
+    # the isolation scan left out of a pass (its pacer) makes its class unsure: no RPC for it
+    p.observe(_res(), now=120.0)
+    p.observe(_res(unsure=["GpuDoctorIsolationBreach"], rpc=False), now=150.0)
+    assert not p.want(now=180.0)
     # a pass without RPCs keeps what the last one that asked saw
     p = RpcPacer()
     p.observe(_res(plugins=("a",)), now=0.0)
