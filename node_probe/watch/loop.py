@@ -235,12 +235,13 @@ def main(argv: list[str] | None = None) -> int:
             # the pass leaves the kernel log alone: in an Xid storm two readers of a 20 MB log
             # at once were past the container's memory limit (X-02); its classes wait a pass
             busy = capturer is not None and capturer.busy
-            # the device plugins' RPCs (grpc in the pass child) only when due (detect.RpcPacer),
-            # and with the isolation scan (it reads what pod-resources allocated); a quiet pass
-            # assigns containers their GPUs from the kubelet's device checkpoint
+            # the device plugins' RPCs (grpc in the pass child) only when due (detect.RpcPacer);
+            # a quiet pass gives containers their GPUs from the kubelet's device checkpoint, as
+            # the isolation scan reads them then (the scan itself is paced to run on most passes
+            # of an idle node: asking with it would ask every pass)
             active = [ct for ct, c in state.conds.items() if c.status == "True"]
             iso = pacer.want()
-            opts = dataclasses.replace(base, plugin_rpc=provoke or iso or rpcs.want(active),
+            opts = dataclasses.replace(base, plugin_rpc=provoke or rpcs.want(active),
                                        plugin_targets_seen=rpcs.seen)
             res = passes.run(opts, pass_timeout, provoke, isolation=iso,
                              skip=CAPTURE_EXCLUSIVE if busy else ())
