@@ -27,7 +27,8 @@ def node_objects(node: Mapping[str, Any], pods_on_node: Sequence[Mapping[str, An
                  node_events: Sequence[Mapping[str, Any]] = (),
                  agent_marks: bool = True,
                  gone: Sequence[black_hole.Attempt] = (),
-                 peers: black_hole.Peers | None = None) -> tuple[list[Finding], list[str]]:
+                 peers: black_hole.Peers | None = None,
+                 memory_tally: memory.Tally | None = None) -> tuple[list[Finding], list[str]]:
     """Every list-based analysis of one node. Returns (findings, errors of analyses).
     The one place both `node X` (commands/node.py collect_node) and `nodes` (commands/nodes.py
     scan) judge a node from its objects: a verdict added here is in both, so they never
@@ -41,7 +42,9 @@ def node_objects(node: Mapping[str, Any], pods_on_node: Sequence[Mapping[str, An
     resourceclaims, resourceslices, deviceclasses; a list that could not be read is None.
     `gone`, `peers`: what the black-hole test (black_hole.analyze) needs beyond the node's pods:
     the failed GPU pods that are gone (from the kubelet's events), and the same controllers'
-    outcomes on other nodes (None: not known; the finding then says it did not compare)."""
+    outcomes on other nodes (None: not known; the finding then says it did not compare).
+    `memory_tally`: the memory limits of every pod on the node, added up as `nodes` read them
+    (it keeps only the pods a verdict may name: analysis/podfold.py)."""
     findings: list[Finding] = []
     errs: list[str] = []
     ev_list = events if not isinstance(events, Mapping) else [
@@ -62,7 +65,8 @@ def node_objects(node: Mapping[str, Any], pods_on_node: Sequence[Mapping[str, An
     run("foreign", foreign.foreign_conditions, node, node_events, now)
     run("hami", lambda: hami.analyze_node(node, list(pods_on_node), list(ev_list), now))
     run("memory", lambda: memory.analyze_node(node, list(pods_on_node),
-                                              dict(kubelet_cfg) if kubelet_cfg else None))
+                                              dict(kubelet_cfg) if kubelet_cfg else None,
+                                              memory_tally))
     run("mig", mig.analyze_node, node, now)
     run("runtime", lambda: runtime.analyze(pods_on_node, ev_list,
                                            (extra or {}).get("runtimeclasses")))

@@ -780,17 +780,31 @@ def quota_findings(pod: Mapping[str, Any], fit: Fit, quotas: Sequence[Mapping[st
 
 # -- fleet ------------------------------------------------------------------------------------
 
-def node_free(node: Mapping[str, Any], pods_on_node: Iterable[Mapping[str, Any]]) -> int | None:
+def add_held(held: dict[str, int], pod: Mapping[str, Any]) -> None:
+    """Add what `pod` holds on its node (index_held for one pod) to `held` (resource -> count):
+    `nodes` adds up each node's pods as the list is read (analysis/podfold.py)."""
+    spec = pod.get("spec") or {}
+    reqs = _requests(spec)
+    if reqs and holds(pod):
+        for k, n in reqs.items():
+            held[k] = held.get(k, 0) + n
+
+
+def node_free(node: Mapping[str, Any], pods_on_node: Iterable[Mapping[str, Any]],
+              held: Mapping[str, int] | None = None) -> int | None:
     """Free GPU devices on a node (allocatable minus what bound, non-terminal pods request),
-    summed over its GPU resources; None if it advertises none."""
+    summed over its GPU resources; None if it advertises none. `held`: what its pods hold,
+    already added up (add_held; then `pods_on_node` is not read)."""
     cap, alloc = _node_gpu_resources(node)
     res = [k for k in set(cap) | set(alloc) if k not in EXTENDER_ONLY
            and (cap.get(k) or alloc.get(k))]
     if not res:
         return None
-    held, _ = index_held(pods_on_node, res)
-    name = str((node.get("metadata") or {}).get("name") or "")
-    h = held.get(name, {})
+    if held is not None:
+        h: Mapping[str, int] = held
+    else:
+        by, _ = index_held(pods_on_node, res)
+        h = by.get(str((node.get("metadata") or {}).get("name") or ""), {})
     return sum(max(0, alloc.get(k, 0) - h.get(k, 0)) for k in res)
 
 

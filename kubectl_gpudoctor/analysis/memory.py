@@ -123,11 +123,50 @@ def _gib(b: float | None) -> float | None:
     return None if b is None else round(b / GiB, 2)
 
 
+class Tally:
+    """What memory.overcommit reads of a node's pods, added up pod by pod: the sum and count of
+    the memory limits, the five largest, and the pods without one (the first 20 and their
+    count). `nodes` folds each pod into its node's tally as the pod list is read, then drops
+    the pod (analysis/podfold.py); `node X` tallies its pods here. The same numbers either way."""
+
+    __slots__ = ("total", "limited", "top", "unbounded", "unbounded_count", "_seen")
+    SHOWN_TOP, SHOWN_UNBOUNDED = 5, 20
+
+    def __init__(self) -> None:
+        self.total = 0.0
+        self.limited = 0
+        self.top: list[tuple[float, int, str, bool]] = []  # (-limit, order, pod, gpu)
+        self.unbounded: list[str] = []
+        self.unbounded_count = 0
+        self._seen = 0
+
+    def add(self, p: Mapping[str, Any]) -> None:
+        if (p.get("status") or {}).get("phase") in ("Succeeded", "Failed"):
+            return
+        lim = pod_memory_limit(p)
+        if lim is None:
+            self.unbounded_count += 1
+            if len(self.unbounded) < self.SHOWN_UNBOUNDED:
+                self.unbounded.append(_ref(p))
+            return
+        self.total += lim
+        self.limited += 1
+        self._seen += 1
+        top = self.top
+        if len(top) < self.SHOWN_TOP or -lim < top[-1][0]:
+            # names and GPU use only for the few pods the evidence shows; ties keep list order
+            top.append((-lim, self._seen, _ref(p), _uses_gpu(p)))
+            top.sort()
+            del top[self.SHOWN_TOP:]
+
+
 def analyze_node(node: Mapping[str, Any], pods_on_node: Sequence[Mapping[str, Any]],
-                 kubelet_config: Mapping[str, Any] | None) -> list[Finding]:
+                 kubelet_config: Mapping[str, Any] | None,
+                 tally: Tally | None = None) -> list[Finding]:
     """memory.overcommit for one node. `kubelet_config` is the KubeletConfiguration from
     /configz (wrapped `{"kubeletconfig": {...}}` or not), None if it could not be read; then the
-    reservation is inferred from capacity - allocatable."""
+    reservation is inferred from capacity - allocatable. `tally`: the node's pods already
+    added up (then `pods_on_node` is not read)."""
     md = node.get("metadata") or {}
     name = str(md.get("name", ""))
     status = node.get("status") or {}
@@ -146,19 +185,12 @@ def analyze_node(node: Mapping[str, Any], pods_on_node: Sequence[Mapping[str, An
         no_reserved = reserved_b <= evict_b + 64 * MiB
     late_eviction = evict_b < margin
 
-    active = [p for p in pods_on_node
-              if (p.get("status") or {}).get("phase") not in ("Succeeded", "Failed")]
-    limits = []
-    unbounded = []
-    for p in active:  # names and GPU use only for the few pods the evidence shows
-        lim = pod_memory_limit(p)
-        if lim is None:
-            unbounded.append(p)
-        else:
-            limits.append((lim, p))
-    limits.sort(key=lambda x: -x[0])
-    total = sum(x[0] for x in limits)
-    top = [(lim, _ref(p), _uses_gpu(p)) for lim, p in limits[:5]]
+    if tally is None:
+        tally = Tally()
+        for p in pods_on_node:
+            tally.add(p)
+    total = tally.total
+    top = [(-neg, ref, gpu) for neg, _, ref, gpu in tally.top]
 
     ev = {"capacity_gib": _gib(capacity), "allocatable_gib": _gib(allocatable),
           "reserved_gib": _gib(reserved_b), "system_reserved_memory": (
@@ -167,8 +199,8 @@ def analyze_node(node: Mapping[str, Any], pods_on_node: Sequence[Mapping[str, An
           "kubelet_config_read": cfg is not None, "eviction_hard_memory_available": evict_text,
           "eviction_hard_gib": _gib(evict_b), "safe_margin_gib": _gib(margin),
           "sum_limits_gib": _gib(total), "left_if_all_at_limit_gib": _gib(capacity - total),
-          "pods_without_memory_limit": [_ref(p) for p in unbounded[:20]],
-          "pods_without_memory_limit_count": len(unbounded),
+          "pods_without_memory_limit": list(tally.unbounded),
+          "pods_without_memory_limit_count": tally.unbounded_count,
           "largest_limits": [{"pod": r, "limit_gib": _gib(l), "gpu": g} for l, r, g in top]}
     protection = []
     if no_reserved:
@@ -191,11 +223,11 @@ def analyze_node(node: Mapping[str, Any], pods_on_node: Sequence[Mapping[str, An
                            f"(>= {GPU_POD_LIMIT_FRACTION:.0%}); host memory the GPU driver pins for "
                            "it is not charged to its cgroup")
             single = True
-    if not single and limits and capacity - total < margin:
-        reasons.append(f"the memory limits of {len(limits)} pods add up to {_gib(total)} GiB, "
+    if not single and tally.limited and capacity - total < margin:
+        reasons.append(f"the memory limits of {tally.limited} pods add up to {_gib(total)} GiB, "
                        f"leaving {_gib(capacity - total)} GiB (< {_gib(margin)} GiB) for the system")
-    if unbounded and unprotected:
-        reasons.append(f"{len(unbounded)} pod(s) have no memory limit at all")
+    if tally.unbounded_count and unprotected:
+        reasons.append(f"{tally.unbounded_count} pod(s) have no memory limit at all")
     if not reasons:
         return []
     if single:

@@ -11,13 +11,15 @@ the list once from the beginning. Pages are parsed item by item (pageparse.parse
 whole page as one tree), in child processes when `nodes` gives a pageparse.ParsePool.
 A list is bounded like every read: a `continue` token the server already gave is an error (a
 list that would go round forever), and so are more items than a cluster has (max_items_for:
-10x the 5,000 nodes a cluster supports, 200,000 items of another list, 4/3 of the 150,000 pods
-the budgets are made for) or MAX_LIST_BYTES of pages: a list that never ends. And memory is
-bounded by bytes, not only by items (audit L-01: 199,990 fat pods took the CLI past 512 MiB
-under the item bound): after each page the CLI's resident memory must stay under
-MAX_RSS_BYTES, and what a list keeps (its items as the reduction leaves them, counted as their
-marshalled size) under MAX_KEPT_BYTES; past either the list stops with one error that says
-how far it got and how to narrow it.
+MAX_NODES nodes, 200,000 items of another list; a list folded as it is read -- `nodes`' pods,
+analysis/podfold.py -- PODS_PER_NODE a node seen, at most MAX_FOLDED_ITEMS) or MAX_LIST_BYTES
+of pages: a list that never ends.
+And memory is bounded by bytes, not only by items (audit L-01: 199,990 fat pods took the CLI
+past 512 MiB under the item bound): after each page the CLI's resident memory must stay under
+its bound (Memory: MAX_RSS_BYTES, plus NODE_RSS_BYTES a node past BASE_NODES: what `nodes`
+holds grows with the nodes), and what a list keeps (its items as the reduction leaves them,
+or what the fold kept of them, counted as their marshalled size) under MAX_KEPT_BYTES; past
+either the list stops with one error that says how far it got and how to narrow it.
 """
 from __future__ import annotations
 
@@ -37,7 +39,7 @@ PAGE_SIZE = 1000  # ~3.5 MiB of pod JSON per page: bounded memory (in the CLI an
                   # 150,000 pods for no measurable speed
 
 MiB = 1 << 20
-MAX_NODES = 50_000     # a slimmed node is ~2.5 KiB in memory: 125 MiB
+MAX_NODES = 200_000    # GKE sells 65,000-node clusters (130,000 in preview); NVSentinel tests 100,000
 MAX_ITEMS = 200_000    # of any other list (pods share skeletons: far less per item)
 MAX_LIST_BYTES = 2 << 30
 # The CLI's own resident memory, checked after each page: with its two page parsers (~35 MiB
@@ -48,6 +50,41 @@ MAX_RSS_BYTES = 432 << 20
 # what one list keeps, as marshal measures it (~1/6 of a skeleton pod's size in memory, ~1/3
 # of a whole pod's): the bound where the resident size cannot be read (no /proc, no resource)
 MAX_KEPT_BYTES = 96 << 20
+# A fleet's pods are folded into per-node tallies as they are read (analysis/podfold.py), so
+# what `nodes` holds grows with the nodes, not the pods: past BASE_NODES the memory bound grows
+# by NODE_RSS_BYTES a node (bench/nodes_scale.py: what a node costs with its row, findings and
+# tallies). A folded list bounds items and bytes only against a list that never ends.
+BASE_NODES = 5_000
+# measured (bench/nodes_scale.py): the CLI's peak grew by 14 KiB a node from 5,000 to 20,000
+# nodes -- a slimmed node ~4.9 KiB, its tallies ~1.6 KiB (podfold.NodeFold), its row and the
+# row's copy in the JSON document, its findings, and the events growing with the fleet
+NODE_RSS_BYTES = 16 << 10
+NODE_KEPT_BYTES = 3 << 10  # a slimmed node as marshal measures it is ~1-2 KiB
+MAX_FOLDED_ITEMS = 5_000_000
+PODS_PER_NODE = 250        # a folded list's item bound: this many a node seen, at least
+                           # MAX_ITEMS (kubelet's maxPods is 110 by default)
+FOLDED_ITEM_BYTES = 16 << 10  # its byte bound: this much a pod of its item bound
+
+
+class Memory:
+    """The memory bound of one scan's lists, sized from the nodes it has seen (the node list's
+    items, or the distinct nodes of the pods folded so far): the lists of one scan share it."""
+
+    def __init__(self, base: int | None = None) -> None:
+        self.base = MAX_RSS_BYTES if base is None else base
+        self.nodes = 0
+
+    def saw(self, nodes: int) -> None:
+        if nodes > self.nodes:
+            self.nodes = nodes
+
+    def bound(self) -> int:
+        return self.base + NODE_RSS_BYTES * max(0, self.nodes - BASE_NODES)
+
+    def kept_bound(self) -> int:
+        """MAX_KEPT_BYTES, plus NODE_KEPT_BYTES a node past BASE_NODES (the node list keeps
+        every node it reads)."""
+        return MAX_KEPT_BYTES + NODE_KEPT_BYTES * max(0, self.nodes - BASE_NODES)
 
 
 _CONTINUE = re.compile(rb'"continue"\s*:\s*"([^"]*)"')
@@ -93,21 +130,27 @@ def list_items(kube: Kube, path: str, query: Sequence[tuple[str, Any]] = (), *,
                page_size: int = PAGE_SIZE, timeout: float | None = None,
                each: Callable[[dict], dict] | None = slim,
                parsers: "pageparse.ParsePool | None" = None,
-               max_rss: int | None = None) -> tuple[list[dict], int]:
+               max_rss: int | None = None, into: Any = None,
+               memory: Memory | None = None) -> tuple[list[dict], int]:
     """Every item of the list at `path` and the number of pages it took. The next page is
     fetched while this one is parsed: its token is read from the head of the raw page (the
     API server writes `metadata` before `items`). With `parsers` (child processes), pages are
     parsed and reduced there, a few at a time, and merged here in order. `max_rss`: the
-    memory bound (MAX_RSS_BYTES by default)."""
+    memory bound (MAX_RSS_BYTES by default); `memory`: a bound sized from the nodes instead.
+    `into` (analysis/podfold.PodFold): each page's items are handed to `into.page(items)`
+    (which returns how many it kept) and not returned; `into.reset()` when the list restarts
+    (an expired continue token: the pages so far are read again), as client-go's pager does."""
     restarted = False
+    mem = memory if memory is not None else Memory(max_rss)
     while True:
         try:
-            return _walk(kube, path, list(query), page_size, timeout, each, parsers,
-                         MAX_RSS_BYTES if max_rss is None else max_rss)
+            return _walk(kube, path, list(query), page_size, timeout, each, parsers, mem, into)
         except errors.Gone:
             if restarted:
                 raise
             restarted = True  # the token expired mid-list: one consistent restart
+            if into is not None:
+                into.reset()
 
 
 def _kind(each: Callable[[dict], dict] | None) -> int | None:
@@ -121,7 +164,8 @@ def _kind(each: Callable[[dict], dict] | None) -> int | None:
 
 def _walk(kube: Kube, path: str, query: list, page_size: int, timeout: float | None,
           each: Callable[[dict], dict] | None,
-          parsers: "pageparse.ParsePool | None", max_rss: int) -> tuple[list[dict], int]:
+          parsers: "pageparse.ParsePool | None", mem: Memory,
+          into: Any = None) -> tuple[list[dict], int]:
     import collections
     import concurrent.futures as cf
 
@@ -148,7 +192,14 @@ def _walk(kube: Kube, path: str, query: list, page_size: int, timeout: float | N
     seen: set[str] = set()  # continue tokens given so far
     fetched = 0             # bytes of pages so far
     kept = 0                # bytes of what the reduction kept (marshal's measure)
-    most = max_items_for(path)
+    count = 0               # items so far (handed to `into`, or in `items`)
+    def folded_bounds() -> tuple[int, int]:  # sized from the nodes seen so far
+        n = min(MAX_FOLDED_ITEMS, max(MAX_ITEMS, PODS_PER_NODE * mem.nodes))
+        return n, max(MAX_LIST_BYTES, n * FOLDED_ITEM_BYTES)
+
+    most, most_bytes = folded_bounds() if into is not None else (max_items_for(path),
+                                                                MAX_LIST_BYTES)
+    nodes_list = path.rstrip("/").endswith("/nodes")
     # (raw page, or None once a child has it; its parse in a child or None; the token that
     # fetched it; the token read from its head)
     inflight: collections.deque = collections.deque()
@@ -163,7 +214,7 @@ def _walk(kube: Kube, path: str, query: list, page_size: int, timeout: float | N
                     fetched += len(raw)
                     m = _CONTINUE.search(raw, 0, 4096)
                     token = m.group(1).decode() if m and m.group(1) else None
-                    _bounded(path, token, seen, pages, fetched, len(items), most)
+                    _bounded(path, token, seen, pages, fetched, count, most, most_bytes)
                     asked, nxt = token, pool.submit(fetch, token) if token else None
                     if pages == 1 and parsers is not None and not _worth_children(
                             raw, token, page_size):
@@ -190,19 +241,31 @@ def _walk(kube: Kube, path: str, query: list, page_size: int, timeout: float | N
                     if hasattr(kube, "pass_notes"):
                         kube.pass_notes(f"the API server's answer for {path}: ")
                 del raw, fut
-                kept += size if size is not None else len(marshal.dumps(got))
-                items.extend(got)
+                count += len(got)
+                if into is not None:  # folded: only what it keeps counts (its share of the page)
+                    n = into.page(got)
+                    if n:
+                        kept += (size * n // len(got) if size is not None
+                                 else len(marshal.dumps(got)) * n // len(got))
+                    mem.saw(len(into.nodes))
+                    most, most_bytes = folded_bounds()
+                else:
+                    kept += size if size is not None else len(marshal.dumps(got))
+                    items.extend(got)
+                    if nodes_list:
+                        mem.saw(len(items))
                 del got
-                if len(items) > most:
-                    raise _endless(path, pages, len(items))
+                if count > most:
+                    raise _endless(path, pages, count)
                 rss = resident_bytes()
-                if kept > MAX_KEPT_BYTES or (rss is not None and rss > max_rss):
-                    raise _too_big(path, pages, len(items), kept, rss, max_rss)
+                max_rss, max_kept = mem.bound(), mem.kept_bound()
+                if kept > max_kept or (rss is not None and rss > max_rss):
+                    raise _too_big(path, pages, count, kept, rss, max_rss, max_kept)
                 if real != token:  # the head scan disagreed with the parsed page: trust the
                     inflight.clear()  # page; what was fetched after it came from a wrong token
                     if nxt is not None:
                         nxt.cancel()
-                    _bounded(path, real, seen, pages, fetched, len(items), most)
+                    _bounded(path, real, seen, pages, fetched, count, most, most_bytes)
                     asked, nxt = real, pool.submit(fetch, real) if real else None
         finally:
             if nxt is not None:
@@ -215,22 +278,22 @@ def max_items_for(path: str) -> int:
 
 
 def _bounded(path: str, token: str | None, seen: set[str], pages: int, fetched: int,
-             items: int, most: int) -> None:
+             items: int, most: int, most_bytes: int = MAX_LIST_BYTES) -> None:
     """Raise errors.BadAnswer for a token given before, or a list past its bounds."""
     if token is not None:
         if token in seen:
             raise errors.BadAnswer(f"the API server gave the same continue token twice for "
                                    f"{path} (after {pages} pages): the list would never end")
         seen.add(token)
-    if fetched > MAX_LIST_BYTES or items > most:
+    if fetched > most_bytes or items > most:
         raise _endless(path, pages, items)
 
 
 def _too_big(path: str, pages: int, items: int, kept: int, rss: int | None,
-             max_rss: int) -> errors.BadAnswer:
+             max_rss: int, max_kept: int = MAX_KEPT_BYTES) -> errors.BadAnswer:
     held = (f"{rss / MiB:.0f} MiB resident, over {max_rss / MiB:.0f} MiB"
             if rss is not None and rss > max_rss else
-            f"{kept / MiB:.0f} MiB kept, over {MAX_KEPT_BYTES / MiB:.0f} MiB")
+            f"{kept / MiB:.0f} MiB kept, over {max_kept / MiB:.0f} MiB")
     return errors.BadAnswer(
         f"the list {path} is too large to analyse in the memory gpu-doctor allows itself "
         f"({held} after {pages} pages, {items} items); narrow the scan (`nodes -l "

@@ -23,7 +23,7 @@ from ..api import extra_lists
 from ..api import pageparse
 from ..api import pager
 from ..api import slim
-from ..analysis import agent_marks, black_hole, capacity, fit, goroutines, verdict, wedge
+from ..analysis import agent_marks, black_hole, capacity, fit, goroutines, podfold, verdict, wedge
 from ..analysis.common import events_by_uid, node_is_ready
 from ..reach.probe_run import Settings, now_utc
 from .node import _extra_lists
@@ -43,17 +43,19 @@ CACHED = ("resourceVersion", "0")
 def _list(kube: Kube, path: str, what: str, query: list | None = None,
           required: bool = True, paged: bool = False,
           parsers: pageparse.ParsePool | None = None,
-          container_ids: bool = False) -> list[dict] | None:
+          container_ids: bool = False, into: podfold.PodFold | None = None,
+          memory: pager.Memory | None = None) -> list[dict] | None:
     """All items. Node Leases (~0.5 KB each) in one call from the API server's watch cache
     (resourceVersion=0, the cheapest list there is); nodes (10+ KB each on a real cluster:
     their image lists), pods and events paged with limit/continue and reduced item by item
-    (pager.py: node images dropped, steady pods to a shared skeleton), so memory stays
-    bounded on 5,000 nodes / 150,000 pods -- a list that fits in one page is still one call."""
+    (pager.py: node images dropped, steady pods to a shared skeleton) -- a list that fits in
+    one page is still one call. The pods go `into` their nodes' tallies page by page (and
+    this returns []): memory grows with the nodes, not the pods (analysis/podfold.py)."""
     try:
         if paged:
             each = slim.PodCompactor(container_ids) if path.endswith("/pods") else slim.slim
             items, _ = pager.list_items(kube, path, list(query or ()), each=each,
-                                        parsers=parsers)
+                                        parsers=parsers, into=into, memory=memory)
             return items
         doc = kube.get_json(path, [CACHED] + list(query or ()))
     except errors.ApiError as exc:
@@ -78,19 +80,28 @@ def scan(kube: Kube, selector: str | None, settings: Settings, out: Output,
     # all four lists at once: their transfer overlaps, and json.loads runs without the GC;
     # the pages of the big two are parsed in child processes (pageparse.py: the GIL would
     # keep that work on one core)
+    mem = pager.Memory()  # the lists' memory bound, sized from the nodes
     with worker_pool(5, "list") as pool, pageparse.ParsePool(pageparse.default_workers()) as pp:
         # RuntimeClasses and the DRA lists (one paged list each; 404 without DRA is normal)
         f_extra = pool.submit(extra_lists.fetch, kube, tuple(extra_lists.LISTS), None, True)
-        f_nodes = pool.submit(_list, kube, "/api/v1/nodes", "nodes", q, True, True, pp)
-        f_pods = pool.submit(_list, kube, "/api/v1/pods", "pods", None, True, True, pp,
-                             settings.probe)  # the probe's records name containers by id
+        f_nodes = pool.submit(_list, kube, "/api/v1/nodes", "nodes", q, True, True, pp,
+                              memory=mem)
         f_events = pool.submit(_list, kube, "/api/v1/events", "events",
-                               [("fieldSelector", "involvedObject.kind=Pod")], False, True, pp)
+                               [("fieldSelector", "involvedObject.kind=Pod")], False, True, pp,
+                               memory=mem)
+        # each pod page folded into its nodes' tallies, then dropped (the fold waits for the
+        # events: it keeps the events of each node's pods); with --probe every pod is kept:
+        # the probe's records name containers by id
+        fold = podfold.PodFold(lambda: events_by_uid(f_events.result() or ()), now_utc(),
+                               keep_all=settings.probe)
+        f_pods = pool.submit(_list, kube, "/api/v1/pods", "pods", None, True, True, pp,
+                             settings.probe, fold, mem)
         f_leases = pool.submit(_list, kube,
                                "/apis/coordination.k8s.io/v1/namespaces/kube-node-lease/leases",
                                "node leases", None, False)
         nodes = f_nodes.result()
-        pods, events, leases = f_pods.result(), f_events.result(), f_leases.result()
+        f_pods.result()
+        events, leases = f_events.result(), f_leases.result()
         extra = _extra_lists(out, f_extra, t0)
     if only is not None:
         nodes = [n for n in nodes if (n.get("metadata") or {}).get("name") in only]
@@ -112,28 +123,14 @@ def scan(kube: Kube, selector: str | None, settings: Settings, out: Output,
     if leases is None:
         out.log("warning", "node Leases not readable; cannot tell whether kubelets renew them")
         out.mark_incomplete("the node Leases could not be read")
-    ev_index = events_by_uid(events or ())
-    by_node: dict[str, list[dict]] = {n: [] for n in names}
-    ev_by_node: dict[str, dict] = {}  # node -> {uid: events} of its pods that have events
-    claim_nodes: set[str] = set()     # nodes where a bound pod still waits on a DRA claim
-    listed: set[str] = set()          # uids with events whose pod is listed
-    for p in pods:  # one pass over 150,000 pods
-        spec = p.get("spec") or {}
-        nn = spec.get("nodeName")
-        uid = (p.get("metadata") or {}).get("uid")
-        if isinstance(uid, str) and uid in ev_index:
-            listed.add(uid)
-        if nn not in by_node:
-            continue
-        by_node[nn].append(p)
-        if uid in ev_index:
-            ev_by_node.setdefault(nn, {})[uid] = ev_index[uid]
-        if spec.get("resourceClaims") and (p.get("status") or {}).get("phase") in (None,
-                                                                                 "Pending"):
-            claim_nodes.add(nn)
+    ev_index = fold.events
+    folds = {n: fold.nodes.get(n) or podfold.NodeFold() for n in names}
+    # node -> the pods an analysis reads one by one (the others are in its tallies)
+    by_node: dict[str, list[dict]] = {n: f.kept for n, f in folds.items()}
+    claim_nodes = fold.claim_nodes    # nodes where a bound pod still waits on a DRA claim
     lease_by = {(le.get("metadata") or {}).get("name"): le for le in leases or ()}
     now = now_utc()
-    gone, peers = _black_hole_context(pods, ev_index, listed, now)
+    gone, peers = _black_hole_context(list(fold.kept_pods()), ev_index, fold.listed, now)
     # the claim analysis only where a bound pod still waits on a claim: it reads every claim
     # and slice, so once per such node, not once per node
     no_claims = {"runtimeclasses": extra.get("runtimeclasses")} if extra else None
@@ -141,13 +138,14 @@ def scan(kube: Kube, selector: str | None, settings: Settings, out: Output,
     node_findings: dict[str, list] = {}
     for n in sorted(nodes, key=lambda n: n["metadata"]["name"]):
         name = n["metadata"]["name"]
-        node_pods = by_node.get(name, [])
-        fs, errs = analysis.node_objects(n, node_pods, ev_by_node.get(name, {}),
+        nf = folds[name]
+        fs, errs = analysis.node_objects(n, nf.kept, nf.events or {},
                                          lease_by.get(name), now,
                                          threshold_s=settings.stall_threshold_s,
                                          events_known=events is not None,
                                          extra=extra if name in claim_nodes else no_claims,
-                                         gone=gone.get(name, ()), peers=peers)
+                                         gone=gone.get(name, ()), peers=peers,
+                                         memory_tally=nf.memory)
         fs += wedge.known_bad_driver(n, fs)  # GFD labels: a wedge waiting to happen
         for e in errs:
             if "failed" in e:
@@ -156,7 +154,7 @@ def scan(kube: Kube, selector: str | None, settings: Settings, out: Output,
         node_findings[name] = list(fs)
         if any(f.id in FLAG_FOR_DUMP for f in fs):
             flagged.append(name)
-        rows.append(_row(n, node_pods, lease_by.get(name), fs, now))
+        rows.append(_row(n, nf, lease_by.get(name), fs, now))
     out.check("api.analysis", "ok", time.monotonic() - t0)
     if flagged:
         _dumps(kube, flagged, settings, out, rows, node_findings, by_node, now)
@@ -167,8 +165,43 @@ def scan(kube: Kube, selector: str | None, settings: Settings, out: Output,
         _finish_row(row, node_findings.get(row["node"], []))
     if keep is not None:
         keep.update(node_findings=node_findings, events=ev_index,
-                    nodes={n["metadata"]["name"]: n for n in nodes})
+                    nodes={n["metadata"]["name"]: n for n in nodes},
+                    pods=by_node, pods_total=fold.total)
     return rows
+
+
+# what `nodes --save` keeps of the lists it read (the pods are folded as they are read, and a
+# fleet's 150,000 pods are not the evidence of its verdicts): the nodes with a finding, then
+# the others, the pods the analyses read on those nodes, and those pods' events
+SAVED_SUBSET = {
+    "nodes": "the nodes with findings first, then the others",
+    "pods": "the pods the verdicts read on the nodes with findings (pending, failing, "
+            "terminating, HAMi, DRA and recent GPU pods); steady pods are only counted",
+    "events": "the events of those pods"}
+
+
+def _save_lists(recorder: Any, kept: Mapping[str, Any], rows: list[dict]) -> None:
+    """The node, pod and event lists `nodes` read, as the --save bundle keeps them (S-18)."""
+    from ..report.bundle import MAX_LIST_ITEMS
+    nodes = kept.get("nodes") or {}
+    sick = [r["node"] for r in fleet.ordered(rows)
+            if r.get("critical") or r.get("warning")]
+    first = set(sick)
+    order = sick + [n for n in nodes if n not in first]
+    recorder.keep_list("nodes", "/api/v1/nodes", [nodes[n] for n in order if n in nodes],
+                       len(nodes), SAVED_SUBSET["nodes"])
+    pods: list = []
+    for n in sick:
+        pods.extend((kept.get("pods") or {}).get(n) or ())
+        if len(pods) >= MAX_LIST_ITEMS:
+            break
+    recorder.keep_list("pods", "/api/v1/pods", pods, kept.get("pods_total") or 0,
+                       SAVED_SUBSET["pods"])
+    ev_index = kept.get("events") or {}
+    events = [e for p in pods[:MAX_LIST_ITEMS]
+              for e in ev_index.get((p.get("metadata") or {}).get("uid"), ())]
+    recorder.keep_list("events", "/api/v1/events", events,
+                       sum(len(v) for v in ev_index.values()), SAVED_SUBSET["events"])
 
 
 def _black_hole_context(pods: list[dict], ev_index: Mapping[str, list], listed: set[str],
@@ -353,7 +386,7 @@ def _count(row: dict, f) -> None:
         row["top"], row["top_sev"] = f.id, sev
 
 
-def _row(node: Mapping[str, Any], pods: list[dict], lease, fs, now) -> dict:
+def _row(node: Mapping[str, Any], pods: podfold.NodeFold, lease, fs, now) -> dict:
     from ..analysis.admission import lease_renew_age_s
     res = capacity.gpu_resources(node)
     age = lease_renew_age_s(lease, now)
@@ -364,10 +397,10 @@ def _row(node: Mapping[str, Any], pods: list[dict], lease, fs, now) -> dict:
            "gpu_capacity": sum(c for c, _ in res.values()) if res else None,
            # allocatable minus what bound, unfinished pods request; gpu_free (room for a new
            # pod) is set by _finish_row once every finding of the node is in
-           "gpu_unrequested": fit.node_free(node, pods),
+           "gpu_unrequested": fit.node_free(node, (), pods.held),
            "gpu_free": None,
            "admits_pods": None,
-           "pods": len(pods),
+           "pods": pods.pods,
            "lease_age_s": None if age is None else round(age),
            "agent": agent_marks.watch_of(node, now).to_dict(),
            "critical": 0, "warning": 0, "info": 0, "findings": [], "verdict": None,
@@ -407,8 +440,11 @@ def nodes(session: Session, o: dict, selector: str | None, all_nodes: bool,
     def run(kube: Kube, out: Output, s: Settings, reg: Callable) -> None:
         # the table is the preamble; no details per finding (-o name: no footer either)
         out.table_view = fleet.nothing if names_only else fleet.footer
+        kept: dict | None = {} if session.bundle is not None else None
         rows.extend(scan(kube, selector, s, out, all_nodes=all_nodes, max_probes=max_probes,
-                         on_pod=reg))
+                         on_pod=reg, keep=kept))
+        if kept is not None:  # --save: the lists' evidence, bounded (S-18)
+            _save_lists(session.bundle.recorder, kept, rows)
         out.doc_extra["nodes"] = [fleet.row_doc(r) for r in fleet.ordered(rows)]
         if not rows and out.fmt in ("table", "wide"):
             # as `kubectl get nodes -l nosuch=x`: one line on stderr and nothing else

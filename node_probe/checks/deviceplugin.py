@@ -201,6 +201,17 @@ def deviceplugin_check(ctx):
     live = [t for t in targets if t.pid]
     baseline = {t.pid: proctasks.process_threads(t.pid, proc) for t in live}
     baseline_at = time.monotonic()
+    seen = targets_seen(targets)
+    ctx.progress(plugin_targets=list(seen))  # the watch's next pass compares with these
+    if not (opts.plugin_rpc or seen != tuple(opts.plugin_targets_seen)
+            or any(tv.nvml_init for tvs in baseline.values() for tv in tvs)):
+        # a quiet watch pass: the same plugins as when last asked, none in nvmlInit; no gRPC
+        # loaded (~80 ms of CPU a pass: bench/watch_pass_cost.py), what /proc shows still read
+        ctx.facts.fail(PODRESOURCES, "not asked in this watch pass (nothing changed)")
+        for t in targets:
+            if t.pid:
+                yield from _stale_dev(ctx, _PluginProbe(t))
+        return Skipped("device plugins unchanged since they were last asked: RPCs not due")
 
     try:
         rpc.load_grpc()
@@ -304,6 +315,11 @@ def deviceplugin_check(ctx):
     if grpc_error is not None and targets:
         return Skipped(f"the device plugins' RPCs were not asked: grpcio unavailable in the "
                        f"probe ({grpc_error})")
+
+
+def targets_seen(targets) -> tuple[str, ...]:
+    """What identifies the plugins found (socket, serving pid, resource): a change asks them."""
+    return tuple(sorted(f"{t.socket}|{t.pid}|{t.resource}" for t in targets))[:64]
 
 
 MERGED_IDS = ("deviceplugin.blocked_in_nvml", "deviceplugin.rpc_timeout")

@@ -10,6 +10,7 @@ the typed GPU list) for the driver, device-plugin and cgroup checks.
 from __future__ import annotations
 
 import re
+import sys
 from pathlib import Path
 
 from node_probe.protocol import catalog
@@ -40,11 +41,29 @@ def kernel_module_version(root: Path) -> str | None:
     return m.group(1) if m else None
 
 
+def child_python() -> list[str]:
+    """The interpreter part of the NVML child's argv: isolated and without `site` (-I -S), the
+    probe's package and this process's import path (absolute directories: where pynvml is)
+    given by hand. The watching agent starts this child every pass: `site` (and what an
+    image's .pth files import) cost it ~15-30 ms of CPU of its ~60 (bench/watch_pass_cost.py),
+    and -I keeps PYTHON* variables and the working directory out of a child that loads a
+    library as root. A frozen build runs its own executable as before."""
+    if getattr(sys, "frozen", False):
+        return subproc.python_module_argv("node_probe.host.nvml_child")
+    import node_probe
+    path = [str(Path(node_probe.__file__).resolve().parent.parent)]
+    for d in sys.path[:64]:
+        if d and Path(d).is_absolute() and d not in path and Path(d).is_dir():
+            path.append(d)
+    return [sys.executable, "-I", "-S", "-c",
+            f"import sys; sys.path[:0] = {path!r}; "
+            "from node_probe.host.nvml_child import main; sys.exit(main(sys.argv[1:]))"]
+
+
 def child_argv(lib: Path, host_root: Path, proc: Path = Path("/proc")) -> list[str]:
     """argv of the NVML child for `lib`: it re-checks that the library is the host's own, with
     this node's kubelet dir and runtime dirs among the areas tenants write."""
-    argv = [*subproc.python_module_argv("node_probe.host.nvml_child"), "--host-root",
-            str(host_root)]
+    argv = [*child_python(), "--host-root", str(host_root)]
     kdir = layout.kubelet_dir(host_root, proc).path
     try:
         argv += ["--kubelet-dir", str(Path(kdir).relative_to(host_root))]

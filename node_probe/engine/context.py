@@ -40,6 +40,11 @@ class ProbeOptions:
     trace_pids: tuple[int, ...] = ()  # extra pids for the eBPF futex/NVML probes (--trace-pid)
     # call a plugin's GetPreferredAllocation (the watching agent does only on a cheap signal)
     provoke_plugin: bool = True
+    # ask the device plugins and pod-resources over gRPC (the watching agent's quiet passes do
+    # not, unless the plugin sockets or processes changed since `plugin_targets_seen` or a
+    # plugin thread sits in nvmlInit: watch/detect.RpcPacer)
+    plugin_rpc: bool = True
+    plugin_targets_seen: tuple[str, ...] = ()
     # /proc/PID/fd entries the GPU isolation check may read in one run (0: no cap but its
     # per-process and per-container ones and the deadline; the watching agent sets one)
     isolation_max_fds: int = 0

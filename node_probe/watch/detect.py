@@ -18,6 +18,7 @@ from __future__ import annotations
 import dataclasses
 import threading
 import time
+from typing import Iterable
 
 from node_probe.deviceplugin import podresources
 from node_probe.engine import registry
@@ -51,6 +52,9 @@ class PassResult:
     provoked: bool
     isolation_cpu_s: float | None = None    # CPU the isolation check took (None: not run)
     gpus: list = dataclasses.field(default_factory=list)   # gpu_gauges: the per-GPU metrics
+    # the device plugins the pass found (checks/deviceplugin.targets_seen), None: not looked
+    plugin_targets: tuple[str, ...] | None = None
+    plugin_rpc: bool = True                 # whether the pass asked them over gRPC
 
 
 def is_active(f: Finding, recent_s: float = RECENT_S) -> bool:
@@ -103,6 +107,44 @@ class Provoker:
         self.last = time.monotonic() if now is None else now
 
 
+# the classes whose verdicts come from the device plugins' and pod-resources' RPCs
+RPC_CLASSES = tuple(ct for ct, ids in CLASS_CHECKS.items() if "deviceplugin" in ids)
+RPC_MAX_GAP_S = 120.0   # the RPCs at least this often, whatever else says (4 passes at 30 s)
+
+
+class RpcPacer:
+    """When a pass asks the device plugins and pod-resources over gRPC (loading grpc and
+    protobuf costs the pass child ~80 ms of CPU: half the agent's 5m budget at 30 s). Due:
+    the first pass; RPC_MAX_GAP_S after the last; while any condition they judge is True (so
+    it clears on what they say) or one of their classes is unsure; after a pass that found any
+    problem.
+    The check itself asks anyway when the plugins found differ from the ones last asked or a
+    plugin thread sits in nvmlInit (checks/deviceplugin.py): those need no RPC to be seen, so
+    a quiet pass loses none of its detection latency."""
+
+    def __init__(self, max_gap_s: float = RPC_MAX_GAP_S) -> None:
+        self.max_gap_s = max_gap_s
+        self.last: float | None = None
+        self.seen: tuple[str, ...] = ()    # the plugins when last asked
+        self.signal = True
+
+    def want(self, active: Iterable[str] = (), now: float | None = None) -> bool:
+        t = time.monotonic() if now is None else now
+        return (self.signal or self.last is None or t - self.last >= self.max_gap_s
+                or any(ct in RPC_CLASSES for ct in active))
+
+    def observe(self, res: "PassResult", now: float | None = None) -> None:
+        t = time.monotonic() if now is None else now
+        if res.plugin_rpc and res.plugin_targets is not None:
+            self.last, self.seen = t, res.plugin_targets
+        elif res.plugin_rpc:
+            self.last = t
+        # a class they judge that could not be judged asks again; others (the isolation scan
+        # that the pacer left out, unsure on most passes) do not
+        self.signal = bool(res.problems) or res.plugin_targets is None or any(
+            ct in RPC_CLASSES for ct in res.unsure)
+
+
 class IsolationPacer:
     """When the isolation scan may run again: after the CPU its last run took, divided by
     `share`, has passed (a 0.02 s scan every pass, a 0.16 s one every ~3 min)."""
@@ -135,24 +177,46 @@ def run_pass(base: ProbeOptions, timeout_s: float, provoke: bool = False,
     checks = registry.select(opts.only, opts.skip)
     started = time.time()
     scan_cpu: list[float] = []
+    plugins: list[tuple[str, ...]] = []
 
     def sink(rec: dict) -> None:   # the isolation check reports its scan's CPU
         v = rec.get("isolation_scan_cpu_s") if rec.get("kind") == "progress" else None
         if isinstance(v, (int, float)):
             scan_cpu.append(float(v))
+        t = rec.get("plugin_targets") if rec.get("kind") == "progress" else None
+        if isinstance(t, list):
+            plugins.append(tuple(str(x) for x in t))
         if emit is not None:
             emit(rec)
 
     runner = Runner(checks, opts, sink, fail_on="never")
     result = runner.run()
-    hit = gpu_users(runner.ctx)
+    problems = problems_of(result.findings, recent_s)
+    dp = next((c for c in result.checks if c.id == "deviceplugin"), None)
+    # the deviceplugin check asked anyway when something changed (it then is not skipped)
+    asked = opts.plugin_rpc or (dp is not None and dp.status != "skipped")
+    hit = gpu_users(runner.ctx, None if asked or not problems else _pod_rows(opts))
     gauges = gpu_gauges(runner.ctx)
     ran = {c.id: c.status for c in result.checks}
     unsure = {ct for ct, ids in CLASS_CHECKS.items()
               if any(ran.get(cid) not in LOOKED.get(cid, ("ok", "skipped")) for cid in ids)}
     return PassResult(started, result.duration_s, result.findings, result.checks,
                       problems_of(result.findings, recent_s, hit), unsure, stuck, provoke,
-                      _isolation_cost(result.checks, scan_cpu), gauges)
+                      _isolation_cost(result.checks, scan_cpu), gauges,
+                      plugin_targets=plugins[-1] if plugins else None, plugin_rpc=asked)
+
+
+def _pod_rows(opts: ProbeOptions) -> tuple | None:
+    """pod-resources' List, asked only to name the pods of a problem a pass without RPCs found
+    (grpc is loaded then, and only then)."""
+    try:
+        path = podresources.socket_path(opts.kubelet_path)
+        if not path.is_socket():
+            return None
+        lst, _ = podresources.query(path, 2.0)
+        return tuple(lst.value) if lst.ok else None
+    except Exception:  # noqa: BLE001 - naming pods is a courtesy: no names then
+        return None
 
 
 MAX_USERS = podresources.MAX_USERS
@@ -163,13 +227,14 @@ def _pci(text: str) -> str | None:
     return podresources.pci_key(text)
 
 
-def gpu_users(ctx) -> dict[str, tuple[str, ...]]:
+def gpu_users(ctx, rows: tuple | None = None) -> dict[str, tuple[str, ...]]:
     """{GPU key: ("ns/pod/container", ...)} from the pod-resources and NVML facts
     (podresources.gpu_users, the join the probe's own findings use too). Empty when either
     fact is missing."""
     from node_probe.engine.facts import NVML, PODRESOURCES
     try:
-        rows = ctx.fact(PODRESOURCES, timeout=0, default=None) or ()
+        if rows is None:
+            rows = ctx.fact(PODRESOURCES, timeout=0, default=None) or ()
         inv = ctx.fact(NVML, timeout=0, default=None)
     except Exception:  # noqa: BLE001 - a fact that is not there names no pod
         return {}

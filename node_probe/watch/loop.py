@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import ctypes
+import dataclasses
 import gc
 import ipaddress
 import os
@@ -214,6 +215,7 @@ def main(argv: list[str] | None = None) -> int:
         del node_doc
     provoker = detect.Provoker(a.provoke_min_gap)
     pacer = detect.IsolationPacer()
+    rpcs = detect.RpcPacer()
     pass_timeout = max(5.0, min(a.interval * 0.8, 25.0)) if a.interval >= 6 else 20.0
     _log(f"watching node {node} every {a.interval:g}s"
          f"{'' if writer else ' (API writes off)'}")
@@ -233,8 +235,17 @@ def main(argv: list[str] | None = None) -> int:
             # the pass leaves the kernel log alone: in an Xid storm two readers of a 20 MB log
             # at once were past the container's memory limit (X-02); its classes wait a pass
             busy = capturer is not None and capturer.busy
-            res = passes.run(base, pass_timeout, provoke, isolation=pacer.want(),
+            # the device plugins' RPCs (grpc in the pass child) only when due (detect.RpcPacer);
+            # a quiet pass gives containers their GPUs from the kubelet's device checkpoint, as
+            # the isolation scan reads them then (the scan itself is paced to run on most passes
+            # of an idle node: asking with it would ask every pass)
+            active = [ct for ct, c in state.conds.items() if c.status == "True"]
+            iso = pacer.want()
+            opts = dataclasses.replace(base, plugin_rpc=provoke or rpcs.want(active),
+                                       plugin_targets_seen=rpcs.seen)
+            res = passes.run(opts, pass_timeout, provoke, isolation=iso,
                              skip=CAPTURE_EXCLUSIVE if busy else ())
+            rpcs.observe(res)
             if busy:  # a partial look: problems may go True, none clears
                 res.unsure |= set(CLASS_CHECKS)
             if res.isolation_cpu_s is not None:

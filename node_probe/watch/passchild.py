@@ -123,12 +123,15 @@ class PassRunner:
                                                                       else ())[:detect.MAX_USERS]))
                                  for p in ps[:MAX_PROBLEMS]]
         iso = final.get("isolation_cpu_s")
+        seen = final.get("plugin_targets")
         return detect.PassResult(
             float(final.get("started") or started), float(final.get("duration_s") or 0.0),
             [Seen(str(i)) for i in (final.get("finding_ids") or ())[:10000]],
             [Check(str(c[0]), str(c[1]), float(c[2])) for c in final.get("checks") or ()],
             problems, {str(u) for u in final.get("unsure") or ()}, stuck, provoke,
-            float(iso) if isinstance(iso, (int, float)) else None, _gauges(final.get("gpus")))
+            float(iso) if isinstance(iso, (int, float)) else None, _gauges(final.get("gpus")),
+            plugin_targets=tuple(str(x)[:600] for x in seen[:64]) if isinstance(seen, list)
+            else None, plugin_rpc=final.get("plugin_rpc") is not False)
 
 
 def _gauges(rows) -> list[dict]:
@@ -183,7 +186,9 @@ def _child(w: int, base, timeout_s: float, provoke: bool, isolation: bool,
             "checks": [[c.id, c.status, round(c.duration_s, 3)] for c in res.checks],
             "problems": problems, "unsure": sorted(res.unsure),
             "isolation_cpu_s": res.isolation_cpu_s,
-            "gpus": res.gpus[:detect.MAX_GPUS]}) + "\n")
+            "gpus": res.gpus[:detect.MAX_GPUS],
+            "plugin_targets": None if res.plugin_targets is None else list(res.plugin_targets),
+            "plugin_rpc": res.plugin_rpc}) + "\n")
         out.flush()
     except BaseException:  # noqa: BLE001 - the parent sees an incomplete pass
         code = 1

@@ -53,6 +53,14 @@ def ts(t: dt.datetime) -> str:
     return t.astimezone(dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
+EXPIRED_CONTINUE = (
+    "The provided continue parameter is too old to display a consistent list result. You can "
+    "start a new list without the continue parameter, or use the continue token in this "
+    "response to retrieve the remainder of the results. Continuing with the provided token "
+    "results in an inconsistent list - objects that were created, modified, or deleted between "
+    "the time the first chunk was returned and now may show up in the list.")
+
+
 def status_body(code: int, reason: str, message: str, details: dict | None = None) -> dict:
     return {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
             "message": message, "reason": reason, "details": details or {}, "code": code}
@@ -178,6 +186,9 @@ class FakeCluster:
         self.deleted: list[tuple[str, str, dict]] = []  # (ns, name, query)
         self.list_cache: dict[tuple, bytes] = {}
         self.continue_expired = False  # answer every continue token with 410 Gone
+        self.expire_tokens = 0         # answer the next N continue tokens with 410 Gone
+        self.cut_page = 0              # the N-th page served (1-based) ends half way
+        self.after_page: Any = None    # called with (kind, page number) as each page is made
         self.pages_served = 0
         self._sorted_memo: dict[tuple, tuple[list, list]] = {}  # only with cache_lists
         self.cache_lists = False  # bench: serve lists from pre-encoded bytes (a watch cache)
@@ -511,11 +522,19 @@ class FakeCluster:
         # opaque `continue` token and remainingItemCount. resourceVersion=0 is served from the
         # watch cache, which (before ListFromCacheSnapshot) ignores `limit`: the whole list.
         if (limit > 0 or q.get("continue")) and q.get("resourceVersion") != "0":
-            if q.get("continue") and self.continue_expired:
-                return self._status(410, "Expired",
-                                    "The provided continue parameter is too old to display a "
-                                    "consistent list result. You can start a new list without "
-                                    "the continue parameter.")
+            if q.get("continue") and (self.continue_expired or self.expire_tokens):
+                # etcd compacted the token's revision: the real server's Status, with a new
+                # token for an inconsistent remainder, which client-go's pager never follows
+                # (it lists again from the start): handleCompactedErrorForPaging in
+                # https://github.com/kubernetes/kubernetes/blob/master/staging/src/k8s.io/
+                # apiserver/pkg/storage/etcd3/errors.go
+                self.expire_tokens = max(0, self.expire_tokens - 1)
+                body = status_body(410, "Expired", EXPIRED_CONTINUE)
+                del body["details"]
+                body["metadata"] = {"continue": base64.b64encode(json.dumps(
+                    {"v": "meta.k8s.io/v1", "rv": -1, "start": "inconsistent"}
+                ).encode()).decode()}
+                return kmock.Response(status=410, payload=body)
             memo_key = (kind, q.get("labelSelector"), q.get("fieldSelector"))
             memo = self._sorted_memo.get(memo_key) if self.cache_lists else None
             if memo is None:  # the bench pages 150,000 pods: sort once while lists are cached
@@ -539,6 +558,14 @@ class FakeCluster:
                 meta["remainingItemCount"] = len(items) - end
             items = items[start:end]
             self.pages_served += 1
+            body = json.dumps({"kind": kind, "apiVersion": "v1", "metadata": meta,
+                               "items": items}).encode()
+            if self.after_page is not None:  # the cluster changes while the list is read
+                self.after_page(kind, self.pages_served)
+            if self.pages_served == self.cut_page:  # a proxy that closed the stream early
+                body = body[:len(body) // 2]
+            return kmock.Response(status=200, payload=body,
+                                  headers={"Content-Type": "application/json"})
         return self._json({"kind": kind, "apiVersion": "v1", "metadata": meta, "items": items})
 
     def _route(self, method: str, path: str, q: dict, request: kmock.Request) -> Any:
