@@ -12,6 +12,7 @@ with "internal error: RecursionError" (exit 70).
 from __future__ import annotations
 
 import json
+import sys
 
 import aiohttp.web
 import pytest
@@ -31,6 +32,18 @@ CLAIM = ('{"apiVersion":"resource.k8s.io/v1","kind":"ResourceClaim","metadata":{
          '"opaque":{"driver":"gpu.nvidia.com","parameters":' + DEEP + '}}]}}}')
 CLAIMS = ('{"kind":"ResourceClaimList","apiVersion":"resource.k8s.io/v1","metadata":{},'
           '"items":[' + CLAIM + "]}").encode()
+
+
+@pytest.fixture(autouse=True)
+def default_recursion_limit():
+    """The CLI decodes at CPython's default recursion limit (1000); the in-process tests here
+    pin it, since another test of the same pytest worker may leave it raised (Hypothesis
+    adjusts it around its examples: hypothesis/internal/conjecture/junkdrawer.py), and then
+    nothing is deep enough to cut (the full suite failed three of these tests that way)."""
+    old = sys.getrecursionlimit()
+    sys.setrecursionlimit(1000)
+    yield
+    sys.setrecursionlimit(old)
 
 
 def raw(body: bytes):
