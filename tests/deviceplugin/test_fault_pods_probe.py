@@ -14,10 +14,12 @@ LINE = "[1084456.074562] NVRM: Xid (PCI:0000:09:00): 79, pid=0, GPU has fallen o
 MIG = "MIG-0b8e2a5a-2b0f-5d0c-9d1c-6f0e5a7c8b91"
 
 
-def test_an_xid_names_the_pods_on_that_gpu_without_the_agent(host, start_plugin, podres,
-                                                             tmp_path):
+def two_gpus_two_pods(host, start_plugin, podres, tmp_path, bus_a: str, line: str):
+    """The stand-in NVML with GPU_A at `bus_a` and GPU_B at 3C:00.0, a healthy plugin,
+    pod-resources giving GPU_A to team-a/train-0 and GPU_B to team-b/infer-1, and a kernel log
+    file holding `line`. The log's path."""
     lib = build_fake_nvml(host.root / "usr/lib/x86_64-linux-gnu", init="ok", gpus=(
-        FakeGpu(GPU_A, minor=0, pci_bus_id="00000000:09:00.0"),
+        FakeGpu(GPU_A, minor=0, pci_bus_id=bus_a),
         FakeGpu(GPU_B, minor=1, pci_bus_id="00000000:3C:00.0")))
     start_plugin("nvidia-gpu.sock", mode="healthy", nvml_lib=lib)
     podres([{"namespace": "team-a", "pod": "train-0", "container": "main",
@@ -25,7 +27,13 @@ def test_an_xid_names_the_pods_on_that_gpu_without_the_agent(host, start_plugin,
             {"namespace": "team-b", "pod": "infer-1", "container": "server",
              "resource": "nvidia.com/gpu", "device_ids": [GPU_B]}])
     kmsg = tmp_path / "kmsg.txt"
-    kmsg.write_text(LINE)
+    kmsg.write_text(line)
+    return kmsg
+
+
+def test_an_xid_names_the_pods_on_that_gpu_without_the_agent(host, start_plugin, podres,
+                                                             tmp_path):
+    kmsg = two_gpus_two_pods(host, start_plugin, podres, tmp_path, "00000000:09:00.0", LINE)
     run = run_probe(*host.args("--kmsg-file", str(kmsg), "--trace-seconds", "0",
                                "--only", "kmsg", "--only", "nvml", "--only", "deviceplugin"))
     (x,) = run.findings("gpu.xid")

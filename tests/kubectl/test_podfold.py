@@ -19,6 +19,7 @@ from kubectl_gpudoctor.commands.nodes import _black_hole_context
 
 from .conftest import run_cli
 from .fakecluster import EXPIRED_CONTINUE, FakeCluster, add_black_hole, build_fleet
+from .test_agent_fleet_paging import fleet  # noqa: F401 - fixture (25 nodes, 2,500 fat pods)
 
 
 def _mixed_fleet(fc: FakeCluster) -> list[str]:
@@ -132,15 +133,6 @@ def test_memory_tally_is_the_list_computation():
 
 # -- the paged path -------------------------------------------------------------------------
 
-@pytest.fixture
-def fleet(tmp_path):
-    fc = FakeCluster()
-    build_fleet(fc, 25, 2500, fat=True)
-    fc.start()
-    try:
-        yield fc, Kube(str(fc.kubeconfig(tmp_path / "kc")))
-    finally:
-        fc.stop()
 
 
 def _fold(kube: Kube) -> tuple[podfold.PodFold, int]:

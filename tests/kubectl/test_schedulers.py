@@ -98,7 +98,10 @@ def _kueue(cluster, quota_used: str = "8"):
                        {"name": "nvidia.com/gpu", "total": quota_used, "borrowed": "0"}]}]}}
 
 
-def test_kueue_names_the_clusterqueue_quota_and_who_holds_it(cluster, kubeconfig):
+def kueue_pending(cluster) -> dict:
+    """GPU nodes, and pod ml/trainer-0 held by Kueue's admission gate: its Workload's quota
+    reservation failed (4 more GPUs needed in gpu-cq), which team-a's and team-b's admitted
+    Workloads hold. The pod."""
     _gpu_nodes(cluster)
     pod = _pending(cluster, "ml", "trainer-0",
                    schedulingGates=[{"name": "kueue.x-k8s.io/admission"}])
@@ -115,6 +118,11 @@ def test_kueue_names_the_clusterqueue_quota_and_who_holds_it(cluster, kubeconfig
                for ns, job, h in (("team-a", "train-a", "1a2b3"), ("team-b", "eval-b", "4c5d6"))]
     cluster.lists[f"{KQ}/namespaces/ml/workloads"] = ("WorkloadList", [mine])
     cluster.lists[f"{KQ}/workloads"] = ("WorkloadList", [mine, *holders])
+    return pod
+
+
+def test_kueue_names_the_clusterqueue_quota_and_who_holds_it(cluster, kubeconfig):
+    kueue_pending(cluster)
     r = run_cli("pod", "trainer-0", "-n", "ml", "--no-probe", "--kubeconfig", str(kubeconfig),
                 "-o", "json")
     assert r.returncode == 1, r.stderr

@@ -26,7 +26,7 @@ from node_probe.protocol import catalog, conditions
 from .conftest import run_cli
 from .fakecluster import ts
 from .test_fleet_view import run_nodes, watching
-from .test_schedulers import _gpu_nodes, _kueue, _pending, _reserved, _workload, KQ
+from .test_schedulers import _gpu_nodes, _pending, kueue_pending
 
 NOW = dt.datetime.now(dt.timezone.utc)
 # NVIDIA/k8s-device-plugin#1431 (cause: a driver upgrade without a reboot; fixed by rebooting)
@@ -62,22 +62,7 @@ def _steps_hold(actions: list[dict]) -> None:
 def test_kueue_is_the_root_with_its_clusterqueue_to_look_at_and_raise(cluster, kubeconfig):
     """N3: the verdict was the generic "its GPUs fit ... scheduling gates keep it", with only a
     verify step; Kueue's own finding (the ClusterQueue, its quota, who holds it) was second."""
-    _gpu_nodes(cluster)
-    pod = _pending(cluster, "ml", "trainer-0",
-                   schedulingGates=[{"name": "kueue.x-k8s.io/admission"}])
-    pod["metadata"]["labels"]["kueue.x-k8s.io/queue-name"] = "user-queue"
-    _kueue(cluster)
-    a_conds, a_adm = _reserved("gpu-cq", "4")
-    mine = _workload("ml", "pod-trainer-0-5f3c1", "user-queue", pod["metadata"]["uid"], [
-        {"type": "QuotaReserved", "status": "False", "reason": "Pending",
-         "message": "couldn't assign flavors to pod set main: insufficient unused quota for "
-                    "nvidia.com/gpu in flavor default-flavor, 4 more needed",
-         "lastTransitionTime": ts(NOW)}])
-    holders = [_workload(ns, f"job-{job}-{h}", "user-queue", str(uuid.uuid4()), a_conds, a_adm,
-                         {"kind": "Job", "name": job, "controller": True, "uid": "x"})
-               for ns, job, h in (("team-a", "train-a", "1a2b3"), ("team-b", "eval-b", "4c5d6"))]
-    cluster.lists[f"{KQ}/namespaces/ml/workloads"] = ("WorkloadList", [mine])
-    cluster.lists[f"{KQ}/workloads"] = ("WorkloadList", [mine, *holders])
+    kueue_pending(cluster)
     v = _json("pod", "trainer-0", "-n", "ml", "--no-probe", kubeconfig=kubeconfig)["verdict"]
     assert v["root_cause"] == "kueue.not_admitted"
     assert "pod.pending_explained" in v["chain"]

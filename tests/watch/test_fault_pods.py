@@ -10,7 +10,7 @@ import pytest
 from node_probe.watch.detect import _pci, users_of
 from node_probe.watch.state import ConditionState, Problem
 from tests.deviceplugin.conftest import GPU_A, GPU_B
-from tests.fakes.nvml import FakeGpu, build_fake_nvml
+from tests.deviceplugin.test_fault_pods_probe import two_gpus_two_pods
 from tests.watch.conftest import wait_for
 
 NODE = "gpu-node-a"
@@ -41,16 +41,7 @@ def test_an_xid_names_the_pods_on_that_gpu_in_the_condition_and_the_event(
         api, host, start_plugin, podres, start_agent, tmp_path):
     api.cluster.add_capture_node(NODE)
     api.bind("tok-a", NODE)
-    lib = build_fake_nvml(host.root / "usr/lib/x86_64-linux-gnu", init="ok", gpus=(
-        FakeGpu(GPU_A, minor=0, pci_bus_id="00000000:3B:00.0"),
-        FakeGpu(GPU_B, minor=1, pci_bus_id="00000000:3C:00.0")))
-    start_plugin("nvidia-gpu.sock", mode="healthy", nvml_lib=lib)
-    podres([{"namespace": "team-a", "pod": "train-0", "container": "main",
-             "resource": "nvidia.com/gpu", "device_ids": [GPU_A]},
-            {"namespace": "team-b", "pod": "infer-1", "container": "server",
-             "resource": "nvidia.com/gpu", "device_ids": [GPU_B]}])
-    kmsg = tmp_path / "kmsg.txt"
-    kmsg.write_text(LINE)
+    kmsg = two_gpus_two_pods(host, start_plugin, podres, tmp_path, "00000000:3B:00.0", LINE)
     agent = start_agent(*host.args(), "--node-name", NODE, "--interval", "1",
                         "--api-token-file", str(api.token_file), "--api-ca-file", str(api.ca),
                         "--kmsg-file", str(kmsg), "--cgroup-root", str(tmp_path),
