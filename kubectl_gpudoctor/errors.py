@@ -19,6 +19,7 @@ class GpuDoctorError(Exception):
     """Base of everything the CLI reports as one line. `exit_status` says how it ends."""
 
     exit_status: ExitStatus = ExitStatus.CLUSTER_ERROR
+    said = False  # its line is already on stderr (the probe child's own): not written again
 
     def __init__(self, message: str, *, hint: str = "") -> None:
         super().__init__(message)
@@ -34,6 +35,13 @@ class UsageError(GpuDoctorError):
     """Bad flags or arguments (exit 2)."""
 
     exit_status = ExitStatus.USAGE
+
+
+class ProbeUsageError(UsageError):
+    """`local`: the probe child refused its arguments and said why in its own one line on
+    stderr (a file of a format it does not read, a bad value): exit 2, nothing said twice."""
+
+    said = True
 
 
 class InternalError(GpuDoctorError):

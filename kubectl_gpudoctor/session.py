@@ -108,6 +108,8 @@ def echo(text: str = "", nl: bool = True) -> None:
 
 
 def say_error(error: errors.GpuDoctorError) -> None:
+    if error.said:
+        return
     prefix = "" if isinstance(error, errors.Interrupted) else "error: "
     from node_probe.protocol.render import terminal_safe  # API text can carry tenant strings
     sys.stderr.write(f"{PROG}: {prefix}{terminal_safe(error.one_line())}\n")

@@ -42,7 +42,7 @@ def local(session: Session, o: dict, probe_args: Sequence[str]) -> ExitStatus:
             got_summary = got_summary or rec.get("kind") == "summary"
         rc = proc.wait(5.0)
         if rc == ExitStatus.USAGE and not got_summary:
-            raise errors.UsageError("the probe rejected its arguments (see above)")
+            raise errors.ProbeUsageError("the probe rejected its arguments (its line above)")
         if not got_summary:
             out.mark_incomplete(f"the probe ended without a summary (exit {rc})")
     finally:

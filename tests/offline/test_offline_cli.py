@@ -159,6 +159,9 @@ def test_kubectl_local_passes_the_offline_flags(tmp_path):
     r = run_cli("local", "--host-root", str(empty), "--lspci-file",
                 str(DATA / "nvsmi-x-a10g.xml"), "--trace-seconds", "0")
     assert r.returncode == 2 and "it reads `lspci -vvv` text" in r.stderr
+    # one line, the probe's own: the wrapper no longer adds "the probe rejected its
+    # arguments (see above)" under it
+    assert [x for x in r.stderr.splitlines() if x.strip()] == [r.stderr.strip()], r.stderr
 
 
 def test_the_header_says_offline_not_live(tmp_path):
