@@ -16,7 +16,7 @@ import threading
 import time
 from typing import Any, Callable, Mapping
 
-from node_probe.protocol import Finding, ProtocolError
+from node_probe.protocol import Finding, ProtocolError, Severity
 
 from .. import analysis, errors
 from ..api import extra_lists
@@ -418,8 +418,15 @@ def _finish_row(row: dict, fs: list) -> None:
     row["admits_pods"] = row["ready"] is not False and not wedge.blocking_findings(fs,
                                                                                   row["node"])
     usable = row["schedulable"] and row["admits_pods"]
+    # a black hole admits pods but fails the GPU pods sent to it: no GPU there is free for
+    # a new pod (audit round 5, N9: `FREE 7` on a node that rejects every GPU pod)
+    hole = max((f.evidence.get("failed_pods") for f in fs if f.id == "node.gpu_black_hole"
+                and f.severity.rank >= Severity.WARNING.rank
+                and isinstance(f.evidence, Mapping)
+                and isinstance(f.evidence.get("failed_pods"), int)), default=None)
+    row["black_hole_failed"] = hole
     free = row["gpu_unrequested"]
-    row["gpu_free"] = None if free is None else (free if usable else 0)
+    row["gpu_free"] = None if free is None else (free if usable and hole is None else 0)
     v = verdict.decide(fs, {"kind": "node", "name": row["node"], "node": row["node"]})
     row["verdict"], row["root_cause"] = v.headline, v.root_cause
 

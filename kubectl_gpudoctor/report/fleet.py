@@ -19,7 +19,7 @@ from node_probe.protocol.render import terminal_safe
 from ..analysis.common import fmt_duration
 
 MAX_NAMED = 5              # nodes named in the agent line before "+N more"
-INTERNAL = ("top", "top_sev")
+INTERNAL = ("top", "top_sev", "black_hole_failed")
 
 
 def is_sick(row: Mapping[str, Any]) -> bool:
@@ -28,10 +28,11 @@ def is_sick(row: Mapping[str, Any]) -> bool:
 
 
 def sort_key(row: Mapping[str, Any]) -> tuple:
-    """Black holes first (Ready nodes that fail the GPU pods still sent to them), then critical
-    nodes, and among them NotReady ones (nothing runs there), then by how many problems, then
-    by name."""
+    """Black holes first (Ready nodes that fail the GPU pods still sent to them), the one that
+    failed the most pods first, then critical nodes, and among them NotReady ones (nothing runs
+    there), then by how many problems, then by name."""
     return ("node.gpu_black_hole" not in (row.get("findings") or ()),
+            -int(row.get("black_hole_failed") or 0),
             -bool(row.get("critical")), -bool(row.get("warning")), row.get("ready") is not False,
             -int(row.get("critical") or 0), -int(row.get("warning") or 0), str(row["node"]))
 

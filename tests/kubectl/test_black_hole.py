@@ -32,9 +32,12 @@ def test_two_black_holes_in_a_thousand_nodes_lead_the_fleet(cluster, kubeconfig)
     doc = json.loads(r.stdout)
     rows = doc["nodes"]
     assert len(rows) == 1000
-    # the two black holes are the first two rows (names[700] first: more critical evidence
-    # would not matter, both rank above everything; then by name)
-    assert {rows[0]["node"], rows[1]["node"]} == {names[250], names[700]}
+    # the two black holes are the first two rows, the one that failed more pods first (audit
+    # round 5, N9: 4 of 4 was listed before 42 of 42, by name), and no GPU is free on either
+    # (N9: `FREE 7` on a node that fails every GPU pod)
+    assert [rows[0]["node"], rows[1]["node"]] == [names[700], names[250]]
+    assert rows[0]["gpu_free"] == rows[1]["gpu_free"] == 0
+    assert all("black_hole_failed" not in r for r in rows)
     assert all("node.gpu_black_hole" in r["findings"] for r in rows[:2])
     assert all(r["critical"] == r["warning"] == 0 for r in rows[2:])  # 998 quiet nodes
     bad = [f for f in doc["findings"] if f["severity"] in ("critical", "warning")]
