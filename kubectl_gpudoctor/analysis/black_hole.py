@@ -55,6 +55,25 @@ REFS = ("https://github.com/pytorch/ci-infra/pull/1058",
 # without look-alikes, 5 characters)
 _GENERATED = re.compile(r"^(.+)-[bcdfghjklmnpqrstvwxz2456789]{5}$")
 _QUICK = "exited within"
+# what a rejection at admission says, in our words: the kubelet passes on the device plugin's
+# error (NVIDIA/k8s-device-plugin's GetPreferredAllocation: "... failed to get nvlink state:
+# GPU is lost", the NVML error of a GPU off the bus; the kubelet's own "no healthy devices
+# present; cannot allocate unhealthy devices"): (key, pattern, words), first match wins
+ADMISSION_CAUSES = (
+    ("gpu_lost", re.compile(r"\bGPU is lost\b"),
+     "the device plugin says a GPU is lost (off the bus, Xid 79)"),
+    ("no_healthy_devices", re.compile(r"no healthy devices present|cannot allocate unhealthy "
+                                      r"devices"),
+     "the device plugin reports no healthy GPU"),
+)
+
+
+def admission_cause(message: str) -> str | None:
+    """The key of ADMISSION_CAUSES a rejection's message names, or None."""
+    for key, pattern, _ in ADMISSION_CAUSES:
+        if pattern.search(message or ""):
+            return key
+    return None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -303,6 +322,13 @@ def analyze(node: Mapping[str, Any], pods_on_node: Sequence[Mapping[str, Any]],
     span = (last_fail - first).total_seconds() if first and last_fail else None
     causes = sorted({a.reason.split(": ", 1)[1] for a in failed if ": " in a.reason
                      and a.reason.split(": ", 1)[1] in KNOWN_KEYS})
+    admitted: dict[str, int] = {}   # rejections at admission, by what their message names
+    for a in failed:
+        key = admission_cause(a.message) if a.reason in ADMISSION_REASONS else None
+        if key is not None:
+            admitted[key] = admitted.get(key, 0) + 1
+    said = max(sorted(admitted), key=lambda k: admitted[k]) if admitted else None
+    said_words = next((w for k, _, w in ADMISSION_CAUSES if k == said), "")
     caused_by = sorted({i for c in CAUSES if c.key in causes
                         for i in c.node_ids})
     samples = []
@@ -319,7 +345,8 @@ def analyze(node: Mapping[str, Any], pods_on_node: Sequence[Mapping[str, Any]],
         "node.gpu_black_hole", "critical", f"node/{name}",
         f"{len(failed)} of {len(attempts)} GPU pods sent to {name} in the last "
         f"{fmt_duration(WINDOW_S)} failed or were rejected "
-        f"({', '.join(f'{n} {r}'.replace('_', ' ') for r, n in top[:3])}){elsewhere}",
+        f"({', '.join(f'{n} {r}'.replace('_', ' ') for r, n in top[:3])})"
+        + (f"; {admitted[said]} of them: {said_words}" if said else "") + elsewhere,
         {"node": name, "window_s": WINDOW_S, "failed_pods": len(failed),
          "gpu_pods": len(attempts), "failure_rate": round(rate, 2),
          "reasons": dict(top), "first_failure": first.isoformat() if first else None,
@@ -328,6 +355,7 @@ def analyze(node: Mapping[str, Any], pods_on_node: Sequence[Mapping[str, Any]],
          "controllers": rows, "compared_elsewhere": compared,
          "elsewhere": {"pods": sent_else, "failed": failed_else} if peers is not None else None,
          "messages": samples, "caused_by": caused_by or None,
+         "admission_causes": admitted or None,
          "namespaces": spread["namespaces"], "other_namespaces": spread["other_namespaces"],
          # the latest ones, not `pods`: the verdict counts `pods` as held up, and these
          # were rejected (their controllers made new ones)

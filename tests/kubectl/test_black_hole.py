@@ -59,9 +59,12 @@ def test_two_black_holes_in_a_thousand_nodes_lead_the_fleet(cluster, kubeconfig)
     assert big["severity"] == "critical"
     row = rows[0] if rows[0]["node"] == names[700] else rows[1]
     assert row["root_cause"] == "node.gpu_black_hole"
-    # the verdict is the finding's own sentence, with its numbers (issue 30), not the catalog's
+    # the verdict is the finding's own sentence, with its numbers (issue 30), not the catalog's,
+    # and what the rejections said, in our words (audit round 5, N9: all 42 said "GPU is lost")
     assert row["verdict"].startswith(f"42 of 42 GPU pods sent to {names[700]} in the last 60m "
-                                     "failed or were rejected (42 UnexpectedAdmissionError)")
+                                     "failed or were rejected (42 UnexpectedAdmissionError); 42 "
+                                     "of them: the device plugin says a GPU is lost")
+    assert ev["admission_causes"] == {"gpu_lost": 42}
 
 
 def test_node_x_says_it_and_cordons_first(cluster, kubeconfig):
@@ -79,6 +82,12 @@ def test_node_x_says_it_and_cordons_first(cluster, kubeconfig):
     assert v["root_cause"] == "node.gpu_black_hole"
     assert v["actions"][0]["command"] == f"kubectl cordon {names[7]}"
     assert v["actions"][0]["stage"] == "stop"
+    # the rejections name a lost GPU: drain, then reboot (audit round 5, N9: the fix step was
+    # the generic "find why the node fails GPU pods")
+    steps = [(a["step"], a["command"] or "") for a in v["actions"]]
+    assert steps[1][0] == "mitigate" and steps[1][1].startswith(f"kubectl drain {names[7]}")
+    assert any(s == "fix" and "reboot" in a["text"] for (s, _), a in zip(steps, v["actions"]))
+    assert not any("find why the node fails GPU pods" in a["text"] for a in v["actions"])
     assert cluster.count("GET", r"/api/v1/namespaces/ci/pods") == 1
     # a healthy node of the same fleet: no finding, and no namespace list
     r = run_cli("node", names[8], "--no-probe", "--kubeconfig", str(kubeconfig), "-o", "json")

@@ -412,6 +412,11 @@ def _black_hole(root, chain, names, findings, likely):
             return [a for a in plan if a is None or a.step != "mitigate"] + [
                 cordon(names), drain(names) if container_start.NODE_ACTION.get(top) == "drain"
                 else None]
+        # rejections at admission whose messages name a lost GPU (audit round 5, N9: 42 of 42
+        # said "GPU is lost" and the fix step was "find why the node fails GPU pods")
+        said = ev(root).get("admission_causes")
+        if isinstance(said, Mapping) and said.get("gpu_lost"):
+            return _down(names, "reboot")
     return [cordon(names)] + (_fixed_text(root, chain, names, findings, likely)
                               if root.id in FIXES else [])
 
