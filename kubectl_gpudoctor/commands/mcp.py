@@ -22,7 +22,10 @@ from .. import errors
 from ..session import Session
 
 DEFAULT_CALL_TIMEOUT_S = 300.0
-INSTALL_HINT = "pip install 'kubectl-gpu-doctor[mcp]' (the krew plugin carries it)"
+# the SDK itself, as the [mcp] extra pins it: this project has no PyPI release to name (audit
+# round 5, N16: `pip install 'kubectl-gpu-doctor[mcp]'` resolved nowhere)
+INSTALL_HINT = ("pip install 'mcp>=2.3,<3' into this Python (3.10 or newer), or `pip install "
+                "'.[mcp]'` in a clone; the krew plugin carries it")
 
 
 def serve(session: Session, o: Mapping[str, Any]) -> ExitStatus:

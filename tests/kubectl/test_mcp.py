@@ -358,4 +358,6 @@ def test_without_the_sdk_one_line_and_exit_2():
                        capture_output=True, text=True, env=cli_env(), cwd=str(REPO),
                        timeout=60)
     assert r.returncode == 2 and r.stdout == ""
-    assert "pip install 'kubectl-gpu-doctor[mcp]'" in one_error_line(r.stderr)
+    # what it names can be installed (the SDK; audit round 5, N16: this project is on no index)
+    assert "pip install 'mcp>=2.3,<3'" in one_error_line(r.stderr)
+    assert "kubectl-gpu-doctor[mcp]" not in r.stderr
