@@ -427,7 +427,12 @@ def _finish_row(row: dict, fs: list) -> None:
     row["black_hole_failed"] = hole
     free = row["gpu_unrequested"]
     row["gpu_free"] = None if free is None else (free if usable and hole is None else 0)
-    v = verdict.decide(fs, {"kind": "node", "name": row["node"], "node": row["node"]})
+    # without --probe the node side did not look: an all-clear row says "nothing found in
+    # what could be checked", as `node X --no-probe` does, never "no problem found" (audit
+    # round 5, N15)
+    probed = row.get("probe") not in (None, "failed", "no answer")
+    v = verdict.decide(fs, {"kind": "node", "name": row["node"], "node": row["node"]},
+                       could_not_look=0 if probed else 1)
     row["verdict"], row["root_cause"] = v.headline, v.root_cause
 
 
