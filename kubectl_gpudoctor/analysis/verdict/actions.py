@@ -358,31 +358,27 @@ def _kueue(root, chain, names, findings, likely):
     return acts
 
 
-def _volcano(root, chain, names, findings, likely):
-    e = ev(root)
-    queue = valid("node", e.get("queue"))
-    acts: list = []
-    if queue:
-        acts.append(Action("look", f"queue {queue}: its capability and what is allocated",
-                           f"kubectl get queues.scheduling.volcano.sh {q(queue)} -o yaml",
-                           "none (read-only)"))
-    acts.append(Action("fix", "raise the queue's capability for the GPU resource or free what "
-                              "is allocated in it; for a gang that cannot be placed, free GPUs "
-                              "on the nodes or lower minMember", None, _ANY))
-    return acts
+def _queue_plan(resource: str, what: str, fix: str) -> Plan:
+    """A scheduler queue that holds the pod (Volcano's, KAI's): look at the queue the finding
+    names (`queue`), then the fix in our words."""
+    def plan(root, chain, names, findings, likely):
+        queue = valid("node", ev(root).get("queue"))
+        acts: list = []
+        if queue:
+            acts.append(Action("look", f"queue {queue}: {what}",
+                               f"kubectl get {resource} {q(queue)} -o yaml", "none (read-only)"))
+        acts.append(Action("fix", fix, None, _ANY))
+        return acts
+    return plan
 
 
-def _kai(root, chain, names, findings, likely):
-    e = ev(root)
-    queue = valid("node", e.get("queue"))
-    acts: list = []
-    if queue:
-        acts.append(Action("look", f"queue {queue}: its quota and limit",
-                           f"kubectl get queues.scheduling.run.ai {q(queue)} -o yaml",
-                           "none (read-only)"))
-    acts.append(Action("fix", "free or raise the queue's quota and limit, or let the workload "
-                              "be preemptible", None, _ANY))
-    return acts
+_volcano = _queue_plan(
+    "queues.scheduling.volcano.sh", "its capability and what is allocated",
+    "raise the queue's capability for the GPU resource or free what is allocated in it; for a "
+    "gang that cannot be placed, free GPUs on the nodes or lower minMember")
+_kai = _queue_plan(
+    "queues.scheduling.run.ai", "its quota and limit",
+    "free or raise the queue's quota and limit, or let the workload be preemptible")
 
 
 def _fixed_text(root, chain, names, findings, likely):
