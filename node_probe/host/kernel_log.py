@@ -272,51 +272,38 @@ class SavedLog:
             for text in _blocks(fd, stats, MAX_FILE_BYTES):
                 pos, end = 1, len(text)
                 whole = True        # try once a block: is the rest of it all Xid lines?
+                slow_until = 0      # a run with a line that is not a plain Xid line ends here
                 while pos < end:
-                    if busy():
-                        nl = text.index("\n", pos)
-                        line = text[pos:nl]
-                        pos = nl + 1
-                        if line.strip():
-                            stats.records += 1
-                            yield (LINE, *parse_line(line))
-                        continue
-                    m = BLOCK_MARK_RE.search(text, pos)
-                    start = end if m is None else text.rfind("\n", 0, m.start()) + 1
-                    if start > pos:
-                        k = text.count("\n", pos, start) - len(_BLANK_RE.findall(text, pos - 1,
-                                                                                 start))
-                        if k:
-                            stats.records += k
-                            yield (SKIP, k)
-                        pos = start
-                        if m is None:
-                            break
-                    if FAST_START_RE.match(text, pos):
-                        if whole:           # a storm's block: one findall, no run scan
-                            whole = False
-                            rows = FAST_XID_RE.findall(text, pos - 1)
-                            if len(rows) == text.count("\n", pos):
-                                stats.records += len(rows)
-                                pos = end
-                                yield (XIDS, rows)
+                    # inside a multi-line report (busy) or such a run: one line at a time
+                    if pos >= slow_until and not busy():
+                        m = BLOCK_MARK_RE.search(text, pos)
+                        start = end if m is None else text.rfind("\n", 0, m.start()) + 1
+                        if start > pos:
+                            k = text.count("\n", pos, start) - len(
+                                _BLANK_RE.findall(text, pos - 1, start))
+                            if k:
+                                stats.records += k
+                                yield (SKIP, k)
+                            pos = start
+                            if m is None:
                                 break
-                        stop = FAST_RUN_END_RE.search(text, pos).end()
-                        rows = FAST_XID_RE.findall(text, pos - 1, stop)
-                        if len(rows) == text.count("\n", pos, stop):
-                            stats.records += len(rows)
-                            pos = stop
-                            yield (XIDS, rows)
-                            continue
-                        # a line in the run is not a plain Xid line: the run line by line
-                        while pos < stop and not busy():
-                            nl = text.index("\n", pos)
-                            line = text[pos:nl]
-                            pos = nl + 1
-                            if line.strip():
-                                stats.records += 1
-                                yield (LINE, *parse_line(line))
-                        continue
+                        if FAST_START_RE.match(text, pos):
+                            if whole:       # a storm's block: one findall, no run scan
+                                whole = False
+                                rows = FAST_XID_RE.findall(text, pos - 1)
+                                if len(rows) == text.count("\n", pos):
+                                    stats.records += len(rows)
+                                    pos = end
+                                    yield (XIDS, rows)
+                                    break
+                            stop = FAST_RUN_END_RE.search(text, pos).end()
+                            rows = FAST_XID_RE.findall(text, pos - 1, stop)
+                            if len(rows) == text.count("\n", pos, stop):
+                                stats.records += len(rows)
+                                pos = stop
+                                yield (XIDS, rows)
+                                continue
+                            slow_until = stop
                     nl = text.index("\n", pos)
                     line = text[pos:nl]
                     pos = nl + 1
