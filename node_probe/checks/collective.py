@@ -77,7 +77,7 @@ def judge(g: Mapping[str, Any],
                "power_fraction": round(frac, 3), "sm_mhz": sm, "sm_max_mhz": sm_max,
                "samples": 1})
     clocks = f", SM {sm:.0f} of {sm_max:.0f} MHz" if sm is not None and sm_max else ""
-    pods = f"; held by {', '.join(ev['pods'][:3])}" if ev["pods"] else ""
+    pods = _common.held_by(ev)
     return [catalog.make(
         FID, "warning", _common.subject(g),
         f"{_common.label(g)}: {util:.0f} % busy at {draw:.0f} W of {limit:.0f} W "

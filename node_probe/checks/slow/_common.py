@@ -46,6 +46,11 @@ def evidence(g: Mapping[str, Any], holders: Mapping[str, Sequence[str]] | None) 
             "processes": None if g.get("processes") is None else len(g.get("processes") or ())}
 
 
+def held_by(ev: Mapping[str, Any]) -> str:
+    """"; held by NS/POD, ..." (the first three pods of `evidence`), or "" when none does."""
+    return f"; held by {', '.join(ev['pods'][:3])}" if ev.get("pods") else ""
+
+
 def num(v: Any) -> float | None:
     """A number from a record field (bools are not numbers here)."""
     if isinstance(v, bool) or not isinstance(v, (int, float)):

@@ -90,7 +90,7 @@ def judge(g: Mapping[str, Any],
         bits.append(f"{gpu_c:.0f} C, {margin:.0f} C below slowdown")
     if lowered:
         bits.append(f"power limit {limit:.0f} W of default {default:.0f} W")
-    pods = f"; held by {', '.join(ev['pods'][:3])}" if ev["pods"] else ""
+    pods = _common.held_by(ev)
     fix = {"thermal": "Cooling: check the node's fans, inlet temperature and airflow (blanking "
                       "panels, a failed fan); drain the node if it stays hot.",
            "power": ("Power: restore the default limit (nvidia-smi -pl <default W>) or find "

@@ -43,7 +43,7 @@ def judge(g: Mapping[str, Any], holders: Mapping[str, Sequence[str]] | None = No
                     "reload)")
     if rising:
         said.append(f"corrected ECC errors rose by {delta:.0f} between two samples")
-    pods = f"; held by {', '.join(ev['pods'][:3])}" if ev["pods"] else ""
+    pods = _common.held_by(ev)
     return [catalog.make(
         FID, "warning", _common.subject(g),
         f"{_common.label(g)}: {'; '.join(said)}{pods}", ev,

@@ -56,7 +56,7 @@ def judge(g: Mapping[str, Any], peers: Sequence[Mapping[str, Any]] = (),
     ev.update({"links_active": n, "links_reported": len(g["nvlink"]), "links_down": down,
                "peer_links_active_most": most, "error_counts": now,
                "errors_rising": rising, "samples": 2 if previous is not None else 1})
-    pods = f"; held by {', '.join(ev['pods'][:3])}" if ev["pods"] else ""
+    pods = _common.held_by(ev)
     if n < most:
         return [catalog.make(
             FID, "warning", _common.subject(g),

@@ -184,7 +184,7 @@ def judge(g: Mapping[str, Any], links: Mapping[str, Mapping[str, Any]] | None = 
                "at_bdf": link["bdf"], "source": link["source"], "busy": is_busy,
                "gen_gpu_max": link.get("gen_gpu_max"),
                "links": chain})
-    pods = f"; held by {', '.join(ev['pods'][:3])}" if ev["pods"] else ""
+    pods = _common.held_by(ev)
     vm = on_vm(g) if width_low and not gen_low and link["where"] == "gpu" else None
     if vm is not None:
         wider = _wider_elsewhere(g, link, chain, peers)
