@@ -225,7 +225,11 @@ def _run_once(fc, launcher, kc: Path, d: Path, tree_dir: Path, pre: list | None 
         # cwd too: `python -m` puts the working directory first on sys.path
         "env": env, "cwd": str(tree_dir), "out": str(so), "err": str(se)}) + "\n")
     launcher.stdin.flush()
+    import resource
+    r0 = resource.getrusage(resource.RUSAGE_SELF)
     res = json.loads(launcher.stdout.readline())
+    r1 = resource.getrusage(resource.RUSAGE_SELF)
+    server_cpu = (r1.ru_utime - r0.ru_utime) + (r1.ru_stime - r0.ru_stime)
     dt = res["wall"]
     r = subprocess.CompletedProcess([], res["rc"], so.read_text(), se.read_text())
     rss_mib = res["maxrss_kib"] / 1024
@@ -245,7 +249,8 @@ def _run_once(fc, launcher, kc: Path, d: Path, tree_dir: Path, pre: list | None 
     stalled = sum(1 for f in doc["findings"] if f["id"] == "kubelet.admission_stalled")
     checks = {c["id"]: c["duration_s"] for c in doc["checks"]}
     rows = len(doc.get("nodes") or ())
-    line = (f"{dt:.2f}s wall, {res['cpu_s']:.2f}s CPU, {rows} node rows, "
+    line = (f"{dt:.2f}s wall, {res['cpu_s']:.2f}s CPU (fake server: {server_cpu:.2f}s), "
+            f"{rows} node rows, "
             f"peak RSS {rss_mib:.0f} MiB "
             f"(CLI + page parsers, peaks added: {tree_mib:.0f} MiB) (exit {r.returncode}); "
             f"{lists} list calls, {len(reqs) - lists} other calls; {stalled} stalled nodes "

@@ -23,7 +23,7 @@ import threading
 import time
 import uuid
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import aiohttp.web
 import kmock
@@ -324,7 +324,7 @@ class FakeCluster:
             return self._status(404, "NotFound", "the server could not find the requested "
                                                  "resource")
         if name is None:
-            return self._list("List", [o for (n, _), o in objs.items() if n == ns], q)
+            return self._list("List", lambda: [o for (n, _), o in objs.items() if n == ns], q)
         obj = objs.get((ns, name))
         if obj is None:
             return kmock.Response(status=404, payload=status_body(
@@ -499,7 +499,10 @@ class FakeCluster:
         return kmock.Response(status=200, payload=json.dumps(doc).encode(),
                               headers={"Content-Type": "application/json"})
 
-    def _list(self, kind: str, items: list[dict], q: dict) -> kmock.Response:
+    def _list(self, kind: str, items: Callable[[], list[dict]], q: dict) -> kmock.Response:
+        """`items`: what the list holds, built only when the answer is not cached (the bench
+        serves 200 pages of 200,000 pods: a copy of the whole list per page was most of the
+        fake's CPU, on the cores the CLI it times shares)."""
         key = (kind, tuple(sorted(q.items())))
         if self.cache_lists and key in self.list_cache:
             return kmock.Response(status=200, payload=self.list_cache[key],
@@ -509,13 +512,18 @@ class FakeCluster:
             self.list_cache[key] = resp.payload
         return resp
 
-    def _list_uncached(self, kind: str, items: list[dict], q: dict) -> kmock.Response:
-        if "labelSelector" in q:
-            items = [i for i in items
-                     if _match_labels((i.get("metadata") or {}).get("labels") or {},
-                                      q["labelSelector"])]
-        if "fieldSelector" in q:
-            items = [i for i in items if _match_fields(i, q["fieldSelector"])]
+    def _list_uncached(self, kind: str, make: Callable[[], list[dict]],
+                       q: dict) -> kmock.Response:
+        def selected() -> list[dict]:
+            items = make()
+            if "labelSelector" in q:
+                items = [i for i in items
+                         if _match_labels((i.get("metadata") or {}).get("labels") or {},
+                                          q["labelSelector"])]
+            if "fieldSelector" in q:
+                items = [i for i in items if _match_fields(i, q["fieldSelector"])]
+            return items
+
         meta: dict = {"resourceVersion": "1000"}
         limit = int(q.get("limit") or 0)
         # Paging as the API server does it: `limit` pages in key order (namespace/name) with an
@@ -538,7 +546,7 @@ class FakeCluster:
             memo_key = (kind, q.get("labelSelector"), q.get("fieldSelector"))
             memo = self._sorted_memo.get(memo_key) if self.cache_lists else None
             if memo is None:  # the bench pages 150,000 pods: sort once while lists are cached
-                items = sorted(items, key=_obj_key)
+                items = sorted(selected(), key=_obj_key)
                 memo = (items, [_obj_key(i) for i in items])
                 if self.cache_lists:
                     self._sorted_memo[memo_key] = memo
@@ -566,12 +574,13 @@ class FakeCluster:
                 body = body[:len(body) // 2]
             return kmock.Response(status=200, payload=body,
                                   headers={"Content-Type": "application/json"})
-        return self._json({"kind": kind, "apiVersion": "v1", "metadata": meta, "items": items})
+        return self._json({"kind": kind, "apiVersion": "v1", "metadata": meta,
+                           "items": selected()})
 
     def _route(self, method: str, path: str, q: dict, request: kmock.Request) -> Any:
         if method == "GET":
             if path == "/api/v1/nodes":
-                return self._list("NodeList", list(self.nodes.values()), q)
+                return self._list("NodeList", lambda: list(self.nodes.values()), q)
             m = NODE.match(path)
             if m:
                 if m.group(1) not in self.nodes:
@@ -581,10 +590,10 @@ class FakeCluster:
             if m:
                 return self._proxy(m.group(1), m.group(2), q)
             if path == "/api/v1/pods":
-                return self._list("PodList", list(self.pods.values()), q)
+                return self._list("PodList", lambda: list(self.pods.values()), q)
             m = NS_PODS.match(path)
             if m:
-                return self._list("PodList", [p for (ns, _), p in self.pods.items()
+                return self._list("PodList", lambda: [p for (ns, _), p in self.pods.items()
                                               if ns == m.group(1)], q)
             m = POD.match(path)
             if m:
@@ -601,14 +610,14 @@ class FakeCluster:
                 return kmock.Response(status=200, payload=self._log_stream(node),
                                       headers={"Content-Type": "text/plain"})
             if path == "/api/v1/events":
-                return self._list("EventList", list(self.events), q)
+                return self._list("EventList", lambda: list(self.events), q)
             m = NS_EVENTS.match(path)
             if m:
-                return self._list("EventList", [e for e in self.events
+                return self._list("EventList", lambda: [e for e in self.events
                                                 if e["metadata"]["namespace"] == m.group(1)], q)
             m = NS_QUOTAS.match(path)
             if m:
-                return self._list("ResourceQuotaList", [rq for rq in self.quotas if rq["metadata"]
+                return self._list("ResourceQuotaList", lambda: [rq for rq in self.quotas if rq["metadata"]
                                                         ["namespace"] == m.group(1)], q)
             m = NAMESPACE.match(path)
             if m:
@@ -617,9 +626,9 @@ class FakeCluster:
                 return self._json({"apiVersion": "v1", "kind": "Namespace", "metadata": {
                     "name": m.group(1), "labels": dict(self.namespaces[m.group(1)])}})
             if path == LEASES:
-                return self._list("LeaseList", list(self.leases.values()), q)
+                return self._list("LeaseList", lambda: list(self.leases.values()), q)
             if path in self.lists:
-                return self._list(self.lists[path][0], list(self.lists[path][1]), q)
+                return self._list(self.lists[path][0], lambda: list(self.lists[path][1]), q)
             if path in self.objects:
                 return self._json(self.objects[path])
             m = API_GROUP.match(path)
