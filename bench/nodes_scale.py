@@ -217,6 +217,9 @@ def _run_once(fc, launcher, kc: Path, d: Path, tree_dir: Path, pre: list | None 
     """One `nodes -o json` run of the CLI from `tree_dir` (PYTHONPATH); `pre`: how to start it
     instead of `-m kubectl_gpudoctor` (the profiler)."""
     env = dict(os.environ, PYTHONPATH=str(tree_dir), NO_COLOR="1")
+    # an installed CLI runs from compiled bytecode (pip compiles at install; the krew build is
+    # frozen): the warm-up run writes it, so no timed run compiles the sources again
+    env.pop("PYTHONDONTWRITEBYTECODE", None)
     before = len(fc.requests())
     so, se = d / "out", d / "err"
     launcher.stdin.write(json.dumps({
