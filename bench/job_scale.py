@@ -26,6 +26,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
+from installed_env import installed_env  # noqa: E402 (bench/, beside this script)
 
 from bench.nodes_scale import LAUNCHER  # noqa: E402
 from tests.kubectl import jobkinds  # noqa: E402
@@ -68,7 +69,7 @@ def build(fc: JobCluster, nodes: int, background: int, d: Path) -> dict:
 
 
 def run(launcher, kc: Path, d: Path, *extra: str) -> tuple[dict, dict]:
-    env = dict(os.environ, PYTHONPATH=str(REPO), NO_COLOR="1")
+    env = installed_env(PYTHONPATH=str(REPO), NO_COLOR="1")  # bytecode as installed
     so, se = d / "out", d / "err"
     launcher.stdin.write(json.dumps({
         "argv": [sys.executable, "-m", "kubectl_gpudoctor", "job", "train", "-n", "ml",

@@ -37,6 +37,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from installed_env import installed_env  # noqa: E402 (bench/, beside this script)
 from tests.kubectl.fakecluster import FakeCluster, build_fleet  # noqa: E402
 
 LISTS = ("/api/v1/nodes", "/api/v1/pods", "/api/v1/events",
@@ -216,10 +217,7 @@ def _print_profile(path: str, n: int = 30) -> None:
 def _run_once(fc, launcher, kc: Path, d: Path, tree_dir: Path, pre: list | None = None):
     """One `nodes -o json` run of the CLI from `tree_dir` (PYTHONPATH); `pre`: how to start it
     instead of `-m kubectl_gpudoctor` (the profiler)."""
-    env = dict(os.environ, PYTHONPATH=str(tree_dir), NO_COLOR="1")
-    # an installed CLI runs from compiled bytecode (pip compiles at install; the krew build is
-    # frozen): the warm-up run writes it, so no timed run compiles the sources again
-    env.pop("PYTHONDONTWRITEBYTECODE", None)
+    env = installed_env(PYTHONPATH=str(tree_dir), NO_COLOR="1")  # bytecode as installed
     before = len(fc.requests())
     so, se = d / "out", d / "err"
     launcher.stdin.write(json.dumps({
