@@ -145,6 +145,11 @@ def main() -> int:
     for path in LISTS[:3]:
         q = "?limit=1" + ("&fieldSelector=involvedObject.kind%3DPod" if "events" in path else "")
         urllib.request.urlopen(fc.url + path + q, timeout=900).read()
+    if a.lists in ("watch", "both"):  # the watch answers encoded ahead, as the pages are
+        from tests.kubectl import fakewatch
+        fakewatch.prebuild(fc, "PodList", fc._selected(lambda: list(fc.pods.values()), {}))
+        fakewatch.prebuild(fc, "EventList", [e for e in fc.events if e["involvedObject"][
+            "kind"] == "Pod"], "involvedObject.kind=Pod")
     modes = {"default": [("this tree", None)], "paged": [("paged", "0")],
              "watch": [("watch-list", "1")], "both": [("paged", "0"), ("watch-list", "1")]}
     variants = [(label, REPO, wl) for label, wl in modes[a.lists]] + (

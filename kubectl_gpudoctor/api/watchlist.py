@@ -197,6 +197,7 @@ def _stream(kube: Kube, path: str, query: list, page_size: int, timeout: float |
             if hasattr(kube, "pass_notes"):
                 kube.pass_notes(f"the API server's answer for {path}: ")
         if got:
+            pager.objects_only(path, got)
             fold(got, size)
 
     def batch(raws: list, last: bool) -> None:
@@ -206,7 +207,6 @@ def _stream(kube: Kube, path: str, query: list, page_size: int, timeout: float |
             return
         batches += 1
         page = b'{"items":[' + b",".join(raws) + b"]}"
-        raws.clear()
         if use_children and not (last and not inflight):
             inflight.append((page, parsers.submit(page, kind)))
             while len(inflight) > parsers.workers:
@@ -284,9 +284,13 @@ def _stream(kube: Kube, path: str, query: list, page_size: int, timeout: float |
                 if since_nl > LINE_MAX_BYTES:
                     raise _line_too_long(path, count, seen)
                 tail = [chunk[last + 1:]] if since_nl else []
-                if done or len(raws) >= page_size or raw_bytes >= BATCH_BYTES:
-                    raw_bytes = 0
+                while len(raws) >= page_size:   # pages of page_size objects
+                    batch(raws[:page_size], False)
+                    del raws[:page_size]
+                if done or raw_bytes >= BATCH_BYTES:
                     batch(raws, done)
+                    raws.clear()
+                    raw_bytes = 0
                 if done:
                     break
                 # a request timeout more for each page of objects that arrived

@@ -198,9 +198,10 @@ class FakeCluster:
         self.watch_cut_after: int | None = None
         self.watch_error_after: int | None = None
         self.watch_trickle_s = 0.0
-        self.watch_lines: list[bytes] | None = None
+        self.watch_event_delay_s = 0.0
+        self.watch_lines: Any = None   # an iterable of raw lines
         self.watch_cache: dict[tuple, bytes] = {}
-        self.watches_served = self.watches_open = self.watch_left = 0
+        self.watches_served = self.watches_open = self.watch_left = self.watch_bytes_sent = 0
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
         self._stop: asyncio.Event | None = None
