@@ -279,3 +279,14 @@ def test_every_field_of_an_event_of_another_type_is_an_answer_never_a_crash(tmp_
         assert {"folded", "paged"} <= outcomes and outcomes - {"folded", "paged"}, outcomes
     finally:
         fc.stop()
+
+
+def test_a_page_of_items_that_are_not_objects_is_one_error_on_the_paged_path_too(fleet):
+    """The walker above found it on the stream; the paged list had it as well: the page
+    parsers pass a number or a string through, and the fold read it (exit 70)."""
+    fc, kube = fleet
+    fc.answer[PODS] = {"kind": "PodList", "apiVersion": "v1", "metadata": {},
+                       "items": ["x", 1]}
+    with pytest.raises(errors.BadAnswer) as e:
+        _fold_of(kube, pager)
+    assert "an item is a string, not an object" in e.value.message
