@@ -43,6 +43,9 @@ from __future__ import annotations
 
 import collections
 import marshal
+import queue
+import signal
+import threading
 import time
 from typing import Any, Callable, Sequence
 
@@ -137,7 +140,6 @@ def _stream(kube: Kube, path: str, query: list, page_size: int, timeout: float |
             each: Callable[[dict], dict] | None, parsers: "pageparse.ParsePool | None",
             mem: "pager.Memory", into: Any) -> tuple[list[dict], int]:
     global _DECODER
-    import msgspec
     if _DECODER is None:
         _DECODER = _envelope()
     each, kind, compactor = _reductions(path, each)
@@ -156,7 +158,7 @@ def _stream(kube: Kube, path: str, query: list, page_size: int, timeout: float |
     hard = idle * (2 + pager.MAX_FOLDED_ITEMS // page_size)
     q = query + list(QUERY)
     items: list[dict] = []
-    count = kept = fetched = batches = 0
+    count = kept = batches = 0
     nodes_list = path.rstrip("/").endswith("/nodes")
     use_children = parsers is not None and bool(parsers.workers) and kind is not None
     inflight: collections.deque = collections.deque()  # (page, future) with a child
@@ -216,109 +218,177 @@ def _stream(kube: Kube, path: str, query: list, page_size: int, timeout: float |
                 parsed(*inflight.popleft())
             parsed(page, None)
 
-    raw_bytes = 0   # of the objects in `raws`
-    seen = False    # whether a watch event came (before: an answer that is not a stream
-                    # means the server does not serve streaming lists: the paged list)
+    reader = _Reader(kube, path, q, idle, hard, page_size, most_bytes)
+    reader.start()
+    try:
+        while True:
+            try:
+                got = reader.out.get(timeout=0.5)
+            except queue.Empty:   # the reader's deadline bounds the wait
+                continue
+            if isinstance(got, BaseException):
+                raise got
+            raws, last = got
+            batch(raws, last)
+            reader.most_bytes, reader.folded = most_bytes, count
+            if last:
+                break
+        while inflight:
+            parsed(*inflight.popleft())
+    finally:
+        reader.close()
+        for _page, fut in inflight:
+            fut.cancel()
+    return items, batches
 
-    def events(region: Any, raws: list) -> bool:
-        """The events of `region` (whole lines) into `raws`; True at the bookmark that ends
-        the initial events (what follows it is not read)."""
-        nonlocal raw_bytes, seen
+
+class _Reader(threading.Thread):
+    """Reads the stream and splits its events, in its own thread (the socket read releases
+    the GIL: the next events arrive while the caller's thread folds), and hands the objects
+    over in batches of `page_size` (`out`: at most 2 waiting), then (objects, True) at the
+    bookmark, or the exception that ended the stream (Fallback, or the tool's error)."""
+
+    def __init__(self, kube: Kube, path: str, query: list, idle: float, hard: float,
+                 page_size: int, most_bytes: int) -> None:
+        super().__init__(name="watchlist", daemon=True)
+        self.kube, self.path, self.query = kube, path, query
+        self.idle, self.hard, self.page_size = idle, hard, page_size
+        self.most_bytes = most_bytes   # updated by the folding thread (sized from the nodes)
+        self.folded = 0                # objects folded so far (said in errors)
+        self.out: queue.Queue = queue.Queue(maxsize=2)
+        self.stop = threading.Event()
+        self.ticket: deadline.Ticket | None = None
+        self.seen = False   # whether a watch event came (before: an answer that is not a
+                            # stream means the server does not serve streaming lists)
+
+    def close(self) -> None:
+        """Stop reading: the socket is shut (a watch's connection is never reused; the
+        server sees its client leave), the thread ends."""
+        self.stop.set()
+        ticket = self.ticket
+        if ticket is not None:
+            ticket.expire()
+        self.join(10)
+
+    def _put(self, item: Any) -> None:
+        while not self.stop.is_set():
+            try:
+                self.out.put(item, timeout=0.2)
+                return
+            except queue.Full:
+                continue
+
+    def run(self) -> None:
+        signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})
+        try:
+            self._read()
+        except BaseException as exc:  # noqa: BLE001 - handed to the folding thread
+            self._put(exc)
+
+    def _events(self, region: Any, raws: list) -> tuple[bool, int]:
+        """The events of `region` (whole lines) into `raws`: (whether the bookmark that ends
+        the initial events came -- what follows it is not read --, the objects' bytes)."""
+        import msgspec
         try:
             evs = _DECODER.decode_lines(region)
         except (msgspec.ValidationError, msgspec.DecodeError, RecursionError) as exc:
-            if not seen:  # not a watch stream at all (a proxy's list, a page): not served
+            if not self.seen:  # not a watch stream at all (a proxy's list, a page)
                 raise Fallback(f"the answer is not a watch stream: {exc}"[:300]) from None
-            raise _bad_event(path, exc) from None
-        seen = seen or bool(evs)
+            raise _bad_event(self.path, exc) from None
+        self.seen = self.seen or bool(evs)
+        size = 0
         for ev in evs:
             t = ev.type
             if t == "ADDED":
                 raws.append(ev.object)
-                raw_bytes += len(ev.object)
+                size += len(ev.object)
             elif t == "BOOKMARK":
-                if _ends_initial(path, ev.object):
-                    return True
+                if _ends_initial(self.path, ev.object):
+                    return True, size
             elif t == "ERROR":
                 raise Fallback(f"ERROR event: {_status_words(ev.object)}")
             else:  # a change before the list is whole: not a streaming list we can read
                 raise Fallback(f"a {t[:20]!r} event before the initial events ended")
-        return False
+        return False, size
 
-    budget = idle
-    t0 = time.monotonic()
-    gen = kube.stream(path, q, connect_timeout=idle, read_timeout=hard, chunk_size=READ_BYTES,
-                      deadline_s=budget)
-    ticket = None
-    tail: list[bytes] = []   # the line being read (no newline yet), in pieces
-    since_nl = 0             # its length so far
-    raws: list = []
-    done = False
-    try:
+    def _read(self) -> None:
+        path, idle, page_size = self.path, self.idle, self.page_size
+        budget = idle
+        t0 = time.monotonic()
+        gen = self.kube.stream(path, self.query, connect_timeout=idle, read_timeout=self.hard,
+                               chunk_size=READ_BYTES, deadline_s=budget)
+        tail: list[bytes] = []   # the line being read (no newline yet), in pieces
+        since_nl = 0             # its length so far
+        raws: list = []
+        raw_bytes = arrived = fetched = 0
+        done = False
         try:
-            for chunk in gen:
-                if ticket is None:
-                    ticket = deadline.current_ticket()
-                fetched += len(chunk)
-                if fetched > most_bytes:
-                    raise pager._endless(path, batches, count)
-                last = chunk.rfind(b"\n")
-                if last < 0:
-                    since_nl += len(chunk)
+            try:
+                for chunk in gen:
+                    if self.stop.is_set():
+                        return
+                    if self.ticket is None:
+                        self.ticket = deadline.current_ticket()
+                    fetched += len(chunk)
+                    if fetched > self.most_bytes:
+                        raise pager._endless(path, 0, self.folded + len(raws))
+                    last = chunk.rfind(b"\n")
+                    if last < 0:
+                        since_nl += len(chunk)
+                        if since_nl > LINE_MAX_BYTES:
+                            raise _line_too_long(path, self.folded, self.seen)
+                        tail.append(chunk)
+                        continue
+                    first = chunk.find(b"\n")
+                    if since_nl + first > LINE_MAX_BYTES:
+                        raise _line_too_long(path, self.folded, self.seen)
+                    lines = memoryview(chunk)[:last + 1]   # whole lines, never copied here
+                    if tail:   # the line the last chunks began: the one copy of a line
+                        tail.append(chunk[:first + 1])
+                        done, n = self._events(b"".join(tail), raws)
+                        raw_bytes += n
+                        lines = lines[first + 1:]
+                    if not done and len(lines):
+                        done, n = self._events(lines, raws)
+                        raw_bytes += n
+                    del lines
+                    since_nl = len(chunk) - last - 1
                     if since_nl > LINE_MAX_BYTES:
-                        raise _line_too_long(path, count, seen)
-                    tail.append(chunk)
-                    continue
-                first = chunk.find(b"\n")
-                if since_nl + first > LINE_MAX_BYTES:
-                    raise _line_too_long(path, count, seen)
-                lines = memoryview(chunk)[:last + 1]   # whole lines, never copied here
-                if tail:   # the line the last chunks began: the one copy of a line
-                    tail.append(chunk[:first + 1])
-                    done = events(b"".join(tail), raws)
-                    lines = lines[first + 1:]
-                if not done and len(lines):
-                    done = events(lines, raws)
-                del lines
-                since_nl = len(chunk) - last - 1
-                if since_nl > LINE_MAX_BYTES:
-                    raise _line_too_long(path, count, seen)
-                tail = [chunk[last + 1:]] if since_nl else []
-                while len(raws) >= page_size:   # pages of page_size objects
-                    batch(raws[:page_size], False)
-                    del raws[:page_size]
-                if done or raw_bytes >= BATCH_BYTES:
-                    batch(raws, done)
-                    raws.clear()
-                    raw_bytes = 0
-                if done:
-                    break
-                # a request timeout more for each page of objects that arrived
-                budget = idle * (1 + (count + len(raws)) // page_size)
-                if ticket is not None:
-                    ticket.extend(budget)
-        except errors.StreamBroken as exc:
-            if time.monotonic() >= t0 + budget:
-                raise _too_slow(path, budget, count) from None
-            raise Fallback(f"the stream broke: {exc.message}") from None
-        except errors.ClientTimeout:
-            raise _too_slow(path, budget, count) from None
-        except (errors.ClientError, errors.ServerError) as exc:
-            # the server answered with an error status: it does not serve this (a gate off,
-            # an older server, RBAC without `watch`)
-            raise Fallback(f"{exc.status} {exc.reason}: {exc.message}"[:300]) from None
-        if not done:  # what is left is a line cut short
-            raise Fallback("the stream ended before its initial events did")
-        while inflight:
-            parsed(*inflight.popleft())
-    finally:
-        # a watch's connection is never reused: shut it (the server sees its client leave)
-        if ticket is not None:
-            ticket.expire()
-        gen.close()
-        for _page, fut in inflight:
-            fut.cancel()
-    return items, batches
+                        raise _line_too_long(path, self.folded, self.seen)
+                    tail = [chunk[last + 1:]] if since_nl else []
+                    while len(raws) >= page_size:   # pages of page_size objects
+                        arrived += page_size
+                        self._put((raws[:page_size], False))
+                        del raws[:page_size]
+                    if done or raw_bytes >= BATCH_BYTES:
+                        arrived += len(raws)
+                        self._put((raws, done))
+                        raws, raw_bytes = [], 0
+                    if done:
+                        return
+                    # a request timeout more for each page of objects that arrived
+                    budget = idle * (1 + (arrived + len(raws)) // page_size)
+                    if self.ticket is not None:
+                        self.ticket.extend(budget)
+            except errors.StreamBroken as exc:
+                if self.stop.is_set():
+                    return
+                if time.monotonic() >= t0 + budget:
+                    raise _too_slow(path, budget, self.folded) from None
+                raise Fallback(f"the stream broke: {exc.message}") from None
+            except errors.ClientTimeout:
+                raise _too_slow(path, budget, self.folded) from None
+            except (errors.ClientError, errors.ServerError) as exc:
+                # the server answered with an error status: it does not serve this (a gate
+                # off, an older server, RBAC without `watch`)
+                raise Fallback(f"{exc.status} {exc.reason}: {exc.message}"[:300]) from None
+            if not self.stop.is_set():   # what is left is a line cut short
+                raise Fallback("the stream ended before its initial events did")
+        finally:
+            # a watch's connection is never reused: shut it (the server sees its client leave)
+            if self.ticket is not None:
+                self.ticket.expire()
+            gen.close()
 
 
 def _ends_initial(path: str, raw: Any) -> bool:
