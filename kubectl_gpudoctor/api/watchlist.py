@@ -245,7 +245,7 @@ def _stream(kube: Kube, path: str, query: list, page_size: int, timeout: float |
 class _Reader(threading.Thread):
     """Reads the stream and splits its events, in its own thread (the socket read releases
     the GIL: the next events arrive while the caller's thread folds), and hands the objects
-    over in batches of `page_size` (`out`: at most 2 waiting), then (objects, True) at the
+    over in batches of `page_size` (`out`: at most 1 waiting), then (objects, True) at the
     bookmark, or the exception that ended the stream (Fallback, or the tool's error)."""
 
     def __init__(self, kube: Kube, path: str, query: list, idle: float, hard: float,
@@ -255,7 +255,7 @@ class _Reader(threading.Thread):
         self.idle, self.hard, self.page_size = idle, hard, page_size
         self.most_bytes = most_bytes   # updated by the folding thread (sized from the nodes)
         self.folded = 0                # objects folded so far (said in errors)
-        self.out: queue.Queue = queue.Queue(maxsize=2)
+        self.out: queue.Queue = queue.Queue(maxsize=1)
         self.stop = threading.Event()
         self.ticket: deadline.Ticket | None = None
         self.seen = False   # whether a watch event came (before: an answer that is not a
