@@ -195,11 +195,11 @@ def test_both_failing_is_one_error_line_and_a_documented_exit_code(fleet, tmp_pa
 def test_a_stream_that_trickles_past_its_deadline_is_one_error_line(fleet, tmp_path):
     fc, _ = fleet
     fc.watch_trickle_s = 0.05   # 7 bytes at a time: a pod's event would take ~25 s
-    r = _cli(fc, tmp_path, "1", "--request-timeout", "1s", timeout=90)
+    r = _cli(fc, tmp_path, "1", "--request-timeout", "3s", timeout=90)
     assert r.returncode == 3, r.stderr   # errors.ClientTimeout: a cluster error
     lines = r.stderr.strip().splitlines()
     assert len(lines) == 1 and "client-side timeout" in lines[0], r.stderr
-    assert "list pods" in lines[0] and "1s" in lines[0], lines
+    assert "list pods" in lines[0] and "3s" in lines[0], lines
     assert not _paged_requests(fc)  # a deadline is not a reason to list again
 
 
@@ -207,8 +207,8 @@ def test_a_stream_earns_time_with_the_objects_it_delivers(fleet, tmp_path):
     """One request timeout for every page of objects: a list that takes longer than one
     timeout in all but delivers steadily completes (deadline.Ticket.extend)."""
     fc, _ = fleet
-    kube = Kube(str(fc.kubeconfig(tmp_path / "kc-1s")), request_timeout_s=1.0)
-    fc.watch_event_delay_s = 0.002   # 2,500 events, ~5 s in all: five times the timeout
+    kube = Kube(str(fc.kubeconfig(tmp_path / "kc-2s")), request_timeout_s=2.0)
+    fc.watch_event_delay_s = 0.003   # 2,500 events, ~7.5 s in all: past the timeout
     fold, _ = _fold_of(kube, page_size=25)
     assert fold.total == 2500 and fc.watches_served == 1 and not _paged_requests(fc)
 
