@@ -290,3 +290,17 @@ def test_a_page_of_items_that_are_not_objects_is_one_error_on_the_paged_path_too
     with pytest.raises(errors.BadAnswer) as e:
         _fold_of(kube, pager)
     assert "an item is a string, not an object" in e.value.message
+
+
+def test_the_pagers_memory_bound_stops_a_stream_too(fleet):
+    """The same bounds as the paged list: past the resident memory allowed (pager.Memory,
+    here set just under what this process holds already) the stream stops with the pager's
+    own error, and its connection is shut (the server sees the client leave)."""
+    fc, kube = fleet
+    mem = pager.Memory(base=pager.resident_bytes() - 1)
+    with pytest.raises(errors.BadAnswer) as e:
+        _fold_of(kube, memory=mem)
+    assert "too large to analyse in the memory" in e.value.message
+    assert "-l SELECTOR" in e.value.message
+    assert fc.watches_served == 1 and not _paged_requests(fc)
+    assert _wait_for(lambda: fc.watches_open == 0)
