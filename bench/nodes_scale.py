@@ -16,6 +16,8 @@ the numbers; it does not assert them (timing belongs in benchmarks, not in tests
     .venv/bin/python bench/nodes_scale.py [--nodes 1000] [--pods 30000] [--runs 3]
     .venv/bin/python bench/nodes_scale.py --nodes 5000 --pods 150000 --runs 2
     .venv/bin/python bench/nodes_scale.py --nodes 5000 --pods 150000 --baseline /tmp/base
+    .venv/bin/python bench/nodes_scale.py --nodes 5000 --pods 150000 --lists both
+      (paged lists and streaming lists, api/watchlist.py, alternated under the same load)
     .venv/bin/python bench/nodes_scale.py --nodes 20000 --pods 600000 --runs 1 --lean
     .venv/bin/python bench/nodes_scale.py --nodes 100000 --pods 1000000 --runs 1 --lean
     .venv/bin/python bench/nodes_scale.py --nodes 5000 --pods 150000 --runs 0 --profile P
@@ -119,6 +121,10 @@ def main() -> int:
     ap.add_argument("--profile", default=None, metavar="FILE",
                     help="run the CLI once more under cProfile and write its stats to FILE "
                          "(where the CLI's own time goes; the page parsers are children)")
+    ap.add_argument("--lists", choices=("default", "paged", "watch", "both"), default="default",
+                    help="how the CLI lists pods and events: its default, paged only "
+                         "(GPU_DOCTOR_WATCH_LIST=0), streaming lists (=1, api/watchlist.py), "
+                         "or both alternated under the same load")
     ap.add_argument("--baseline", default=None,
                     help="another checkout (e.g. `git archive REV | tar -x -C DIR`): its CLI "
                          "runs alternately with this tree's, under the same load")
@@ -140,20 +146,27 @@ def main() -> int:
     for path in LISTS[:3]:
         q = "?limit=1" + ("&fieldSelector=involvedObject.kind%3DPod" if "events" in path else "")
         urllib.request.urlopen(fc.url + path + q, timeout=900).read()
-    variants = [("this tree", REPO)] + ([("baseline", Path(a.baseline).resolve())]
-                                        if a.baseline else [])
-    runs: dict[str, list[tuple[float, float, float, float]]] = {v: [] for v, _ in variants}
+    if a.lists in ("watch", "both"):  # the watch answers encoded ahead, as the pages are
+        from tests.kubectl import fakewatch
+        fakewatch.prebuild(fc, "PodList", fc._selected(lambda: list(fc.pods.values()), {}))
+        fakewatch.prebuild(fc, "EventList", [e for e in fc.events if e["involvedObject"][
+            "kind"] == "Pod"], "involvedObject.kind=Pod")
+    modes = {"default": [("this tree", None)], "paged": [("paged", "0")],
+             "watch": [("watch-list", "1")], "both": [("paged", "0"), ("watch-list", "1")]}
+    variants = [(label, REPO, wl) for label, wl in modes[a.lists]] + (
+        [("baseline", Path(a.baseline).resolve(), None)] if a.baseline else [])
+    runs: dict[str, list[tuple[float, float, float, float]]] = {v: [] for v, *_ in variants}
     try:
         with tempfile.TemporaryDirectory() as d:
             kc = fc.kubeconfig(Path(d) / "kc")
             for i in range(a.runs + 1):  # run 0 warms the fake's list cache; not counted
-                for label, tree_dir in variants:  # alternated: both see the same load
-                    res = _run_once(fc, launcher, kc, Path(d), tree_dir)
+                for label, tree_dir, wl in variants:  # alternated: both see the same load
+                    res = _run_once(fc, launcher, kc, Path(d), tree_dir, watch_list=wl)
                     dt, rss_mib, tree_mib, cpu_s, line = res
                     if i:
                         runs[label].append((dt, rss_mib, tree_mib, cpu_s))
                     print(f"{'warm-up' if i == 0 else f'run {i}'}"
-                          + (f" [{label}]" if a.baseline else "") + f": {line}")
+                          + (f" [{label}]" if len(variants) > 1 else "") + f": {line}")
             if a.profile:
                 _run_once(fc, launcher, kc, Path(d), REPO, ["-c", PROFILED.replace(
                     "OUT", repr(str(Path(a.profile).resolve())))])
@@ -164,7 +177,7 @@ def main() -> int:
         launcher.wait(10)
     # DESIGN.md section 8's 10 s and 500 MiB at 5,000 / 150,000, tightened by issues 32, 41
     budget_s, budget_mib = budget(a.nodes)
-    for label, _ in variants:
+    for label, *_ in variants:
         if not runs[label]:
             continue  # --runs 0: the warm-up (and the profile) only
         times = [r[0] for r in runs[label]]
@@ -174,7 +187,7 @@ def main() -> int:
         peak = max(max(rss), max(tree))  # the budget holds for the CLI with its page parsers
         verdict = not FAILED and (budget_s is None or med < budget_s) and (
             budget_mib is None or peak < budget_mib)
-        print((f"[{label}] " if a.baseline else "") +
+        print((f"[{label}] " if len(variants) > 1 else "") +
               f"median {med:.2f}s, best {min(times):.2f}s, CPU (user+sys, with children) "
               f"median {statistics.median(cpu):.2f}s, peak RSS {max(rss):.0f} MiB "
               f"(process), {max(tree):.0f} MiB (CLI + page parsers, peaks added) over "
@@ -214,10 +227,13 @@ def _print_profile(path: str, n: int = 30) -> None:
     st.sort_stats("cumulative").print_stats(n)
 
 
-def _run_once(fc, launcher, kc: Path, d: Path, tree_dir: Path, pre: list | None = None):
+def _run_once(fc, launcher, kc: Path, d: Path, tree_dir: Path, pre: list | None = None,
+              watch_list: str | None = None):
     """One `nodes -o json` run of the CLI from `tree_dir` (PYTHONPATH); `pre`: how to start it
-    instead of `-m kubectl_gpudoctor` (the profiler)."""
+    instead of `-m kubectl_gpudoctor` (the profiler); `watch_list`: GPU_DOCTOR_WATCH_LIST."""
     env = installed_env(PYTHONPATH=str(tree_dir), NO_COLOR="1")  # bytecode as installed
+    if watch_list is not None:
+        env["GPU_DOCTOR_WATCH_LIST"] = watch_list
     before = len(fc.requests())
     so, se = d / "out", d / "err"
     launcher.stdin.write(json.dumps({

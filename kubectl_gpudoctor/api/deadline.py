@@ -8,6 +8,8 @@ ticket, and one watchdog thread shuts that connection's socket down when the dea
 The blocked read then returns at once (EOF), urllib3 raises, and `kube.py` reports the request
 as unanswered in time (a 504) because the ticket says it expired. No thread is left stuck, so
 thread pools never wait on a stuck worker for longer than the request's own deadline.
+A stream that earns more time as it delivers (a streaming list: api/watchlist.py) moves its
+deadline later with `Ticket.extend`; bytes alone never move it.
 """
 from __future__ import annotations
 
@@ -27,7 +29,8 @@ class Ticket:
 
     def __init__(self, budget_s: float) -> None:
         self.budget_s = budget_s
-        self.at = time.monotonic() + budget_s
+        self.start = time.monotonic()
+        self.at = self.start + budget_s
         self.expired = False
         self.done = False
         self._conn: Any = None
@@ -45,6 +48,14 @@ class Ticket:
                 return
             self.expired = True
             _shut(self._conn)
+
+    def extend(self, budget_s: float) -> None:
+        """Move the deadline to `budget_s` after the ticket was armed, if that is later (never
+        earlier): the watchdog waits again when it finds the deadline moved."""
+        with self._lock:
+            if self.start + budget_s > self.at:
+                self.at = self.start + budget_s
+                self.budget_s = budget_s
 
     def finish(self) -> None:
         with self._lock:
@@ -106,6 +117,9 @@ class Watchdog:
                     self._cv.wait(left)
                     continue
                 heapq.heappop(self._heap)
+                if ticket.at > at and not ticket.done:  # moved later (extend): wait again
+                    heapq.heappush(self._heap, (ticket.at, next(self._seq), ticket))
+                    continue
             if not ticket.done:
                 ticket.expire()
 

@@ -241,6 +241,7 @@ def _walk(kube: Kube, path: str, query: list, page_size: int, timeout: float | N
                     if hasattr(kube, "pass_notes"):
                         kube.pass_notes(f"the API server's answer for {path}: ")
                 del raw, fut
+                objects_only(path, got)
                 count += len(got)
                 if into is not None:  # folded: only what it keeps counts (its share of the page)
                     n = into.page(got)
@@ -271,6 +272,15 @@ def _walk(kube: Kube, path: str, query: list, page_size: int, timeout: float | N
             if nxt is not None:
                 nxt.cancel()
     return items, pages
+
+
+def objects_only(path: str, got: list) -> None:
+    """BadAnswer unless every item of a parsed page is an object (the page parsers hand a
+    number or a string through unchecked: `{"items": ["x"]}` ended `nodes` with exit 70)."""
+    for item in got:
+        if type(item) is not dict:
+            raise malformed(path, shape.Malformed(
+                f"an item is {shape._name(item)}, not an object"))
 
 
 def max_items_for(path: str) -> int:

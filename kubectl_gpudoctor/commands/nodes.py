@@ -23,6 +23,7 @@ from ..api import extra_lists
 from ..api import pageparse
 from ..api import pager
 from ..api import slim
+from ..api import watchlist
 from ..analysis import agent_marks, black_hole, capacity, fit, goroutines, podfold, verdict, wedge
 from ..analysis.common import events_by_uid, node_is_ready
 from ..reach.probe_run import Settings, now_utc
@@ -54,7 +55,9 @@ def _list(kube: Kube, path: str, what: str, query: list | None = None,
     try:
         if paged:
             each = slim.PodCompactor(container_ids) if path.endswith("/pods") else slim.slim
-            items, _ = pager.list_items(kube, path, list(query or ()), each=each,
+            # pods and events as streaming lists where the server serves them (api/watchlist.py)
+            lists = watchlist if what in ("pods", "events") and watchlist.wanted() else pager
+            items, _ = lists.list_items(kube, path, list(query or ()), each=each,
                                         parsers=parsers, into=into, memory=memory)
             return items
         doc = kube.get_json(path, [CACHED] + list(query or ()))

@@ -28,7 +28,7 @@ from typing import Any, Callable
 import aiohttp.web
 import kmock
 
-from . import apiwrites
+from . import apiwrites, fakewatch
 
 NODE_PROXY = re.compile(r"^/api/v1/nodes/([^/]+)/proxy/(.*)$")
 NODE = re.compile(r"^/api/v1/nodes/([^/]+)$")
@@ -192,6 +192,16 @@ class FakeCluster:
         self.pages_served = 0
         self._sorted_memo: dict[tuple, tuple[list, list]] = {}  # only with cache_lists
         self.cache_lists = False  # bench: serve lists from pre-encoded bytes (a watch cache)
+        # watch-lists (fakewatch.py): the WatchList gate; a stream cut, or ended by an ERROR
+        # event, after N events; a stream that trickles; raw lines served instead
+        self.watch_list = True
+        self.watch_cut_after: int | None = None
+        self.watch_error_after: int | None = None
+        self.watch_trickle_s = 0.0
+        self.watch_event_delay_s = 0.0
+        self.watch_lines: Any = None   # an iterable of raw lines
+        self.watch_cache: dict[tuple, bytes] = {}
+        self.watches_served = self.watches_open = self.watch_left = self.watch_bytes_sent = 0
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
         self._stop: asyncio.Event | None = None
@@ -458,6 +468,7 @@ class FakeCluster:
                      else request.method).upper()
         path = request.url.path
         q = dict(request.params)
+        fakewatch.REQUEST.set(request)
         for m, rx in self.forbid:
             if m in (method, "*") and rx.search(path):
                 return self._status(403, "Forbidden",
@@ -503,6 +514,8 @@ class FakeCluster:
         """`items`: what the list holds, built only when the answer is not cached (the bench
         serves 200 pages of 200,000 pods: a copy of the whole list per page was most of the
         fake's CPU, on the cores the CLI it times shares)."""
+        if q.get("watch") in ("1", "true"):  # a watch (a streaming list): fakewatch.py
+            return fakewatch.answer(self, kind, lambda: self._selected(items, q), q)
         key = (kind, tuple(sorted(q.items())))
         if self.cache_lists and key in self.list_cache:
             return kmock.Response(status=200, payload=self.list_cache[key],
@@ -511,6 +524,16 @@ class FakeCluster:
         if self.cache_lists:
             self.list_cache[key] = resp.payload
         return resp
+
+    def _selected(self, make: Callable[[], list[dict]], q: dict) -> list[dict]:
+        """The list's items in key order, its selectors applied (what a watch streams)."""
+        items = sorted(make(), key=_obj_key)
+        if "labelSelector" in q:
+            items = [i for i in items if _match_labels(
+                (i.get("metadata") or {}).get("labels") or {}, q["labelSelector"])]
+        if "fieldSelector" in q:
+            items = [i for i in items if _match_fields(i, q["fieldSelector"])]
+        return items
 
     def _list_uncached(self, kind: str, make: Callable[[], list[dict]],
                        q: dict) -> kmock.Response:
