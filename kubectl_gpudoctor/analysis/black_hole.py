@@ -38,7 +38,7 @@ from node_probe.protocol import Finding, catalog
 from .common import (both_ends, event_source, event_time, fmt_duration,
                      node_is_ready, parse_time, pod_ref)
 from .container_start import CAUSES, EVENT_REASONS, KNOWN_KEYS, classify, failures
-from .fit import pod_gpu_requests
+from .gpu_held import pod_gpu_requests
 
 WINDOW_S = 3600.0     # what the API server keeps of events by default (--event-ttl 1h)
 MIN_FAILED = 3

@@ -46,7 +46,7 @@ def analyze_pod(pod: Mapping[str, Any], events: Sequence[Mapping[str, Any]],
                 node: Mapping[str, Any] | None = None,
                 node_events: Sequence[Mapping[str, Any]] = (),
                 node_pods: Sequence[Mapping[str, Any]] = ()) -> list[Finding]:
-    """`fit`: what fit.analyze_pending found for an unscheduled GPU pod (it names the case with
+    """`fit`: what fit_findings.analyze_pending found for an unscheduled GPU pod (it names the case with
     nodes and numbers, so it replaces the scheduler's sentence); None when not computed.
     `node_findings`: the API-side findings about the pod's node; a kubelet whose sync loop is
     known to be blocked makes an untouched pod critical before the stall threshold.

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any, Mapping, Sequence
 from node_probe.protocol import Finding
 
 from .. import errors
-from ..analysis import admission, fit, schedulers
+from ..analysis import admission, fit, fit_findings, gpu_held, quota, schedulers
 from ..api import extra_lists
 from ..api.kube import seg, worker_pool
 from ..api.slim import slim_workload
@@ -36,7 +36,7 @@ def applies(pod: Mapping[str, Any]) -> bool:
     """An unscheduled, Pending pod asking for a GPU resource."""
     spec, st = pod.get("spec") or {}, pod.get("status") or {}
     return (not spec.get("nodeName") and (st.get("phase") or "Pending") == "Pending"
-            and bool(fit.pod_gpu_requests(pod)))
+            and bool(gpu_held.pod_gpu_requests(pod)))
 
 
 def _why(exc: errors.ApiError) -> str:
@@ -80,7 +80,7 @@ def queue_findings(kube, pod: Mapping[str, Any], events: Sequence[Mapping[str, A
         return []
     t0 = time.monotonic()
     free, takers = _free(f)
-    requests = fit.pod_gpu_requests(pod)
+    requests = gpu_held.pod_gpu_requests(pod)
     md = pod.get("metadata") or {}
     ns = md.get("namespace") or "default"
     notes: list[str] = []
@@ -212,13 +212,13 @@ def judge(kube, pod: Mapping[str, Any], events: Sequence[Mapping[str, Any]], out
     f = fit.compute(pod, nodes, pods, now, admission.stalled_nodes(pods, now))
     if f is None:
         return None
-    if fit.quota_findings(pod, f, quotas, (), now):
+    if quota.quota_findings(pod, f, quotas, (), now):
         try:  # who is refused by the used-up quota (controllers' FailedCreate events)
             quota_events = _items(kube, f"/api/v1/namespaces/{seg(ns)}/events",
                                   [("fieldSelector", "reason=FailedCreate")])
         except _API_ERRORS as exc:
             out.log("warning", f"events in {ns} not readable: {_why(exc)}")
-    found = fit.findings(pod, f, events, now) + fit.quota_findings(pod, f, quotas,
+    found = fit_findings.findings(pod, f, events, now) + quota.quota_findings(pod, f, quotas,
                                                                    quota_events, now)
     out.check("api.gpu_fit", "ok", time.monotonic() - t0,
               f"{f.case}: {len(nodes)} nodes, {len(pods)} bound pods")
@@ -247,7 +247,7 @@ def not_created(kube, namespace: str, name: str, out: Output) -> list[Finding]:
         quotas = _items(kube, f"/api/v1/namespaces/{seg(namespace)}/resourcequotas", ())
     except _API_ERRORS:
         return []
-    found = fit.refused_creation(namespace, name, quotas, evs)
+    found = quota.refused_creation(namespace, name, quotas, evs)
     if found:
         out.check("api.pod_creation", "ok", time.monotonic() - t0, "refused by quota")
     return found

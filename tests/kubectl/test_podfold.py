@@ -11,7 +11,7 @@ import json
 import pytest
 
 from kubectl_gpudoctor import analysis, errors
-from kubectl_gpudoctor.analysis import fit, memory, podfold
+from kubectl_gpudoctor.analysis import gpu_held, memory, podfold
 from kubectl_gpudoctor.analysis.common import events_by_uid
 from kubectl_gpudoctor.api import pager, slim
 from kubectl_gpudoctor.api.kube import Kube
@@ -100,7 +100,7 @@ def test_folded_nodes_give_the_findings_of_the_whole_list():
         assert _findings(new) == _findings(old), name
         seen_ids |= {f.id for f in new}
         assert nf.pods == len(whole)
-        assert fit.node_free(node, (), nf.held) == fit.node_free(node, whole)
+        assert gpu_held.node_free(node, (), nf.held) == gpu_held.node_free(node, whole)
     # the fleet's findings are there to compare: the fold did not make them vanish
     assert {"node.gpu_black_hole", "kubelet.admission_stalled", "memory.overcommit"} <= seen_ids
     # only what a verdict reads is kept: the non-steady pods, the HAMi plugin, the DRA pod
