@@ -170,7 +170,7 @@ def placement_rules(pod: Mapping[str, Any], node: Mapping[str, Any]) -> list[tup
 
 
 def no_room(node: Mapping[str, Any], placed: Sequence[tuple[str, str]],
-             admits_nothing: Mapping[str, str]) -> list[tuple[str, str]]:
+            admits_nothing: Mapping[str, str]) -> list[tuple[str, str]]:
     """What keeps a node from having room whatever the pod tolerates: a NotReady kubelet runs
     no new pod, a cordoned node is being emptied, a kubelet that admits nothing leaves every
     new pod Pending. Only the reasons `placed` (the scheduler's rules) did not already name."""

@@ -16,8 +16,8 @@ from ..report.output import FORMATS
 GROUP_OPTS = "gpu_doctor.group_options"
 CONTEXT_SETTINGS = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
 DEFAULTS = {"output": "table", "fail_on": "warning", "timeout": 60.0, "trace_seconds": 5.0,
-             "start_timeout": 60.0, "stall_threshold": 120.0, "concurrency": 8,
-             "kubelet_timeout": 10.0, "request_timeout": 15.0}
+            "start_timeout": 60.0, "stall_threshold": 120.0, "concurrency": 8,
+            "kubelet_timeout": 10.0, "request_timeout": 15.0}
 
 
 def apply_options(f: Callable, opts: list) -> Callable:
@@ -45,13 +45,13 @@ def output_options(f: Callable, formats: tuple = FORMATS) -> Callable:
 
 
 NS_POD = ("Namespace of POD (default: the kubeconfig context's namespace, else default). "
-           "The debug pod never runs there: see --probe-namespace.")
+          "The debug pod never runs there: see --probe-namespace.")
 NS_GROUP = ("Namespace for the commands that take one: `pod` (POD's), `cleanup` (default "
-             "the probe namespace), `agent` (default gpu-doctor).")
+            "the probe namespace), `agent` (default gpu-doctor).")
 
 
 def kube_options(f: Callable, namespace_help: str | None = None,
-                  namespace_env: str | None = None) -> Callable:
+                 namespace_env: str | None = None) -> Callable:
     """kubectl's own global flags: where to connect, and -n. A command without a namespace of
     its own (node, nodes: cluster-scoped) still accepts -n and ignores it, as kubectl does for
     `kubectl get node X -n NS`; it is hidden from that command's --help."""
@@ -72,7 +72,7 @@ def kube_options(f: Callable, namespace_help: str | None = None,
 
 
 def common_options(f: Callable, namespace_help: str | None = None,
-            formats: tuple = FORMATS) -> Callable:
+                   formats: tuple = FORMATS) -> Callable:
     """What every command that runs checks in a cluster takes: output, deadlines, kubectl's
     flags, the probe image."""
     return output_options(kube_options(apply_options(f, [
@@ -159,15 +159,14 @@ def cluster_options(f: Callable) -> Callable:
 
 
 PROBE_NS_HELP = ("Namespace of the debug pod (default gpu-doctor; env GPU_DOCTOR_NAMESPACE). "
-                  "It must carry the label gpu-doctor.io/probe-namespace=true and admit "
-                  "privileged pods: `kubectl gpu-doctor rbac` prints the manifests that "
-                  "create it so.")
+                 "It must carry the label gpu-doctor.io/probe-namespace=true and admit "
+                 "privileged pods: `kubectl gpu-doctor rbac` prints the manifests that "
+                 "create it so.")
 
 
 def probe_namespace(f: Callable) -> Callable:
     return click.option("--probe-namespace", type=params.NAMESPACE, default=None,
                         envvar="GPU_DOCTOR_NAMESPACE", help=PROBE_NS_HELP)(f)
-
 
 
 def all_namespaces(help: str | None) -> Callable:

@@ -97,7 +97,6 @@ def _target_command(kind: str, name_type: click.ParamType, help: str, short: str
     return command
 
 
-
 node_cmd = _target_command(
     "node", params.NODE_NAME, shell_complete=_complete_nodes,
     extra=lambda f: all_namespaces(None)(history_option(f)),
@@ -113,7 +112,7 @@ node_cmd = _target_command(
 pod_cmd = _target_command(
     "pod", params.POD_NAME, namespace_help=NS_POD, shell_complete=_complete_pods,
     extra=all_namespaces("Find POD in every namespace (one list call; an error if more "
-                          "than one namespace has a pod of that name)."),
+                         "than one namespace has a pod of that name)."),
     short="Why pod POD is not running, then what is wrong with its node.",
     help="Why pod POD (or pod/POD) is not running: rejected at admission, waiting on a wedged "
          "kubelet, or never scheduled (its GPU fit against every node, named as one case "
@@ -204,8 +203,8 @@ def _complete_kinds(ctx, param, incomplete):  # pragma: no cover - interactive
               help="Do not exec into a Running agent pod; always use a debug pod.")
 @probe_namespace
 @kubelet_timeout
-@functools.partial(common_options, namespace_help="Namespace of the job (default: the kubeconfig "
-                                           "context's namespace, else default).")
+@functools.partial(common_options, namespace_help="Namespace of the job (default: the "
+                                                  "kubeconfig context's namespace, else default).")
 @click.pass_context
 def job_cmd(ctx: click.Context, name: str | None, kind: str | None, selector: str | None,
             probe: bool, max_probes: int, **kw: Any) -> int:
