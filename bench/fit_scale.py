@@ -1,4 +1,4 @@
-"""Benchmark: the Pending-pod GPU fit (analysis/fit.py) over large clusters.
+"""Benchmark: the Pending-pod GPU fit (analysis/scheduling/fit.py) over large clusters.
 
 The fit is one pass over the pods (what each node holds) and one over the nodes (capacity,
 allocatable, placement): linear in nodes + pods. This prints
@@ -27,7 +27,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from kubectl_gpudoctor.analysis import fit, fit_findings, gpu_held  # noqa: E402
+from kubectl_gpudoctor.analysis.scheduling import fit, fit_findings, gpu_held  # noqa: E402
 from tests.kubectl.fakecluster import FakeCluster, build_fleet, fatten  # noqa: E402
 
 

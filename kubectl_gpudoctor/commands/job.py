@@ -22,7 +22,7 @@ from node_probe.protocol import ExitStatus, Finding, ProtocolError, Severity
 from node_probe.protocol.catalog import make
 
 from .. import errors
-from ..analysis import gpu_held
+from ..analysis.scheduling import gpu_held
 from ..analysis.common import node_is_ready, pod_ref
 from ..analysis.job import kinds as jk
 from ..analysis.job import nodes as jn

@@ -1,11 +1,12 @@
 """`pod Y` for an unscheduled GPU pod: the three lists the fit needs, fetched at once.
 
-Why a module of its own: the fit (analysis/fit.py) needs every node, every pod bound to a node
-and the namespace's ResourceQuotas. That is three LIST calls whatever the cluster size
-(resourceVersion=0: served from the API server's watch cache; the pod list is cut server-side
-to bound, unfinished pods with the same field selector kube-scheduler's own informer uses), plus
-one event list only when a quota is used up. A list we may not read is said so (a skipped
-check and a log line) and the pod report falls back to the scheduler's own message.
+Why a module of its own: the fit (analysis/scheduling/fit.py) needs every node, every pod
+bound to a node and the namespace's ResourceQuotas. That is three LIST calls whatever the
+cluster size (resourceVersion=0: served from the API server's watch cache; the pod list is cut
+server-side to bound, unfinished pods with the same field selector kube-scheduler's own
+informer uses), plus one event list only when a quota is used up. A list we may not read is
+said so (a skipped check and a log line) and the pod report falls back to the scheduler's own
+message.
 """
 from __future__ import annotations
 
@@ -16,7 +17,8 @@ from typing import TYPE_CHECKING, Any, Mapping, Sequence
 from node_probe.protocol import Finding
 
 from .. import errors
-from ..analysis import admission, fit, fit_findings, gpu_held, quota, schedulers
+from ..analysis.scheduling import fit, fit_findings, gpu_held, quota, schedulers
+from ..analysis.stuck import admission
 from ..api import extra_lists
 from ..api.kube import seg, worker_pool
 from ..api.slim import slim_workload

@@ -6,7 +6,7 @@ import datetime as dt
 
 import pytest
 
-from kubectl_gpudoctor.analysis import hami, hami_annotations
+from kubectl_gpudoctor.analysis.scheduling import hami, hami_annotations
 from tests.hami.conftest import (NOW, REG_JSON, REG_LEGACY7, REG_LEGACY9, UUID_A, UUID_B, event,
                                  node, plugin_pod, pod)
 

@@ -1,4 +1,4 @@
-"""The Pending-pod GPU fit (analysis/fit.py) as a pure function, one test per case.
+"""The Pending-pod GPU fit (analysis/scheduling/fit.py) as a pure function, one test per case.
 
 Node and pod objects come from the fake cluster's builders (shaped like the real 1.35 captures)
 and from the captured MIG node itself; nothing here talks to a server.
@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from kubectl_gpudoctor.analysis import fit_findings, gpu_held, placement
-from kubectl_gpudoctor.analysis import quota as gpu_quota
+from kubectl_gpudoctor.analysis.scheduling import fit_findings, gpu_held, placement
+from kubectl_gpudoctor.analysis.scheduling import quota as gpu_quota
 
 from .fakecluster import FakeCluster, ts
 

@@ -6,7 +6,9 @@ from decimal import Decimal
 
 import pytest
 
-from kubectl_gpudoctor.analysis import capacity, gpu_held, hami, memory, quantity
+from kubectl_gpudoctor.analysis.resources import capacity, memory
+from kubectl_gpudoctor.analysis.scheduling import gpu_held, hami
+from kubectl_gpudoctor.analysis import quantity
 from kubectl_gpudoctor.analysis.quantity import QTY_MAX
 
 D = Decimal

@@ -18,8 +18,8 @@ from typing import Any, Mapping, Sequence
 from node_probe.protocol import catalog
 from node_probe.protocol import Finding
 
+from ..common import fmt_duration, gpu_requests, pod_ref
 from .admission import REFS, untouched_pending
-from .common import fmt_duration, gpu_requests, pod_ref
 from .goroutine_dump import Goroutine, func_name, parse_dump  # noqa: F401  (parse_dump, func_name: API)
 
 
@@ -91,7 +91,7 @@ def analyze(node_name: str, dump_text: str,
     is stuck: with them, a sync loop in a plugin call is critical as soon as a pod has waited
     SNAPSHOT_GRACE_S for it, long before the stall threshold."""
     goroutines = parse_dump(dump_text)
-    from .dra import analyze_goroutines as dra_waits  # the DRA form of the same wedge
+    from ..scheduling.dra import analyze_goroutines as dra_waits  # the DRA form of the same wedge
     dra = dra_waits(node_name, goroutines)
     waits = device_plugin_waits(goroutines)
     if not waits:

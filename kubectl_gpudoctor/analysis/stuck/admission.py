@@ -17,8 +17,8 @@ from typing import Any, Iterable, Mapping, Sequence
 from node_probe.protocol import catalog
 from node_probe.protocol import Finding
 
-from .common import (age_s, events_by_uid, fmt_duration, gpu_requests,
-                     is_scheduler_event, node_is_ready, pod_ref, pod_uid)
+from ..common import (age_s, events_by_uid, fmt_duration, gpu_requests, is_scheduler_event,
+                      node_is_ready, pod_ref, pod_uid)
 
 DEFAULT_THRESHOLD_S = 120.0
 REFS = (

@@ -19,7 +19,7 @@ from typing import Any, Iterable, Mapping, Sequence
 
 from node_probe.protocol import Finding, catalog
 
-from .common import age_s, events_by_uid, fmt_duration, pod_ref, pod_uid
+from ..common import age_s, events_by_uid, fmt_duration, pod_ref, pod_uid
 
 REFS = ("https://kubernetes.io/docs/concepts/scheduling-eviction/dynamic-resource-allocation/",
         "https://github.com/kubernetes/kubernetes/issues/139016",
@@ -418,11 +418,12 @@ DRA_FRAMES = (
 
 
 def analyze_goroutines(node_name: str, goroutines: Sequence[Any]) -> list[Finding]:
-    """kubelet.blocked_in_dra_plugin from parsed goroutines (analysis.goroutines.parse_dump)."""
+    """kubelet.blocked_in_dra_plugin from parsed goroutines
+    (analysis.stuck.goroutines.parse_dump)."""
     waits = [g for g in goroutines if g.has(DRA_FRAMES)]
     if not waits:
         return []
-    from .goroutine_dump import func_name
+    from ..stuck.goroutine_dump import func_name
 
     longest = max((g.wait_minutes or 0) for g in waits)
     calls: dict[str, int] = {}

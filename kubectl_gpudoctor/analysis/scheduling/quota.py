@@ -17,10 +17,10 @@ from typing import Any, Mapping, Sequence
 from node_probe.protocol import catalog
 from node_probe.protocol import Finding
 
-from .common import pod_ref
+from ..common import pod_ref
+from ..quantity import count as qty
 from .fit import Fit
 from .gpu_held import is_gpu_resource
-from .quantity import count as qty
 
 
 REF_QUOTA = ("https://kubernetes.io/docs/concepts/policy/resource-quotas/"

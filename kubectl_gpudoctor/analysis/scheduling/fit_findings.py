@@ -16,8 +16,8 @@ from typing import Any, Iterable, Mapping, Sequence
 from node_probe.protocol import catalog
 from node_probe.protocol import Finding
 
-from .admission import stalled_nodes
-from .common import age_s, fmt_duration, pod_ref
+from ..common import age_s, fmt_duration, pod_ref
+from ..stuck.admission import stalled_nodes
 from .fit import (DEVICES_MISSING, EXCLUDED, FITS, Fit, HELD, HELD_BY_OTHERS, NEVER_FITS,
                   NOT_ALLOCATABLE, NodeFit, TOO_SMALL, compute)
 from .quota import quota_findings

@@ -12,8 +12,8 @@ from __future__ import annotations
 
 from typing import Any, Iterable, Mapping
 
-from .common import GPU_RESOURCE_PREFIXES, ByIdentity
-from .quantity import count as qty
+from ..common import GPU_RESOURCE_PREFIXES, ByIdentity
+from ..quantity import count as qty
 
 
 # HAMi's per-device memory/core shares: the HAMi scheduler extender judges them from the node's
@@ -126,7 +126,7 @@ def index_held(pods: Iterable[Mapping[str, Any]], resources: Iterable[str] | Non
 
 def add_held(held: dict[str, int], pod: Mapping[str, Any]) -> None:
     """Add what `pod` holds on its node (index_held for one pod) to `held` (resource -> count):
-    `nodes` adds up each node's pods as the list is read (analysis/podfold.py)."""
+    `nodes` adds up each node's pods as the list is read (analysis/resources/podfold.py)."""
     spec = pod.get("spec") or {}
     reqs = _requests(spec)
     if reqs and holds(pod):

@@ -35,10 +35,10 @@ from typing import Any, Iterable, Mapping, Sequence
 
 from node_probe.protocol import Finding, catalog
 
-from .common import (both_ends, event_source, event_time, fmt_duration,
-                     node_is_ready, parse_time, pod_ref)
+from ..common import (both_ends, event_source, event_time, fmt_duration, node_is_ready, parse_time,
+                      pod_ref)
+from ..scheduling.gpu_held import pod_gpu_requests
 from .container_start import CAUSES, EVENT_REASONS, KNOWN_KEYS, classify, failures
-from .gpu_held import pod_gpu_requests
 
 WINDOW_S = 3600.0     # what the API server keeps of events by default (--event-ttl 1h)
 MIN_FAILED = 3

@@ -14,8 +14,8 @@ from typing import Any, Mapping, Sequence
 from node_probe.protocol import catalog
 from node_probe.protocol import Finding
 
-from .common import is_gpu_resource
-from .quantity import count
+from ..common import is_gpu_resource
+from ..quantity import count
 
 GFD_COUNT_LABEL = "nvidia.com/gpu.count"
 GFD_PRESENT_LABEL = "nvidia.com/gpu.present"

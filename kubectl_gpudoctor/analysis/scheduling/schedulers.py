@@ -28,9 +28,9 @@ from typing import Any, Iterable, Mapping, Sequence
 
 from node_probe.protocol import Finding, catalog
 
-from .common import pod_ref
-from .quoting import word
-from .quantity import count as qty
+from ..common import pod_ref
+from ..quantity import count as qty
+from ..quoting import word
 
 KUEUE_GATE = "kueue.x-k8s.io/admission"
 KUEUE_QUEUE_LABEL = "kueue.x-k8s.io/queue-name"

@@ -21,8 +21,8 @@ from typing import Any, Mapping, Sequence
 from node_probe.protocol import catalog
 from node_probe.protocol import Finding
 
-from .common import ByIdentity
-from .quantity import to_float
+from ..common import ByIdentity
+from ..quantity import to_float
 
 GiB = 1 << 30
 MiB = 1 << 20
@@ -127,7 +127,8 @@ class Tally:
     """What memory.overcommit reads of a node's pods, added up pod by pod: the sum and count of
     the memory limits, the five largest, and the pods without one (the first 20 and their
     count). `nodes` folds each pod into its node's tally as the pod list is read, then drops
-    the pod (analysis/podfold.py); `node X` tallies its pods here. The same numbers either way."""
+    the pod (analysis/resources/podfold.py); `node X` tallies its pods here. The same numbers either
+    way."""
 
     __slots__ = ("total", "limited", "top", "unbounded", "unbounded_count", "_seen")
     SHOWN_TOP, SHOWN_UNBOUNDED = 5, 20

@@ -18,9 +18,9 @@ from typing import Any, Mapping
 
 from node_probe.protocol import Finding, catalog, conditions, quote
 
+from ..common import fmt_duration, node_is_ready
+from ..quoting import word
 from .agent_marks import read_marks, watch_from
-from .common import fmt_duration, node_is_ready
-from .quoting import word
 
 SOURCE = "gpu-doctor agent"
 # how bad each problem class is when the agent reports it (the condition carries no severity)

@@ -49,7 +49,7 @@ from typing import Any, Mapping, Sequence
 from node_probe.protocol import Finding, catalog
 from node_probe.protocol.conditions import sanitize_message
 
-from .common import pod_ref
+from ..common import pod_ref
 
 MAX_TEXT = 4096
 

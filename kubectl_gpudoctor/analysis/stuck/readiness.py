@@ -16,7 +16,7 @@ from typing import Any, Mapping, Sequence
 
 from node_probe.protocol import Finding, catalog
 
-from .common import age_s, fmt_duration
+from ..common import age_s, fmt_duration
 
 REFS = ("https://kubernetes.io/docs/concepts/architecture/nodes/#condition",
         "https://kubernetes.io/docs/concepts/scheduling-eviction/node-pressure-eviction/")

@@ -34,12 +34,12 @@ from typing import Any, Iterable, Mapping, Sequence
 from node_probe.protocol import catalog
 from node_probe.protocol import Finding, quote
 
-from .common import ByIdentity, fmt_duration
+from ..common import ByIdentity, fmt_duration
+from ..quantity import count
 from .hami_annotations import (ALLOCATED_KEY, BIND_PHASE_KEY, BIND_TIME_KEY, DecodeError,
                                HANDSHAKE_PREFIX, LOCK_KEY, REGISTER_KEY, TO_ALLOCATE_KEY,
                                decode_pod_devices, decode_register, parse_bind_time,
                                parse_handshake, parse_lock, validate_device)
-from .quantity import count
 
 
 HANDSHAKE_STALE_S = 60.0     # scheduler: Requesting_ + 60 s without a Reported -> node dropped

@@ -13,7 +13,7 @@ from typing import Any, Mapping, Sequence
 
 from node_probe.protocol import Finding, catalog
 
-from .common import events_by_uid, pod_ref, pod_uid
+from ..common import events_by_uid, pod_ref, pod_uid
 
 HANDLER_PATTERNS = (
     re.compile(r'no runtime for "([^"]+)" is configured'),                     # containerd

@@ -29,7 +29,9 @@ from __future__ import annotations
 import datetime as dt
 from typing import Any, Callable, Iterable, Mapping
 
-from . import black_hole, fit, memory
+from ..failing import black_hole
+from ..scheduling import fit
+from . import memory
 
 MAX_RECENT = 256  # steady GPU pods created within the window, kept per node (black hole)
 
@@ -155,6 +157,6 @@ def _recent_gpu(p: Mapping[str, Any], md: Mapping[str, Any], since: dt.datetime)
     """A GPU pod created within the black-hole window (black_hole.attempt's success)."""
     if not fit.pod_gpu_requests(p):
         return False
-    from .common import parse_time
+    from ..common import parse_time
     created = parse_time(md.get("creationTimestamp"))
     return created is not None and created >= since

@@ -16,10 +16,10 @@ from typing import Any, Mapping
 
 from node_probe.protocol import Finding, catalog, quote
 
+from ..common import fmt_duration
+from ..quoting import word
 from . import agent_conditions
 from .agent_marks import one_line, read_marks, watch_from
-from .common import fmt_duration
-from .quoting import word
 
 WINDOW_S = 3600.0
 REFS = ("https://kubernetes.io/docs/concepts/architecture/nodes/#condition",

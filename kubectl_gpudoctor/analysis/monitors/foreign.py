@@ -25,8 +25,8 @@ from typing import Any, Mapping, Sequence
 from node_probe.protocol import Finding, catalog, dcgm_catalog, quote, xid_catalog
 from node_probe.protocol.conditions import AGENT_COMPONENT, is_owned, sanitize_message
 
-from .common import age_s, event_source, event_time, fmt_duration
-from .quoting import word
+from ..common import age_s, event_source, event_time, fmt_duration
+from ..quoting import word
 
 STANDARD = frozenset({"Ready", "MemoryPressure", "DiskPressure", "PIDPressure",
                       "NetworkUnavailable"})

@@ -20,7 +20,7 @@ import dataclasses
 import datetime as dt
 from typing import Any, Iterable, Mapping, Sequence
 
-from .common import age_s, fmt_duration, pod_ref
+from ..common import age_s, fmt_duration, pod_ref
 from .gpu_held import EXTENDER_ONLY, index_held, node_gpu_resources, pod_gpu_requests
 # podfold.py and commands/nodes.py ask these of fit (fit.add_held, fit.node_free)
 from .gpu_held import add_held, node_free  # noqa: F401

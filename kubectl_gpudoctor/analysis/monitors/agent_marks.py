@@ -28,7 +28,7 @@ from typing import Any, Mapping
 
 from node_probe.protocol import conditions
 
-from .common import age_s
+from ..common import age_s
 
 MAX_SCANNED = 256   # condition entries looked at (a node carries ~10-30); the rest are ignored
 REASON_MAX = 128    # characters: conditions.reason_of never makes a longer reason

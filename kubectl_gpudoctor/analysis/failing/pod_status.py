@@ -15,13 +15,13 @@ from typing import Any, Mapping, Sequence
 from node_probe.protocol import catalog
 from node_probe.protocol import Finding, quote
 
-from .plugin_messages import Cause, classify as classify_plugin_error, finding_for
+from ..common import event_source, event_time, fmt_duration, gpu_requests, pod_ref
+from ..quoting import event_quote as _quote_event, word as _word
+from ..stuck.admission import untouched_pending
+from ..stuck.wedge import blocking_findings
 from .admission_race import REFS as RACE_REFS, explain as explain_race
 from .container_start import classify as start_failure
-from .admission import untouched_pending
-from .common import event_source, event_time, fmt_duration, gpu_requests, pod_ref
-from .quoting import event_quote as _quote_event, word as _word
-from .wedge import blocking_findings
+from .plugin_messages import Cause, classify as classify_plugin_error, finding_for
 
 IMAGE_REASONS = ("ErrImagePull", "ImagePullBackOff", "InvalidImageName", "ErrImageNeverPull")
 ADMISSION_MARKERS = ("UnexpectedAdmissionError", "device number not matched",
@@ -51,7 +51,7 @@ def analyze_pod(pod: Mapping[str, Any], events: Sequence[Mapping[str, Any]],
     `node_findings`: the API-side findings about the pod's node; a kubelet whose sync loop is
     known to be blocked makes an untouched pod critical before the stall threshold.
     `node`, `node_events`, `node_pods`: the pod's node, its events and the pods on it, to name
-    the admission race behind an UnexpectedAdmissionError (analysis.admission_race)."""
+    the admission race behind an UnexpectedAdmissionError (analysis.failing.admission_race)."""
     spec, st = pod.get("spec") or {}, pod.get("status") or {}
     subject = f"pod/{pod_ref(pod)}"
     evs = _sorted_events(events)

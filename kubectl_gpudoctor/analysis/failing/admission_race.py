@@ -28,8 +28,8 @@ import datetime as dt
 import re
 from typing import Any, Mapping, Sequence
 
-from .common import event_source, event_time, parse_time
-from .quantity import count
+from ..common import event_source, event_time, parse_time
+from ..quantity import count
 
 RACE_WINDOW_S = 600.0     # a rejection this soon after the kubelet started is part of its start
 REFS = tuple(f"https://github.com/kubernetes/kubernetes/issues/{n}"

@@ -20,8 +20,8 @@ from typing import Any, Mapping, Sequence
 
 from node_probe.protocol import Finding, catalog, known_drivers
 
-from .capacity import gpu_resources
-from .common import pod_ref
+from ..common import pod_ref
+from ..resources.capacity import gpu_resources
 
 # GPU Feature Discovery labels (NVIDIA GPU Operator / k8s-device-plugin's gpu-feature-discovery)
 DRIVER_MAJOR = "nvidia.com/cuda.driver.major"

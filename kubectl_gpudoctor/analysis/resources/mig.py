@@ -13,7 +13,7 @@ from typing import Any, Mapping
 
 from node_probe.protocol import Finding, catalog
 
-from .common import age_s, fmt_duration
+from ..common import age_s, fmt_duration
 
 STATE = "nvidia.com/mig.config.state"
 CONFIG = "nvidia.com/mig.config"

@@ -24,7 +24,7 @@ from typing import Any, Iterable, Mapping, Sequence
 
 from node_probe.protocol import Finding, catalog
 
-from .common import both_ends, event_source, gpu_requests, pod_ref
+from ..common import both_ends, event_source, gpu_requests, pod_ref
 from .start_frames import hook_stderr, runtime_text
 
 MAX_MESSAGE = 400
