@@ -1,4 +1,4 @@
-"""Benchmark: the Pending-pod GPU fit (analysis/fit.py) over large clusters.
+"""Benchmark: the Pending-pod GPU fit (analysis/scheduling/fit.py) over large clusters.
 
 The fit is one pass over the pods (what each node holds) and one over the nodes (capacity,
 allocatable, placement): linear in nodes + pods. This prints
@@ -27,7 +27,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from kubectl_gpudoctor.analysis import fit  # noqa: E402
+from kubectl_gpudoctor.analysis.scheduling import fit, fit_findings, gpu_held  # noqa: E402
 from tests.kubectl.fakecluster import FakeCluster, build_fleet, fatten  # noqa: E402
 
 
@@ -55,14 +55,14 @@ def time_pure(nodes: int, pods: int, runs: int) -> None:
     for _ in range(runs):
         t0 = time.perf_counter()
         f = fit.compute(pod, node_list, pod_list, now)
-        fs = fit.findings(pod, f, (), now)
+        fs = fit_findings.findings(pod, f, (), now)
         ts.append(time.perf_counter() - t0)
         case = fs[0].id
     by_node: dict = {}
     for p in pod_list:
         by_node.setdefault((p.get("spec") or {}).get("nodeName"), []).append(p)
     t0 = time.perf_counter()
-    free = [fit.node_free(n, by_node.get(n["metadata"]["name"], [])) for n in node_list]
+    free = [gpu_held.node_free(n, by_node.get(n["metadata"]["name"], [])) for n in node_list]
     t_free = time.perf_counter() - t0
     gc.enable()
     med = statistics.median(ts)

@@ -21,8 +21,8 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from kubectl_gpudoctor.analysis import hami as hami_api  # noqa: E402
-from kubectl_gpudoctor.analysis import memory as memory_api  # noqa: E402
+from kubectl_gpudoctor.analysis.scheduling import hami as hami_api  # noqa: E402
+from kubectl_gpudoctor.analysis.resources import memory as memory_api  # noqa: E402
 from node_probe.checks import hami, memory  # noqa: E402
 
 

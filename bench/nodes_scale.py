@@ -3,7 +3,7 @@
 DESIGN.md section 8: 1,000 GPU nodes / 30,000 pods under 5 s (API-side analysis with a
 constant number of list calls); 5,000 / 150,000 with paged lists under 10 s and 500 MiB, which
 issue 32 tightened to 5 s and 450 MiB and issue 41 to 5 s and 300 MiB (memory by nodes, not
-pods: analysis/podfold.py); 20,000 / 600,000 under 20 s and 512 MiB; 100,000 / 1,000,000
+pods: analysis/resources/podfold.py); 20,000 / 600,000 under 20 s and 512 MiB; 100,000 / 1,000,000
 completes (time and peak printed) (numbers and where the time goes: docs/cli.md, "Speed").
 Past 150,000 pods use --lean: the fake's own fat pods would take ~17 KB each in this process.
 Serves a fake API server (kmock, over TCP, pods with realistic bulk: managedFields, projected

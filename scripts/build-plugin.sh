@@ -63,7 +63,7 @@ t0=$(date +%s)
 VERSION=$(sed -n 's/^__version__ = "\(.*\)"/\1/p' node_probe/protocol/version.py)
 OS=$(uname -s | tr '[:upper:]' '[:lower:]')
 case "$(uname -m)" in x86_64|amd64) ARCH=amd64 ;; aarch64|arm64) ARCH=arm64 ;; *) ARCH=$(uname -m) ;; esac
-[ -f kubectl_gpudoctor/cli.py ] || { log "kubectl_gpudoctor/cli.py is missing: nothing to freeze yet"; exit 1; }
+[ -f kubectl_gpudoctor/cli/__init__.py ] || { log "kubectl_gpudoctor/cli/ is missing: nothing to freeze yet"; exit 1; }
 
 # --- the build venv: runtime deps + PyInstaller, no system site-packages (bcc stays out) -----
 pyver=$("$PY" -c 'import sys; print("%d.%d.%d" % sys.version_info[:3])')

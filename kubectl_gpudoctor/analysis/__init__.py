@@ -11,10 +11,12 @@ from typing import Any, Mapping, Sequence
 
 from node_probe.protocol import Finding
 
-from . import (admission, agent_conditions, black_hole, capacity, container_start,  # noqa: F401
-               dra, foreign, goroutines, hami, kubelet_config, memory, mig, plugin_messages, pod_status,
-               readiness, runtime)
 from .common import events_by_uid
+from .failing import black_hole, container_start, plugin_messages, pod_status, runtime  # noqa: F401
+from .monitors import agent_conditions, foreign  # noqa: F401
+from .resources import capacity, kubelet_config, memory, mig  # noqa: F401
+from .scheduling import dra, hami  # noqa: F401
+from .stuck import admission, goroutines, readiness  # noqa: F401
 
 
 def node_objects(node: Mapping[str, Any], pods_on_node: Sequence[Mapping[str, Any]],
@@ -44,7 +46,7 @@ def node_objects(node: Mapping[str, Any], pods_on_node: Sequence[Mapping[str, An
     the failed GPU pods that are gone (from the kubelet's events), and the same controllers'
     outcomes on other nodes (None: not known; the finding then says it did not compare).
     `memory_tally`: the memory limits of every pod on the node, added up as `nodes` read them
-    (it keeps only the pods a verdict may name: analysis/podfold.py)."""
+    (it keeps only the pods a verdict may name: analysis/resources/podfold.py)."""
     findings: list[Finding] = []
     errs: list[str] = []
     ev_list = events if not isinstance(events, Mapping) else [

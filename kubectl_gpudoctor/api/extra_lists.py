@@ -50,7 +50,7 @@ def fetch(kube, kinds=tuple(LISTS), timeout: float | None = None,
     return out, notes
 
 
-# -- the queueing systems' and schedulers' objects (analysis/schedulers.py) ------------------------
+# -- the queueing systems' and schedulers' objects (analysis/scheduling/schedulers.py) -------------
 #
 # Read for one Pending GPU pod (`pod Y`) whose queueing system or scheduler holds it: Kueue
 # (kueue.x-k8s.io: Workloads, LocalQueue, ClusterQueue), Volcano (scheduling.volcano.sh/v1beta1:

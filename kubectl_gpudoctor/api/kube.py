@@ -21,6 +21,8 @@ Why this module exists:
   a list page, a goroutine dump, healthz): a server that sends an endless body fails the call as one
   errors.TooLarge as soon as the cap is passed, instead of growing the CLI until its deadline
   (16.7 GiB seen). An error answer's body is read up to ERROR_BODY_BYTES, the rest dropped.
+- The kubeconfig is read bounded and checked by kubeconfig.py; each failure is worded (in
+  kubectl's words, never Python's reprs) by failures.py.
 """
 from __future__ import annotations
 
@@ -29,16 +31,18 @@ import contextlib
 import gc
 import json
 import os
-import re
 import signal
-import stat
 import threading
 import time
 import urllib.parse
 from typing import Any, Iterator, Mapping, Sequence
 
-from .. import errors
 from . import deadline, depth, shape
+from .. import errors
+from .failures import (as_text, exception_types, fmt_timeout, malformed, no_answer, short_reason,
+                       stream_over, too_large, too_slow, unreachable)
+from .kubeconfig import NO_CONFIG, bad_file, config_error, context_namespace, kubeconfig_files
+
 
 DEFAULT_REQUEST_TIMEOUT_S = 15.0
 WAIT_SAY_S = 1.0   # a request still unanswered after this long is said on the live line
@@ -66,7 +70,7 @@ class Kube:
             from kubernetes.config.config_exception import ConfigException
         except ImportError as exc:  # pragma: no cover - packaging error
             raise errors.ClusterError(f"the kubernetes client is not installed: {exc}")
-        self._exc_types = _exception_types()
+        self._exc_types = exception_types()
         cfg = kclient.Configuration()
         docs = kubeconfig_files(kubeconfig)
         files = [path for path, _ in docs]
@@ -81,16 +85,16 @@ class Kube:
                 try:
                     kconfig.load_incluster_config(client_configuration=cfg)  # in a pod
                 except ConfigException:
-                    raise errors.KubeconfigError(_NO_CONFIG) from None
+                    raise errors.KubeconfigError(NO_CONFIG) from None
         except errors.KubeconfigError:
             raise
         except ConfigException as exc:
-            raise _config_error(exc, files) from None
+            raise config_error(exc, files) from None
         except Exception as exc:  # noqa: BLE001 - a kubeconfig of wrong types: never a bug
-            raise _bad_file(":".join(files) or "in-cluster", _short(exc)) from None
+            raise bad_file(":".join(files) or "in-cluster", short_reason(exc)) from None
         cfg.retries = 0  # a down API server must fail fast, not retry for a minute
         self.host = cfg.host
-        self.default_namespace = (_context_namespace(kconfig, os.pathsep.join(files), context)
+        self.default_namespace = (context_namespace(kconfig, os.pathsep.join(files), context)
                                   if files else "default")
         self.context = context
         self._api = kclient.ApiClient(cfg)
@@ -148,24 +152,24 @@ class Kube:
                                    _return_http_data_only=True, _request_timeout=timeout)
         except self._exc_types["api"] as exc:  # legacy REST layer raises on non-2xx
             if ticket.expired:
-                raise _too_slow(ticket, path) from None
+                raise too_slow(ticket, path) from None
             raise errors.api_error(int(getattr(exc, "status", 0) or 0),
                                    str(getattr(exc, "reason", "")),
-                                   _text(getattr(exc, "body", "")), path) from None
+                                   as_text(getattr(exc, "body", "")), path) from None
         except self._exc_types["read_timeout"]:
-            raise _no_answer(timeout, path) from None
+            raise no_answer(timeout, path) from None
         except self._exc_types["transport"] as exc:
             if ticket.expired:
-                raise _too_slow(ticket, path) from None
+                raise too_slow(ticket, path) from None
             if isinstance(getattr(exc, "reason", None), self._exc_types["read_timeout"]):
                 # urllib3 wraps it in MaxRetryError once its (zero) retries are used up
-                raise _no_answer(timeout, path) from None
+                raise no_answer(timeout, path) from None
             raise unreachable(self.host, exc) from None
         if not 200 <= raw.status <= 299:
             whole = False
             try:
                 data, whole = self._read_all(raw, ticket, path, ERROR_BODY_BYTES, cut=True)
-                body_text = _text(data)
+                body_text = as_text(data)
             finally:
                 _release(raw, ticket, reuse=whole)
             raise errors.api_error(raw.status, str(raw.reason or ""), body_text, path)
@@ -177,7 +181,7 @@ class Kube:
         errors.TooLarge, or with `cut` the first `max_bytes` (the rest is never read)."""
         length = str(raw.headers.get("Content-Length") or "")
         if not cut and length.isdigit() and int(length) > max_bytes:
-            raise _too_large(path, max_bytes)  # said so up front: not one byte read
+            raise too_large(path, max_bytes)  # said so up front: not one byte read
         parts: list[bytes] = []
         total = 0
         try:
@@ -189,15 +193,15 @@ class Kube:
                 total += len(chunk)
                 if total > max_bytes:
                     if not cut:
-                        raise _too_large(path, max_bytes)
+                        raise too_large(path, max_bytes)
                     return b"".join(parts)[:max_bytes], False
         except (self._exc_types["read_timeout"], *self._exc_types["transport"]) as exc:
             if ticket.expired or isinstance(exc, self._exc_types["read_timeout"]):
-                raise _too_slow(ticket, path) from None
+                raise too_slow(ticket, path) from None
             raise errors.ApiUnreachable(
-                f"the answer from {self.host} broke off: {_short(exc)}") from None
+                f"the answer from {self.host} broke off: {short_reason(exc)}") from None
         if ticket.expired:  # a body without a length ends at the shut socket, cut short
-            raise _too_slow(ticket, path)
+            raise too_slow(ticket, path)
         return b"".join(parts), True
 
     def request(self, method: str, path: str, query: Sequence[tuple[str, Any]] | None = None,
@@ -311,14 +315,14 @@ class Kube:
                             chunk_size)
                     except self._exc_types["read_timeout"]:
                         raise errors.StreamBroken(
-                            f"the log stream was silent for {_fmt_timeout(timeout)}") from None
+                            f"the log stream was silent for {fmt_timeout(timeout)}") from None
                     except self._exc_types["transport"] as exc:
                         if ticket.expired:
-                            raise _stream_over(ticket) from None
+                            raise stream_over(ticket) from None
                         raise errors.StreamBroken(
-                            f"the log stream broke: {_short(exc)}") from None
+                            f"the log stream broke: {short_reason(exc)}") from None
                     if ticket.expired:
-                        raise _stream_over(ticket)
+                        raise stream_over(ticket)
                     if not chunk:
                         return
                     yield chunk
@@ -375,50 +379,6 @@ def max_bytes_for(path: str) -> int:
     return OBJECT_MAX_BYTES if len(rest) == 2 else LIST_MAX_BYTES
 
 
-def _too_large(path: str, max_bytes: int) -> "errors.TooLarge":
-    return errors.TooLarge(f"the answer to {path} is over {max_bytes / MiB:g} MiB; "
-                           f"not read further", path=path)
-
-
-def _stream_over(ticket: deadline.Ticket) -> errors.StreamBroken:
-    return errors.StreamBroken(f"the log stream ran past its deadline of "
-                               f"{_fmt_timeout(ticket.budget_s)}")
-
-
-def _too_slow(ticket: deadline.Ticket, path: str) -> errors.GatewayTimeout:
-    """Past the request's wall-clock deadline (a slow or trickling answer)."""
-    return _timed_out(ticket.budget_s, path)
-
-
-def _timed_out(timeout: Any, path: str) -> errors.ClientTimeout:
-    return errors.ClientTimeout(
-        f"client-side timeout: no complete answer within {_fmt_timeout(timeout)}", status=504,
-                                reason="Timeout", path=path)
-
-
-def unreachable(host: str, exc: BaseException) -> errors.ApiUnreachable:
-    """A transport failure in kubectl's words: `The connection to the server HOST:PORT was
-    refused - did you specify the right host or port?`, else `Unable to connect to the
-    server: WHY` with WHY stripped of urllib3's object reprs (never `HTTPSConnection(...)`)."""
-    where = urllib.parse.urlsplit(host or "")
-    hostport = where.netloc or host or "the API server"
-    if ":" not in hostport.rsplit("]", 1)[-1]:
-        hostport += ":443" if where.scheme == "https" else ":80"
-    chain, seen = [exc], 0
-    while seen < len(chain) < 8:
-        e = chain[seen]
-        seen += 1
-        for nxt in (getattr(e, "reason", None), e.__cause__, e.__context__):
-            if isinstance(nxt, BaseException) and nxt not in chain:
-                chain.append(nxt)
-    if any(isinstance(e, ConnectionRefusedError) for e in chain) or \
-            "Connection refused" in str(exc):
-        return errors.ApiUnreachable(f"The connection to the server {hostport} was refused - "
-                                     f"did you specify the right host or port?")
-    why = _short(chain[-1] if len(chain) > 1 else exc)
-    return errors.ApiUnreachable(f"Unable to connect to the server {hostport}: {why}")
-
-
 def seg(name: Any) -> str:
     """One URL path segment: percent-quoted, so a name such as `../nodes/x` or `x?watch=1`
     stays one (invalid) name and never addresses another object or adds a query."""
@@ -435,195 +395,6 @@ def worker_pool(workers: int, prefix: str) -> Iterator[cf.ThreadPoolExecutor]:
         yield pool
     finally:
         pool.shutdown(wait=False, cancel_futures=True)
-
-
-# -- the kubeconfig: read as kubectl reads it, but bounded -----------------------------------
-
-MAX_KUBECONFIG_BYTES = 4 << 20  # real ones (embedded certificates, many contexts) are KiBs
-_NO_CONFIG = ("invalid configuration: no configuration has been provided, try setting "
-              "KUBECONFIG or passing --kubeconfig")
-
-
-def kubeconfig_files(flag: str | None, environ: Mapping[str, str] | None = None
-                     ) -> list[tuple[str, dict]]:
-    """The kubeconfig files to load, as kubectl picks them: --kubeconfig (must exist), else
-    every file of $KUBECONFIG that exists (colon-separated, missing ones skipped), else
-    ~/.kube/config if it exists. Each is checked before the kubernetes client reads it: a
-    regular file (a FIFO or /dev/zero would block or never end), at most
-    MAX_KUBECONFIG_BYTES, YAML of the kubeconfig's shape (wrong types, or nesting deeper than
-    Python's recursion, are one line, not a crash). [] means no kubeconfig at all (kubectl
-    would then try localhost:8080); KubeconfigError for one that cannot be used. Returns
-    (path, parsed document) of each file to load, in order."""
-    env = os.environ if environ is None else environ
-    if flag:
-        paths, must_exist = [flag], True
-    elif env.get("KUBECONFIG"):
-        paths, must_exist = [p for p in env["KUBECONFIG"].split(os.pathsep) if p], False
-    else:
-        paths, must_exist = ["~/.kube/config"], False
-    files = []
-    for raw in paths:
-        path = os.path.expanduser(raw)
-        text = _read_kubeconfig(path, must_exist)
-        if text is not None:
-            files.append((path, check_kubeconfig(path, text)))
-    return files
-
-
-def _read_kubeconfig(path: str, must_exist: bool) -> str | None:
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
-    except FileNotFoundError:
-        if must_exist:
-            raise errors.KubeconfigError(f"stat {path}: no such file or directory") from None
-        return None
-    except OSError as exc:
-        raise errors.KubeconfigError(f"open {path}: {exc.strerror or exc}") from None
-    try:
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode):
-            raise _bad_file(path, "not a regular file")
-        chunks, size = [], 0
-        while True:
-            chunk = os.read(fd, 1 << 16)
-            if not chunk:
-                break
-            size += len(chunk)
-            if size > MAX_KUBECONFIG_BYTES:
-                raise _bad_file(path, f"larger than {MAX_KUBECONFIG_BYTES >> 20} MiB, not a "
-                                      f"kubeconfig")
-            chunks.append(chunk)
-    except OSError as exc:
-        raise errors.KubeconfigError(f"read {path}: {exc.strerror or exc}") from None
-    finally:
-        os.close(fd)
-    return b"".join(chunks).decode("utf-8", "replace")
-
-
-_NAMED_LISTS = {"clusters": "cluster", "contexts": "context", "users": "user"}
-
-
-def check_kubeconfig(path: str, text: str) -> dict:
-    """KubeconfigError unless `text` is YAML of a kubeconfig's shape (what the kubernetes
-    client indexes without checking: top-level mapping, named lists of mappings, strings)."""
-    import yaml
-    try:
-        doc = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        what = getattr(exc, "problem", None) or str(exc)
-        where = f"line {mark.line + 1}: " if mark is not None else ""
-        raise _bad_file(path, f"yaml: {where}{' '.join(str(what).split())[:160]}") from None
-    except RecursionError:
-        raise _bad_file(path, "nested too deeply") from None
-    bad = _shape_problem(doc)
-    if bad:
-        raise _bad_file(path, bad)
-    return doc
-
-
-def _bad_file(path: str, why: str) -> errors.KubeconfigError:
-    """kubectl's words for a kubeconfig it cannot use."""
-    return errors.KubeconfigError(f'error loading config file "{path}": {why}')
-
-
-def _shape_problem(doc: Any) -> str | None:
-    if doc is None:
-        return "the file is empty"
-    if not isinstance(doc, dict):
-        return f"expected a mapping at the top, got {type(doc).__name__}"
-    cur = doc.get("current-context")
-    if cur is not None and not isinstance(cur, str):
-        return "current-context must be a string"
-    for key, inner in _NAMED_LISTS.items():
-        items = doc.get(key)
-        if items is None:
-            continue
-        if not isinstance(items, list):
-            return f"{key} must be a list"
-        for i, item in enumerate(items):
-            if not isinstance(item, dict) or not isinstance(item.get("name"), str):
-                return f"{key}[{i}] must be a mapping with a string name"
-            body = item.get(inner)
-            if body is not None and not isinstance(body, dict):
-                return f"{key}[{i}].{inner} must be a mapping"
-            if body and any(not isinstance(k, str) for k in body):
-                return f"{key}[{i}].{inner} has a key that is not a string"
-    return None
-
-
-def _config_error(exc: BaseException, files: Sequence[str]) -> errors.KubeconfigError:
-    """The kubernetes client's ConfigException in kubectl's words."""
-    text = " ".join(str(exc).split())
-    if "current-context" in text:
-        return errors.KubeconfigError(
-            "current-context is not set (pass --context or run `kubectl config use-context`)")
-    text = text.replace("Invalid kube-config file. ", "").replace("Invalid kube-config. ", "")
-    return _bad_file(":".join(files), text[:200] or type(exc).__name__)
-
-
-def _context_namespace(kconfig, kubeconfig: str | None, context: str | None) -> str:
-    """The namespace of the kubeconfig context in use (kubectl's default for -n)."""
-    try:
-        contexts, active = kconfig.list_kube_config_contexts(config_file=kubeconfig)
-        ctx = next((c for c in contexts if c.get("name") == context), None) if context else active
-        ns = ((ctx or {}).get("context") or {}).get("namespace")
-        return str(ns) if ns else "default"
-    except Exception:  # noqa: BLE001 - in-cluster config or no contexts: kubectl's default
-        return "default"
-
-
-def _exception_types() -> dict:
-    import urllib3.exceptions
-    from kubernetes.client.exceptions import ApiException
-    return {"api": ApiException, "read_timeout": urllib3.exceptions.ReadTimeoutError,
-            "transport": (urllib3.exceptions.HTTPError, OSError)}
-
-
-def _no_answer(timeout: Any, path: str) -> errors.GatewayTimeout:
-    """Connected, but no answer in time: for a proxied kubelet call that is evidence (the
-    kubelet hangs), not a dead API server, so it is a (client-side) GatewayTimeout, not
-    ApiUnreachable."""
-    return _timed_out(timeout, path)
-
-
-def _fmt_timeout(timeout: Any) -> str:
-    if isinstance(timeout, tuple):
-        timeout = timeout[-1]
-    return f"{float(timeout):g}s" if timeout else "the deadline"
-
-
-def _text(data: Any) -> str:
-    if isinstance(data, bytes):
-        return data.decode("utf-8", "replace")
-    return str(data or "")
-
-
-_PY_REPRS = (re.compile(r"<?\w+(Connection|Pool)\w*\(host='[^']*', port=\d+\)"
-                        r"( at 0x[0-9a-f]+)?>?:?\s*"),
-             re.compile(r"<[\w.]+ object at 0x[0-9a-f]+>:?\s*"),
-             re.compile(r"\[Errno -?\d+\]\s*"))
-
-
-def _short(exc: BaseException) -> str:
-    """An exception's reason for one line, without Python's object reprs and errno tags
-    (urllib3 says `HTTPSConnection(host=..., port=...): ... [Errno 111]`; kubectl never does)."""
-    text = str(exc)
-    reason = getattr(exc, "reason", None)
-    args = getattr(exc, "args", ())
-    if reason is not None and str(reason):
-        text = str(reason)
-    elif len(args) >= 2 and isinstance(args[-1], str) and not isinstance(args[0], str):
-        text = args[-1]  # urllib3's (connection, message)
-    text = " ".join(text.split())
-    for rx in _PY_REPRS:
-        text = rx.sub("", text)
-    return text.strip(" :")[:200] or type(exc).__name__
-
-
-def malformed(path: str, exc: Exception) -> errors.BadAnswer:
-    return errors.BadAnswer(f"the API server's answer for {path} is malformed: {exc}",
-                            path=path)
 
 
 def _loads(data: bytes, path: str) -> dict:

@@ -74,8 +74,8 @@ LEASE = {"metadata": META,
                   "acquireTime": STR}}
 LIST_META = {"resourceVersion": STR, "continue": STR, "remainingItemCount": INT}
 
-# The queueing systems' and schedulers' objects analysis/schedulers.py reads (audit round 5,
-# SC-01: a field of another type ended `pod Y` in exit 70), after each project's API types:
+# The queueing systems' and schedulers' objects analysis/scheduling/schedulers.py reads (audit round
+# 5, SC-01: a field of another type ended `pod Y` in exit 70), after each project's API types:
 # kueue.x-k8s.io v1beta2 workload_types.go, localqueue_types.go, clusterqueue_types.go;
 # scheduling.volcano.sh v1beta1 types.go (PodGroup, Queue); scheduling.run.ai v2alpha2
 # podgroup_types.go (KAI). A misfit makes the object unreadable (a note), not the run.

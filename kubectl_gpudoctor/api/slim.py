@@ -9,7 +9,7 @@ import json
 import sys
 from typing import Any, Callable, Mapping
 
-from ..analysis import agent_marks
+from ..analysis.monitors import agent_marks
 
 _POD_SPEC_BULK = ("volumes",)
 _CONTAINER_BULK = ("env", "envFrom", "volumeMounts", "livenessProbe", "readinessProbe",

@@ -22,7 +22,7 @@ from node_probe.protocol import ExitStatus, Finding, ProtocolError, Severity
 from node_probe.protocol.catalog import make
 
 from .. import errors
-from ..analysis import fit as gpu_fit
+from ..analysis.scheduling import gpu_held
 from ..analysis.common import node_is_ready, pod_ref
 from ..analysis.job import kinds as jk
 from ..analysis.job import nodes as jn
@@ -131,7 +131,7 @@ def _pending_fit(kube: Kube, pods: list, events: Mapping[str, Any], rank_fs: lis
     if not pend:
         return rank_fs
     first = pend[0]
-    want = gpu_fit.pod_gpu_requests(first)
+    want = gpu_held.pod_gpu_requests(first)
     got = pending_fit.lists(kube, first, out)
     if got is None:
         return rank_fs
@@ -146,7 +146,7 @@ def _pending_fit(kube: Kube, pods: list, events: Mapping[str, Any], rank_fs: lis
         name = str((n.get("metadata") or {}).get("name") or "")
         here = on.get(name, ())
         if any(str((p.get("metadata") or {}).get("uid") or "") in own for p in here):
-            free = gpu_fit.node_free(n, here)
+            free = gpu_held.node_free(n, here)
             if free is not None and free < need:
                 taken.add(name)
     uid = str((first.get("metadata") or {}).get("uid") or "")
@@ -156,7 +156,7 @@ def _pending_fit(kube: Kube, pods: list, events: Mapping[str, Any], rank_fs: lis
     if judged is None:
         return rank_fs
     found, _ = judged
-    same = [pod_ref(p) for p in pend if gpu_fit.pod_gpu_requests(p) == want]
+    same = [pod_ref(p) for p in pend if gpu_held.pod_gpu_requests(p) == want]
     subject = f"pod/{pod_ref(first)}"
     extra = {"pending_ranks": same[:jn.MAX_RANKS_SHOWN], "pending_ranks_total": len(same),
              "fit_computed_for": pod_ref(first), "requested_per_rank": dict(want),

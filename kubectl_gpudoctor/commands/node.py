@@ -22,9 +22,12 @@ from node_probe.protocol.render import terminal_safe
 from .. import analysis, errors
 from ..api import extra_lists
 from . import lookup, pending
-from ..analysis import admission, capacity, container_start, dra, goroutines, kubelet_config
-from ..analysis import pod_status
-from ..analysis import agent_seen, black_hole, plugin_pods, wedge
+from ..analysis import plugin_pods
+from ..analysis.failing import black_hole, container_start, pod_status
+from ..analysis.monitors import agent_seen
+from ..analysis.resources import capacity, kubelet_config
+from ..analysis.scheduling import dra
+from ..analysis.stuck import admission, goroutines, wedge
 from ..analysis.common import events_by_uid, pod_ref
 from ..api.kube import Kube, seg, worker_pool
 from ..report.output import Output
@@ -175,11 +178,11 @@ MAX_PEER_NAMESPACES = 5
 def _black_hole_context(kube: Kube, name: str, pods: list[dict], index: Mapping[str, list],
                         warn: Mapping[str, Any] | None, now: Any, out: Output
                         ) -> tuple[list, dict | None]:
-    """For the black-hole test on one node (analysis/black_hole.py): the failed GPU pods sent
-    there that are gone (the kubelet's Warning events, already read), and -- only when the node
-    has enough failures to be one -- how the same controllers' GPU pods fare elsewhere, from
-    the pods of their namespaces (one list each, at most MAX_PEER_NAMESPACES) and the Warning
-    events. (gone, None) when those could not be read: the finding then says so."""
+    """For the black-hole test on one node (analysis/failing/black_hole.py): the failed GPU pods
+    sent there that are gone (the kubelet's Warning events, already read), and -- only when the node
+    has enough failures to be one -- how the same controllers' GPU pods fare elsewhere, from the
+    pods of their namespaces (one list each, at most MAX_PEER_NAMESPACES) and the Warning events.
+    (gone, None) when those could not be read: the finding then says so."""
     from ..api import pager, slim
     if warn is None:
         return [], None

@@ -24,7 +24,12 @@ from ..api import pageparse
 from ..api import pager
 from ..api import slim
 from ..api import watchlist
-from ..analysis import agent_marks, black_hole, capacity, fit, goroutines, podfold, verdict, wedge
+from ..analysis import verdict
+from ..analysis.failing import black_hole
+from ..analysis.monitors import agent_marks
+from ..analysis.resources import capacity, podfold
+from ..analysis.scheduling import fit
+from ..analysis.stuck import goroutines, wedge
 from ..analysis.common import events_by_uid, node_is_ready
 from ..reach.probe_run import Settings, now_utc
 from .node import _extra_lists
@@ -390,7 +395,7 @@ def _count(row: dict, f) -> None:
 
 
 def _row(node: Mapping[str, Any], pods: podfold.NodeFold, lease, fs, now) -> dict:
-    from ..analysis.admission import lease_renew_age_s
+    from ..analysis.stuck.admission import lease_renew_age_s
     res = capacity.gpu_resources(node)
     age = lease_renew_age_s(lease, now)
     row = {"node": node["metadata"]["name"],

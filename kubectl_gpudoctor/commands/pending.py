@@ -1,11 +1,12 @@
 """`pod Y` for an unscheduled GPU pod: the three lists the fit needs, fetched at once.
 
-Why a module of its own: the fit (analysis/fit.py) needs every node, every pod bound to a node
-and the namespace's ResourceQuotas. That is three LIST calls whatever the cluster size
-(resourceVersion=0: served from the API server's watch cache; the pod list is cut server-side
-to bound, unfinished pods with the same field selector kube-scheduler's own informer uses), plus
-one event list only when a quota is used up. A list we may not read is said so (a skipped
-check and a log line) and the pod report falls back to the scheduler's own message.
+Why a module of its own: the fit (analysis/scheduling/fit.py) needs every node, every pod
+bound to a node and the namespace's ResourceQuotas. That is three LIST calls whatever the
+cluster size (resourceVersion=0: served from the API server's watch cache; the pod list is cut
+server-side to bound, unfinished pods with the same field selector kube-scheduler's own
+informer uses), plus one event list only when a quota is used up. A list we may not read is
+said so (a skipped check and a log line) and the pod report falls back to the scheduler's own
+message.
 """
 from __future__ import annotations
 
@@ -16,7 +17,8 @@ from typing import TYPE_CHECKING, Any, Mapping, Sequence
 from node_probe.protocol import Finding
 
 from .. import errors
-from ..analysis import admission, fit, schedulers
+from ..analysis.scheduling import fit, fit_findings, gpu_held, quota, schedulers
+from ..analysis.stuck import admission
 from ..api import extra_lists
 from ..api.kube import seg, worker_pool
 from ..api.slim import slim_workload
@@ -36,7 +38,7 @@ def applies(pod: Mapping[str, Any]) -> bool:
     """An unscheduled, Pending pod asking for a GPU resource."""
     spec, st = pod.get("spec") or {}, pod.get("status") or {}
     return (not spec.get("nodeName") and (st.get("phase") or "Pending") == "Pending"
-            and bool(fit.pod_gpu_requests(pod)))
+            and bool(gpu_held.pod_gpu_requests(pod)))
 
 
 def _why(exc: errors.ApiError) -> str:
@@ -80,7 +82,7 @@ def queue_findings(kube, pod: Mapping[str, Any], events: Sequence[Mapping[str, A
         return []
     t0 = time.monotonic()
     free, takers = _free(f)
-    requests = fit.pod_gpu_requests(pod)
+    requests = gpu_held.pod_gpu_requests(pod)
     md = pod.get("metadata") or {}
     ns = md.get("namespace") or "default"
     notes: list[str] = []
@@ -212,13 +214,13 @@ def judge(kube, pod: Mapping[str, Any], events: Sequence[Mapping[str, Any]], out
     f = fit.compute(pod, nodes, pods, now, admission.stalled_nodes(pods, now))
     if f is None:
         return None
-    if fit.quota_findings(pod, f, quotas, (), now):
+    if quota.quota_findings(pod, f, quotas, (), now):
         try:  # who is refused by the used-up quota (controllers' FailedCreate events)
             quota_events = _items(kube, f"/api/v1/namespaces/{seg(ns)}/events",
                                   [("fieldSelector", "reason=FailedCreate")])
         except _API_ERRORS as exc:
             out.log("warning", f"events in {ns} not readable: {_why(exc)}")
-    found = fit.findings(pod, f, events, now) + fit.quota_findings(pod, f, quotas,
+    found = fit_findings.findings(pod, f, events, now) + quota.quota_findings(pod, f, quotas,
                                                                    quota_events, now)
     out.check("api.gpu_fit", "ok", time.monotonic() - t0,
               f"{f.case}: {len(nodes)} nodes, {len(pods)} bound pods")
@@ -247,7 +249,7 @@ def not_created(kube, namespace: str, name: str, out: Output) -> list[Finding]:
         quotas = _items(kube, f"/api/v1/namespaces/{seg(namespace)}/resourcequotas", ())
     except _API_ERRORS:
         return []
-    found = fit.refused_creation(namespace, name, quotas, evs)
+    found = quota.refused_creation(namespace, name, quotas, evs)
     if found:
         out.check("api.pod_creation", "ok", time.monotonic() - t0, "refused by quota")
     return found

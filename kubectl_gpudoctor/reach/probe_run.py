@@ -19,9 +19,8 @@ from . import probens
 from . import stream
 from . import debugpod
 from . import podspec
-from ..analysis import readiness
-from ..analysis import admission
-from ..analysis import subjects, wedge
+from ..analysis import subjects
+from ..analysis.stuck import admission, readiness, wedge
 from ..api.kube import Kube
 from ..report.output import Output
 

@@ -262,7 +262,7 @@ LEASE = {"kind": TEXT, "apiVersion": TEXT, "metadata": META,
 def _configz(value: Any) -> Any:
     """The kubelet settings the analysis reads (analysis/kubelet_config.KEYS), nothing else
     (the config also holds staticPodURLHeader, TLS and authentication settings)."""
-    from ..analysis import kubelet_config
+    from ..analysis.resources import kubelet_config
     if not isinstance(value, dict):
         return None
     wrap = "kubeletconfig" if "kubeletconfig" in value else \

@@ -29,7 +29,7 @@ from pathlib import Path
 
 from node_probe.host import hostfs, procfs
 
-# The kubelet dirs of every distribution the layouts know (host.layout.KUBELET_DEFAULTS),
+# The kubelet dirs of every distribution the layouts know (host.kubelet_root_dir.KUBELET_DEFAULTS),
 # whose pods/ hold every pod's volumes.
 KUBELET_DIRS = ("var/lib/kubelet", "var/lib/k0s/kubelet", "var/snap/microk8s/common/var/lib/kubelet")
 # Container runtimes' state (task bundles, mounted rootfs) and storage (snapshots, layers) dirs:

@@ -4,8 +4,8 @@ Why here, in the protocol: other monitors built on DCGM put these codes into nod
 Events (NVIDIA NVSentinel's GPU health monitor: `ErrorCode:DCGM_FR_NVLINK_DOWN GPU:3 Link down
 Recommended Action=RESTART_VM`; dcgm-exporter based node-problem-detector rules; DCGM's own
 `dcgmi health` output), and the client decodes them next to Xids
-(kubectl_gpudoctor/analysis/foreign.py), which may import only node_probe.protocol. The table
-is data: node_probe/protocol/data/dcgm_errors.tsv, DCGM's own dcgmErrorMeta table (the code,
+(kubectl_gpudoctor/analysis/monitors/foreign.py), which may import only node_probe.protocol. The
+table is data: node_probe/protocol/data/dcgm_errors.tsv, DCGM's own dcgmErrorMeta table (the code,
 its name, DCGM's severity: ISOLATE = drain the GPU, MONITOR = watch it), with its source and
 date. Codes newer DCGM releases added are known by name (NEWER). Pure data, standard library.
 """

@@ -3,8 +3,8 @@
 Why here, in the protocol: the probe reads Xid lines in the kernel log (node_probe/host/xid.py)
 and the client reads Xid codes that other monitors put in node conditions (EKS's
 `NvidiaXID79Error`, GKE's `XidCriticalError` reason, NVSentinel's `ErrorCode:119`,
-kubectl_gpudoctor/analysis/foreign.py); both must give one code one meaning and one action, and
-the client may import only node_probe.protocol. Facts from NVIDIA's catalog ("Analyzing Xid
+kubectl_gpudoctor/analysis/monitors/foreign.py); both must give one code one meaning and one action,
+and the client may import only node_probe.protocol. Facts from NVIDIA's catalog ("Analyzing Xid
 Errors with the Xid Catalog", CATALOG_URL): each code's mnemonic, description and *resolution
 bucket* (the immediate action: RESTART_APP, RESET_GPU, RESTART_BM, CONTACT_SUPPORT, IGNORE, or a
 named workflow). Every code NVIDIA documents (1-172) is a row of the data file

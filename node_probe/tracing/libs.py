@@ -15,7 +15,7 @@ import stat
 from pathlib import Path
 
 from node_probe.host import hostfs, procfs
-from node_probe.host.layout import LIB_DIRS   # where a driver's libraries live, one list
+from node_probe.host.driver_libs import LIB_DIRS   # where a driver's libraries live, one list
 
 
 def regular(path: Path) -> bool:

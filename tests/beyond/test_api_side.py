@@ -11,7 +11,10 @@ import pytest
 
 from kubectl_gpudoctor import analysis
 from kubectl_gpudoctor.api import extra_lists
-from kubectl_gpudoctor.analysis import dra, goroutines, mig, runtime
+from kubectl_gpudoctor.analysis.scheduling import dra
+from kubectl_gpudoctor.analysis.stuck import goroutines
+from kubectl_gpudoctor.analysis.resources import mig
+from kubectl_gpudoctor.analysis.failing import runtime
 from tests.beyond.api_objects import (DRIVER, claim, device_class, event, gpu_device, pod,
                                       resource_slice)
 

@@ -6,7 +6,7 @@ import datetime as dt
 
 import pytest
 
-from kubectl_gpudoctor.analysis import hami
+from kubectl_gpudoctor.analysis.scheduling import hami, hami_annotations
 from tests.hami.conftest import (NOW, REG_JSON, REG_LEGACY7, REG_LEGACY9, UUID_A, UUID_B, event,
                                  node, plugin_pod, pod)
 
@@ -20,17 +20,17 @@ def _by_id(findings, id_):
 @pytest.mark.parametrize("value,encoding", [(REG_LEGACY7, "legacy-7"), (REG_LEGACY9, "legacy-9"),
                                             (REG_JSON, "json")])
 def test_register_decodes_every_encoding(value, encoding):
-    devs, enc = hami.decode_register(value)
+    devs, enc = hami_annotations.decode_register(value)
     assert enc == encoding
     assert [d["id"] for d in devs] == [UUID_A, UUID_B]
     assert all(d["count"] == 10 and d["devmem"] == 46068 and d["health"] for d in devs)
     assert devs[1]["index"] == (0 if encoding == "legacy-7" else 1)
-    assert all(hami.validate_device(d) == [] for d in devs)
+    assert all(hami_annotations.validate_device(d) == [] for d in devs)
 
 
 @pytest.mark.parametrize("value", [REG_LEGACY7, REG_LEGACY9, REG_JSON])
 def test_valid_register_gives_no_finding(value, now):
-    n = node(annotations={hami.REGISTER_KEY: value,
+    n = node(annotations={hami_annotations.REGISTER_KEY: value,
                           "hami.io/node-handshake": "Requesting_2024.05.14 07:09:45"})
     assert hami.analyze_node(n, [plugin_pod()], [], now) == []
 
@@ -46,9 +46,9 @@ def test_valid_register_gives_no_finding(value, now):
     (f"{UUID_A},10,46068,100,NVIDIA-A40,0,yes:", "invalid health"),
 ])
 def test_register_garbage_is_critical(value, err, now):
-    with pytest.raises(hami.DecodeError, match=err):
-        hami.decode_register(value)
-    (f,) = hami.analyze_node(node(annotations={hami.REGISTER_KEY: value}), [], [], now)
+    with pytest.raises(hami_annotations.DecodeError, match=err):
+        hami_annotations.decode_register(value)
+    (f,) = hami.analyze_node(node(annotations={hami_annotations.REGISTER_KEY: value}), [], [], now)
     assert f.id == "hami.register_invalid" and f.severity.value == "critical"
     assert "cannot be decoded" in f.title and f.evidence["error"]
 
@@ -56,7 +56,7 @@ def test_register_garbage_is_critical(value, err, now):
 def test_register_invalid_devices_named():
     value = ('[{"id":"GPU-1234","count":10,"devmem":16384,"devcore":100,"type":"NVIDIA-T4","health":true},'
              '{"id":"%s","count":0,"devmem":0,"devcore":100,"type":"Tesla T4","health":true}]' % UUID_A)
-    (f,) = hami.analyze_node(node(annotations={hami.REGISTER_KEY: value}), [plugin_pod()], [], NOW)
+    (f,) = hami.analyze_node(node(annotations={hami_annotations.REGISTER_KEY: value}), [plugin_pod()], [], NOW)
     assert f.severity.value == "critical" and "2 of 2 devices" in f.title
     probs = {p["id"]: " ".join(p["problems"]) for p in f.evidence["invalid_devices"]}
     assert "not a GPU UUID" in probs["GPU-1234"]
@@ -70,13 +70,13 @@ def test_json_register_without_health_means_unhealthy():
     value = ('[{"id":"%s","count":10,"devmem":46068,"devcore":100,"type":"NVIDIA-NVIDIA A40"},'
              '{"id":"%s","index":1,"count":10,"devmem":46068,"devcore":100,'
              '"type":"NVIDIA-NVIDIA A40","health":true}]' % (UUID_A, UUID_B))
-    (f,) = hami.analyze_node(node(annotations={hami.REGISTER_KEY: value}), [], [], NOW)
+    (f,) = hami.analyze_node(node(annotations={hami_annotations.REGISTER_KEY: value}), [], [], NOW)
     assert f.severity.value == "warning" and f.evidence["unhealthy_devices"] == [UUID_A]
     assert "omits" in f.title
 
 
 def test_empty_register_and_missing_register():
-    (f,) = hami.analyze_node(node(annotations={hami.REGISTER_KEY: "[]"}), [], [], NOW)
+    (f,) = hami.analyze_node(node(annotations={hami_annotations.REGISTER_KEY: "[]"}), [], [], NOW)
     assert f.severity.value == "critical" and "no devices" in f.title
     (g,) = hami.analyze_node(node(annotations={
         "hami.io/node-handshake": "Requesting_2024.05.14 07:09:50"}), [], [], NOW)
@@ -101,12 +101,12 @@ def test_not_a_hami_node():
     ("Reported_2024.05.14 07:09:50", "Reported", "2024-05-14T07:09:50+00:00"),
 ])
 def test_parse_handshake(value, state, iso):
-    s, t = hami.parse_handshake(value)
+    s, t = hami_annotations.parse_handshake(value)
     assert s == state and t.isoformat() == iso
 
 
 def _hs(value, now=NOW):
-    n = node(annotations={hami.REGISTER_KEY: REG_LEGACY7, "hami.io/node-handshake": value})
+    n = node(annotations={hami_annotations.REGISTER_KEY: REG_LEGACY7, "hami.io/node-handshake": value})
     return _by_id(hami.analyze_node(n, [plugin_pod()], [], now), "hami.handshake_stale")
 
 
@@ -144,7 +144,7 @@ def test_handshake_in_the_future_is_clock_skew():
 
 
 def test_vendor_handshake_keys_are_read_too():
-    n = node(annotations={hami.REGISTER_KEY: REG_LEGACY7,
+    n = node(annotations={hami_annotations.REGISTER_KEY: REG_LEGACY7,
                           "hami.io/node-handshake-mlu": "Requesting_2024.01.10 04:06:57"})
     (f,) = _by_id(hami.analyze_node(n, [], [], NOW), "hami.handshake_stale")
     assert f.evidence["annotation"] == "hami.io/node-handshake-mlu"
@@ -153,28 +153,28 @@ def test_vendor_handshake_keys_are_read_too():
 # -- node lock --------------------------------------------------------------------------------
 
 def _lock(value, pods=(), events=(), index=None, now=NOW):
-    n = node(annotations={hami.REGISTER_KEY: REG_LEGACY7, hami.LOCK_KEY: value})
+    n = node(annotations={hami_annotations.REGISTER_KEY: REG_LEGACY7, hami_annotations.LOCK_KEY: value})
     return _by_id(hami.analyze_node(n, list(pods), list(events), now, all_pods_index=index),
                   "hami.lock_stale")
 
 
 def test_lock_formats():
-    t, ns, name = hami.parse_lock("2024-05-14T07:07:33Z,default,train-0")
+    t, ns, name = hami_annotations.parse_lock("2024-05-14T07:07:33Z,default,train-0")
     assert (t.isoformat(), ns, name) == ("2024-05-14T07:07:33+00:00", "default", "train-0")
-    t, ns, name = hami.parse_lock("2024-05-14T15:07:33+08:00")
+    t, ns, name = hami_annotations.parse_lock("2024-05-14T15:07:33+08:00")
     assert t == dt.datetime(2024, 5, 14, 7, 7, 33, tzinfo=dt.timezone.utc) and name == ""
     for bad in ("2024-05-14 07:07:33", "2024-05-14T07:07:33Z,default", "a,b,c,d", ""):
-        with pytest.raises(hami.DecodeError):
-            hami.parse_lock(bad)
+        with pytest.raises(hami_annotations.DecodeError):
+            hami_annotations.parse_lock(bad)
 
 
 def test_fresh_lock_held_by_allocating_pod_is_fine():
-    owner = pod("train-0", annotations={hami.BIND_PHASE_KEY: "allocating"})
+    owner = pod("train-0", annotations={hami_annotations.BIND_PHASE_KEY: "allocating"})
     assert _lock("2024-05-14T07:08:00Z,default,train-0", pods=[owner]) == []
 
 
 def test_expired_lock_is_a_warning_and_critical_when_binds_are_rejected():
-    owner = pod("train-0", annotations={hami.BIND_PHASE_KEY: "allocating"})
+    owner = pod("train-0", annotations={hami_annotations.BIND_PHASE_KEY: "allocating"})
     (f,) = _lock("2024-05-14T06:58:00Z,default,train-0", pods=[owner])
     assert f.severity.value == "warning" and "12m" in f.title
     waiting = pod("train-1", node_name=None)
@@ -197,10 +197,10 @@ def test_lock_owner_not_on_node_without_index_is_a_warning():
 
 
 def test_lock_owner_finished_or_failed():
-    done = pod("train-0", phase="Failed", annotations={hami.BIND_PHASE_KEY: "failed"})
+    done = pod("train-0", phase="Failed", annotations={hami_annotations.BIND_PHASE_KEY: "failed"})
     (f,) = _lock("2024-05-14T07:08:00Z,default,train-0", pods=[done])
     assert f.severity.value == "critical" and "is Failed" in f.title
-    ok = pod("train-0", phase="Running", annotations={hami.BIND_PHASE_KEY: "success"})
+    ok = pod("train-0", phase="Running", annotations={hami_annotations.BIND_PHASE_KEY: "success"})
     (g,) = _lock("2024-05-14T07:08:00Z,default,train-0", pods=[ok])
     assert "not released" in g.title
 
@@ -219,30 +219,30 @@ def test_garbage_lock_is_critical():
 # -- pods -------------------------------------------------------------------------------------
 
 def _pods(*pods, events=(), register=REG_LEGACY7):
-    n = node(annotations={hami.REGISTER_KEY: register,
+    n = node(annotations={hami_annotations.REGISTER_KEY: register,
                           "hami.io/node-handshake": "Requesting_2024.05.14 07:09:50"})
     return _by_id(hami.analyze_node(n, list(pods), list(events), NOW), "hami.allocation_mismatch")
 
 
 def test_decode_pod_devices():
     v = f"{UUID_A},NVIDIA,3000,30:{UUID_B},NVIDIA,3000,30:;;"
-    assert [[d["uuid"] for d in c] for c in hami.decode_pod_devices(v)] == [[UUID_A, UUID_B]]
-    assert hami.decode_pod_devices(";" + v) [1][0]["usedmem"] == 3000
-    with pytest.raises(hami.DecodeError):
-        hami.decode_pod_devices("GPU-x,NVIDIA:;")
+    assert [[d["uuid"] for d in c] for c in hami_annotations.decode_pod_devices(v)] == [[UUID_A, UUID_B]]
+    assert hami_annotations.decode_pod_devices(";" + v) [1][0]["usedmem"] == 3000
+    with pytest.raises(hami_annotations.DecodeError):
+        hami_annotations.decode_pod_devices("GPU-x,NVIDIA:;")
 
 
 def test_successful_allocation_is_fine():
     p = pod("ok", phase="Running", annotations={
-        hami.ALLOCATED_KEY: f"{UUID_A},NVIDIA,3000,30:;", hami.TO_ALLOCATE_KEY: ";",
-        hami.BIND_PHASE_KEY: "success", hami.BIND_TIME_KEY: "1715670000"})
+        hami_annotations.ALLOCATED_KEY: f"{UUID_A},NVIDIA,3000,30:;", hami_annotations.TO_ALLOCATE_KEY: ";",
+        hami_annotations.BIND_PHASE_KEY: "success", hami_annotations.BIND_TIME_KEY: "1715670000"})
     assert _pods(p) == []
 
 
 def test_device_number_not_matched_event_is_critical():
     p = pod("infer-0", gpus=2, annotations={
-        hami.ALLOCATED_KEY: f"{UUID_A},NVIDIA,3000,30:;", hami.TO_ALLOCATE_KEY: f"{UUID_A},NVIDIA,3000,30:;",
-        hami.BIND_PHASE_KEY: "failed", hami.BIND_TIME_KEY: "1715670500"})
+        hami_annotations.ALLOCATED_KEY: f"{UUID_A},NVIDIA,3000,30:;", hami_annotations.TO_ALLOCATE_KEY: f"{UUID_A},NVIDIA,3000,30:;",
+        hami_annotations.BIND_PHASE_KEY: "failed", hami_annotations.BIND_TIME_KEY: "1715670500"})
     ev = event(p, "UnexpectedAdmissionError",
                "Allocate failed due to device number not matched, which is unexpected")
     (f,) = _pods(p, events=[ev])
@@ -254,8 +254,8 @@ def test_device_number_not_matched_event_is_critical():
 
 def test_unregistered_device_and_bare_pod_risk():
     p = pod("bare", owner=False, annotations={
-        hami.ALLOCATED_KEY: "GPU-deadbeef-0000-0000-0000-000000000000,NVIDIA,1000,10:;",
-        hami.BIND_PHASE_KEY: "allocating", hami.BIND_TIME_KEY: str(int(NOW.timestamp()) - 30)})
+        hami_annotations.ALLOCATED_KEY: "GPU-deadbeef-0000-0000-0000-000000000000,NVIDIA,1000,10:;",
+        hami_annotations.BIND_PHASE_KEY: "allocating", hami_annotations.BIND_TIME_KEY: str(int(NOW.timestamp()) - 30)})
     (f,) = _pods(p)
     assert f.evidence["unregistered_devices"] == ["GPU-deadbeef-0000-0000-0000-000000000000"]
     assert "gone for good" in f.remediation
@@ -263,38 +263,38 @@ def test_unregistered_device_and_bare_pod_risk():
 
 def test_stuck_allocating_is_a_warning():
     p = pod("slow", annotations={
-        hami.ALLOCATED_KEY: f"{UUID_A},NVIDIA,3000,30:;", hami.TO_ALLOCATE_KEY: f"{UUID_A},NVIDIA,3000,30:;",
-        hami.BIND_PHASE_KEY: "allocating", hami.BIND_TIME_KEY: "2024-05-14 06:50:00"})
+        hami_annotations.ALLOCATED_KEY: f"{UUID_A},NVIDIA,3000,30:;", hami_annotations.TO_ALLOCATE_KEY: f"{UUID_A},NVIDIA,3000,30:;",
+        hami_annotations.BIND_PHASE_KEY: "allocating", hami_annotations.BIND_TIME_KEY: "2024-05-14 06:50:00"})
     (f,) = _pods(p)
     assert f.severity.value == "warning" and "20m" in f.title
 
 
 def test_success_with_devices_left_to_allocate():
     p = pod("half", phase="Running", annotations={
-        hami.ALLOCATED_KEY: f"{UUID_A},NVIDIA,3000,30:;", hami.TO_ALLOCATE_KEY: f"{UUID_A},NVIDIA,3000,30:;",
-        hami.BIND_PHASE_KEY: "success", hami.BIND_TIME_KEY: "1715670000"})
+        hami_annotations.ALLOCATED_KEY: f"{UUID_A},NVIDIA,3000,30:;", hami_annotations.TO_ALLOCATE_KEY: f"{UUID_A},NVIDIA,3000,30:;",
+        hami_annotations.BIND_PHASE_KEY: "success", hami_annotations.BIND_TIME_KEY: "1715670000"})
     (f,) = _pods(p)
     assert f.severity.value == "warning" and "still in" in f.title
 
 
 def test_out_of_range_bind_time_is_unknown_not_a_crash():
-    assert hami.parse_bind_time("99999999999999999999") is None
+    assert hami_annotations.parse_bind_time("99999999999999999999") is None
     p = pod("far", annotations={
-        hami.ALLOCATED_KEY: f"{UUID_A},NVIDIA,3000,30:;", hami.TO_ALLOCATE_KEY: f"{UUID_A},NVIDIA,3000,30:;",
-        hami.BIND_PHASE_KEY: "allocating", hami.BIND_TIME_KEY: "99999999999999999999"})
-    ok = pod("ok", phase="Running", annotations={hami.ALLOCATED_KEY: "GPU-x,NVIDIA:;"})
+        hami_annotations.ALLOCATED_KEY: f"{UUID_A},NVIDIA,3000,30:;", hami_annotations.TO_ALLOCATE_KEY: f"{UUID_A},NVIDIA,3000,30:;",
+        hami_annotations.BIND_PHASE_KEY: "allocating", hami_annotations.BIND_TIME_KEY: "99999999999999999999"})
+    ok = pod("ok", phase="Running", annotations={hami_annotations.ALLOCATED_KEY: "GPU-x,NVIDIA:;"})
     # the far pod's age is unknown (no verdict on it), and the other pod is still judged
     assert [f.subject for f in _pods(p, ok)] == ["pod/default/ok"]
 
 
 def test_undecodable_pod_annotation():
-    p = pod("bad", annotations={hami.ALLOCATED_KEY: "GPU-x,NVIDIA:;"})
+    p = pod("bad", annotations={hami_annotations.ALLOCATED_KEY: "GPU-x,NVIDIA:;"})
     (f,) = _pods(p)
     assert f.severity.value == "critical" and "cannot be decoded" in f.title
 
 
 def test_lock_rejections_for_another_node_do_not_count():
-    owner = pod("train-0", annotations={hami.BIND_PHASE_KEY: "allocating"})
+    owner = pod("train-0", annotations={hami_annotations.BIND_PHASE_KEY: "allocating"})
     other = event(pod("x", node_name=None), "FailedScheduling",
                   "binding rejected: node gpu-10 has been locked within 5 minutes")
     (f,) = _lock("2024-05-14T06:58:00Z,default,train-0", pods=[owner], events=[other])
@@ -302,7 +302,7 @@ def test_lock_rejections_for_another_node_do_not_count():
 
 
 def test_lock_rejection_at_end_of_sentence_counts():
-    owner = pod("train-0", annotations={hami.BIND_PHASE_KEY: "allocating"})
+    owner = pod("train-0", annotations={hami_annotations.BIND_PHASE_KEY: "allocating"})
     ev = event(pod("x", node_name=None), "FailedScheduling",
                "0/3 nodes are available: binding rejected, has been locked within 5 minutes on gpu-1.")
     (f,) = _lock("2024-05-14T06:58:00Z,default,train-0", pods=[owner], events=[ev])
@@ -319,6 +319,6 @@ def test_lock_rejection_at_end_of_sentence_counts():
     "GPU-a,99999999999999999999,100,100,NVIDIA,0,true:",  # past int64
 ])
 def test_hostile_register_annotation_is_a_decode_error_not_a_crash(value):
-    with pytest.raises(hami.DecodeError):
-        hami.decode_register(value)
-    assert hami._int("+3", "x") == 3 and hami._int("-3", "x") == -3
+    with pytest.raises(hami_annotations.DecodeError):
+        hami_annotations.decode_register(value)
+    assert hami_annotations.go_int("+3", "x") == 3 and hami_annotations.go_int("-3", "x") == -3

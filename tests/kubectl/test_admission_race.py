@@ -8,7 +8,7 @@ from pkg/kubelet/cm/devicemanager/manager.go. The events are the kubelet's own "
 """
 import datetime as dt
 
-from kubectl_gpudoctor.analysis import admission_race, pod_status
+from kubectl_gpudoctor.analysis.failing import admission_race, pod_status
 
 NOW = dt.datetime(2026, 11, 23, 8, 0, 0, tzinfo=dt.timezone.utc)
 T0 = NOW - dt.timedelta(minutes=30)      # the kubelet started

@@ -1,5 +1,5 @@
-"""The one reader of the watching agent's GpuDoctor conditions (analysis/agent_marks.py) against
-what anyone who may patch node status can write there: many and huge conditions, control
+"""The one reader of the watching agent's GpuDoctor conditions (analysis/monitors/agent_marks.py)
+against what anyone who may patch node status can write there: many and huge conditions, control
 characters and ANSI escapes, reasons naming no id (or another class's id), entries that are no
 condition, bad times. And `node` (agent_seen) and `nodes` (agent_conditions) read the same
 conditions of the same node object, down to the CLI."""
@@ -11,7 +11,7 @@ import json
 
 import pytest
 
-from kubectl_gpudoctor.analysis import agent_conditions, agent_marks, agent_seen
+from kubectl_gpudoctor.analysis.monitors import agent_conditions, agent_marks, agent_seen
 from node_probe.protocol import conditions
 
 from .conftest import run_cli

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import datetime as dt
 
-from kubectl_gpudoctor.analysis import agent_seen
+from kubectl_gpudoctor.analysis.monitors import agent_seen
 from node_probe.protocol import conditions
 from node_probe.watch.state import ConditionState, Problem
 
@@ -33,7 +33,7 @@ def _agent_conditions(clear: bool, cleared_ago_s: float = 600.0):
 def test_a_problem_marked_now_is_the_finding_it_names_as_nodes_reports_it():
     """Issue 36.4: the mark the agent holds now is the finding it names, at its class's
     severity, exactly as `nodes` (agent_conditions) reports it -- not a warning of its own."""
-    from kubectl_gpudoctor.analysis import agent_conditions
+    from kubectl_gpudoctor.analysis.monitors import agent_conditions
     node = _node(_agent_conditions(clear=False))
     (f,) = agent_seen.analyze(node, NOW)
     assert f.id == "deviceplugin.blocked_in_nvml" and f.severity.value == "critical"

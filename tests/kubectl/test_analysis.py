@@ -3,8 +3,10 @@ from __future__ import annotations
 
 import datetime as dt
 
-from kubectl_gpudoctor.analysis import (admission, capacity, goroutines, kubelet_config,
-                                        node_objects, pod_status)
+from kubectl_gpudoctor.analysis.stuck import admission, goroutines
+from kubectl_gpudoctor.analysis.resources import capacity, kubelet_config
+from kubectl_gpudoctor.analysis import node_objects
+from kubectl_gpudoctor.analysis.failing import pod_status
 from kubectl_gpudoctor.analysis.common import events_by_uid, parse_time
 
 from .fakecluster import FakeCluster

@@ -13,7 +13,8 @@ from __future__ import annotations
 import datetime as dt
 import json
 
-from kubectl_gpudoctor.analysis import black_hole, verdict
+from kubectl_gpudoctor.analysis.failing import black_hole
+from kubectl_gpudoctor.analysis import verdict
 
 from .conftest import run_cli
 from .fakecluster import FakeCluster, add_black_hole, build_fleet, generated_name, ts

@@ -13,7 +13,7 @@ from __future__ import annotations
 import datetime as dt
 import json
 
-from kubectl_gpudoctor.analysis import black_hole, container_start, start_frames
+from kubectl_gpudoctor.analysis.failing import black_hole, container_start, start_frames
 
 from .conftest import run_cli
 from .fakecluster import FakeCluster, add_black_hole, ts

@@ -12,8 +12,10 @@ import json
 
 import pytest
 
-from kubectl_gpudoctor.analysis import (admission, capacity, goroutines, kubelet_config,
-                                        node_objects, pod_status, subjects, wedge)
+from kubectl_gpudoctor.analysis.stuck import admission, goroutines, wedge
+from kubectl_gpudoctor.analysis.resources import capacity, kubelet_config
+from kubectl_gpudoctor.analysis import node_objects, subjects
+from kubectl_gpudoctor.analysis.failing import pod_status
 from kubectl_gpudoctor.analysis.common import events_by_uid, parse_time
 
 from .conftest import REPO

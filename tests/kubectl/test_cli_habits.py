@@ -374,7 +374,7 @@ def test_hostile_kubeconfig_is_one_line_exit_3(tmp_path, kind):
 def test_kubeconfig_reader_holds_at_most_the_cap_in_memory(tmp_path):
     """The cap is enforced while reading (never read whole, then measured)."""
     from kubectl_gpudoctor import errors
-    from kubectl_gpudoctor.api import kube
+    from kubectl_gpudoctor.api import kubeconfig
     import tracemalloc
     big = tmp_path / "big"
     with open(big, "wb") as f:
@@ -382,11 +382,11 @@ def test_kubeconfig_reader_holds_at_most_the_cap_in_memory(tmp_path):
     tracemalloc.start()
     try:
         with pytest.raises(errors.KubeconfigError, match="larger than 4 MiB"):
-            kube.kubeconfig_files(str(big))
+            kubeconfig.kubeconfig_files(str(big))
         peak = tracemalloc.get_traced_memory()[1]
     finally:
         tracemalloc.stop()
-    assert peak < 2 * kube.MAX_KUBECONFIG_BYTES
+    assert peak < 2 * kubeconfig.MAX_KUBECONFIG_BYTES
 
 
 # -- version, completion, pipes ------------------------------------------------------------------

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import datetime as dt
 
-from kubectl_gpudoctor.analysis import container_start, pod_status
+from kubectl_gpudoctor.analysis.failing import container_start, pod_status
 
 from .fakecluster import FakeCluster
 

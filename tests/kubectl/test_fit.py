@@ -1,4 +1,4 @@
-"""The Pending-pod GPU fit (analysis/fit.py) as a pure function, one test per case.
+"""The Pending-pod GPU fit (analysis/scheduling/fit.py) as a pure function, one test per case.
 
 Node and pod objects come from the fake cluster's builders (shaped like the real 1.35 captures)
 and from the captured MIG node itself; nothing here talks to a server.
@@ -12,7 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from kubectl_gpudoctor.analysis import fit
+from kubectl_gpudoctor.analysis.scheduling import fit_findings, gpu_held, placement
+from kubectl_gpudoctor.analysis.scheduling import quota as gpu_quota
 
 from .fakecluster import FakeCluster, ts
 
@@ -41,7 +42,7 @@ def pending(fc: FakeCluster, name="trainer-0", ns="ml", gpus=4, resource="nvidia
 
 def run(fc: FakeCluster, pod: dict, events=(), quotas=(), quota_events=(), extra_nodes=()):
     nodes = list(fc.nodes.values()) + list(extra_nodes)
-    return fit.analyze_pending(pod, nodes, list(fc.pods.values()), events, quotas,
+    return fit_findings.analyze_pending(pod, nodes, list(fc.pods.values()), events, quotas,
                                quota_events, NOW)
 
 
@@ -62,10 +63,10 @@ def test_requests_init_containers_max_and_sidecars_add():
                             "resources": {"requests": {"nvidia.com/gpu": "1"}}},
                            {"resources": {"requests": {"nvidia.com/gpu": "3"}}}]}}
     # sum: 2 + 1 + sidecar 1 = 4; init: max(4, sidecar 1 + 3 = 4) = 4 -> 4
-    assert fit.pod_gpu_requests(pod) == {"nvidia.com/gpu": 4}
+    assert gpu_held.pod_gpu_requests(pod) == {"nvidia.com/gpu": 4}
     pod["spec"]["initContainers"][0]["resources"]["limits"]["nvidia.com/gpu"] = "8"
-    assert fit.pod_gpu_requests(pod) == {"nvidia.com/gpu": 8}  # an init alone needs 8
-    assert fit.pod_gpu_requests({"spec": {"containers": [
+    assert gpu_held.pod_gpu_requests(pod) == {"nvidia.com/gpu": 8}  # an init alone needs 8
+    assert gpu_held.pod_gpu_requests({"spec": {"containers": [
         {"resources": {"limits": {"nvidia.com/gpu": "1", "cpu": "2"}}}],
         "overhead": {"nvidia.com/gpu": "1"}}}) == {"nvidia.com/gpu": 2}
     # quantity grammar, rounding and hostile values: tests/kubectl/test_quantity.py
@@ -262,7 +263,7 @@ def test_node_affinity_operators(op, values, label, ok):
     pod = {"spec": {"affinity": {"nodeAffinity": {
         "requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
             {"matchExpressions": [{"key": "k", "operator": op, "values": values}]}]}}}}}
-    assert (fit.placement_failures(pod, node) == []) is ok
+    assert (placement.placement_failures(pod, node) == []) is ok
 
 
 def test_a_long_affinity_value_list_is_shown_bounded():
@@ -272,7 +273,7 @@ def test_a_long_affinity_value_list_is_shown_bounded():
         "requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
             {"matchExpressions": [{"key": "k", "operator": "In", "values": vals}]},
             {"matchFields": [{"key": "metadata.name", "operator": "In", "values": vals}]}]}}}}}
-    (rule,) = fit.placement_failures(pod, node)
+    (rule,) = placement.placement_failures(pod, node)
     assert len(rule) < 600, len(rule)
     assert "k In ['zone-00000', 'zone-00001'," in rule and "4995 more]" in rule
 
@@ -286,13 +287,13 @@ def test_affinity_terms_are_ored_and_tolerations_match_like_the_scheduler():
             {"matchExpressions": [{"key": "pool", "operator": "In", "values": ["a"]}]},
             {"matchFields": [{"key": "metadata.name", "operator": "In", "values": ["n1"]}]}]}}},
         "tolerations": [{"key": "k", "operator": "Equal", "value": "v"}]}}
-    assert fit.placement_failures(pod, node) == []
+    assert placement.placement_failures(pod, node) == []
     pod["spec"]["tolerations"] = [{"key": "k", "operator": "Equal", "value": "w"}]
-    assert fit.placement_failures(pod, node) == ["taint k=v:NoSchedule not tolerated"]
+    assert placement.placement_failures(pod, node) == ["taint k=v:NoSchedule not tolerated"]
     pod["spec"]["tolerations"] = [{"operator": "Exists"}]  # tolerates everything
-    assert fit.placement_failures(pod, node) == []
+    assert placement.placement_failures(pod, node) == []
     pod["spec"]["tolerations"] = [{"key": "k", "operator": "Exists", "effect": "NoExecute"}]
-    assert len(fit.placement_failures(pod, node)) == 1  # wrong effect
+    assert len(placement.placement_failures(pod, node)) == 1  # wrong effect
 
 
 def test_excluded_wins_when_the_allowed_nodes_are_full_but_an_excluded_one_is_free():
@@ -409,25 +410,25 @@ def test_node_free_for_the_fleet_column():
     node = fc.add_node("gpu-1", gpus=8, allocatable_gpus=6, now=NOW)
     fc.add_pod("ml", "a", "gpu-1", gpus=2, now=NOW)
     fc.add_pod("ml", "b", "gpu-1", gpus=3, now=NOW, phase="Succeeded")
-    assert fit.node_free(node, list(fc.pods.values())) == 4
-    assert fit.node_free(fc.add_node("cpu-1", gpus=0, now=NOW), []) is None
+    assert gpu_held.node_free(node, list(fc.pods.values())) == 4
+    assert gpu_held.node_free(fc.add_node("cpu-1", gpus=0, now=NOW), []) is None
     mig = captured_mig_node("127.0.0.1")
-    assert fit.node_free(mig, []) == 6  # 2 full GPUs + 4 MIG slices
+    assert gpu_held.node_free(mig, []) == 6  # 2 full GPUs + 4 MIG slices
 
 
 def test_captured_node_and_pods_shapes():
     """The real capture's pods (bound, no GPU requests in the plain one) hold what they ask."""
     node = json.loads((CAPTURES / "wedged-3m-node.json").read_text())
     pods = json.loads((CAPTURES / "wedged-3m-pods.json").read_text())["items"]
-    held, _ = fit.index_held(pods)
+    held, _ = gpu_held.index_held(pods)
     gpu_pod = next(p for p in pods if p["metadata"]["name"] == "gdscn-gpu")
-    assert held.get(node["metadata"]["name"], {}) == fit.pod_gpu_requests(gpu_pod)
+    assert held.get(node["metadata"]["name"], {}) == gpu_held.pod_gpu_requests(gpu_pod)
     p = copy.deepcopy(gpu_pod)
     del p["spec"]["nodeName"]
     p["metadata"]["uid"] = "x"
     p["metadata"]["creationTimestamp"] = ts(NOW - dt.timedelta(seconds=3))
-    fs = fit.analyze_pending(p, [node], pods, now=NOW)
-    assert fs and fs[0].evidence["requested"] == fit.pod_gpu_requests(gpu_pod)
+    fs = fit_findings.analyze_pending(p, [node], pods, now=NOW)
+    assert fs and fs[0].evidence["requested"] == gpu_held.pod_gpu_requests(gpu_pod)
 
 
 def test_dra_claims_are_named_not_judged_here():
@@ -465,14 +466,14 @@ def test_pod_never_created_because_of_a_gpu_quota():
     other = dict(ev, message=ev["message"].replace('"trainer-0"', '"trainer-1"'))
     cpu_only = dict(ev, message='pods "trainer-0" is forbidden: exceeded quota: q, '
                                 'requested: cpu=1, used: cpu=8, limited: cpu=8')
-    f = fit.refused_creation("ml", "trainer-0", [], [other, cpu_only, ev])
+    f = gpu_quota.refused_creation("ml", "trainer-0", [], [other, cpu_only, ev])
     assert len(f) == 1 and f[0].id == "pod.gpu_quota_exhausted"
     assert f[0].evidence["pod_exists"] is False
     assert f[0].evidence["quotas"] == [{"quota": "gpu-quota", "resource":
                                         "requests.nvidia.com/gpu", "hard": 8, "used": 6,
                                         "this_pod": 4}]
     assert "StatefulSet/trainer cannot create it" in f[0].title
-    assert fit.refused_creation("ml", "trainer-0", [], [other, cpu_only]) == []
+    assert gpu_quota.refused_creation("ml", "trainer-0", [], [other, cpu_only]) == []
     # the quota as it stands now wins over the event's numbers
-    f2 = fit.refused_creation("ml", "trainer-0", [quota(hard="8", used="7")], [ev])
+    f2 = gpu_quota.refused_creation("ml", "trainer-0", [quota(hard="8", used="7")], [ev])
     assert f2[0].evidence["quotas"][0]["used"] == 7

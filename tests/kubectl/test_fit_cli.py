@@ -1,6 +1,6 @@
 """`kubectl gpu-doctor pod NAME` for a Pending GPU pod, end to end: the real CLI process and
-kubernetes client against the kmock fake API server, one test per case of analysis/fit.py,
-plus a 1,000-node cluster and the `nodes` free-GPU column."""
+kubernetes client against the kmock fake API server, one test per case of
+analysis/scheduling/fit.py, plus a 1,000-node cluster and the `nodes` free-GPU column."""
 from __future__ import annotations
 
 import datetime as dt

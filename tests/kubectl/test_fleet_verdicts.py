@@ -1,12 +1,14 @@
-"""The per-node verdicts `nodes` shares with `node` (analysis/agent_conditions.py, readiness in
-analysis.node_objects) and the rule that a node with no room never counts as room in the
-Pending-pod fit -- as pure functions over node and pod objects shaped like the 1.35 captures."""
+"""The per-node verdicts `nodes` shares with `node` (analysis/monitors/agent_conditions.py,
+readiness in analysis.node_objects) and the rule that a node with no room never counts as room in
+the Pending-pod fit -- as pure functions over node and pod objects shaped like the 1.35 captures."""
 from __future__ import annotations
 
 import datetime as dt
 
 from kubectl_gpudoctor import analysis
-from kubectl_gpudoctor.analysis import admission, agent_conditions, agent_marks, fit
+from kubectl_gpudoctor.analysis.stuck import admission
+from kubectl_gpudoctor.analysis.monitors import agent_conditions, agent_marks
+from kubectl_gpudoctor.analysis.scheduling import fit
 from node_probe.protocol import conditions
 
 from .fakecluster import FakeCluster

@@ -10,7 +10,7 @@ a condition per check (GpuXidError), GKE XidCriticalError. Our own agent's GpuDo
 import datetime as dt
 import json
 
-from kubectl_gpudoctor.analysis import foreign
+from kubectl_gpudoctor.analysis.monitors import foreign
 
 from .conftest import run_cli
 

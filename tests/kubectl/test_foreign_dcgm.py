@@ -8,7 +8,7 @@ DCGM_FR_NVLINK_DOWN GPU:3 Link down Recommended Action=RESTART_VM`), and its doc
 (DCGM_FR_CLOCK_THROTTLE_THERMAL -> NONE, GpuThermalWatch). NVSentinel established the causes:
 an NVLink down needs the node restarted; a thermal throttle needs nothing.
 """
-from kubectl_gpudoctor.analysis import foreign
+from kubectl_gpudoctor.analysis.monitors import foreign
 from node_probe.protocol import dcgm_catalog
 
 from .test_foreign_conditions import NOW, cond, node, node_event

@@ -22,7 +22,9 @@ from pathlib import Path
 
 import pytest
 
-from kubectl_gpudoctor.analysis import kubelet_config, readiness, verdict, wedge
+from kubectl_gpudoctor.analysis.resources import kubelet_config
+from kubectl_gpudoctor.analysis.stuck import readiness, wedge
+from kubectl_gpudoctor.analysis import verdict
 from kubectl_gpudoctor.report import markdown
 from node_probe.protocol import CheckResult, Report, catalog, render
 

@@ -160,7 +160,7 @@ def test_no_call_site_compares_status_numbers():
     ("import importlib\nname = 'node_probe.' + 'cli'\nimportlib.import_module(name)\n",
      "kubectl_gpudoctor/x.py"),
     ("from node_probe.cli import main\n", "kubectl_gpudoctor/reach/localproc.py"),  # not lazy
-    ("def f():\n    from node_probe.cli import main\n", "kubectl_gpudoctor/cli.py"),
+    ("def f():\n    from node_probe.cli import main\n", "kubectl_gpudoctor/cli/parser.py"),
 ])
 def test_the_rule_catches_every_form(source, rel):
     assert violations(source, rel), source

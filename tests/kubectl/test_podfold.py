@@ -1,6 +1,6 @@
-"""`nodes` folds the pod list into per-node tallies page by page (analysis/podfold.py, issue 41):
-the findings are the ones the whole list gives, only the pods a verdict reads are kept, and the
-paged path stays right when the cluster moves under it (a pod that changes nodes between
+"""`nodes` folds the pod list into per-node tallies page by page (analysis/resources/podfold.py,
+issue 41): the findings are the ones the whole list gives, only the pods a verdict reads are kept,
+and the paged path stays right when the cluster moves under it (a pod that changes nodes between
 pages), when etcd compacts the continue token (410 Gone: the list starts over, each pod counted
 once) and when a page is cut short (one error, no half-folded answer)."""
 from __future__ import annotations
@@ -11,7 +11,8 @@ import json
 import pytest
 
 from kubectl_gpudoctor import analysis, errors
-from kubectl_gpudoctor.analysis import fit, memory, podfold
+from kubectl_gpudoctor.analysis.scheduling import gpu_held
+from kubectl_gpudoctor.analysis.resources import memory, podfold
 from kubectl_gpudoctor.analysis.common import events_by_uid
 from kubectl_gpudoctor.api import pager, slim
 from kubectl_gpudoctor.api.kube import Kube
@@ -100,7 +101,7 @@ def test_folded_nodes_give_the_findings_of_the_whole_list():
         assert _findings(new) == _findings(old), name
         seen_ids |= {f.id for f in new}
         assert nf.pods == len(whole)
-        assert fit.node_free(node, (), nf.held) == fit.node_free(node, whole)
+        assert gpu_held.node_free(node, (), nf.held) == gpu_held.node_free(node, whole)
     # the fleet's findings are there to compare: the fold did not make them vanish
     assert {"node.gpu_black_hole", "kubelet.admission_stalled", "memory.overcommit"} <= seen_ids
     # only what a verdict reads is kept: the non-steady pods, the HAMi plugin, the DRA pod

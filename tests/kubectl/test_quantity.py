@@ -6,7 +6,9 @@ from decimal import Decimal
 
 import pytest
 
-from kubectl_gpudoctor.analysis import capacity, fit, hami, memory, quantity
+from kubectl_gpudoctor.analysis.resources import capacity, memory
+from kubectl_gpudoctor.analysis.scheduling import gpu_held, hami
+from kubectl_gpudoctor.analysis import quantity
 from kubectl_gpudoctor.analysis.quantity import QTY_MAX
 
 D = Decimal
@@ -54,7 +56,7 @@ def test_parse_table(text, value):
     ("\u00b2", 0), ("\u0661\u0662", 0), ("9" * 18, 10 ** 18 - 1), ("9" * 19, QTY_MAX)])
 def test_count_rounds_up_and_is_never_negative(text, n):
     assert quantity.count(text) == n
-    assert fit.qty(text) == n   # fit's scheduler replay reads the same numbers
+    assert gpu_held.qty(text) == n   # the fit's scheduler replay reads the same numbers
 
 
 def test_hostile_quantities_cost_nothing():
@@ -81,7 +83,7 @@ def test_every_analysis_reads_a_quantity_the_same_way(text, n):
     assert capacity.is_gpu_node(node) and capacity.analyze_node(node) == []
     pod = {"spec": {"containers": [{"resources": {"limits": {"nvidia.com/gpu": text}}}]}}
     assert hami._gpu_request_count(pod) == n
-    assert fit.pod_gpu_requests(pod) == {"nvidia.com/gpu": n}
+    assert gpu_held.pod_gpu_requests(pod) == {"nvidia.com/gpu": n}
     assert memory.to_float(text) == float(quantity.parse(text))
 
 

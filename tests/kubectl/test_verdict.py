@@ -11,7 +11,8 @@ import json
 
 import pytest
 
-from kubectl_gpudoctor.analysis import verdict, wedge
+from kubectl_gpudoctor.analysis import verdict
+from kubectl_gpudoctor.analysis.stuck import wedge
 from kubectl_gpudoctor.analysis.verdict import Action, decide
 from node_probe.protocol import catalog
 

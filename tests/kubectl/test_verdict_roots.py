@@ -196,7 +196,7 @@ def test_an_nvml_hang_gets_the_plugin_restart_and_a_fix():
 def test_a_black_hole_of_driver_mismatches_gets_the_mismatchs_fix():
     """N9: a node failing 3 of 3 GPU pods on `CrashLoopBackOff: driver_library_mismatch` (the
     reasons black_hole.analyze counts) got "Find why the node fails GPU pods" as its fix."""
-    from kubectl_gpudoctor.analysis import black_hole  # noqa: F401 - the shape is its own
+    from kubectl_gpudoctor.analysis.failing import black_hole  # noqa: F401 - the shape is its own
     hole = catalog.make("node.gpu_black_hole", "critical", "node/gpu-1", "3 of 3 GPU pods failed",
                         {"reasons": {"CrashLoopBackOff: driver_library_mismatch": 3}})
     v = verdict.decide([hole], {"kind": "node", "name": "gpu-1", "node": "gpu-1"})

@@ -28,7 +28,7 @@ import time
 import pytest
 
 from kubectl_gpudoctor import errors
-from kubectl_gpudoctor.analysis import podfold
+from kubectl_gpudoctor.analysis.resources import podfold
 from kubectl_gpudoctor.api import pager, slim, watchlist
 from kubectl_gpudoctor.api.kube import Kube
 

@@ -5,7 +5,7 @@ from a running daemon, starts a real process serving the daemon's socket with it
 """
 from __future__ import annotations
 
-from node_probe.host import layout
+from node_probe.host import driver_libs, kubelet_root_dir, layout, runtime_layout
 from tests.beyond.conftest import healthy_gpus, make_host
 from tests.layouts.conftest import stale_socket, write
 from tests.probe_run import run_probe
@@ -17,7 +17,7 @@ def test_kubelet_root_dir_from_the_running_kubelet(tmp_path, daemons):
     write(root, "var/lib/kubelet/pods/.keep")          # the default exists but is unused
     k = daemons("kubelet", [kdir / "device-plugins/kubelet.sock"], "--root-dir=/srv/kubelet",
                 root=root)                             # the host's kubelet: its root is /
-    got = layout.resolve_kubelet_dir(root)
+    got = kubelet_root_dir.resolve_kubelet_dir(root)
     assert got.path == kdir and got.pid == k.pid and got.served
     assert f"--root-dir of pid {k.pid}" in got.how
 
@@ -28,7 +28,7 @@ def test_kubelet_name_alone_does_not_move_the_kubelet_dir(tmp_path, daemons):
     stale_socket(root / "var/lib/kubelet/device-plugins/kubelet.sock")
     write(root, "tmp/evil/device-plugins/.keep")
     daemons("kubelet", [], "--root-dir=/tmp/evil")
-    got = layout.resolve_kubelet_dir(root)
+    got = kubelet_root_dir.resolve_kubelet_dir(root)
     assert got.path == root / "var/lib/kubelet" and not got.served
     assert "the kubelet is down" in got.how
 
@@ -36,11 +36,11 @@ def test_kubelet_name_alone_does_not_move_the_kubelet_dir(tmp_path, daemons):
 def test_k0s_and_microk8s_defaults(tmp_path, daemons):
     root = tmp_path / "k0s"
     k = daemons("kubelet", [root / "var/lib/k0s/kubelet/pod-resources/kubelet.sock"])
-    got = layout.resolve_kubelet_dir(root)
+    got = kubelet_root_dir.resolve_kubelet_dir(root)
     assert got.path == root / "var/lib/k0s/kubelet" and got.pid == k.pid and "k0s" in got.how
     root2 = tmp_path / "microk8s"
     stale_socket(root2 / "var/snap/microk8s/common/var/lib/kubelet/device-plugins/kubelet.sock")
-    got2 = layout.resolve_kubelet_dir(root2)
+    got2 = kubelet_root_dir.resolve_kubelet_dir(root2)
     assert got2.path == root2 / "var/snap/microk8s/common/var/lib/kubelet"
     assert "microk8s" in got2.how and not got2.served
 
@@ -52,7 +52,7 @@ def test_containerd_state_dir_from_its_own_flags_and_config(tmp_path, daemons):
     c = daemons("containerd", [root / "run/k3s/containerd/containerd.sock"],
                 "-c", "/var/lib/rancher/k3s/agent/etc/containerd/config.toml",
                 "--state", "/run/k3s/containerd")
-    rt = layout.resolve_runtime(root)
+    rt = runtime_layout.resolve_runtime(root)
     assert (rt.name, rt.pid, rt.state_dir) == ("containerd", c.pid, "/run/k3s/containerd")
     assert rt.root_dir == "/var/lib/rancher/k3s/agent/containerd"
     assert rt.config == "/var/lib/rancher/k3s/agent/etc/containerd/config.toml"
@@ -65,7 +65,7 @@ def test_crio_runroot_from_its_config(tmp_path, daemons):
     root = tmp_path / "host"
     write(root, "etc/crio/crio.conf", '[crio]\nrunroot = "/run/crio-storage"\n')
     c = daemons("crio", [root / "var/run/crio/crio.sock"])
-    rt = layout.resolve_runtime(root)
+    rt = runtime_layout.resolve_runtime(root)
     assert (rt.name, rt.pid, rt.state_dir) == ("cri-o", c.pid, "/run/crio-storage")
     assert rt.bundle_configs()[0][0] == \
         "run/crio-storage/overlay-containers/{id}/userdata/config.json"
@@ -76,7 +76,7 @@ def test_driver_root_the_device_plugin_was_told(tmp_path, daemons):
     kdir = root.parent.parent / "var/lib/kubelet"
     daemons("nvidia-device-p", [kdir / "device-plugins/nvidia-gpu.sock"],
             env={"NVIDIA_DRIVER_ROOT": "/opt/drv"})
-    got = layout.resolve_driver_root(tmp_path / "host", plugin_pids=())
+    got = driver_libs.resolve_driver_root(tmp_path / "host", plugin_pids=())
     assert got.library is None                          # not a place anyone looks by default
     got = layout.driver_root(tmp_path / "host", kubelet=kdir)
     assert got.root == "opt/drv" and got.library is not None
@@ -111,7 +111,7 @@ def test_kubelet_dir_of_a_stopped_kubelet_from_its_live_device_plugin(tmp_path, 
     kdir = root / "var/snap/microk8s/common/var/lib/kubelet"
     p = daemons("nvidia-device-p", [kdir / "device-plugins/nvidia-gpu.sock"])
     write(root, "var/lib/kubelet/.keep")
-    got = layout.resolve_kubelet_dir(root)
+    got = kubelet_root_dir.resolve_kubelet_dir(root)
     assert got.path == kdir and not got.served
     assert f"a device plugin (pid {p.pid})" in got.how and "kubelet is down" in got.how
 
@@ -123,7 +123,7 @@ def test_a_driver_root_from_a_plugin_is_loaded_only_when_root_owned(tmp_path, da
     kdir = tmp_path / "host/var/lib/kubelet"
     daemons("nvidia-device-p", [kdir / "device-plugins/nvidia-gpu.sock"],
             env={"NVIDIA_DRIVER_ROOT": "/opt/drv"})
-    lib = layout.resolve_driver_root(tmp_path / "host", plugin_pids=()).library
+    lib = driver_libs.resolve_driver_root(tmp_path / "host", plugin_pids=()).library
     assert lib is None
     libdir = root / "usr/lib/x86_64-linux-gnu"
     libdir.chmod(0o777)                                # anyone could have put it there
@@ -135,7 +135,7 @@ def test_a_driver_root_from_a_plugin_is_loaded_only_when_root_owned(tmp_path, da
 
 
 def test_bundle_paths_from_a_config_with_braces_do_not_break_formatting():
-    rt = layout.Runtime("containerd", "test", state_dir="/run/{odd}")
+    rt = runtime_layout.Runtime("containerd", "test", state_dir="/run/{odd}")
     assert rt.bundle_configs()[0][0].format(id="abc") == \
         "run/{odd}/io.containerd.runtime.v2.task/k8s.io/abc/config.json"
 
@@ -155,7 +155,7 @@ def test_containerd_found_from_its_own_config_where_no_default_socket_is(tmp_pat
           f'[grpc]\n  address = "/{base}/run/containerd/containerd.sock"\n')
     c = daemons("containerd", [root / base / "run/containerd/containerd.sock"],
                 "--config", f"/{base}/etc/containerd/config.toml", root=root)
-    rt = layout.resolve_runtime(root)
+    rt = runtime_layout.resolve_runtime(root)
     assert (rt.name, rt.pid, rt.socket, rt.config) == (
         "containerd", c.pid, f"/{base}/run/containerd/containerd.sock",
         f"/{base}/etc/containerd/config.toml")
@@ -180,7 +180,7 @@ def test_two_containerds_the_kubelets_runtime_endpoint_decides(tmp_path, daemons
     daemons("kubelet", [root / "var/lib/k0s/kubelet/device-plugins/kubelet.sock"],
             "--root-dir=/var/lib/k0s/kubelet",
             "--container-runtime-endpoint=unix:///run/k0s/containerd.sock", root=root)
-    rt = layout.resolve_runtime(root)
+    rt = runtime_layout.resolve_runtime(root)
     assert (rt.pid, rt.socket, rt.state_dir) == (k0s.pid, "/run/k0s/containerd.sock",
                                                  "/run/k0s/containerd")
     assert "the kubelet's runtime endpoint is /run/k0s/containerd.sock" in rt.how
@@ -196,7 +196,7 @@ def test_a_containerd_that_is_not_the_hosts_own_is_not_the_runtime(tmp_path, dae
     daemons("containerd", [root / "run/evil/containerd.sock"], "--address=/run/evil/containerd.sock",
             "--config=/etc/evil/config.toml")
     real = daemons("containerd", [root / "run/containerd/containerd.sock"], root=root)
-    rt = layout.resolve_runtime(root)
+    rt = runtime_layout.resolve_runtime(root)
     assert (rt.pid, rt.socket, rt.state_dir) == (real.pid, "/run/containerd/containerd.sock",
                                                  "/run/containerd")
     assert "containerd's default address" in rt.how
@@ -210,7 +210,7 @@ def test_crio_listen_and_runroot_from_its_drop_in_dir(tmp_path, daemons):
     write(root, "etc/crio/crio.conf.d/10-custom.conf",
           '[crio]\nrunroot = "/run/custom/runroot"\n[crio.api]\nlisten = "/run/custom/crio.sock"\n')
     c = daemons("crio", [root / "run/custom/crio.sock"], root=root)
-    rt = layout.resolve_runtime(root)
+    rt = runtime_layout.resolve_runtime(root)
     assert (rt.name, rt.pid, rt.socket, rt.state_dir, rt.config_dir) == (
         "cri-o", c.pid, "/run/custom/crio.sock", "/run/custom/runroot", "/etc/crio/crio.conf.d")
     assert "[crio.api] listen" in rt.how

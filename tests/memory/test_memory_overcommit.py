@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import pytest
 
-from kubectl_gpudoctor.analysis import memory
+from kubectl_gpudoctor.analysis.resources import memory
 
 GiB = 1 << 30
 

@@ -1,7 +1,7 @@
 """Node conditions other GPU monitors write: the EKS node monitoring agent, GKE's device plugin,
 NVSentinel. Quoted exactly from the source (the condition's message; its type, status and
 reason in `context`, from the same source) and put on a node in the fake API server; `node X`
-must say what the monitor means, not only echo it (kubectl_gpudoctor/analysis/foreign.py).
+must say what the monitor means, not only echo it (kubectl_gpudoctor/analysis/monitors/foreign.py).
 """
 from tests.realworld.artifact import Artifact
 

@@ -22,26 +22,26 @@ from pathlib import Path
 
 import pytest
 
-from node_probe.host import layout
+from node_probe.host import daemon_args, kubelet_root_dir, run_cache, runtime_layout
 from tests.fakes import fake_daemon
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="needs root (chroot)")
 
-DECOYS = layout.MAX_PROCS_SEEN
+DECOYS = daemon_args.MAX_PROCS_SEEN
 
 
 @pytest.fixture
 def host():
     d = Path(tempfile.mkdtemp(prefix="hk01-", dir="/tmp"))   # unix socket paths: 107 bytes
     procs: list = []
-    layout._cache.clear()
+    run_cache.clear()
     try:
         yield d / "host", procs
     finally:
         for p in procs:
             p.kill()
             p.wait(10)
-        layout._cache.clear()
+        run_cache.clear()
         shutil.rmtree(d, ignore_errors=True)
 
 
@@ -57,7 +57,7 @@ def test_sixteen_decoy_kubelets_started_first_do_not_hide_the_kubelet(host):
                                             kdir / "pod-resources/kubelet.sock"],
                                 "--root-dir=/srv/kubelet", root=root)
     procs.append(kubelet)
-    kd = layout.resolve_kubelet_dir(root)
+    kd = kubelet_root_dir.resolve_kubelet_dir(root)
     assert kd.path == kdir and kd.served and kd.pid == kubelet.pid, kd
     assert f"--root-dir of pid {kubelet.pid}" in kd.how
     # the decoys' dirs are said, refused, never taken
@@ -73,7 +73,7 @@ def test_sixteen_decoy_runtimes_started_first_do_not_hide_containerd(host):
     real = fake_daemon.spawn("containerd", [sock], "--address=/srv/ctrd/containerd.sock",
                              root=root)
     procs.append(real)
-    rt = layout.resolve_runtime(root)
+    rt = runtime_layout.resolve_runtime(root)
     assert rt.name == "containerd" and rt.pid == real.pid, rt
     assert rt.socket == "/srv/ctrd/containerd.sock" and "--address" in rt.how, rt
 
@@ -86,5 +86,5 @@ def test_without_decoys_the_same_kubelet_is_found(host):
     procs.append(fake_daemon.spawn("kubelet", [kdir / "device-plugins/kubelet.sock",
                                                kdir / "pod-resources/kubelet.sock"],
                                    "--root-dir=/srv/kubelet", root=root))
-    kd = layout.resolve_kubelet_dir(root)
+    kd = kubelet_root_dir.resolve_kubelet_dir(root)
     assert kd.path == kdir and kd.served, kd

@@ -27,7 +27,7 @@ from pathlib import Path
 
 import pytest
 
-from node_probe.host import host_owned, layout
+from node_probe.host import host_owned, layout, run_cache
 from tests.fakes import fake_daemon
 from tests.probe_run import REPO, run_probe
 
@@ -104,7 +104,7 @@ def node(short_tmp):
         p.wait(10)
     os.killpg(tenant.pid, 9)
     tenant.wait(10)
-    layout._cache.clear()
+    run_cache.clear()
 
 
 def test_the_probe_loads_the_hosts_library_not_the_tenants(node):
@@ -149,7 +149,7 @@ def test_a_driver_root_named_by_a_plugin_in_a_pod_volume_is_refused_and_said(sho
              fake_daemon.spawn("nvidia-device-p", [kdir / "device-plugins/nvidia-gpu.sock"],
                                env={"NVIDIA_DRIVER_ROOT": f"/{EMPTYDIR}/drv"})]
     try:
-        layout._cache.clear()
+        run_cache.clear()
         got = layout.driver_root(host)
         assert got.library is None
         assert got.refused == ((f"/{EMPTYDIR}/drv/{LIBDIR}/libnvidia-ml.so.1",
@@ -167,7 +167,7 @@ def test_a_driver_root_named_by_a_plugin_in_a_pod_volume_is_refused_and_said(sho
         for p in procs:
             p.kill()
             p.wait(10)
-        layout._cache.clear()
+        run_cache.clear()
 
 
 def _child(*args: str) -> dict:

@@ -59,7 +59,7 @@ def test_nodes_ranks_an_agent_marked_degraded_gpu_as_a_warning():
     condition as tests/kubectl/test_fleet_view builds them from a real 1.35 node)."""
     import datetime as dt
 
-    from kubectl_gpudoctor.analysis import agent_conditions
+    from kubectl_gpudoctor.analysis.monitors import agent_conditions
     from node_probe.protocol import conditions
     from tests.kubectl.test_fleet_view import captured_node, watching
     node = captured_node()

@@ -15,7 +15,7 @@ from typing import Any, Mapping, Sequence
 from node_probe.protocol import Finding, Severity
 from node_probe.protocol.catalog import make
 
-from .. import capacity
+from ..resources import capacity
 
 MAX_RANKS_SHOWN = 16
 # Symptoms of WAITING for a peer, not causes (node_probe/checks/collective.py): in a hung job

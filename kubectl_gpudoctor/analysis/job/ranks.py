@@ -4,7 +4,7 @@ others, was replaced, or started far behind them.
 Why: a collective waits for its slowest rank; a rank that was re-created or that started
 minutes after the others is where a hang or a restart of the whole job came from, and the
 pod's own status says so without any node access. Pending ranks keep the explanation
-`pod Y` gives (analysis/pod_status.py); this module only adds what needs the siblings.
+`pod Y` gives (analysis/failing/pod_status.py); this module only adds what needs the siblings.
 """
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from node_probe.protocol import Finding
 from node_probe.protocol.catalog import make
 
 from ..common import parse_time, pod_ref
-from ..pod_status import analyze_pod
+from ..failing.pod_status import analyze_pod
 from .kinds import Kind, rank_of
 
 LATE_S = 300.0           # a rank this far behind the median (creation or start) stands out

@@ -25,7 +25,7 @@ from typing import Callable, Mapping, Sequence
 
 from node_probe.protocol import Finding
 
-from .. import container_start
+from ..failing import container_start
 from ..slow import lead as slow_lead
 from .headline import known_issue, driver, plugin_pod_for
 from .model import CAPTURES, RUN_AGAIN, STEPS, Action, Names, ev, q, valid
