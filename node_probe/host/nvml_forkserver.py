@@ -73,7 +73,7 @@ def start() -> Forkserver | None:
     have loaded libnvidia-ml (the agent, before its threads start). None where it cannot
     run (no pidfds): the NVML child is then started per pass as before."""
     global _SERVER
-    if not supported():
+    if not supported() or _threads() != 1:   # a fork of a threaded process may hold its locks
         return None
     try:
         os.close(os.pidfd_open(os.getpid()))
@@ -96,6 +96,14 @@ def start() -> Forkserver | None:
     theirs.close()
     _SERVER = Forkserver(pid, mine)
     return _SERVER
+
+
+def _threads() -> int:
+    """Threads of this process, C ones included (/proc/self/task)."""
+    try:
+        return len(os.listdir("/proc/self/task"))
+    except OSError:
+        return 0
 
 
 def stop() -> None:

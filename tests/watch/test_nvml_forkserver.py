@@ -134,3 +134,76 @@ def test_the_forkserver_goes_with_the_agent(host, start_agent, tmp_path, how):
     agent.proc.wait(60)
     wait_for(lambda: _gone(fs), 60, "the forkserver exited with the agent")
     wait_for(lambda: _gone(hung), 60, "the hung NVML child exited with it")
+
+
+# A process like the agent: it starts the forkserver, forks a requester like a pass child, and
+# that requester asks for the NVML child (argv: host root, library, timeout, then "die" to have
+# the requester SIGKILLed as soon as nvmlInit is entered, as the agent kills a pass at its
+# deadline, then waits, holding the forkserver, for the hung NVML child to go). Prints the
+# forkserver's pid, then the result (or whether the NVML child is gone).
+AGENT_LIKE = r"""
+import json, os, signal, sys, time
+from pathlib import Path
+from node_probe.host import nvml_forkserver
+from node_probe.checks import nvml
+root, lib, timeout = sys.argv[1], sys.argv[2], float(sys.argv[3])
+mode, log = sys.argv[4], sys.argv[5]
+srv = nvml_forkserver.start()
+print(srv.pid, flush=True)
+pid = os.fork()
+if pid == 0:
+    res, stage, raw = nvml.run_child(Path(lib), timeout, Path(root))
+    print(json.dumps({"status": (res or {}).get("status"), "stage": stage,
+                      "timed_out": raw.timed_out}), flush=True)
+    os._exit(0)
+if mode == "die":
+    while not Path(log).exists() or not Path(log).read_text().strip():
+        time.sleep(0.05)
+    os.kill(pid, signal.SIGKILL)
+    os.waitpid(pid, 0)
+    hung = int(Path(log).read_text().split()[0])
+    end = time.monotonic() + 60   # the forkserver (still up: this process holds it) kills it
+    while time.monotonic() < end:
+        try:
+            if Path(f"/proc/{hung}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z":
+                break
+        except OSError:
+            break
+        time.sleep(0.05)
+    else:
+        print("alive", flush=True)
+        sys.exit(0)
+    print("gone", flush=True)
+else:
+    os.waitpid(pid, 0)
+"""
+
+
+def _agent_like(host, lib, timeout, mode, log):
+    import subprocess
+    import sys
+    from tests.watch.conftest import REPO
+    return subprocess.run([sys.executable, "-c", AGENT_LIKE, str(host.root), str(lib),
+                           str(timeout), mode, str(log)], capture_output=True, text=True,
+                          timeout=120, cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)})
+
+
+def test_a_pass_killed_takes_its_nvml_child_with_it(host, tmp_path):
+    """The requester (a pass child) is SIGKILLed while its NVML child hangs in nvmlInit with a
+    deadline far away: the forkserver sees the requester's end close and kills the child."""
+    log = tmp_path / "inits"
+    lib = build_fake_nvml(host.root / LIBDIR, init="block", init_log=log)
+    p = _agent_like(host, lib, 300, "die", log)
+    assert p.stdout.split()[1:] == ["gone"], p.stderr
+    assert len(_inits(log)) == 1
+
+
+def test_a_hung_child_times_out_as_a_started_one_did(host, tmp_path):
+    log = tmp_path / "inits"
+    lib = build_fake_nvml(host.root / LIBDIR, init="block", init_log=log)
+    p = _agent_like(host, lib, 1.0, "wait", log)
+    import json
+    got = json.loads(p.stdout.splitlines()[-1])
+    assert got == {"status": None, "stage": "init", "timed_out": True}, p.stderr
+    (hung,) = _inits(log)
+    wait_for(lambda: _gone(hung), 60, "the hung NVML child killed")
