@@ -217,6 +217,15 @@ def rss_kib(pid: int) -> int:
     return 0
 
 
+def private_kib(pid: int) -> int:
+    """Private_Clean + Private_Dirty (/proc/PID/smaps_rollup): the pages no other process maps."""
+    n = 0
+    for line in Path(f"/proc/{pid}/smaps_rollup").read_text().splitlines():
+        if line.startswith(("Private_Clean:", "Private_Dirty:")):
+            n += int(line.split()[1])
+    return n
+
+
 def tree_rss_kib(pid: int) -> dict[int, tuple[str, int]]:
     """{pid: (role, VmRSS KiB)} of the agent and every descendant (pass child, NVML child,
     capture child and its own children)."""
@@ -324,12 +333,13 @@ def main() -> int:
         print("baseline conditions True:", out["baseline_true"], flush=True)
         if a.steady_seconds > 0:
             t0, c0, s0 = time.monotonic(), cpu_s(agent.pid), cpu_s(agent.pid, False)
-            rss, fs_rss = [], []
+            rss, fs_rss, fs_private = [], [], []
             while time.monotonic() - t0 < a.steady_seconds:
                 rss.append(rss_kib(agent.pid))
                 fs = forkserver_pid(agent.pid)
                 if fs:
                     fs_rss.append(rss_kib(fs))
+                    fs_private.append(private_kib(fs))
                 time.sleep(5)
             wall, cpu = time.monotonic() - t0, cpu_s(agent.pid) - c0
             own = cpu_s(agent.pid, False) - s0
@@ -341,6 +351,9 @@ def main() -> int:
                              "rss_mib_median": round(sorted(rss)[len(rss) // 2] / 1024, 1),
                              "forkserver_rss_mib_max": round(max(fs_rss) / 1024, 1)
                              if fs_rss else None,
+                             # what it does not share with the agent (it is the agent's fork)
+                             "forkserver_private_mib_max": round(max(fs_private) / 1024, 1)
+                             if fs_private else None,
                              "patches": len(fc.patches)}
             print("steady:", json.dumps(out["steady"]), flush=True)
         if a.xid_storm:

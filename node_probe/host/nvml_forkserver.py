@@ -98,6 +98,23 @@ def start() -> Forkserver | None:
     return _SERVER
 
 
+def alive() -> bool:
+    """In the agent, between passes: has the forkserver exited (reaped here, then no longer
+    asked: each pass starts the NVML child as before)?"""
+    global _SERVER
+    s = _SERVER
+    if s is None:
+        return False
+    try:
+        done = os.waitpid(s.pid, os.WNOHANG)[0]
+    except ChildProcessError:
+        done = s.pid
+    if done:
+        s.sock.close()
+        _SERVER = None
+    return not done
+
+
 def _threads() -> int:
     """Threads of this process, C ones included (/proc/self/task)."""
     try:
@@ -302,7 +319,8 @@ def run(argv: list[str], timeout_s: float) -> subproc.ChildResult | None:
         try:
             srv.sock.sendmsg([json.dumps({"argv": list(argv), "timeout_s": timeout_s}).encode()],
                              [(socket.SOL_SOCKET, socket.SCM_RIGHTS,
-                               array.array("i", (out_w, err_w, theirs.fileno())))])
+                               array.array("i", (out_w, err_w, theirs.fileno())))],
+                             socket.MSG_DONTWAIT)   # a full socket: no forkserver reading it
         except OSError:
             srv.broken = True
             return None

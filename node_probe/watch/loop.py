@@ -173,7 +173,7 @@ def _watch(argv: list[str] | None) -> int:
         registry.select(detect.WATCH_CHECKS, ())
         # the NVML forkserver, forked now while this process has one thread (it forks each
         # pass's NVML child: no interpreter start per pass; host/nvml_forkserver.py)
-        nvml_forkserver.start()
+        forkserver = nvml_forkserver.start()
         writer = None
         if not a.no_api:
             client = ApiClient.in_cluster(token_file=a.api_token_file, ca_file=a.api_ca_file)
@@ -296,6 +296,9 @@ def _watch(argv: list[str] | None) -> int:
                 if capturer.trigger(ct, pending[ct]) or not capturer.busy:
                     del pending[ct]   # started, or not due (the class had one lately)
             metrics.update(res, state, writer, capturer)
+            if forkserver and not nvml_forkserver.alive():
+                forkserver = None
+                _log("the NVML forkserver exited: each pass starts its NVML child")
             del res
             gc.collect()
             if trim is not None:

@@ -207,3 +207,20 @@ def test_a_hung_child_times_out_as_a_started_one_did(host, tmp_path):
     assert got == {"status": None, "stage": "init", "timed_out": True}, p.stderr
     (hung,) = _inits(log)
     wait_for(lambda: _gone(hung), 60, "the hung NVML child killed")
+
+
+def test_a_dead_forkserver_leaves_the_passes_their_nvml_child(host, start_agent, tmp_path):
+    """The forkserver killed (the OOM killer, an operator): the agent reaps it, says so once,
+    and its next passes start their NVML child as before: NVML is still asked every pass."""
+    log = tmp_path / "inits"
+    build_fake_nvml(host.root / LIBDIR, init="ok", init_log=log)
+    agent = _agent(start_agent, host, tmp_path)
+    fs = wait_for(lambda: _forkserver(agent.pid), 60, "the agent's NVML forkserver")
+    wait_for(lambda: _inits(log), 120, "a pass that called nvmlInit")
+    os.kill(fs, signal.SIGKILL)
+    wait_for(lambda: "the NVML forkserver exited" in agent.text(), 120, "the agent noticed")
+    n = len(_inits(log))
+    wait_for(lambda: len(_inits(log)) >= n + 2, 120, "two more passes that called nvmlInit")
+    assert _forkserver(agent.pid) is None and not _maps_nvml(agent.pid)
+    assert agent.text().count("the NVML forkserver exited") == 1
+    assert agent.stop() == 0
