@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import array
 import ctypes
+import gc
 import json
 import math
 import os
@@ -81,6 +82,9 @@ def start() -> Forkserver | None:
         return None
     mine, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
     parent = os.getpid()
+    # what both share stays shared: the agent's collector no longer walks (writes) the objects
+    # that exist now, the imported modules, so their pages are not copied into the forkserver
+    gc.freeze()
     sys.stdout.flush()
     sys.stderr.flush()
     pid = os.fork()
@@ -170,6 +174,7 @@ def _serve(sock: socket.socket, parent: int) -> None:
     except ImportError:
         pass
     del nvml_child
+    gc.freeze()   # and ours: a collection here would copy every page it walks
     live: dict[int, list] = {}   # pidfd -> [pid, reply socket, requester still there]
     while True:
         watch = [sock, *live, *(r for _, r, there in live.values() if there)]
