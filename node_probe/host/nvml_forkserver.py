@@ -80,14 +80,22 @@ def start() -> Forkserver | None:
         os.close(os.pidfd_open(os.getpid()))
     except OSError:   # a kernel before 5.3
         return None
-    mine, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
     parent = os.getpid()
     # what both share stays shared: the agent's collector no longer walks (writes) the objects
     # that exist now, the imported modules, so their pages are not copied into the forkserver
     gc.freeze()
     sys.stdout.flush()
     sys.stderr.flush()
-    pid = os.fork()
+    try:
+        mine, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    except OSError:
+        return None
+    try:
+        pid = os.fork()
+    except OSError:   # no memory or no pids left now: the passes start their child
+        mine.close()
+        theirs.close()
+        return None
     if pid == 0:
         code = 0
         try:
@@ -256,7 +264,14 @@ def _fork_child(req: dict, fds: list[int], live: dict, sock: socket.socket) -> N
     sys.stdout.flush()
     sys.stderr.flush()
     me = os.getpid()
-    pid = os.fork()
+    try:
+        pid = os.fork()
+    except OSError:   # no memory or no pids left now: the requester starts its own child
+        _send(reply, {"busy": True})
+        for fd in (out, err):
+            os.close(fd)
+        reply.close()
+        return
     if pid == 0:
         _child(req, me, out, err, [sock.fileno(), rep, *live,
                                *(r.fileno() for _, r, _ in live.values())])
