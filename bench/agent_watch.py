@@ -8,8 +8,9 @@ pod-resources server on the kubelet's sockets, a kernel log file seeded from thi
 DEFAULT interval (30 s) against the fake API server behind real TLS (tests/watch/fakeapi.py).
 
 Steady: after the first pass, the agent's VmRSS is sampled every 5 s and its CPU is read from
-/proc/PID/stat (utime+stime of the agent and of its reaped children, i.e. the NVML child each
-pass) over --steady-seconds; CPU % = CPU seconds / wall seconds of that window.
+/proc/PID/stat (utime+stime+cutime+cstime of the agent and of every live descendant: the pass
+children, the NVML forkserver and the NVML child it forks each pass) over --steady-seconds;
+CPU % = CPU seconds / wall seconds of that window.
 
 Latency: for each class a fault is started at a random phase of the interval, and the time
 until the fake API server holds the class's condition True is taken; then the fault is removed
@@ -175,10 +176,38 @@ FAULTS = {"GpuDoctorDevicePluginStuck": fault_plugin, "GpuDoctorXidErrors": faul
 
 
 def cpu_s(pid: int, children: bool = True) -> float:
-    f = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    """CPU seconds of `pid` alone, or (children) of its whole tree: its utime+stime, its reaped
+    children's cutime+cstime, and the same of every live descendant -- the NVML forkserver is
+    a long-lived child of the agent, and the NVML child of each pass is reaped by it, not by
+    the agent, so its CPU shows in the agent's cutime only when the forkserver exits."""
     tck = os.sysconf("SC_CLK_TCK")
-    # utime stime (the agent) + cutime cstime (its reaped children: the NVML child per pass)
-    return sum(int(x) for x in f[11:15 if children else 13]) / tck
+    if not children:
+        f = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return sum(int(x) for x in f[11:13]) / tck
+    total, todo = 0, [pid]
+    while todo:
+        p = todo.pop()
+        try:
+            f = Path(f"/proc/{p}/stat").read_text().rsplit(")", 1)[1].split()
+            kids = [int(x) for t in Path(f"/proc/{p}/task").iterdir()
+                    for x in (t / "children").read_text().split()]
+        except (OSError, ValueError):
+            continue
+        total += sum(int(x) for x in f[11:15])
+        todo += kids
+    return total / tck
+
+
+def forkserver_pid(pid: int) -> int | None:
+    """The agent's NVML forkserver (host/nvml_forkserver.py names it nvml-forkserver)."""
+    for t in Path(f"/proc/{pid}/task").iterdir():
+        for x in (t / "children").read_text().split():
+            try:
+                if Path(f"/proc/{x}/comm").read_text().strip() == "nvml-forkserver":
+                    return int(x)
+            except OSError:
+                pass
+    return None
 
 
 def rss_kib(pid: int) -> int:
@@ -186,6 +215,15 @@ def rss_kib(pid: int) -> int:
         if line.startswith("VmRSS:"):
             return int(line.split()[1])
     return 0
+
+
+def private_kib(pid: int) -> int:
+    """Private_Clean + Private_Dirty (/proc/PID/smaps_rollup): the pages no other process maps."""
+    n = 0
+    for line in Path(f"/proc/{pid}/smaps_rollup").read_text().splitlines():
+        if line.startswith(("Private_Clean:", "Private_Dirty:")):
+            n += int(line.split()[1])
+    return n
 
 
 def tree_rss_kib(pid: int) -> dict[int, tuple[str, int]]:
@@ -201,8 +239,14 @@ def tree_rss_kib(pid: int) -> dict[int, tuple[str, int]]:
             rss = rss_kib(p)
         except (OSError, ValueError):
             continue
+        try:
+            comm = Path(f"/proc/{p}/comm").read_text().strip()
+        except OSError:
+            comm = ""
         role = "agent" if p == pid else ("capture" if b"-o" in cmd and b"jsonl" in cmd else
-                                         "nvml" if any(b"nvml" in c for c in cmd) else
+                                         "forkserver" if comm == "nvml-forkserver" else
+                                         "nvml" if comm == "nvml-child" or
+                                         any(b"nvml" in c for c in cmd) else
                                          "pass" if b"agent-watch" in cmd else "other")
         out[p] = (role, rss)
         todo += kids
@@ -289,9 +333,13 @@ def main() -> int:
         print("baseline conditions True:", out["baseline_true"], flush=True)
         if a.steady_seconds > 0:
             t0, c0, s0 = time.monotonic(), cpu_s(agent.pid), cpu_s(agent.pid, False)
-            rss = []
+            rss, fs_rss, fs_private = [], [], []
             while time.monotonic() - t0 < a.steady_seconds:
                 rss.append(rss_kib(agent.pid))
+                fs = forkserver_pid(agent.pid)
+                if fs:
+                    fs_rss.append(rss_kib(fs))
+                    fs_private.append(private_kib(fs))
                 time.sleep(5)
             wall, cpu = time.monotonic() - t0, cpu_s(agent.pid) - c0
             own = cpu_s(agent.pid, False) - s0
@@ -301,6 +349,11 @@ def main() -> int:
                              "cpu_pct_of_one_cpu": round(100 * cpu / wall, 3),
                              "rss_mib_max": round(max(rss) / 1024, 1),
                              "rss_mib_median": round(sorted(rss)[len(rss) // 2] / 1024, 1),
+                             "forkserver_rss_mib_max": round(max(fs_rss) / 1024, 1)
+                             if fs_rss else None,
+                             # what it does not share with the agent (it is the agent's fork)
+                             "forkserver_private_mib_max": round(max(fs_private) / 1024, 1)
+                             if fs_private else None,
                              "patches": len(fc.patches)}
             print("steady:", json.dumps(out["steady"]), flush=True)
         if a.xid_storm:

@@ -14,7 +14,8 @@ interleaved round by round so that each sees the same load: the whole pass, then
 without each check of detect.WATCH_CHECKS in turn (a check a pass does not run is not run in
 that variant; its fact producers still run when another check needs them). A pass's CPU is
 user+sys of the forked child and every descendant it reaped (the NVML child), from
-RUSAGE_CHILDREN; a check's added cost is the median whole pass minus the median pass without
+RUSAGE_CHILDREN, plus the NVML forkserver's own and reaped CPU (loop.py forks it once; it forks
+each pass's NVML child); a check's added cost is the median whole pass minus the median pass without
 it. Medians over --rounds (default 15). The machine's load is printed: compare before/after
 in the same conditions, and prefer more rounds when it is loaded.
 
@@ -44,6 +45,7 @@ import subprocess  # noqa: E402
 
 from node_probe.engine import registry  # noqa: E402
 from node_probe.engine.context import ProbeOptions  # noqa: E402
+from node_probe.host import nvml_forkserver  # noqa: E402
 from node_probe.watch import detect  # noqa: E402
 from node_probe.watch.passchild import PassRunner  # noqa: E402
 
@@ -51,8 +53,15 @@ PASS_BUDGET_S = 0.15   # 0.5 % of one CPU at the default 30 s interval (the agen
 
 
 def children_cpu() -> float:
+    """This process's reaped children (the pass children) and the NVML forkserver with the
+    children it reaped (each pass's NVML child), as the agent's tree."""
     r = resource.getrusage(resource.RUSAGE_CHILDREN)
-    return r.ru_utime + r.ru_stime
+    fs = nvml_forkserver.server()
+    extra = 0.0
+    if fs is not None:
+        f = Path(f"/proc/{fs.pid}/stat").read_text().rsplit(")", 1)[1].split()
+        extra = sum(int(x) for x in f[11:15]) / os.sysconf("SC_CLK_TCK")
+    return r.ru_utime + r.ru_stime + extra
 
 
 def one_pass(runner: PassRunner, base: ProbeOptions, skip: tuple[str, ...]) -> tuple[float,
@@ -69,6 +78,7 @@ def worker(spec: dict) -> dict:
     """The passes, in a process like the agent's (the checks imported, no gRPC loaded)."""
     base = ProbeOptions(**{k: Path(v) for k, v in spec["base"].items()})
     registry.select(detect.WATCH_CHECKS, ())  # imported once, as loop.py does
+    nvml_forkserver.start()                    # and the NVML forkserver, as loop.py does
     runner = PassRunner()
     checks = [c for c in detect.WATCH_CHECKS if not spec["only"] or c in spec["only"]]
     for _ in range(2):

@@ -11,10 +11,11 @@ from __future__ import annotations
 
 import re
 import sys
+import time
 from pathlib import Path
 
 from node_probe.protocol import catalog
-from node_probe.host import hostfs, layout, subproc
+from node_probe.host import hostfs, layout, nvml_forkserver, subproc
 from node_probe.engine.context import Skipped
 from node_probe.engine.facts import NVML, NvmlInventory
 from node_probe.engine.registry import check
@@ -60,10 +61,10 @@ def child_python() -> list[str]:
             "from node_probe.host.nvml_child import main; sys.exit(main(sys.argv[1:]))"]
 
 
-def child_argv(lib: Path, host_root: Path, proc: Path = Path("/proc")) -> list[str]:
-    """argv of the NVML child for `lib`: it re-checks that the library is the host's own, with
+def child_args(lib: Path, host_root: Path, proc: Path = Path("/proc")) -> list[str]:
+    """nvml_child's arguments for `lib`: it re-checks that the library is the host's own, with
     this node's kubelet dir and runtime dirs among the areas tenants write."""
-    argv = [*child_python(), "--host-root", str(host_root)]
+    argv = ["--host-root", str(host_root)]
     kdir = layout.kubelet_dir(host_root, proc).path
     try:
         argv += ["--kubelet-dir", str(Path(kdir).relative_to(host_root))]
@@ -76,10 +77,23 @@ def child_argv(lib: Path, host_root: Path, proc: Path = Path("/proc")) -> list[s
     return [*argv, str(lib)]
 
 
+def child_argv(lib: Path, host_root: Path, proc: Path = Path("/proc")) -> list[str]:
+    """argv of the NVML child started as its own interpreter (`local`, the debug pod)."""
+    return [*child_python(), *child_args(lib, host_root, proc)]
+
+
 def run_child(lib: Path, timeout_s: float, host_root: Path = Path("/"),
               proc: Path = Path("/proc")) -> tuple[dict | None, str, subproc.ChildResult]:
-    """Run nvml_child; returns (result or None, last stage reached, raw child result)."""
-    res = subproc.run(child_argv(lib, host_root, proc), timeout_s)
+    """Run nvml_child; returns (result or None, last stage reached, raw child result). In the
+    watching agent's passes the child is forked by the agent's NVML forkserver (a fresh
+    process each pass, no interpreter start: host.nvml_forkserver); elsewhere, or when that
+    does not answer, it is started as its own interpreter."""
+    args = child_args(lib, host_root, proc)
+    t0 = time.monotonic()
+    res = nvml_forkserver.run(args, timeout_s)
+    if res is None:   # one deadline in all: what asking the forkserver took is spent
+        res = subproc.run([*child_python(), *args],
+                          max(0.5, timeout_s - (time.monotonic() - t0)))
     result, stage = None, "start"
     for obj in res.json_lines():
         if "stage" in obj:

@@ -24,7 +24,7 @@ import time
 from pathlib import Path
 
 from node_probe.engine.context import ProbeOptions
-from node_probe.host import subproc
+from node_probe.host import nvml_forkserver, subproc
 from node_probe.protocol import duration
 
 from node_probe.engine import registry
@@ -144,6 +144,13 @@ def _probe_args(a: argparse.Namespace) -> list[str]:
 
 def main(argv: list[str] | None = None) -> int:
     try:
+        return _watch(argv)
+    finally:
+        nvml_forkserver.stop()
+
+
+def _watch(argv: list[str] | None) -> int:
+    try:
         a = build_parser().parse_args(argv)
         node = a.node_name or os.environ.get("NODE_NAME") or ""
         if not NODE_NAME_RE.match(node):
@@ -161,6 +168,12 @@ def main(argv: list[str] | None = None) -> int:
         except ValueError:
             raise _Usage(f"--metrics-address / POD_IP {metrics_ip[:64]!r}: not an IP "
                          f"address") from None
+        # the checks' modules once, here (each forked pass shares them); grpc and protobuf only
+        # in the passes that use them (passchild.py)
+        registry.select(detect.WATCH_CHECKS, ())
+        # the NVML forkserver, forked now while this process has one thread (it forks each
+        # pass's NVML child: no interpreter start per pass; host/nvml_forkserver.py)
+        forkserver = nvml_forkserver.start()
         writer = None
         if not a.no_api:
             client = ApiClient.in_cluster(token_file=a.api_token_file, ca_file=a.api_ca_file)
@@ -202,9 +215,6 @@ def main(argv: list[str] | None = None) -> int:
                         trusted_namespaces=(None if a.trusted_namespace is None
                                             else tuple(a.trusted_namespace)))
     state = ConditionState(a.clear_after, clear_quiet_s=a.clear_quiet)
-    # the checks' modules once, here (each forked pass shares them); grpc and protobuf only
-    # in the passes that use them (passchild.py)
-    registry.select(detect.WATCH_CHECKS, ())
     passes = PassRunner()
     if writer is not None:
         node_doc = writer.read_node()
@@ -286,6 +296,9 @@ def main(argv: list[str] | None = None) -> int:
                 if capturer.trigger(ct, pending[ct]) or not capturer.busy:
                     del pending[ct]   # started, or not due (the class had one lately)
             metrics.update(res, state, writer, capturer)
+            if forkserver and not nvml_forkserver.alive():
+                forkserver = None
+                _log("the NVML forkserver exited: each pass starts its NVML child")
             del res
             gc.collect()
             if trim is not None:

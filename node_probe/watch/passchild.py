@@ -194,8 +194,9 @@ def _child(w: int, base, timeout_s: float, provoke: bool, isolation: bool,
         code = 1
     finally:
         try:
-            from node_probe.host import subproc
+            from node_probe.host import nvml_forkserver, subproc
             subproc.kill_all()
+            nvml_forkserver.kill_live()
         except Exception:  # noqa: BLE001
             pass
         os._exit(code)

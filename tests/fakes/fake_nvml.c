@@ -11,6 +11,7 @@
  * library (found with dladdr). Lines of key=value:
  *   init=ok | block | error:<nvmlReturn_t> | slow:<seconds>
  *     block: the init call waits on a real futex forever (like a hung driver call)
+ *   init_log=<path>   each init call appends "<pid>\n" to it first (which process asked)
  *   driver_version=570.158.01      nvml_version=12.570.158.01     cuda_version=12080
  *   gpu=<uuid>|<name>|<minor>|<mig 0/1>|<ecc uncorrected>|<remap pending 0/1>|<remap failed 0/1>
  *   mig=<gpu index>|<uuid>|<name>|<gpu instance id>|<compute instance id>
@@ -124,6 +125,7 @@ static struct fake_dev gpus[MAX_GPUS];
 static struct fake_dev migs[MAX_GPUS * MAX_MIG];
 static int ngpus, nmigs_total;
 static char init_mode[64] = "ok";
+static char init_log[1024];
 static char driver_version[80] = "550.54.15";
 static char nvml_version[80] = "12.550.54.15";
 static int cuda_version = 12040;
@@ -168,6 +170,7 @@ static void load_config(void) {
         *eq = 0;
         char *k = line, *v = eq + 1;
         if (!strcmp(k, "init")) snprintf(init_mode, sizeof init_mode, "%s", v);
+        else if (!strcmp(k, "init_log")) snprintf(init_log, sizeof init_log, "%s", v);
         else if (!strcmp(k, "driver_version")) snprintf(driver_version, sizeof driver_version, "%s", v);
         else if (!strcmp(k, "nvml_version")) snprintf(nvml_version, sizeof nvml_version, "%s", v);
         else if (!strcmp(k, "cuda_version")) cuda_version = atoi(v);
@@ -268,6 +271,10 @@ static void load_config(void) {
 
 static nvmlReturn_t do_init(void) {
     load_config();
+    if (*init_log) {
+        FILE *f = fopen(init_log, "a");
+        if (f) { fprintf(f, "%d\n", (int)getpid()); fclose(f); }
+    }
     if (!strcmp(init_mode, "block")) {
         /* A real futex wait that never ends: what a thread hung in the driver looks like from
          * user space (the thread sits in futex(FUTEX_WAIT) and never returns). */

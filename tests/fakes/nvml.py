@@ -72,9 +72,13 @@ def compiled_library() -> Path:
 
 
 def config_text(init: str = "ok", driver_version: str = "550.54.15",
-                cuda_version: int = 12040, gpus: tuple[FakeGpu, ...] | list[FakeGpu] = ()) -> str:
+                cuda_version: int = 12040, gpus: tuple[FakeGpu, ...] | list[FakeGpu] = (),
+                init_log: str | os.PathLike | None = None) -> str:
+    """init_log: a file each nvmlInit call appends its process id to (which process asked)."""
     lines = [f"init={init}", f"driver_version={driver_version}",
              f"nvml_version=12.{driver_version}", f"cuda_version={cuda_version}"]
+    if init_log:
+        lines.append(f"init_log={init_log}")
     for i, g in enumerate(gpus):
         pending = "" if g.mig_pending is None else int(g.mig_pending)
         lines.append(f"gpu={g.uuid}|{g.name}|{g.minor}|{int(g.mig)}|{g.ecc_uncorrected}|"
@@ -97,7 +101,7 @@ def config_text(init: str = "ok", driver_version: str = "550.54.15",
 
 
 def build_fake_nvml(dest_dir: Path | str, init: str = "ok", driver_version: str = "550.54.15",
-                    cuda_version: int = 12040, gpus=()) -> Path:
+                    cuda_version: int = 12040, gpus=(), init_log=None) -> Path:
     """Install libnvidia-ml.so.1 + fake_nvml.conf into dest_dir; returns the library path.
 
     init: "ok" | "block" (futex wait forever) | "error:<code>" (e.g. "error:18", version
@@ -107,7 +111,8 @@ def build_fake_nvml(dest_dir: Path | str, init: str = "ok", driver_version: str 
     dest.mkdir(parents=True, exist_ok=True)
     lib = dest / "libnvidia-ml.so.1"
     shutil.copyfile(compiled_library(), lib)
-    (dest / "fake_nvml.conf").write_text(config_text(init, driver_version, cuda_version, gpus))
+    (dest / "fake_nvml.conf").write_text(config_text(init, driver_version, cuda_version, gpus,
+                                                     init_log))
     return lib
 
 

@@ -170,12 +170,21 @@ def test_a_driver_root_named_by_a_plugin_in_a_pod_volume_is_refused_and_said(sho
         run_cache.clear()
 
 
-def _child(*args: str) -> dict:
-    p = subprocess.run([sys.executable, "-m", "node_probe.host.nvml_child", *args],
-                       capture_output=True, text=True, timeout=60, cwd=REPO,
-                       env={**os.environ, "PYTHONPATH": str(REPO)})
-    (result,) = [json.loads(x)["result"] for x in p.stdout.splitlines() if '"result"' in x]
-    return result
+# the watching agent's way: the same child forked by its NVML forkserver (issue 41 item 3)
+FORKED = ("import sys; from node_probe.host import nvml_forkserver as f; "
+          "assert f.start(); r = f.run(sys.argv[1:], 30); sys.stdout.buffer.write(r.stdout)")
+
+
+@pytest.fixture(params=["started", "forked"])
+def ask_child(request):
+    def run(*args: str) -> dict:
+        head = ([sys.executable, "-m", "node_probe.host.nvml_child"]
+                if request.param == "started" else [sys.executable, "-c", FORKED])
+        p = subprocess.run([*head, *args], capture_output=True, text=True, timeout=60,
+                           cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)})
+        (result,) = [json.loads(x)["result"] for x in p.stdout.splitlines() if '"result"' in x]
+        return result
+    return run
 
 
 @pytest.mark.parametrize("where,why", [
@@ -185,7 +194,7 @@ def _child(*args: str) -> dict:
     ("opt/open/" + LIBDIR, "/opt/open is writable by group or others"),
 ])
 def test_the_nvml_child_refuses_what_is_not_the_hosts_own_whoever_calls_it(tmp_path, where,
-                                                                            why):
+                                                                            why, ask_child):
     """Defence in depth: the child itself checks before mapping a byte of the library."""
     host = tmp_path / "host"
     marker = tmp_path / "MARKER"
@@ -193,21 +202,21 @@ def test_the_nvml_child_refuses_what_is_not_the_hosts_own_whoever_calls_it(tmp_p
     marker_lib(lib, marker, "PLANTED")
     if "open" in where:
         (host / "opt/open").chmod(0o777)
-    got = _child("--host-root", str(host), str(lib))
+    got = ask_child("--host-root", str(host), str(lib))
     assert got["status"] == "refused" and why in got["error"], got
     assert not marker.exists()
 
 
-def test_the_nvml_child_loads_the_hosts_own_library_and_refuses_a_symlink(tmp_path):
+def test_the_nvml_child_loads_the_hosts_own_library_and_refuses_a_symlink(tmp_path, ask_child):
     host = tmp_path / "host"
     marker = tmp_path / "MARKER"
     lib = host / LIBDIR / "libnvidia-ml.so.570.172.08"
     marker_lib(lib, marker, "HOST_LIB")
     (host / LIBDIR / "libnvidia-ml.so.1").symlink_to(lib.name)
-    got = _child("--host-root", str(host), str(host / LIBDIR / "libnvidia-ml.so.1"))
+    got = ask_child("--host-root", str(host), str(host / LIBDIR / "libnvidia-ml.so.1"))
     assert got["status"] == "refused" and "is a symlink" in got["error"]   # callers resolve
     assert not marker.exists()
-    got = _child("--host-root", str(host), str(lib))
+    got = ask_child("--host-root", str(host), str(lib))
     assert got["status"] == "error" and marker.read_text().split() == ["HOST_LIB"]
 
 
