@@ -47,6 +47,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
+from installed_env import installed_env  # noqa: E402 (bench/, beside this script)
 
 from tests.cgroups.conftest import (GPU0_UUID, GPU1_UUID, V1_DEVICES, CgroupTree,  # noqa: E402
                                     deny_all_then_allow, make_host_root, new_cid, new_uid)
@@ -311,8 +312,8 @@ def main() -> int:
     fc.tokens["bench-token"] = NODE
     (tmp / "token").write_text("bench-token\n")
     n = Node(tmp)
-    env = {**os.environ, "PYTHONPATH": str(REPO), "KUBERNETES_SERVICE_HOST": "127.0.0.1",
-           "KUBERNETES_SERVICE_PORT": str(front.port)}
+    env = installed_env(PYTHONPATH=str(REPO), KUBERNETES_SERVICE_HOST="127.0.0.1",
+                        KUBERNETES_SERVICE_PORT=str(front.port))  # bytecode as installed
     args = [sys.executable, "-m", "node_probe", "agent-watch", "--node-name", NODE,
             "--interval", a.interval, "--host-root", str(n.root),
             "--kubelet-dir", str(n.kubelet), "--cgroup-root", "/sys/fs/cgroup",

@@ -43,6 +43,7 @@ sys.path.insert(0, str(REPO / "bench"))
 import json  # noqa: E402
 import subprocess  # noqa: E402
 
+from installed_env import installed_env  # noqa: E402 (bench/)
 from node_probe.engine import registry  # noqa: E402
 from node_probe.engine.context import ProbeOptions  # noqa: E402
 from node_probe.host import nvml_forkserver  # noqa: E402
@@ -126,7 +127,7 @@ def main() -> int:
         t0 = time.monotonic()
         got = json.loads(subprocess.run(
             [sys.executable, __file__, "--worker", json.dumps(spec)], check=True,
-            stdout=subprocess.PIPE, cwd=REPO, env=dict(os.environ, PYTHONPATH=str(REPO)),
+            stdout=subprocess.PIPE, cwd=REPO, env=installed_env(PYTHONPATH=str(REPO)),
             timeout=3600).stdout.decode().strip().splitlines()[-1])
         checks, cpu, walls, statuses = (got["checks"], got["cpu"], got["walls"],
                                         got["statuses"])
