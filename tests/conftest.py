@@ -19,15 +19,29 @@ behind (a worker reached 436 MiB and a 2,500-pod list was refused as over 432 Mi
 test the bound counts from the worker's resident memory at the test's start, as it counts
 from the CLI's; the CLI's own runs (subprocesses, e.g. test_hostile_api.py) keep the bound as
 it is.
+
+Ctrl-C as a user's terminal sends it: a suite started as a background job of a non-interactive
+shell (`scripts/test.sh &` in a script) inherits SIGINT ignored (POSIX: such a job ignores
+SIGINT and SIGQUIT), and so do the workers and every CLI they start; a Python that starts with
+SIGINT ignored never raises KeyboardInterrupt, and the four tests that press Ctrl-C at a CLI
+failed (the CLI ran on to exit 3 or 4, or never ended). So the suite's processes take SIGINT
+back (their children start with the default action and Python's own handler), whoever started
+them.
 """
 from __future__ import annotations
 
+import signal
 import sys
 
 import pytest
 
 BUILDS_IN_THE_CHECKOUT = {"plugin_archive", "unpacked_plugin", "probe_image_archive"}
 SERIAL_FILES = {"test_release.py", "test_wheel_pages.py", "test_krew_manifest.py"}
+
+
+def pytest_configure(config):
+    if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 def pytest_collection_modifyitems(config, items):
