@@ -10,8 +10,8 @@
 # `scripts/test.sh tests/core`.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-# Bytecode on, whatever the environment says: the suite starts ~1,500 interpreters (the CLI, the
-# probe, helpers), and with PYTHONDONTWRITEBYTECODE set each one compiled the project's modules
+# Bytecode on, whatever the environment says: most tests start an interpreter or more (the CLI,
+# the probe, helpers), and with PYTHONDONTWRITEBYTECODE set each one compiled the project's modules
 # from source again (~0.1 s CPU a start: a third of a `kubectl gpu-doctor` run's CPU here), and
 # each worker re-did pytest's assertion rewriting of every test module (collection 7.5 -> 2.7 s
 # CPU). The .pyc files go to __pycache__/ beside the sources, which git and every build script
