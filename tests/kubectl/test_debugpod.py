@@ -140,3 +140,37 @@ def test_refusal_without_propagation_to_drop_is_a_launch_error(cluster, kubeconf
             fcm._propagates_host_root = real
     finally:
         pod.delete()
+
+
+def test_the_first_polls_are_short_and_double_up_to_poll_s(monkeypatch):
+    """A pod that runs within a second is seen a moment after it runs, not a whole poll_s
+    later: the pauses between the GETs start at FIRST_POLL_S and double up to poll_s
+    (recorded, not slept: no clock in this test)."""
+    pending = {"status": {"phase": "Pending", "containerStatuses": [
+        {"name": podspec.CONTAINER, "state": {"waiting": {"reason": "ContainerCreating"}}}]}}
+    running = {"status": {"phase": "Running", "containerStatuses": [
+        {"name": podspec.CONTAINER, "state": {"running": {"startedAt": "2026-11-29T04:00:00Z"}}}]}}
+
+    class Answers:
+        def __init__(self, pendings):
+            self.left, self.gets = pendings, 0
+
+        def get_json(self, path, timeout=None):
+            self.gets += 1
+            if self.left:
+                self.left -= 1
+                return pending
+            return running
+
+    pauses: list[float] = []
+    monkeypatch.setattr(debugpod.time, "sleep", pauses.append)
+    kube = Answers(7)
+    pod = debugpod.DebugPod(kube, debugpod.manifest("gpu-1", "default", "r4"))
+    assert pod.wait_running(60)["status"]["phase"] == "Running"
+    assert kube.gets == 8
+    assert pauses == pytest.approx([0.1, 0.2, 0.4, 0.8, 1.0, 1.0, 1.0])
+    # a poll_s under the first pause is the pause from the start
+    pauses.clear()
+    pod = debugpod.DebugPod(Answers(3), debugpod.manifest("gpu-1", "default", "r5"))
+    pod.wait_running(60, poll_s=0.05)
+    assert pauses == pytest.approx([0.05, 0.05, 0.05])
