@@ -106,7 +106,11 @@ def test_wedged_plugin_marks_the_node_and_the_evidence_outlives_the_restart(
     lst = _history(evidence, "list")
     assert lst.returncode == 0, lst.stderr
     rows = [json.loads(x) for x in lst.stdout.splitlines()]
-    assert rows and rows[0]["n"] == 1 and rows[0]["class"] == STUCK
+    # the bundle of this fault by its class: on a shared host the agent's own memory-thrash
+    # check (it reads the real /proc) may have kept a bundle first
+    ours = [r for r in rows if r["class"] == STUCK]
+    assert ours, rows
+    n = str(ours[0]["n"])
 
     fc = api.cluster
     fc.namespaces["gpu-doctor"] = {PROBE_NS: "true"}
@@ -121,7 +125,7 @@ def test_wedged_plugin_marks_the_node_and_the_evidence_outlives_the_restart(
     assert r.returncode == 0, r.stderr
     assert STUCK in r.stdout and f"node {NODE} --history N" in r.stdout
     saved = tmp_path / "kept.json"
-    r = run_cli("node", NODE, "--history", "1", "--kubeconfig", kc, "--save", str(saved))
+    r = run_cli("node", NODE, "--history", n, "--kubeconfig", kc, "--save", str(saved))
     assert r.returncode == 1, r.stderr    # the replayed run's exit: critical findings
     assert "deviceplugin.blocked_in_nvml" in r.stdout
     assert stat.S_IMODE(saved.stat().st_mode) == 0o600
