@@ -17,7 +17,6 @@ import gc
 import re
 import time
 from collections import OrderedDict, deque
-from operator import itemgetter
 from pathlib import Path
 from typing import Iterable, Iterator
 
@@ -27,8 +26,8 @@ from node_probe.protocol.render import terminal_safe
 from node_probe.host import aer, hostfs, lockup, nvrm, sxid, xid
 # the readers of a kernel log, and what tests and other checks used to find here
 from node_probe.host.kernel_log import (  # noqa: F401 -- re-exported
-    BLOCK_BYTES, LINE, MARK_RE, MAX_FILE_BYTES, MAX_KEYS, MAX_LINE, MAX_RECORDS, SKIP, XIDS,
-    SavedLog, Stats, _xid_key, _xid_text, iter_kmsg, iter_log_file, kernel_log,
+    BLOCK_BYTES, LINE, MARK_RE, MAX_FILE_BYTES, MAX_LINE, MAX_RECORDS, SKIP, XIDS,
+    SavedLog, Stats, iter_kmsg, iter_log_file, kernel_log, xid_key, xid_text,
     parse_kmsg_record, parse_line, parse_log_file, read_kmsg, uptime_s)
 from node_probe.engine.context import Skipped
 from node_probe.deviceplugin import podresources
@@ -131,20 +130,28 @@ class Summary:
             self._flush()
         self.xid_lines.append(line)
 
-    def keep_run(self, tss: list, keys: list, rests: list) -> None:
-        """The newest lines of a run of Xid lines (kmsg's block reader), their text read only
-        if they are still among the newest when read: a storm's runs push each other out."""
+    def keep_run(self, tss: list, raws: tuple, rests: tuple, norm: dict) -> None:
+        """The newest lines of a run of Xid lines (kmsg's block reader: raw keys, parsed by
+        `norm`, and raw messages), read only if they are still among the newest when read: a
+        storm's runs push each other out."""
         if len(tss) >= MAX_XID_LINES:
             self.xid_lines.clear()
         elif self._run is not None:
             self._flush()
-        self._run = (tss, keys, rests)
+        self._run = (tss, raws, rests, norm)
 
     def _flush(self) -> None:
-        tss, keys, rests = self._run
+        tss, raws, rests, norm = self._run
         self._run = None
-        self.xid_lines.extend([(t, k[0], k[1], _xid_text(r)) for t, k, r in
-                               zip(tss, keys, rests)])
+        keys = {}
+        for raw in set(raws):       # `norm` may have been emptied since (its bound): read again
+            key = norm.get(raw)
+            if key is None:
+                pci, code = xid_key(raw)
+                key = (pci[:64], code)
+            keys[raw] = key
+        self.xid_lines.extend([(t, *keys[r], xid_text(x)) for t, r, x in
+                               zip(tss, raws, rests)])
 
     def mark_lost(self, bus: str, key: str, n: int = 1) -> None:
         full = aer.full_bdf(bus)
@@ -162,9 +169,6 @@ class Summary:
         return {"source": source, "lost": {k: dict(v) for k, v in self.lost.items()},
                 "xid_lines": tuple({"uptime_s": t, "pci": p, "xid": c, "text": x[:200]}
                                    for t, p, c, x in self.xid_lines)}
-
-
-_FIRST, _SECOND, _THIRD = itemgetter(0), itemgetter(1), itemgetter(2)
 
 
 def analyze(records: Iterable[tuple[float | None, str]], now_s: float | None = None,
@@ -235,39 +239,39 @@ def analyze(records: Iterable[tuple[float | None, str]], now_s: float | None = N
                 summary.mark_lost(bus, "off_the_bus")
                 first_lost_line.setdefault(xid.short_bus(bus) or bus, n)
 
-    norm: dict[str, tuple[str, int]] = {}      # FAST_XID_RE's keys read so far
+    known_raw: set[str] = set()     # raw Xid keys whose bus id is in first_xid_at
 
     def xid_run(n: int, rows: list) -> None:
         """A run of dmesg Xid lines (FAST_XID_RE's groups), lines n+1..n+len(rows): what
         line() does to each, in bulk."""
-        tss = list(map(float, map(_FIRST, rows)))
-        raw = list(map(_SECOND, rows))
-        rests = list(map(_THIRD, rows))
-        missing = set(raw).difference(norm)
-        if len(norm) + len(missing) > MAX_KEYS:
-            norm.clear()
-            missing = set(raw)
-        for k in missing:
-            norm[k] = _xid_key(k)
-        keys = list(map(norm.__getitem__, raw))
-        counts, first = grouper.add_many(tss, keys, rests, _xid_text)
-        tail = slice(-MAX_XID_LINES, None)
-        summary.keep_run(tss[tail], keys[tail], rests[tail])
-        if len(first_xid_at) < xid.MAX_GROUPS and \
-                not first_xid_at.keys() >= {pci for pci, _code in first}:
-            at: dict[str, int] = {}             # bus id -> its first line in the run
-            for (pci, _code), i in first.items():
-                if i < at.get(pci, i + 1):
-                    at[pci] = i
-            for pci, i in sorted(at.items(), key=lambda kv: kv[1]):
-                if pci not in first_xid_at and len(first_xid_at) < xid.MAX_GROUPS:
-                    first_xid_at[pci] = n + 1 + i
-        if any(k[1] == 79 for k in counts):
-            for key in [k for k in counts if k[1] == 79]:
-                pci = key[0]
-                x79[pci] = x79.get(pci, 0) + counts[key]
-                if pci not in first79:
-                    first79[pci] = n + 1 + first[key]
+        ts_text, raws, rests = zip(*rows)
+        tss = list(map(float, ts_text))
+        counts, firsts = grouper.add_run(tss, raws, rests, xid_key, xid_text)
+        norm = grouper.norm
+        summary.keep_run(tss[-MAX_XID_LINES:], raws[-MAX_XID_LINES:], rests[-MAX_XID_LINES:],
+                         norm)
+        if len(first_xid_at) < xid.MAX_GROUPS:
+            fresh = set(counts).difference(known_raw)
+            if fresh:
+                first = firsts()
+                for raw in sorted(fresh, key=first.__getitem__):   # a bus id's first line
+                    pci = norm[raw][0]
+                    if pci not in first_xid_at and len(first_xid_at) < xid.MAX_GROUPS:
+                        first_xid_at[pci] = n + 1 + first[raw]
+                    if pci in first_xid_at:
+                        known_raw.add(raw)
+                if len(known_raw) > xid.MAX_RAW_KEYS:
+                    known_raw.clear()
+        lost = counts.keys() & grouper.raw79
+        if lost:
+            if any(norm[raw][0] not in first79 for raw in lost):    # a new GPU: in log order
+                first = firsts()
+                lost = sorted(lost, key=first.__getitem__)
+                for raw in lost:
+                    first79.setdefault(norm[raw][0], n + 1 + first[raw])
+            for raw in lost:
+                pci = norm[raw][0]
+                x79[pci] = x79.get(pci, 0) + counts[raw]
         hung.current = None
 
     n = 0
