@@ -151,12 +151,12 @@ class Grouper:
         self.acc: dict[tuple[str, int], dict] = {}
         self.dropped = 0
         self.events = 0
-        # add_run's: raw key as written -> (pci, code); those of Xid 79; raw keys of kept and
-        # of dropped groups (sorted once the groups are full); a group's last message, unread
+        # add_run's: raw key as written -> (pci, code); those of Xid 79; raw keys of kept
+        # groups (once the groups are full); a group's last message, not yet read
         self.norm: dict[str, tuple[str, int]] = {}
         self.raw79: set[str] = set()
         self._live: dict[str, bool] = {}
-        self._dead: set[str] = set()
+        self._sorted = False            # _live holds every raw key of norm whose group is kept
         self._raw_msg: dict[tuple[str, int], str] = {}
         self._text = str
 
@@ -220,27 +220,28 @@ class Grouper:
         count = len(raws)
         cnt = Counter(raws)
         firsts = _Firsts(raws)
-        norm = self.norm
-        missing = set(cnt).difference(norm)     # (keys() - keys() would walk all of norm)
-        if missing:
+        norm, acc, live_raw = self.norm, self.acc, self._live
+        if not norm.keys() >= cnt.keys():   # new raw keys (a lookup each; no set is made)
+            missing = set(cnt).difference(norm)
             if len(norm) + len(missing) > MAX_RAW_KEYS:
                 norm.clear()
                 self.raw79.clear()
-                self._live.clear()
-                self._dead.clear()
+                live_raw.clear()
+                self._sorted = False
                 missing = set(cnt)
             for raw in missing:
                 pci, code = parse_key(raw)
-                norm[raw] = (pci[:64], code)
+                key = norm[raw] = (pci[:64], code)
                 if code == 79:
                     self.raw79.add(raw)
+                if self._sorted and key in acc:
+                    live_raw[raw] = True
         if tss != sorted(tss):              # times out of order: min/max line by line
             for ts, raw, rest in zip(tss, raws, rests):
                 pci, code = norm[raw]
                 self.add_fields(ts, pci, code, text(rest))
             return cnt, firsts
         self.events += count
-        acc = self.acc
         if len(acc) < self.max_groups:      # new groups, in order of first appearance
             new: dict = {}
             first = firsts()
@@ -254,41 +255,32 @@ class Grouper:
                 acc[key] = {"count": 0, "first_s": None, "last_s": None, "pids": [],
                             "fatal": 0, "nonfatal": 0, "caused_by": None}
             live = [raw for raw in cnt if norm[raw] in acc]
-        else:                               # full: its raw keys sorted once into live/dead
-            known, dead = self._live, self._dead
-            for raw in set(cnt).difference(known).difference(dead):
-                if norm[raw] in acc:
-                    known[raw] = True
-                else:
-                    dead.add(raw)
-            live = cnt.keys() & known.keys()
-        # the last time and message of each raw key (references: no object a line); its
-        # first time only where it can be a group's first (the run's times are sorted)
-        hi_of, rest_of = dict(zip(raws, tss)), dict(zip(raws, rests))
-        lo_of = None
+        else:       # full for good: the raw keys of kept groups, sorted out once, then as read
+            if not self._sorted:
+                live_raw.update(dict.fromkeys([raw for raw, key in norm.items() if key in acc],
+                                              True))
+                self._sorted = True
+            live = cnt.keys() & live_raw.keys()
+        # the last line of each raw key; its first only where it can be a group's first time
+        # (the run's times are sorted: none is before tss[0])
+        last = firsts.last()
         t0 = tss[0] if tss else None
         raw_msg, slow, seen = self._raw_msg, [], {}
         for raw in live:
             key = norm[raw]
             d = acc[key]
             d["count"] += cnt[raw]
-            hi = hi_of[raw]
+            j = last[raw]
+            hi = tss[j]
             if d["last_s"] is None or hi > d["last_s"]:
                 d["last_s"] = hi
             if d["first_s"] is None or t0 < d["first_s"]:
-                if lo_of is None:
-                    lo_of = dict(zip(reversed(raws), reversed(tss)))
-                lo = lo_of[raw]
+                lo = tss[firsts()[raw]]
                 if d["first_s"] is None or lo < d["first_s"]:
                     d["first_s"] = lo
-            if key in seen:                 # 2+ raw keys of one group: the later last line
-                last = firsts.last()
-                if last[raw] > last[seen[key]]:
-                    seen[key] = raw
-                    raw_msg[key] = rest_of[raw]
-            else:
+            if key not in seen or j > last[seen[key]]:     # 2+ raw keys of one group: the later
                 seen[key] = raw
-                raw_msg[key] = rest_of[raw]
+                raw_msg[key] = rests[j]
             if len(d["pids"]) < MAX_PIDS or key[1] in NVLINK5 or key[1] == 45:
                 slow.append(raw)
         self.dropped += count - sum(map(cnt.__getitem__, live))

@@ -152,3 +152,17 @@ def test_a_storm_is_read_to_its_last_line(tmp_path, monkeypatch):
     by_code = {f.evidence["xid"]: f for f in found if f.id == "gpu.xid"}
     assert by_code[79].severity.value == "critical" and by_code[79].evidence["count"] == 1
     assert by_code[13].evidence["count"] == 100_000
+
+
+def test_long_lines_are_cut_as_a_split_cuts_them():
+    """_cut_long looks at a block every MAX_LINE // 2 bytes instead of splitting it into lines:
+    every line, at every length around the bounds, is cut exactly as cutting each line is."""
+    m = kernel_log.MAX_LINE
+    rnd = random.Random(7)
+    for _ in range(2000):
+        lens = [rnd.choice([0, 1, 90, m // 2 - 1, m // 2, m // 2 + 1, m - 1, m, m + 1, 2 * m - 1,
+                            2 * m, 2 * m + 1, rnd.randrange(3 * m)])
+                for _ in range(rnd.randrange(1, 8))]
+        whole = b"".join(b"x" * n + b"\n" for n in lens)
+        assert kernel_log._cut_long(whole) == b"\n".join(
+            [p[:m] for p in whole.split(b"\n")]), lens
