@@ -28,7 +28,7 @@ from node_probe.host import aer, hostfs, lockup, nvrm, sxid, xid
 # the readers of a kernel log, and what tests and other checks used to find here
 from node_probe.host.kernel_log import (  # noqa: F401 -- re-exported
     BLOCK_BYTES, LINE, MARK_RE, MAX_FILE_BYTES, MAX_LINE, MAX_RECORDS, SKIP, XIDS,
-    SavedLog, Stats, iter_kmsg, iter_log_file, kernel_log, xid_key, xid_text,
+    KmsgLog, SavedLog, Stats, iter_kmsg, iter_log_file, kernel_log, xid_key, xid_text,
     parse_kmsg_record, parse_line, parse_log_file, read_kmsg, uptime_s)
 from node_probe.checks import _kmsg_findings as words
 from node_probe.checks._kmsg_findings import HUNG_CRITICAL_COMMS  # noqa: F401 -- re-exported
@@ -278,7 +278,7 @@ def analyze(records: Iterable[tuple[float | None, str]], now_s: float | None = N
 
     n = 0
     clock = time.monotonic
-    if isinstance(records, SavedLog):
+    if isinstance(records, (SavedLog, KmsgLog)):
         def busy() -> bool:
             return (hung.current is not None or locks._cur is not None or pcie._left > 0
                     or driver.busy)
@@ -417,7 +417,7 @@ def log_source(opts, stats: Stats) -> tuple[str, Iterator[tuple[float | None, st
     if opts.kmsg_file is not None:
         return str(opts.kmsg_file), iter_log_file(opts.kmsg_file, stats), False
     dev = hostfs.resolve(opts.host_root, "dev/kmsg") or Path("/dev/kmsg")
-    return str(dev), iter_kmsg(dev, stats), True
+    return str(dev), KmsgLog(dev, stats), True
 
 
 @check("kmsg", title="Kernel log: NVIDIA Xid and driver errors, PCIe AER, hung tasks, lockups",

@@ -360,6 +360,49 @@ class SavedLog:
             os.close(fd)
 
 
+class KmsgLog:
+    """The host's /dev/kmsg. Iterated, it is (seconds since boot, message) a record at a time,
+    as iter_kmsg; `items()` is the same records for analyze(), where a record that carries no
+    marker (BLOCK_MARK_RE, on its bytes) while no multi-line report is being read is only
+    counted, never decoded or parsed: most of a node's kernel log is not the GPUs' (41.2)."""
+
+    def __init__(self, path: Path, stats: Stats | None = None) -> None:
+        self.path = path
+        self.stats = stats if stats is not None else Stats()
+
+    def __iter__(self) -> Iterator[tuple[float | None, str]]:
+        return iter_kmsg(self.path, self.stats)
+
+    def items(self, busy) -> Iterator[tuple]:
+        """(SKIP, records) or (LINE, ts, message) in log order, as SavedLog.items gives them."""
+        stats = self.stats
+        search = BLOCK_MARK_RE.search
+        skipped = 0
+        fd = os.open(self.path, os.O_RDONLY | os.O_NONBLOCK)
+        try:
+            for raw in _lines(fd, stats, MAX_FILE_BYTES, MAX_RECORDS * 4):
+                if raw.startswith(b" "):
+                    continue
+                stats.records += 1
+                if search(raw) is None and not busy():
+                    skipped += 1
+                    if skipped >= 4096:
+                        yield (SKIP, skipped)
+                        skipped = 0
+                else:
+                    if skipped:
+                        yield (SKIP, skipped)
+                        skipped = 0
+                    yield (LINE, *parse_kmsg_record(raw.decode("utf-8", "replace")))
+                if stats.records >= MAX_RECORDS:
+                    stats.cut = f"stopped after {MAX_RECORDS} records"
+                    break
+            if skipped:
+                yield (SKIP, skipped)
+        finally:
+            os.close(fd)
+
+
 def parse_log_file(text: str) -> list[tuple[float | None, str]]:
     """Every line of a saved kernel log given as text (tests, small inputs)."""
     return [parse_line(line) for line in text.splitlines() if line.strip()]

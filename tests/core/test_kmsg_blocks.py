@@ -14,6 +14,7 @@ from node_probe.host import kernel_log, xid
 from tests.realworld import corpus
 
 KMSG = corpus.artifacts({"kmsg"})
+KMSG_BY_KEY = {a.key: a for a in KMSG}
 
 # real lines (https://github.com/NVIDIA/nccl/issues/1439 , the corpus's Xid 13/109/48/31/43
 # quotes, tests/realworld/corpus_kmsg_xid.py), in the dmesg form with its time
@@ -152,6 +153,68 @@ def test_a_storm_is_read_to_its_last_line(tmp_path, monkeypatch):
     by_code = {f.evidence["xid"]: f for f in found if f.id == "gpu.xid"}
     assert by_code[79].severity.value == "critical" and by_code[79].evidence["count"] == 1
     assert by_code[13].evidence["count"] == 100_000
+
+
+def _live_state(path, fast: bool):
+    stats = kmsg.Stats()
+    log = kernel_log.KmsgLog(path, stats)
+    grouper, summary = xid.Grouper(), kmsg.Summary()
+    found = list(kmsg.analyze(log if fast else iter(log), 3000.0, 1.7e9, grouper, summary,
+                              None, None, stats))
+    return (json.dumps([(f.id, f.severity.value, f.subject, f.title, dict(f.evidence))
+                        for f in found], default=str, sort_keys=True),
+            json.dumps(summary.as_fact("log"), default=str, sort_keys=True),
+            list(summary.as_fact("log")["lost"]), grouper.events, grouper.dropped,
+            stats.records, stats.bytes, stats.cut)
+
+
+def _records(lines: list, rnd: random.Random) -> bytes:
+    """Lines as /dev/kmsg gives them: `prio,seq,usec,flags;message`, some with the dictionary
+    lines that follow a record and a message's newline written `\\x0a`."""
+    out = []
+    for i, line in enumerate(lines):
+        if rnd.random() < 0.05:
+            line = line.replace(b" ", b"\\x0a", 1)
+        out.append(b"%d,%d,%d,-;%s\n" % (rnd.choice([3, 4, 6]), i, 1000 * i + 7, line))
+        if rnd.random() < 0.1:
+            out.append(b" SUBSYSTEM=pci\n DEVICE=+pci:0000:3b:00.0\n")
+    return b"".join(out)
+
+
+@pytest.mark.parametrize("seed", range(len(KMSG) + 12))
+def test_live_records_without_a_marker_are_only_counted(seed, tmp_path):
+    """/dev/kmsg's records: those with no NVIDIA or kernel-hang marker, outside a multi-line
+    report, are counted and never decoded (KmsgLog.items), with the same findings, fact and
+    counts as reading every record (each corpus kernel log, then real lines mixed)."""
+    rnd = random.Random(seed)
+    if seed < len(KMSG):        # each corpus log as a ring buffer of its own
+        lines = [line.encode() for line in KMSG[seed].quote.splitlines()]
+    else:
+        pool = [line.encode() for a in KMSG for line in a.quote.splitlines()]
+        lines = [_line(rnd, 100 + i, pool) for i in range(rnd.randrange(50, 600))]
+    p = tmp_path / "kmsg"
+    p.write_bytes(_records(lines, rnd))
+    assert _live_state(p, True) == _live_state(p, False)
+
+
+def test_live_records_of_a_report_are_read_while_it_lasts(tmp_path):
+    """The lines of a multi-line report carry no marker of their own: while one is being read
+    (an AER report's `device [8086:6f04] error status/mask` line; a hung task's stack, whose
+    64-frame bound decides whether a later [nvidia_uvm] frame is its), every record is read;
+    and a marker a message has only once its `\\x0a` is a blank (`PCIe\\x0aBus Error`)."""
+    from tests.core.test_kmsg_forms import GPU_BURN_1
+    hung = [line.encode() for line in KMSG_BY_KEY["returnn#1480-dmesg-H-uvm-hang"].quote.splitlines()]
+    lines = ([line.encode().replace(b"PCIe Bus Error", b"PCIe\\x0aBus Error").replace(
+                b"0000:00:02.0", b"0000:00:03.0") for line in GPU_BURN_1.splitlines()[5:8]]
+             + [line.encode() for line in GPU_BURN_1.splitlines()]
+             + hung[:4] + [hung[3]] * 70 + hung[9:])
+    p = tmp_path / "kmsg"
+    p.write_bytes(b"".join(b"4,%d,%d,-;%s\n" % (i, 1000 * i, line) for i, line in enumerate(lines)))
+    fast = _live_state(p, True)
+    assert fast == _live_state(p, False)
+    found = json.loads(fast[0])
+    assert {f[0] for f in found} >= {"gpu.pcie_aer", "kernel.hung_task"}
+    assert "0000:00:03.0" in fast[0]
 
 
 def test_long_lines_are_cut_as_a_split_cuts_them():
