@@ -27,7 +27,7 @@ from typing import Iterable, Iterator
 from node_probe.host import aer, hostfs, lockup, nvrm, sxid, xid
 # the readers of a kernel log, and what tests and other checks used to find here
 from node_probe.host.kernel_log import (  # noqa: F401 -- re-exported
-    BLOCK_BYTES, LINE, MARK_RE, MAX_FILE_BYTES, MAX_LINE, MAX_RECORDS, SKIP, XIDS,
+    BLOCK_BYTES, LINE, LINES, MARK_RE, MAX_FILE_BYTES, MAX_LINE, MAX_RECORDS, SKIP, XIDS,
     KmsgLog, SavedLog, Stats, iter_kmsg, iter_log_file, kernel_log, xid_key, xid_text,
     parse_kmsg_record, parse_line, parse_log_file, read_kmsg, uptime_s)
 from node_probe.checks import _kmsg_findings as words
@@ -289,19 +289,28 @@ def analyze(records: Iterable[tuple[float | None, str]], now_s: float | None = N
         gc.disable()
         try:
             for item in records.items(busy):
-                if stop_at is not None and clock() > stop_at:
+                kind = item[0]
+                if kind == LINE:        # the clock every 1,024 lines, as for a stream
+                    n += 1
+                    if stop_at is not None and not n & 1023 and clock() > stop_at:
+                        if stats is not None:
+                            stats.cut = f"stopped at the check's deadline after {n - 1} lines"
+                        break
+                    line(n, item[1], item[2])
+                    continue
+                if stop_at is not None and clock() > stop_at:   # a block: before each
                     if stats is not None:
                         stats.cut = f"stopped at the check's deadline after {n} lines"
                     break
-                kind = item[0]
                 if kind == SKIP:
                     n += item[1]
-                elif kind == XIDS:
+                elif kind == LINES:
+                    for ts, msg in item[1]:
+                        n += 1
+                        line(n, ts, msg)
+                else:
                     xid_run(n, item[1])
                     n += len(item[1])
-                else:
-                    n += 1
-                    line(n, item[1], item[2])
         finally:
             if gc_on:
                 gc.enable()

@@ -222,7 +222,7 @@ BLOCK_MARK_RE = re.compile(MARK_RE.pattern.encode() + rb"|\\x0a")
 _BLANK_RE = re.compile(r"\n[^\S\n]*(?=\n)")
 _ASCII_BLANK_RE = re.compile(rb"\n[\t\x0b\x0c\r\x1c-\x1f ]*(?=\n)")   # str.isspace()'s ASCII
 BLOCK_BYTES = 1 << 20
-SKIP, LINE, XIDS = 0, 1, 2      # what SavedLog.items() yields
+SKIP, LINE, XIDS, LINES = 0, 1, 2, 3      # what SavedLog.items() and KmsgLog.items() yield
 
 
 def _blanks(text: bytes, start: int, end: int) -> int:
@@ -374,31 +374,44 @@ class KmsgLog:
         return iter_kmsg(self.path, self.stats)
 
     def items(self, busy) -> Iterator[tuple]:
-        """(SKIP, records) or (LINE, ts, message) in log order, as SavedLog.items gives them."""
+        """(SKIP, records) or (LINES, [(ts, message), ...]) in log order. A record with a
+        marker is always read, so those come in batches (up to 1,024: no generator step a
+        record); `busy()` is asked for a record without one, once the lines before it are read."""
         stats = self.stats
         search = BLOCK_MARK_RE.search
-        skipped = 0
+        skipped, batch = 0, []
         fd = os.open(self.path, os.O_RDONLY | os.O_NONBLOCK)
         try:
             for raw in _lines(fd, stats, MAX_FILE_BYTES, MAX_RECORDS * 4):
                 if raw.startswith(b" "):
                     continue
                 stats.records += 1
-                if search(raw) is None and not busy():
-                    skipped += 1
-                    if skipped >= 4096:
-                        yield (SKIP, skipped)
-                        skipped = 0
+                if b"NVRM: Xid" not in raw and search(raw) is None:
+                    if batch:
+                        yield (LINES, batch)
+                        batch = []
+                    if busy():
+                        batch.append(parse_kmsg_record(raw.decode("utf-8", "replace")))
+                    else:
+                        skipped += 1
+                        if skipped >= 4096:
+                            yield (SKIP, skipped)
+                            skipped = 0
                 else:
                     if skipped:
                         yield (SKIP, skipped)
                         skipped = 0
-                    yield (LINE, *parse_kmsg_record(raw.decode("utf-8", "replace")))
+                    batch.append(parse_kmsg_record(raw.decode("utf-8", "replace")))
+                    if len(batch) >= 1024:
+                        yield (LINES, batch)
+                        batch = []
                 if stats.records >= MAX_RECORDS:
                     stats.cut = f"stopped after {MAX_RECORDS} records"
                     break
             if skipped:
                 yield (SKIP, skipped)
+            if batch:
+                yield (LINES, batch)
         finally:
             os.close(fd)
 
