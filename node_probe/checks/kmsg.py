@@ -6,7 +6,8 @@ is the only witness. Reads /dev/kmsg without blocking (the whole ring buffer, th
 saved log given with --kmsg-file (raw kmsg records, `dmesg`, `dmesg -T`/`-H`, journal or syslog
 lines) for offline use. Both are streamed, folded into grouped counts (per GPU and code: count,
 first/last time, one sample line), so a 200,000-line Xid storm costs the groups, not the log
-(issue 28, X-02). /dev/kmsg is read a record at a time; a saved log in 1 MiB blocks, where
+(issue 28, X-02). /dev/kmsg is read a record at a time, a record without an NVIDIA or
+kernel-hang marker only counted (KmsgLog); a saved log in 1 MiB blocks, where
 runs of Xid lines are folded in bulk, so that a 2,000,000-line storm is read to its end within
 the check's deadline (issue 41.2, SavedLog). The log is read once: what gpu_lost and the trace
 verdicts need from it is published as the fact KMSG_LOG (Summary).

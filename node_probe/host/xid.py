@@ -18,7 +18,7 @@ import dataclasses
 import re
 from collections import Counter
 from itertools import compress
-from typing import Iterable
+from typing import Hashable, Iterable, Sequence
 
 from node_probe.protocol.xid_catalog import (  # noqa: F401 -- the catalog, re-exported
     BUCKET_TEXT, CATALOG_URL, CONTACT_SUPPORT, IGNORE, REBOOT, RESET_GPU, RESTART_APP, SEVERITY,
@@ -143,8 +143,9 @@ class _Firsts:
 class Grouper:
     """Fold Xid events one at a time into one group per (PCI bus id, code), in order of first
     appearance: memory bounded by `max_groups` and by MAX_MESSAGE bytes a group whatever the
-    number of events (a flood of 200,000 lines is 1 group); events of pairs beyond it are only
-    counted (`dropped`)."""
+    number of events (a flood of 200,000 lines is 1 group; a bulk run's last message is kept
+    as read, one line, until groups() reads it); events of pairs beyond it are only counted
+    (`dropped`). add_run() folds a run of lines at once, with the same result."""
 
     def __init__(self, max_groups: int = MAX_GROUPS) -> None:
         self.max_groups = max_groups
@@ -205,8 +206,8 @@ class Grouper:
                 if entry not in pids:
                     pids.append(entry)
 
-    def add_run(self, tss: list[float], raws: list[str], rests: list[str], parse_key,
-                text) -> tuple[Counter, dict]:
+    def add_run(self, tss: list[float], raws: Sequence[Hashable], rests: Sequence, parse_key,
+                text) -> tuple[Counter, "_Firsts"]:
         """add_fields(ts, *parse_key(raw), text(rest)) for each line of a run of Xid lines, in
         order, with the same result, in bulk (a storm's 2,000,000 lines). `raws` are the lines'
         keys as written (`PCI:0000:3b:00): 79`), parsed once per distinct one (`norm`, at most
