@@ -153,7 +153,7 @@ class Summary:
                 pci, code = xid_key(raw)
                 key = (pci[:64], code)
             keys[raw] = key
-        self.xid_lines.extend([(t, *keys[r], xid_text(x)) for t, r, x in
+        self.xid_lines.extend([(float(t), *keys[r], xid_text(x)) for t, r, x in
                                zip(tss, raws, rests)])
 
     def mark_lost(self, bus: str, key: str, n: int = 1) -> None:
@@ -248,10 +248,9 @@ def analyze(records: Iterable[tuple[float | None, str]], now_s: float | None = N
         """A run of dmesg Xid lines (FAST_XID_RE's groups), lines n+1..n+len(rows): what
         line() does to each, in bulk."""
         ts_text, raws, rests = zip(*rows)
-        tss = list(map(float, ts_text))
-        counts, firsts = grouper.add_run(tss, raws, rests, xid_key, xid_text)
+        counts, firsts = grouper.add_run(ts_text, raws, rests, xid_key, xid_text)
         norm = grouper.norm
-        summary.keep_run(tss[-MAX_XID_LINES:], raws[-MAX_XID_LINES:], rests[-MAX_XID_LINES:],
+        summary.keep_run(ts_text[-MAX_XID_LINES:], raws[-MAX_XID_LINES:], rests[-MAX_XID_LINES:],
                          norm)
         if len(first_xid_at) < xid.MAX_GROUPS:
             fresh = set(counts).difference(known_raw)

@@ -119,6 +119,23 @@ _FATALITY_RE = re.compile(r"\b(Fatal|Nonfatal)\b")
 _CAUSED_BY_RE = re.compile(r"caused by previous Xid ([0-9]{1,6})")
 
 
+def in_order(times: Sequence) -> bool:
+    """Whether times (numbers, or their decimal texts as bytes: `1021.339512`) never go back.
+    Texts of one shape (one length, the dot at one place, as the kernel writes them) sort as
+    their numbers do, so those are compared as bytes: no float made a line (a storm's 2,000,000
+    lines). Any other run is compared as numbers."""
+    if times and isinstance(times[0], bytes):
+        lengths = set(map(len, times))
+        dot = times[0].find(b".")
+        if len(lengths) == 1 and dot >= 0:
+            width = lengths.pop()
+            if b"".join(times)[dot::width].count(b".") == len(times):
+                order = list(times)
+                return order == sorted(order)
+        times = list(map(float, times))
+    return list(times) == sorted(times)
+
+
 class _Firsts:
     """The index of each raw key's first (and, asked, last) line in a run, made once, when
     first asked: a dict of ints is a new object a line (positions past 256)."""
@@ -206,9 +223,9 @@ class Grouper:
                 if entry not in pids:
                     pids.append(entry)
 
-    def add_run(self, tss: list[float], raws: Sequence[Hashable], rests: Sequence, parse_key,
+    def add_run(self, tss: Sequence, raws: Sequence[Hashable], rests: Sequence, parse_key,
                 text) -> tuple[Counter, "_Firsts"]:
-        """add_fields(ts, *parse_key(raw), text(rest)) for each line of a run of Xid lines, in
+        """add_fields(float(ts), *parse_key(raw), text(rest)) for each line of a run of Xid lines, in
         order, with the same result, in bulk (a storm's 2,000,000 lines). `raws` are the lines'
         keys as written (`PCI:0000:3b:00): 79`), parsed once per distinct one (`norm`, at most
         MAX_RAW_KEYS); `rests` their raw messages. Counts and first/last times come from C-level
@@ -237,10 +254,10 @@ class Grouper:
                     self.raw79.add(raw)
                 if self._sorted and key in acc:
                     live_raw[raw] = True
-        if tss != sorted(tss):              # times out of order: min/max line by line
+        if not in_order(tss):               # times out of order: min/max line by line
             for ts, raw, rest in zip(tss, raws, rests):
                 pci, code = norm[raw]
-                self.add_fields(ts, pci, code, text(rest))
+                self.add_fields(float(ts), pci, code, text(rest))
             return cnt, firsts
         self.events += count
         if len(acc) < self.max_groups:      # new groups, in order of first appearance
@@ -265,18 +282,18 @@ class Grouper:
         # the last line of each raw key; its first only where it can be a group's first time
         # (the run's times are sorted: none is before tss[0])
         last = firsts.last()
-        t0 = tss[0] if tss else None
+        t0 = float(tss[0]) if tss else None
         raw_msg, slow, seen = self._raw_msg, [], {}
         for raw in live:
             key = norm[raw]
             d = acc[key]
             d["count"] += cnt[raw]
             j = last[raw]
-            hi = tss[j]
+            hi = float(tss[j])
             if d["last_s"] is None or hi > d["last_s"]:
                 d["last_s"] = hi
             if d["first_s"] is None or t0 < d["first_s"]:
-                lo = tss[firsts()[raw]]
+                lo = float(tss[firsts()[raw]])
                 if d["first_s"] is None or lo < d["first_s"]:
                     d["first_s"] = lo
             if key not in seen or j > last[seen[key]]:     # 2+ raw keys of one group: the later

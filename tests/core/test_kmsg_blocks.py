@@ -229,3 +229,23 @@ def test_long_lines_are_cut_as_a_split_cuts_them():
         whole = b"".join(b"x" * n + b"\n" for n in lens)
         assert kernel_log._cut_long(whole) == b"\n".join(
             [p[:m] for p in whole.split(b"\n")]), lens
+
+
+def test_times_are_in_order_as_their_numbers_are():
+    """xid.in_order compares a run's times as bytes when they share one shape (length, dot),
+    as numbers otherwise: the same answer as comparing every time as a float, for times of one
+    shape, of mixed shapes (`10.000000`, `2.000000`, `9.5`), with leading zeros, going back."""
+    rnd = random.Random(11)
+    for _ in range(3000):
+        ints = rnd.choice([1, 2, 3, 6])
+        fracs = rnd.choice([1, 6, 9])
+        times = []
+        for _ in range(rnd.randrange(1, 12)):
+            i, f = ints, fracs
+            if rnd.random() < 0.2:          # another shape
+                i, f = rnd.randrange(1, 8), rnd.randrange(1, 10)
+            times.append(b"%0*d.%0*d" % (i, rnd.randrange(10 ** i), f, rnd.randrange(10 ** f)))
+        if rnd.random() < 0.5:
+            times.sort(key=float)
+        floats = [float(t) for t in times]
+        assert xid.in_order(times) == (floats == sorted(floats)), times
