@@ -311,8 +311,9 @@ class SavedLog:
 
     def items(self, busy) -> Iterator[tuple]:
         """(SKIP, records), (LINE, ts, message) or (XIDS, rows) in log order, where rows are
-        FAST_XID_RE's groups (bytes: xid_key, xid_text read them) of a run of dmesg Xid lines. `busy()` (asked before each step)
-        says a reader is inside a multi-line report: then every line is given, one at a time."""
+        FAST_XID_RE's groups (bytes: xid_key, xid_text read them) of a run of dmesg Xid
+        lines. `busy()` (asked before each step) says a reader is inside a multi-line report:
+        then every line is given, one at a time."""
         stats = self.stats
         fd = os.open(self.path, os.O_RDONLY | os.O_NONBLOCK)
         try:

@@ -225,8 +225,9 @@ class Grouper:
 
     def add_run(self, tss: Sequence, raws: Sequence[Hashable], rests: Sequence, parse_key,
                 text) -> tuple[Counter, "_Firsts"]:
-        """add_fields(float(ts), *parse_key(raw), text(rest)) for each line of a run of Xid lines, in
-        order, with the same result, in bulk (a storm's 2,000,000 lines). `raws` are the lines'
+        """add_fields(float(ts), *parse_key(raw), text(rest)) for each line of a run of Xid
+        lines, in order, with the same result, in bulk (a storm's 2,000,000 lines). `tss` are
+        the lines' times (numbers, or their texts as bytes: see in_order); `raws` their
         keys as written (`PCI:0000:3b:00): 79`), parsed once per distinct one (`norm`, at most
         MAX_RAW_KEYS); `rests` their raw messages. Counts and first/last times come from C-level
         Counter and dict passes, then one step per distinct key of a kept group; a message is

@@ -203,7 +203,8 @@ def test_live_records_of_a_report_are_read_while_it_lasts(tmp_path):
     64-frame bound decides whether a later [nvidia_uvm] frame is its), every record is read;
     and a marker a message has only once its `\\x0a` is a blank (`PCIe\\x0aBus Error`)."""
     from tests.core.test_kmsg_forms import GPU_BURN_1
-    hung = [line.encode() for line in KMSG_BY_KEY["returnn#1480-dmesg-H-uvm-hang"].quote.splitlines()]
+    hung = [line.encode()
+            for line in KMSG_BY_KEY["returnn#1480-dmesg-H-uvm-hang"].quote.splitlines()]
     lines = ([line.encode().replace(b"PCIe Bus Error", b"PCIe\\x0aBus Error").replace(
                 b"0000:00:02.0", b"0000:00:03.0") for line in GPU_BURN_1.splitlines()[5:8]]
              + [line.encode() for line in GPU_BURN_1.splitlines()]
