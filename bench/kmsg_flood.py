@@ -22,6 +22,7 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
+WALL_BUDGET_S = 2.5
 ODD = [b"\x1b]52;c;ZWNobyBwd25lZA==\x07", b"\xff\xfe\xc3", b"\x00", b"\xc2\x9b2J", b"\x1b[2J"]
 
 
@@ -74,6 +75,10 @@ def main() -> int:
             print(f"{label:20s} peak RSS {rss_kib / 1024:6.1f} MiB  wall {wall:5.2f} s  "
                   f"cpu {cpu:5.2f} s  "
                   f"stdout {out_b} B  findings {n}  ({cut})")
+    # issue 41.2: the whole storm read, with a margin under the check's read budget (its 5 s
+    # deadline less the 1.2 s kept for findings and output)
+    print(f"budget: the whole log read; {WALL_BUDGET_S} s wall for 2,000,000 lines on a quiet "
+          "2-core node (the read stops at 3.8 s)")
     return 0
 
 

@@ -6,9 +6,14 @@ is the only witness. Reads /dev/kmsg without blocking (the whole ring buffer, th
 saved log given with --kmsg-file (raw kmsg records, `dmesg`, `dmesg -T`/`-H`, journal or syslog
 lines) for offline use. Both are streamed, folded into grouped counts (per GPU and code: count,
 first/last time, one sample line), so a 200,000-line Xid storm costs the groups, not the log
-(issue 28, X-02). /dev/kmsg is read a record at a time; a saved log in 1 MiB blocks, where
-runs of Xid lines are decoded in bulk, so that a 2,000,000-line storm is read to its end within
-the check's deadline (issue 41.2, SavedLog).
+(issue 28, X-02). /dev/kmsg is read a record at a time, a record without an NVIDIA or
+kernel-hang marker only counted (KmsgLog); a saved log in 1 MiB blocks, where
+runs of Xid lines are folded in bulk, so that a 2,000,000-line storm is read to its end within
+the check's deadline (issue 41.2, SavedLog). The log is read once: what gpu_lost and the trace
+verdicts need from it is published as the fact KMSG_LOG (Summary).
+
+This module reads and folds (analyze); the readers of the log are host/kernel_log.py, the
+wording of each finding checks/_kmsg_findings.py.
 """
 from __future__ import annotations
 
@@ -17,19 +22,17 @@ import gc
 import re
 import time
 from collections import OrderedDict, deque
-from operator import itemgetter
 from pathlib import Path
 from typing import Iterable, Iterator
 
-from node_probe.protocol import catalog
-from node_probe.protocol.evidence import cut
-from node_probe.protocol.render import terminal_safe
 from node_probe.host import aer, hostfs, lockup, nvrm, sxid, xid
 # the readers of a kernel log, and what tests and other checks used to find here
 from node_probe.host.kernel_log import (  # noqa: F401 -- re-exported
-    BLOCK_BYTES, LINE, MARK_RE, MAX_FILE_BYTES, MAX_KEYS, MAX_LINE, MAX_RECORDS, SKIP, XIDS,
-    SavedLog, Stats, _xid_key, _xid_text, iter_kmsg, iter_log_file, kernel_log,
+    BLOCK_BYTES, LINE, LINES, MARK_RE, MAX_FILE_BYTES, MAX_LINE, MAX_RECORDS, SKIP, XIDS,
+    KmsgLog, SavedLog, Stats, iter_kmsg, iter_log_file, kernel_log, xid_key, xid_text,
     parse_kmsg_record, parse_line, parse_log_file, read_kmsg, uptime_s)
+from node_probe.checks import _kmsg_findings as words
+from node_probe.checks._kmsg_findings import HUNG_CRITICAL_COMMS  # noqa: F401 -- re-exported
 from node_probe.engine.context import Skipped
 from node_probe.deviceplugin import podresources
 from node_probe.engine.facts import KMSG_LOG, KMSG_XIDS, NVML, PODRESOURCES
@@ -52,7 +55,6 @@ STATE_RE = re.compile(r"task:(\S{1,64})\s+state:(\w)\b.*?(?<![a-z])pid:\s*([0-9]
 FRAME_MODULE_RE = re.compile(r"\+0x[0-9a-f]{1,16}/0x[0-9a-f]{1,16} \[([a-z0-9_]{1,32})\]")
 NVIDIA_MODULES = ("nvidia", "nvidia_uvm", "nvidia_modeset", "nvidia_drm", "nvidia_peermem",
                   "nvidia_fs")
-HUNG_CRITICAL_COMMS = ("kubelet", "containerd", "dockerd", "crio", "nvidia", "runc")
 MAX_HUNG = 64                   # distinct hung tasks kept
 MAX_FRAMES = 64                 # stack lines read after one hung task
 
@@ -131,20 +133,28 @@ class Summary:
             self._flush()
         self.xid_lines.append(line)
 
-    def keep_run(self, tss: list, keys: list, rests: list) -> None:
-        """The newest lines of a run of Xid lines (kmsg's block reader), their text read only
-        if they are still among the newest when read: a storm's runs push each other out."""
+    def keep_run(self, tss: list, raws: tuple, rests: tuple, norm: dict) -> None:
+        """The newest lines of a run of Xid lines (kmsg's block reader: raw keys, parsed by
+        `norm`, and raw messages), read only if they are still among the newest when read: a
+        storm's runs push each other out."""
         if len(tss) >= MAX_XID_LINES:
             self.xid_lines.clear()
         elif self._run is not None:
             self._flush()
-        self._run = (tss, keys, rests)
+        self._run = (tss, raws, rests, norm)
 
     def _flush(self) -> None:
-        tss, keys, rests = self._run
+        tss, raws, rests, norm = self._run
         self._run = None
-        self.xid_lines.extend([(t, k[0], k[1], _xid_text(r)) for t, k, r in
-                               zip(tss, keys, rests)])
+        keys = {}
+        for raw in set(raws):       # `norm` may have been emptied since (its bound): read again
+            key = norm.get(raw)
+            if key is None:
+                pci, code = xid_key(raw)
+                key = (pci[:64], code)
+            keys[raw] = key
+        self.xid_lines.extend([(float(t), *keys[r], xid_text(x)) for t, r, x in
+                               zip(tss, raws, rests)])
 
     def mark_lost(self, bus: str, key: str, n: int = 1) -> None:
         full = aer.full_bdf(bus)
@@ -162,9 +172,6 @@ class Summary:
         return {"source": source, "lost": {k: dict(v) for k, v in self.lost.items()},
                 "xid_lines": tuple({"uptime_s": t, "pci": p, "xid": c, "text": x[:200]}
                                    for t, p, c, x in self.xid_lines)}
-
-
-_FIRST, _SECOND, _THIRD = itemgetter(0), itemgetter(1), itemgetter(2)
 
 
 def analyze(records: Iterable[tuple[float | None, str]], now_s: float | None = None,
@@ -235,44 +242,43 @@ def analyze(records: Iterable[tuple[float | None, str]], now_s: float | None = N
                 summary.mark_lost(bus, "off_the_bus")
                 first_lost_line.setdefault(xid.short_bus(bus) or bus, n)
 
-    norm: dict[str, tuple[str, int]] = {}      # FAST_XID_RE's keys read so far
+    known_raw: set[str] = set()     # raw Xid keys whose bus id is in first_xid_at
 
     def xid_run(n: int, rows: list) -> None:
         """A run of dmesg Xid lines (FAST_XID_RE's groups), lines n+1..n+len(rows): what
         line() does to each, in bulk."""
-        tss = list(map(float, map(_FIRST, rows)))
-        raw = list(map(_SECOND, rows))
-        rests = list(map(_THIRD, rows))
-        missing = set(raw).difference(norm)
-        if len(norm) + len(missing) > MAX_KEYS:
-            norm.clear()
-            missing = set(raw)
-        for k in missing:
-            norm[k] = _xid_key(k)
-        keys = list(map(norm.__getitem__, raw))
-        counts, first = grouper.add_many(tss, keys, rests, _xid_text)
-        tail = slice(-MAX_XID_LINES, None)
-        summary.keep_run(tss[tail], keys[tail], rests[tail])
-        if len(first_xid_at) < xid.MAX_GROUPS and \
-                not first_xid_at.keys() >= {pci for pci, _code in first}:
-            at: dict[str, int] = {}             # bus id -> its first line in the run
-            for (pci, _code), i in first.items():
-                if i < at.get(pci, i + 1):
-                    at[pci] = i
-            for pci, i in sorted(at.items(), key=lambda kv: kv[1]):
-                if pci not in first_xid_at and len(first_xid_at) < xid.MAX_GROUPS:
-                    first_xid_at[pci] = n + 1 + i
-        if any(k[1] == 79 for k in counts):
-            for key in [k for k in counts if k[1] == 79]:
-                pci = key[0]
-                x79[pci] = x79.get(pci, 0) + counts[key]
-                if pci not in first79:
-                    first79[pci] = n + 1 + first[key]
+        ts_text, raws, rests = zip(*rows)
+        counts, firsts = grouper.add_run(ts_text, raws, rests, xid_key, xid_text)
+        norm = grouper.norm
+        summary.keep_run(ts_text[-MAX_XID_LINES:], raws[-MAX_XID_LINES:], rests[-MAX_XID_LINES:],
+                         norm)
+        if len(first_xid_at) < xid.MAX_GROUPS:
+            fresh = set(counts).difference(known_raw)
+            if fresh:
+                first = firsts()
+                for raw in sorted(fresh, key=first.__getitem__):   # a bus id's first line
+                    pci = norm[raw][0]
+                    if pci not in first_xid_at and len(first_xid_at) < xid.MAX_GROUPS:
+                        first_xid_at[pci] = n + 1 + first[raw]
+                    if pci in first_xid_at:
+                        known_raw.add(raw)
+                if len(known_raw) > xid.MAX_RAW_KEYS:
+                    known_raw.clear()
+        lost = counts.keys() & grouper.raw79
+        if lost:
+            if any(norm[raw][0] not in first79 for raw in lost):    # a new GPU: in log order
+                first = firsts()
+                lost = sorted(lost, key=first.__getitem__)
+                for raw in lost:
+                    first79.setdefault(norm[raw][0], n + 1 + first[raw])
+            for raw in lost:
+                pci = norm[raw][0]
+                x79[pci] = x79.get(pci, 0) + counts[raw]
         hung.current = None
 
     n = 0
     clock = time.monotonic
-    if isinstance(records, SavedLog):
+    if isinstance(records, (SavedLog, KmsgLog)):
         def busy() -> bool:
             return (hung.current is not None or locks._cur is not None or pcie._left > 0
                     or driver.busy)
@@ -283,19 +289,28 @@ def analyze(records: Iterable[tuple[float | None, str]], now_s: float | None = N
         gc.disable()
         try:
             for item in records.items(busy):
-                if stop_at is not None and clock() > stop_at:
+                kind = item[0]
+                if kind == LINE:        # the clock every 1,024 lines, as for a stream
+                    n += 1
+                    if stop_at is not None and not n & 1023 and clock() > stop_at:
+                        if stats is not None:
+                            stats.cut = f"stopped at the check's deadline after {n - 1} lines"
+                        break
+                    line(n, item[1], item[2])
+                    continue
+                if stop_at is not None and clock() > stop_at:   # a block: before each
                     if stats is not None:
                         stats.cut = f"stopped at the check's deadline after {n} lines"
                     break
-                kind = item[0]
                 if kind == SKIP:
                     n += item[1]
-                elif kind == XIDS:
+                elif kind == LINES:
+                    for ts, msg in item[1]:
+                        n += 1
+                        line(n, ts, msg)
+                else:
                     xid_run(n, item[1])
                     n += len(item[1])
-                else:
-                    n += 1
-                    line(n, item[1], item[2])
         finally:
             if gc_on:
                 gc.enable()
@@ -340,29 +355,29 @@ def analyze(records: Iterable[tuple[float | None, str]], now_s: float | None = N
             if first is not None and dev.first_fatal_line < first and bus not in aer_cause:
                 aer_cause[bus] = (dev, first)
     for gpu, gs in xid.per_gpu(groups):
-        yield _xid_finding(gs, uuids.get(gpu), age, wall, grouper.dropped,
+        yield words.xid_finding(gs, uuids.get(gpu), age, wall, grouper.dropped,
                            (aer_cause.get(gpu) or (None,))[0])
     for _pci, gs in sxid.per_switch(switches.groups()):
-        yield _sxid_finding(gs, age, wall, switches.dropped)
+        yield words.sxid_finding(gs, age, wall, switches.dropped)
     for dev, gpus, how in joins:
-        f = _aer_finding(dev, gpus, how, age, wall)
+        f = words.aer_finding(dev, gpus, how, age, wall)
         if f is not None:
             yield f
     xid_codes = {g.code for g in groups}
     for e in driver.errors():
         if e.xid_like in xid_codes and e.kind != "reset_required":
             continue          # the same state already has its Xid line (gpu.xid says it)
-        yield _driver_finding(e, age, wall)
+        yield words.driver_finding(e, age, wall)
     if driver.mismatch:
-        yield _mismatch_finding(driver.mismatch, age, wall)
+        yield words.mismatch_finding(driver.mismatch, age, wall)
     unknown = driver.unrecognized()
     if unknown:
-        yield _unrecognized_finding(unknown, driver.unknown_dropped, age)
+        yield words.unrecognized_finding(unknown, driver.unknown_dropped, age)
     for (comm, pid), d in hung.tasks.items():
-        yield _hung_finding(comm, pid, d, age)
+        yield words.hung_finding(comm, pid, d, age)
     xid_pids = {p.split(" ")[0] for g in groups for p in g.pids}
     for r in locks.reports():
-        f = _lockup_finding(r, xid_pids, age)
+        f = words.lockup_finding(r, xid_pids, age)
         if f is not None:
             yield f
 
@@ -404,337 +419,6 @@ def _aer_joins(devices: list[aer.AerDevice], uuids: dict[str, str], groups, driv
     return out
 
 
-def _aer_finding(dev: aer.AerDevice, gpus: tuple[str, ...], how: str | None, age, wall):
-    """gpu.pcie_aer: what the PCIe link of a GPU reported; quiet for a corrected error on a
-    port with no GPU below it."""
-    fatal = dev.worst == aer.FATAL or bool(dev.cant_recover)
-    if not gpus and not fatal:
-        return None            # a corrected / non-fatal error on some other device's link
-    counts = dict(dev.counts)
-    what = []
-    if dev.surprise_down:
-        what.append("the link went down (Surprise Down)" if not dev.link_down
-                    else "the slot's link went down")
-    if dev.completion_timeout:
-        what.append("completion timeouts")
-    if dev.cant_recover:
-        what.append("the nvidia driver can't recover (no error_detected callback)")
-    label = {aer.FATAL: "uncorrected fatal", aer.NONFATAL: "uncorrected non-fatal",
-             aer.CORRECTED: "corrected"}[dev.worst]
-    place = (f"GPU {dev.bdf}" if dev.driver == "nvidia" else
-             f"PCIe port {dev.bdf} above GPU {', '.join(gpus)}" if gpus else
-             f"PCIe device {dev.bdf} ({dev.driver}; no GPU known below it)")
-    n = sum(counts.values()) + dev.link_down
-    times = "once" if n == 1 else f"{n} times"
-    if fatal and gpus:
-        sev = "critical"
-        fix = ("The GPU is gone from the PCIe bus: the kernel's AER recovery cannot bring it "
-               "back (the nvidia driver has no AER callbacks), and every Xid that follows on "
-               "it is a consequence. Drain the node and reboot it; check the GPU's seating, "
-               "riser/cable, slot power and the port's link (`lspci -vvv -s <port>`: LnkSta); "
-               "replace the GPU or the riser if it repeats.")
-    elif fatal:
-        sev = "warning"
-        fix = ("A fatal PCIe error on a device this tool cannot tie to a GPU (no sysfs "
-               "topology, no nvidia line in the report): check `lspci -t` for what sits "
-               "below it; if a GPU does, treat it as gone (drain and reboot).")
-    elif dev.worst == aer.NONFATAL:
-        sev = "warning"
-        fix = ("The GPU's link had uncorrected (non-fatal) errors: transactions were lost and "
-               "the application may have seen errors. Watch for a fatal one; check the link's "
-               "seating and signal integrity (riser, cable) if it repeats.")
-    else:
-        sev = "info"
-        fix = ("Corrected errors on the GPU's link: the hardware retried and nothing was "
-               "lost. A rising rate is a link going bad (riser, cable, seating): compare "
-               "with the GPU's PCIe replay counter (nvidia-smi -q -d PCIE).")
-    return catalog.make(
-        "gpu.pcie_aer", sev, f"pci {gpus[0] if gpus else dev.bdf}",
-        f"PCIe AER {label} error {times} on {place}" + (f": {'; '.join(what)}" if what else ""),
-        {"device": dev.bdf, "driver": dev.driver, "severity_class": dev.worst,
-         "counts": counts, "status_bits": list(dev.bits), "link_down": dev.link_down,
-         "cant_recover": list(dev.cant_recover), "gpus": list(gpus), "joined_by": how,
-         "surprise_down": dev.surprise_down, "completion_timeout": dev.completion_timeout,
-         "sample": cut(terminal_safe(dev.sample), aer.MAX_LINE),
-         "first_fatal_s_since_boot": dev.first_fatal_s, "last_s_since_boot": dev.last_s,
-         "last_seen": wall(dev.last_s), "last_age_s": age(dev.last_s)},
-        fix,
-        ("https://docs.kernel.org/PCI/pcieaer-howto.html", xid.CATALOG_URL))
-
-
-def _lockup_finding(r: lockup.Lockup, xid_pids: set[str], age):
-    """kernel.lockup: a soft/hard lockup, RCU stall or BUG whose stack names an NVIDIA module
-    (critical), whose task is a GPU process (warning) or that has only the driver loaded
-    (info); none when nothing ties it to the GPUs."""
-    gpu_proc = r.gpu_process or (r.pid is not None and str(r.pid) in xid_pids)
-    if r.in_driver:
-        sev, why = "critical", f"inside the NVIDIA driver ({', '.join(r.stack_modules)})"
-    elif gpu_proc:
-        sev, why = "warning", f"in a GPU process ({r.comm})"
-    elif r.nvidia_loaded:
-        sev, why = "info", "on a node with the NVIDIA driver loaded (not in its stack)"
-    else:
-        return None
-    task = f" [{r.comm}:{r.pid}]" if r.comm else ""
-    times = "once" if r.count == 1 else f"{r.count} times"
-    fix = ("A CPU spun or stalled inside the NVIDIA kernel driver: the GPUs' work and often "
-           "the node freeze, and the task cannot be killed. Drain the node and reboot it; "
-           "update the driver and report the stack to NVIDIA (nvidia-bug-report.sh) if it "
-           "recurs." if r.in_driver else
-           "A CPU stalled while running a GPU process's task: look at the job and the stack "
-           "that follows the report (dmesg); a repeat needs a drain and reboot." if gpu_proc
-           else "A kernel lockup or BUG that does not name the NVIDIA driver in its stack: "
-                "look at the stack for the module that did; it may still stall GPU jobs.")
-    return catalog.make(
-        "kernel.lockup", sev, f"{r.comm}:{r.pid}" if r.comm else "node",
-        f"Kernel {lockup.KINDS[r.kind]} ({cut(terminal_safe(r.what), 80)}){task} {times} "
-        f"{why}",
-        {"kind": r.kind, "what": cut(terminal_safe(r.what), 120), "comm": r.comm, "pid": r.pid,
-         "reports": r.count, "nvidia_modules": list(r.stack_modules),
-         "in_nvidia_driver": r.in_driver, "gpu_process": gpu_proc,
-         "nvidia_loaded": r.nvidia_loaded, "sample": cut(terminal_safe(r.sample), 300),
-         "last_age_s": age(r.last_s)},
-        fix,
-        ("https://docs.kernel.org/admin-guide/lockup-watchdogs.html",
-         "https://docs.kernel.org/RCU/stallwarn.html"))
-
-
-def _hung_finding(comm: str, pid: int, d: dict, age):
-    # by prefix (containerd-shim, runc:[2:INIT], nvidia-device-p), not substring: a task
-    # named `prunc-job` or `my-kubelet-test` is not a node daemon; a task is in the NVIDIA
-    # driver by the modules of its stack (`nvc:[driver]` ... `[nvidia_uvm]`), not by its name
-    daemon = comm.lower().startswith(HUNG_CRITICAL_COMMS)
-    mods = d["modules"]
-    blocked = (f" blocked for more than {d['blocked_s']} s" if d["blocked_s"] is not None
-               else " blocked")
-    title = (f"Task {comm} (pid {pid}){blocked}" + (f" in state {d['state']}" if d["state"] else "")
-             + (f" inside the NVIDIA driver ({', '.join(mods)})" if mods else ""))
-    fix = ("A task stuck in uninterruptible sleep (D) is waiting in the kernel, often on a "
-           "driver (nvidia ioctl), storage or memory reclaim. Its kernel stack is in "
-           "/proc/<pid>/stack; a node whose kubelet/containerd/driver tasks hang usually needs "
-           "draining and a reboot.")
-    if mods:
-        fix = (f"The task is stuck inside the NVIDIA kernel driver ({', '.join(mods)} in its "
-               "stack): it cannot be killed, and the GPUs it holds cannot be reset while it "
-               "waits. Drain the node and reboot it; if it recurs, update the driver and "
-               "report the stack to NVIDIA (nvidia-bug-report.sh).")
-    return catalog.make(
-        "kernel.hung_task", "critical" if daemon or mods else "warning", f"{comm}:{pid}",
-        title,
-        {"comm": comm, "pid": pid, "blocked_s": d["blocked_s"], "state": d["state"],
-         "reports": d["count"], "last_age_s": age(d["last_s"]), "nvidia_modules": list(mods),
-         "in_nvidia_driver": bool(mods)},
-        fix,
-        ("https://www.kernel.org/doc/html/latest/admin-guide/sysctl/kernel.html#hung-task-timeout-secs",))
-
-
-def _code_evidence(g: xid.XidGroup, age, wall) -> dict:
-    info = xid.describe(g.code)
-    bucket = g.bucket
-    ev = {"xid": g.code, "known": xid.known(g.code), "mnemonic": info.mnemonic,
-          "meaning": info.meaning,
-          "severity": xid.SEVERITY[bucket], "resolution_bucket": bucket,
-          "nvidia_resolution_bucket": info.nvidia_bucket, "usual_cause": info.blame,
-          "count": g.count, "last_message": g.last_message, "pids": list(g.pids),
-          "first_s_since_boot": g.first_s, "last_s_since_boot": g.last_s,
-          "first_seen": wall(g.first_s), "last_seen": wall(g.last_s),
-          "last_age_s": age(g.last_s)}
-    if g.code in xid.NVLINK5:
-        ev.update(fatal_lines=g.fatal, nonfatal_lines=g.nonfatal)
-    if g.caused_by is not None:
-        ev["caused_by_xid"] = g.caused_by
-    return ev
-
-
-def _xid_finding(gs: list[xid.XidGroup], uuid: str | None, age, wall, dropped: int,
-                 aer_dev: aer.AerDevice | None = None):
-    """One finding per GPU: every Xid code it logged (grouped per code, worst first), the
-    worst one setting the severity, the headline and the action. The top-level evidence keys
-    are the worst code's (as before, when a GPU had one code); `codes` has them all."""
-    g = gs[0]
-    info = xid.describe(g.code)
-    bucket = g.bucket
-    gpu = f"GPU {uuid} (pci {g.pci})" if uuid else f"the GPU at pci {g.pci}"
-    times = "once" if g.count == 1 else f"{g.count} times"
-    name = f"{info.mnemonic}, " if info.mnemonic else ""
-    why = ""
-    if g.code in xid.NVLINK5 and (g.fatal or g.nonfatal):
-        why = " (the driver says Fatal)" if g.fatal else " (the driver says Nonfatal)"
-    elif g.caused_by is not None:
-        why = f" (caused by a previous Xid {g.caused_by})"
-    others = [f"Xid {o.code} x{o.count}" for o in gs[1:]]
-    also = f"; also {', '.join(others[:6])}" + (" ..." if len(others) > 6 else "") if others else ""
-    codes = [_code_evidence(o, age, wall) for o in gs]
-    ev = dict(codes[0])
-    ev.pop("severity", None)
-    ev.update(pci=g.pci, gpu_uuid=uuid, xids=[o.code for o in gs], codes=codes,
-              groups_dropped_events=dropped)
-    action = info.action
-    if aer_dev is not None:
-        # a fatal AER before the GPU's first Xid: the link went first, the Xid follows it
-        bits = ", ".join(aer_dev.bits) or aer_dev.worst
-        why = (f" after a PCIe AER fatal error ({bits}) on "
-               f"{'the GPU' if aer_dev.driver == 'nvidia' else 'its port ' + aer_dev.bdf}: "
-               "the GPU is gone")
-        bucket = xid.REBOOT
-        ev["caused_by_aer"] = {"device": aer_dev.bdf, "status_bits": list(aer_dev.bits),
-                               "cant_recover": list(aer_dev.cant_recover)}
-        ev["resolution_bucket"] = bucket
-        action = ("The PCIe link failed before the driver logged this Xid, so the Xid is its "
-                  "consequence, whatever its own bucket says: the GPU is off the bus until the "
-                  "node reboots. Check the GPU's seating, riser and slot power; replace the "
-                  "GPU or riser if it repeats.")
-    elif g.caused_by is not None and g.code == 45:
-        cause = xid.describe(g.caused_by)
-        action = (f"Xid 45 tears down contexts after another error: here Xid {g.caused_by} "
-                  f"({cause.meaning}). {cause.action}")
-    elif g.code in xid.NVLINK5 and not g.fatal and g.nonfatal:
-        action = ("The driver marks this NVLink error Nonfatal: workloads go on; watch the "
-                  "rate, and reset the GPU if a Fatal one follows.")
-    severity = xid.SEVERITY[bucket]
-    parsed = aer.full_bdf(g.pci) is not None
-    ev["bus_id_parsed"] = parsed
-    if not parsed:
-        # `Xid (PCI:zz:zz)` (a forged or garbled line) names no GPU: what was seen, not a
-        # critical for "a GPU" on its own
-        gpu = f"a GPU whose bus id did not parse ({cut(terminal_safe(g.pci), 24)!r})"
-        severity = "warning" if severity == "critical" else severity
-    return catalog.make(
-        "gpu.xid", severity, f"pci {g.pci}" if g.pci else "gpu",
-        (f"Xid {g.code} ({name}{info.meaning}){why} {times} on {gpu}: "
-         + ("reboot the node" if aer_dev is not None else
-            f"NVIDIA says {bucket.replace('_', ' ')}") + also if xid.known(g.code) else
-         f"Xid {g.code} (unknown: not in NVIDIA's catalog as this tool carries it) {times} on "
-         f"{gpu}: {cut(terminal_safe(g.last_message), 120)}{also}"),
-        ev,
-        f"{xid.BUCKET_TEXT[bucket][0].upper()}{xid.BUCKET_TEXT[bucket][1:]}. {action}",
-        (xid.CATALOG_URL,))
-
-
-_SXID_FIX = {
-    sxid.FATAL: ("NVLink traffic through this NVSwitch port stalls: the GPUs behind it hang or "
-                 "abort their CUDA jobs (Xid 45), and NCCL collectives wait forever. Drain the "
-                 "node and reboot it, which resets the GPUs and the NVSwitches and starts the "
-                 "fabric manager again; if the same SXid returns, have the NVSwitch baseboard "
-                 "inspected (NVIDIA / the system vendor)."),
-    sxid.NONFATAL: ("Non-fatal: the switch hardware corrected it or the link recovered; no "
-                    "action. Watch the rate, and act on the fatal SXids or GPU Xids next to it, "
-                    "if any."),
-    sxid.UNKNOWN: ("This SXid is not in the Fabric Manager guide's tables this tool carries: "
-                   "look the code up in the guide and compare with the GPU Xids on the node."),
-}
-_SXID_FIX[sxid.ALWAYS_FATAL] = ("Always fatal to the whole NVLink fabric: every GPU behind "
-                                "the NVSwitches is affected. " + _SXID_FIX[sxid.FATAL])
-
-
-def _sxid_finding(gs: list[sxid.SxidGroup], age, wall, dropped: int):
-    """One finding per NVSwitch: every SXid code it logged, the worst class deciding."""
-    g = gs[0]
-    cls, name = g.klass, sxid.describe(g.code)[1]
-    said = ("the driver says Fatal" if g.fatal else "the driver says Non-fatal" if g.nonfatal
-            else f"the Fabric Manager guide lists it as {cls.replace('_', ' ')}"
-            if cls != sxid.UNKNOWN else "not in the Fabric Manager guide's tables")
-    others = [f"SXid {o.code} x{o.lines}" for o in gs[1:]]
-    also = f"; also {', '.join(others[:6])}" + (" ..." if len(others) > 6 else "") if others else ""
-    links = f", link {', '.join(map(str, g.links[:8]))}" if g.links else ""
-    cut_key = g.cuts
-    cuts_text = sxid.CUTS_TEXT.get(cut_key or "", "")
-    codes = [{"sxid": o.code, "name": sxid.describe(o.code)[1] or None, "class": o.klass,
-              "cuts": o.cuts, "severity": o.severity,
-              "lines": o.lines, "fatal_lines": o.fatal, "nonfatal_lines": o.nonfatal,
-              "links": list(o.links), "sample": cut(terminal_safe(o.sample), sxid.MAX_MESSAGE),
-              "first_s_since_boot": o.first_s, "last_s_since_boot": o.last_s,
-              "first_seen": wall(o.first_s), "last_seen": wall(o.last_s),
-              "last_age_s": age(o.last_s)} for o in gs]
-    return catalog.make(
-        "nvswitch.sxid", g.severity, f"nvswitch pci {g.pci}",
-        f"SXid {g.code}" + (f" ({name})" if name else "") + f" on NVSwitch {g.switch} "
-        f"(pci {g.pci}{links}): {said}" + (f"; it cuts {cuts_text}" if cut_key not in
-                                           (None, "none") else "") + also,
-        {"switch": g.switch, "pci": g.pci, "sxid": g.code, "name": name or None, "class": cls,
-         "cuts": cut_key, "cuts_text": cuts_text or None,
-         "sxids": [o.code for o in gs], "codes": codes, "groups_dropped_lines": dropped},
-        _SXID_FIX[sxid.FATAL] if cls == sxid.NONFATAL and g.severity == "critical" else
-        _SXID_FIX_WATCH if cls == sxid.NONFATAL and g.severity == "warning" else _SXID_FIX[cls],
-        (sxid.FM_GUIDE_URL,))
-
-
-_SXID_FIX_WATCH = ("Not fatal by itself, but not corrected either: it cuts the port's throughput "
-                   "or precedes a fatal SXid on the same port. Check the NVLink cabling and "
-                   "cooling, and act on a fatal SXid or a GPU Xid 74/45 next to it: those need "
-                   "the node drained and rebooted.")
-
-
-DRIVER_REFS = ("https://github.com/NVIDIA/open-gpu-kernel-modules",
-               xid.CATALOG_URL)
-
-
-def _driver_finding(e: nvrm.DriverError, age, wall):
-    like = xid.describe(e.xid_like)
-    unparsed = e.gpu == nvrm.UNPARSED
-    where = ("a GPU whose bus id did not parse" if unparsed else f"GPU {e.gpu}" if e.gpu
-             else "a GPU")
-    times = "once" if e.count == 1 else f"{e.count} times"
-    severity = nvrm.SEVERITY_OVERRIDE.get(e.kind, xid.SEVERITY[e.bucket])
-    if unparsed and severity == "critical":
-        severity = "warning"   # a garbled bus id: never a critical for "a GPU" on its own
-    return catalog.make(
-        "gpu.driver_error", severity,
-        f"pci {e.gpu}" if e.gpu and ":" in e.gpu and not unparsed
-        else ("gpu" if unparsed else e.gpu.lower() or "gpu"),
-        f"NVIDIA driver on {where}: {e.what}, {times} (no Xid line; the state of Xid "
-        f"{e.xid_like}, {like.meaning})",
-        {"kind": e.kind, "gpu": None if unparsed else e.gpu or None, "bus_id_parsed":
-         not unparsed, "like_xid": e.xid_like,
-         "resolution_bucket": e.bucket, "count": e.count,
-         "sample": cut(terminal_safe(e.sample), nvrm.MAX_LINE),
-         "first_s_since_boot": e.first_s, "last_s_since_boot": e.last_s,
-         "first_seen": wall(e.first_s), "last_seen": wall(e.last_s),
-         "last_age_s": age(e.last_s)},
-        f"{xid.BUCKET_TEXT[e.bucket][0].upper()}{xid.BUCKET_TEXT[e.bucket][1:]}. "
-        f"Same state as Xid {e.xid_like}: {like.action}",
-        DRIVER_REFS)
-
-
-def _mismatch_finding(d: dict, age, wall):
-    """`NVRM: API mismatch`: the kernel's word for NVML's "driver/library version mismatch"."""
-    cv, mv = d.get("client_version"), d.get("module_version")
-    versions = (f": user-space driver {cv}, loaded kernel module {mv}" if cv and mv else "")
-    times = "once" if d["count"] == 1 else f"{d['count']} times"
-    return catalog.make(
-        "driver.version_mismatch", "critical", "node",
-        f"The NVIDIA kernel module refused a client of another driver version {times} (NVRM: "
-        f"API mismatch){versions}",
-        {"kernel_module_version": mv, "library_version": cv, "reports": d["count"],
-         "sample": cut(terminal_safe(d.get("sample") or ""), nvrm.MAX_LINE),
-         "first_s_since_boot": d["first_s"], "last_s_since_boot": d["last_s"],
-         "first_seen": wall(d["first_s"]), "last_seen": wall(d["last_s"]),
-         "last_age_s": age(d["last_s"]), "source": "kernel log"},
-        "The user-space driver was upgraded but the old kernel module is still loaded, so "
-        "every NVML and CUDA client fails (nvidia-smi: \"Driver/library version mismatch\"). "
-        "Drain the node and reboot it (or stop everything using the GPU and reload the nvidia "
-        "modules); when the module installed on disk is itself the old version (DKMS did not "
-        "rebuild it, an image shipped mismatched packages), reinstall the module of the "
-        "driver's version first.",
-        ("https://docs.nvidia.com/deploy/nvml-api/group__nvmlDeviceEnumvs.html",
-         "https://github.com/NVIDIA/open-gpu-kernel-modules"))
-
-
-def _unrecognized_finding(unknown: list[nvrm.Unrecognized], dropped: int, age):
-    total = sum(u.count for u in unknown) + dropped
-    lines = [{"count": u.count, "line": cut(terminal_safe(u.sample), 200),
-              "last_age_s": age(u.last_s)} for u in unknown]
-    return catalog.make(
-        "gpu.driver_message", "info", "kernel log",
-        f"{total} NVIDIA driver error line(s) of {len(unknown) + (1 if dropped else 0)} kind(s) "
-        f"this tool does not recognise: {cut(terminal_safe(unknown[0].sample), 120)}",
-        {"lines": lines, "kinds_not_kept": dropped, "total": total},
-        "Read, not judged: these NVRM lines are not in this tool's catalog. Look them up "
-        "(NVIDIA's Xid catalog, the driver's release notes) and compare with the findings "
-        "above; report them if they come with GPU failures.",
-        DRIVER_REFS)
-
-
 def log_source(opts, stats: Stats) -> tuple[str, Iterator[tuple[float | None, str]], bool]:
     """(name, stream, live) of the kernel log this run reads: --kmsg-file (a saved log, no
     clock to age it against), else the host's /dev/kmsg. The one place the input is chosen,
@@ -742,7 +426,7 @@ def log_source(opts, stats: Stats) -> tuple[str, Iterator[tuple[float | None, st
     if opts.kmsg_file is not None:
         return str(opts.kmsg_file), iter_log_file(opts.kmsg_file, stats), False
     dev = hostfs.resolve(opts.host_root, "dev/kmsg") or Path("/dev/kmsg")
-    return str(dev), iter_kmsg(dev, stats), True
+    return str(dev), KmsgLog(dev, stats), True
 
 
 @check("kmsg", title="Kernel log: NVIDIA Xid and driver errors, PCIe AER, hung tasks, lockups",

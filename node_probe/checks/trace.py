@@ -153,7 +153,10 @@ def trace_check(ctx):
             window_s=results["window_s"], since_start_s=round(time.monotonic() - started, 3))
 
     def kernel_log():
-        done = ctx.fact(KMSG_LOG, timeout=ctx.budget(1.0, reserve=0.5), default=None)
+        # the kmsg check ends by its own deadline (5 s): a storm's read may still be going on
+        # when a short trace window ends, and reading the log again here would be a second read
+        done = ctx.fact(KMSG_LOG, timeout=ctx.budget(kmsg.KMSG_TIMEOUT_S, reserve=0.5),
+                        default=None)
         if done is not None:          # the kmsg check read the log: its Xid lines, not again
             yield from done.get("xid_lines") or ()
             return

@@ -167,49 +167,99 @@ def iter_log_file(path: Path, stats: Stats | None = None) -> "SavedLog":
 
 # -- a saved log read a block at a time (issue 41.2) --------------------------------------------
 # A 2,000,000-line storm is too many lines for Python to touch one at a time within the check's
-# deadline. So a saved log is read in 1 MiB blocks: one regex finds the lines that carry a
-# marker (the rest are only counted), and a run of plain dmesg Xid lines is decoded by one
-# findall and folded in bulk (xid.Grouper.add_many). Every other line goes through the same
-# per-line path as before, and so does every line while a multi-line report is being read.
+# deadline. So a saved log is read in 1 MiB blocks, as bytes: one regex finds the lines that
+# carry a marker (the rest are only counted), and a run of plain dmesg Xid lines is split by one
+# findall and folded in bulk (xid.Grouper.add_run). Every other line is decoded and goes through
+# the same per-line path as before, and so does every line while a multi-line report is read.
+# Why bytes: decoding a storm's block costs as much as folding it, and a line's parts that these
+# patterns cut at ASCII bytes (`[`, `]`, `(`, `)`, `,`, newline) decode exactly as they do inside
+# the decoded line (UTF-8 restarts at any ASCII byte; "replace" works inside the part alone). So a
+# part is decoded only when it is used: a distinct key once, a message when it is read.
 # `[ 1021.339512] NVRM: Xid (PCI:0000:3b:00): 79, pid=1, ...`: XID_RE on the message of a dmesg
 # line, written for a block (no group crosses a line; the line's trailing whitespace is not part
 # of the message, as parse_line's rstrip has it): a line this matches gives exactly what
-# parse_line + XID_RE give (tests/core/test_kmsg_blocks.py compares the two on every form).
-_FAST_PREFIX = r"\[ {0,8}([0-9]{1,12}\.[0-9]{1,9})\] *NVRM: Xid \("
-# (time, key, rest): key is `PCI:0000:3b:00): 79` (read once per distinct key, _xid_key), rest
-# `, message` or blanks (read only for the lines that need their message, _xid_text)
-FAST_XID_RE = re.compile(r"\n" + _FAST_PREFIX + r"((?:PCI:)?[^)\n]{0,64}\):[^\S\n]*[0-9]{1,6})"
-                         r"(,[^\n]*|[^\S\n]*)(?=\n)")
+# parse_line + XID_RE give (tests/core/test_kmsg_blocks.py compares the two on every form). It
+# is stricter than the decoded line's regex, never looser: its blanks are ASCII only, and its
+# bus id is at most 64 bytes, not characters; a line it refuses is read line by line.
+_FAST_PREFIX = rb"\[ {0,8}([0-9]{1,12}\.[0-9]{1,9})\] *NVRM: Xid \("
+# (time, key, rest): key is `PCI:0000:3b:00): 79` (read once per distinct key, xid_key), rest
+# `, message` or blanks (read only for the lines that need their message, xid_text)
+# (The bus id's optional `PCI:` is not written out: the 64 bytes include it, stricter than
+# XID_RE; sre pays for an optional group on every line. One blank at most before the code, as
+# the driver writes it.)
+FAST_XID_RE = re.compile(rb"\n" + _FAST_PREFIX + rb"([^)\n]{0,64}\): ?[0-9]{1,6})"
+                         rb"(,[^\n]*|[ \t\r\f\v]*)(?=\n)")
 _XID_KEY_RE = re.compile(r"(?:PCI:)?([^)\n]{0,64})\):[^\S\n]*([0-9]{1,6})")
 
 
 def _xid_key(key: str) -> tuple[str, int]:
-    """(bus id, code) of FAST_XID_RE's key, as line() reads them with XID_RE."""
+    """(bus id, code) of a decoded FAST_XID_RE key, as line() reads them with XID_RE."""
     m = _XID_KEY_RE.fullmatch(key)
     return m.group(1).strip(), int(m.group(2))
 
 
 def _xid_text(rest: str) -> str:
-    """The message of FAST_XID_RE's rest, as line() reads it with XID_RE (`or ""`)."""
+    """The message of a decoded FAST_XID_RE rest, as line() reads it with XID_RE (`or ""`)."""
     return rest[1:].strip() if rest[:1] == "," else ""
+
+
+def xid_key(raw: bytes) -> tuple[str, int]:
+    """(bus id, code) of FAST_XID_RE's key."""
+    return _xid_key(raw.decode("utf-8", "replace"))
+
+
+def xid_text(rest: bytes) -> str:
+    """The message of FAST_XID_RE's rest."""
+    return _xid_text(rest.decode("utf-8", "replace"))
 
 
 FAST_START_RE = re.compile(_FAST_PREFIX)
 # the end of a run of lines that start like a dmesg Xid line: a line that does not
-FAST_RUN_END_RE = re.compile(r"\n(?!" + _FAST_PREFIX + ")")
+FAST_RUN_END_RE = re.compile(rb"\n(?!" + _FAST_PREFIX + rb")")
 # a line that may matter (MARK_RE's words, anywhere in the line; `\x0a`, which a raw kmsg
-# record's message turns into a space); a blank line (not a record)
-BLOCK_MARK_RE = re.compile(MARK_RE.pattern + r"|\\x0a")
+# record's message turns into a space); a blank line (not a record): in ASCII text, else decoded
+BLOCK_MARK_RE = re.compile(MARK_RE.pattern.encode() + rb"|\\x0a")
 _BLANK_RE = re.compile(r"\n[^\S\n]*(?=\n)")
+_ASCII_BLANK_RE = re.compile(rb"\n[\t\x0b\x0c\r\x1c-\x1f ]*(?=\n)")   # str.isspace()'s ASCII
 BLOCK_BYTES = 1 << 20
-MAX_KEYS = 1 << 16          # distinct Xid keys (bus id and code as written) remembered
-SKIP, LINE, XIDS = 0, 1, 2      # what SavedLog.items() yields
+SKIP, LINE, XIDS, LINES = 0, 1, 2, 3      # what SavedLog.items() and KmsgLog.items() yield
 
 
-def _blocks(fd: int, stats: Stats, max_bytes: int) -> Iterator[str]:
-    """The lines of an open file in blocks of about BLOCK_BYTES, decoded, each block "\n" +
-    whole lines each ending in "\n", each line cut to MAX_LINE bytes (the same lines _lines
-    gives: a line's bytes are decoded alike alone or in a block, since "\n" ends any sequence)."""
+def _blanks(text: bytes, start: int, end: int) -> int:
+    """Blank lines (only whitespace, as str.strip() has it) among the lines of text[start:end],
+    which is "\n" + whole lines each ending in "\n"."""
+    part = text[start:end]
+    if part.isascii():
+        return len(_ASCII_BLANK_RE.findall(part))
+    return len(_BLANK_RE.findall(part.decode("utf-8", "replace")))
+
+
+def _cut_long(whole: bytes) -> bytes:
+    """`whole` (lines each ending in "\n") with each line cut to MAX_LINE bytes. Only a line
+    that holds a newline-free stretch of MAX_LINE // 2 bytes where the scan looks can be that
+    long, so a block is looked at every MAX_LINE // 2 bytes, not split into its lines."""
+    step = MAX_LINE // 2
+    out: list[bytes] = []
+    done = pos = 0                  # whole[:done] is in out; pos: where to look next
+    while pos + step <= len(whole):
+        if whole.find(b"\n", pos, pos + step) >= 0:
+            pos += step
+            continue
+        start = whole.rfind(b"\n", 0, pos) + 1
+        end = whole.find(b"\n", pos + step)
+        if end - start > MAX_LINE:
+            out.append(whole[done:start + MAX_LINE])
+            done = end
+        pos = end + 1
+    if not out:
+        return whole
+    out.append(whole[done:])
+    return b"".join(out)
+
+
+def _blocks(fd: int, stats: Stats, max_bytes: int) -> Iterator[bytes]:
+    """The lines of an open file in blocks of about BLOCK_BYTES, each block "\n" + whole lines
+    each ending in "\n", each line cut to MAX_LINE bytes (the same lines _lines gives)."""
     pending = b""
     skipping = False        # the rest of a line already cut
     while True:
@@ -230,15 +280,12 @@ def _blocks(fd: int, stats: Stats, max_bytes: int) -> Iterator[str]:
             whole += pending[:MAX_LINE] + b"\n"
             pending, skipping = b"", True
         if whole:
-            parts = whole.split(b"\n")
-            if max(map(len, parts)) > MAX_LINE:
-                whole = b"\n".join([p[:MAX_LINE] for p in parts])
-            yield "\n" + whole.decode("utf-8", "replace")
+            yield b"\n" + _cut_long(whole)
         if stats.bytes >= max_bytes:
             stats.cut = f"stopped after {max_bytes} bytes"
             break
     if pending and not skipping:
-        yield "\n" + pending[:MAX_LINE].decode("utf-8", "replace") + "\n"
+        yield b"\n" + pending[:MAX_LINE] + b"\n"
 
 
 class SavedLog:
@@ -264,8 +311,9 @@ class SavedLog:
 
     def items(self, busy) -> Iterator[tuple]:
         """(SKIP, records), (LINE, ts, message) or (XIDS, rows) in log order, where rows are
-        FAST_XID_RE's groups of a run of dmesg Xid lines. `busy()` (asked before each step)
-        says a reader is inside a multi-line report: then every line is given, one at a time."""
+        FAST_XID_RE's groups (bytes: xid_key, xid_text read them) of a run of dmesg Xid
+        lines. `busy()` (asked before each step) says a reader is inside a multi-line report:
+        then every line is given, one at a time."""
         stats = self.stats
         fd = os.open(self.path, os.O_RDONLY | os.O_NONBLOCK)
         try:
@@ -277,10 +325,9 @@ class SavedLog:
                     # inside a multi-line report (busy) or such a run: one line at a time
                     if pos >= slow_until and not busy():
                         m = BLOCK_MARK_RE.search(text, pos)
-                        start = end if m is None else text.rfind("\n", 0, m.start()) + 1
+                        start = end if m is None else text.rfind(b"\n", 0, m.start()) + 1
                         if start > pos:
-                            k = text.count("\n", pos, start) - len(
-                                _BLANK_RE.findall(text, pos - 1, start))
+                            k = text.count(b"\n", pos, start) - _blanks(text, pos - 1, start)
                             if k:
                                 stats.records += k
                                 yield (SKIP, k)
@@ -291,25 +338,81 @@ class SavedLog:
                             if whole:       # a storm's block: one findall, no run scan
                                 whole = False
                                 rows = FAST_XID_RE.findall(text, pos - 1)
-                                if len(rows) == text.count("\n", pos):
+                                if len(rows) == text.count(b"\n", pos):
                                     stats.records += len(rows)
                                     pos = end
                                     yield (XIDS, rows)
                                     break
                             stop = FAST_RUN_END_RE.search(text, pos).end()
                             rows = FAST_XID_RE.findall(text, pos - 1, stop)
-                            if len(rows) == text.count("\n", pos, stop):
+                            if len(rows) == text.count(b"\n", pos, stop):
                                 stats.records += len(rows)
                                 pos = stop
                                 yield (XIDS, rows)
                                 continue
                             slow_until = stop
-                    nl = text.index("\n", pos)
-                    line = text[pos:nl]
+                    nl = text.index(b"\n", pos)
+                    line = text[pos:nl].decode("utf-8", "replace")
                     pos = nl + 1
                     if line.strip():
                         stats.records += 1
                         yield (LINE, *parse_line(line))
+        finally:
+            os.close(fd)
+
+
+class KmsgLog:
+    """The host's /dev/kmsg. Iterated, it is (seconds since boot, message) a record at a time,
+    as iter_kmsg; `items()` is the same records for analyze(), where a record that carries no
+    marker (BLOCK_MARK_RE, on its bytes) while no multi-line report is being read is only
+    counted, never decoded or parsed: most of a node's kernel log is not the GPUs' (41.2)."""
+
+    def __init__(self, path: Path, stats: Stats | None = None) -> None:
+        self.path = path
+        self.stats = stats if stats is not None else Stats()
+
+    def __iter__(self) -> Iterator[tuple[float | None, str]]:
+        return iter_kmsg(self.path, self.stats)
+
+    def items(self, busy) -> Iterator[tuple]:
+        """(SKIP, records) or (LINES, [(ts, message), ...]) in log order. A record with a
+        marker is always read, so those come in batches (up to 1,024: no generator step a
+        record); `busy()` is asked for a record without one, once the lines before it are read."""
+        stats = self.stats
+        search = BLOCK_MARK_RE.search
+        skipped, batch = 0, []
+        fd = os.open(self.path, os.O_RDONLY | os.O_NONBLOCK)
+        try:
+            for raw in _lines(fd, stats, MAX_FILE_BYTES, MAX_RECORDS * 4):
+                if raw.startswith(b" "):
+                    continue
+                stats.records += 1
+                if b"NVRM: Xid" not in raw and search(raw) is None:
+                    if batch:
+                        yield (LINES, batch)
+                        batch = []
+                    if busy():
+                        batch.append(parse_kmsg_record(raw.decode("utf-8", "replace")))
+                    else:
+                        skipped += 1
+                        if skipped >= 4096:
+                            yield (SKIP, skipped)
+                            skipped = 0
+                else:
+                    if skipped:
+                        yield (SKIP, skipped)
+                        skipped = 0
+                    batch.append(parse_kmsg_record(raw.decode("utf-8", "replace")))
+                    if len(batch) >= 1024:
+                        yield (LINES, batch)
+                        batch = []
+                if stats.records >= MAX_RECORDS:
+                    stats.cut = f"stopped after {MAX_RECORDS} records"
+                    break
+            if skipped:
+                yield (SKIP, skipped)
+            if batch:
+                yield (LINES, batch)
         finally:
             os.close(fd)
 

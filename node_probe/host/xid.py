@@ -17,7 +17,8 @@ from __future__ import annotations
 import dataclasses
 import re
 from collections import Counter
-from typing import Iterable
+from itertools import compress
+from typing import Hashable, Iterable, Sequence
 
 from node_probe.protocol.xid_catalog import (  # noqa: F401 -- the catalog, re-exported
     BUCKET_TEXT, CATALOG_URL, CONTACT_SUPPORT, IGNORE, REBOOT, RESET_GPU, RESTART_APP, SEVERITY,
@@ -109,6 +110,7 @@ class XidGroup:
 
 MAX_GROUPS = 1024       # distinct (gpu, code) pairs kept; a node has <= 16 GPUs
 MAX_PIDS = 10
+MAX_RAW_KEYS = 1 << 16  # distinct Xid keys as written (bus id and code) add_run remembers
 MAX_MESSAGE = 300       # one sample line per group, cut: memory is bounded by bytes too
 NVLINK5 = frozenset(range(144, 151))
 # NVLink5 Xids carry the fatality in words: "NETIR_LINK_EVT Fatal XC0 i0 Link 00 (...)",
@@ -117,17 +119,64 @@ _FATALITY_RE = re.compile(r"\b(Fatal|Nonfatal)\b")
 _CAUSED_BY_RE = re.compile(r"caused by previous Xid ([0-9]{1,6})")
 
 
+def in_order(times: Sequence) -> bool:
+    """Whether times (numbers, or their decimal texts as bytes: `1021.339512`) never go back.
+    Texts of one shape (one length, the dot at one place, as the kernel writes them) sort as
+    their numbers do, so those are compared as bytes: no float made a line (a storm's 2,000,000
+    lines). Any other run is compared as numbers."""
+    if times and isinstance(times[0], bytes):
+        lengths = set(map(len, times))
+        dot = times[0].find(b".")
+        if len(lengths) == 1 and dot >= 0:
+            width = lengths.pop()
+            if b"".join(times)[dot::width].count(b".") == len(times):
+                order = list(times)
+                return order == sorted(order)
+        times = list(map(float, times))
+    return list(times) == sorted(times)
+
+
+class _Firsts:
+    """The index of each raw key's first (and, asked, last) line in a run, made once, when
+    first asked: a dict of ints is a new object a line (positions past 256)."""
+
+    def __init__(self, raws) -> None:
+        self.raws = raws
+        self._first: dict | None = None
+        self._last: dict | None = None
+
+    def __call__(self) -> dict:
+        if self._first is None:
+            n = len(self.raws)
+            self._first = dict(zip(reversed(self.raws), range(n - 1, -1, -1)))
+        return self._first
+
+    def last(self) -> dict:
+        if self._last is None:
+            self._last = dict(zip(self.raws, range(len(self.raws))))
+        return self._last
+
+
 class Grouper:
     """Fold Xid events one at a time into one group per (PCI bus id, code), in order of first
     appearance: memory bounded by `max_groups` and by MAX_MESSAGE bytes a group whatever the
-    number of events (a flood of 200,000 lines is 1 group); events of pairs beyond it are only
-    counted (`dropped`)."""
+    number of events (a flood of 200,000 lines is 1 group; a bulk run's last message is kept
+    as read, one line, until groups() reads it); events of pairs beyond it are only counted
+    (`dropped`). add_run() folds a run of lines at once, with the same result."""
 
     def __init__(self, max_groups: int = MAX_GROUPS) -> None:
         self.max_groups = max_groups
         self.acc: dict[tuple[str, int], dict] = {}
         self.dropped = 0
         self.events = 0
+        # add_run's: raw key as written -> (pci, code); those of Xid 79; raw keys of kept
+        # groups (once the groups are full); a group's last message, not yet read
+        self.norm: dict[str, tuple[str, int]] = {}
+        self.raw79: set[str] = set()
+        self._live: dict[str, bool] = {}
+        self._sorted = False            # _live holds every raw key of norm whose group is kept
+        self._raw_msg: dict[tuple[str, int], str] = {}
+        self._text = str
 
     def add(self, ev: XidEvent) -> None:
         self.add_fields(ev.ts, ev.pci, ev.code, ev.message)
@@ -156,6 +205,8 @@ class Grouper:
         if len(message) > MAX_MESSAGE:
             message = message[:MAX_MESSAGE]
         d["message"] = message
+        if self._raw_msg:
+            self._raw_msg.pop(key, None)
         if code in NVLINK5:
             fm = _FATALITY_RE.search(message)
             if fm:
@@ -172,85 +223,137 @@ class Grouper:
                 if entry not in pids:
                     pids.append(entry)
 
-    def add_many(self, tss: list[float], keys: list[tuple[str, int]], texts,
-                 message=None) -> tuple[dict, dict]:
-        """add_fields() for each (ts, pci, code, message) of a run of lines, in order, with the
-        same result, in bulk (a storm's 2,000,000 lines): counts, first/last times and the last
-        message per group come from C-level dict and Counter passes; only the lines of groups
-        that still collect pids, or whose code reads its message (NVLink5, 45), are read one
-        (distinct message) at a time. `keys` are (pci, code), the pci at most 64 characters
-        (the Xid regex's bound); `message(texts[i])` is line i's message (`texts` are the
-        messages when `message` is None; equal texts give equal messages).
-        Returns ({(pci, code): lines}, {(pci, code): index of its first line})."""
-        message = message or (lambda t: t)
-        count = len(keys)
-        counts = Counter(keys)
-        first = dict(zip(reversed(keys), range(count - 1, -1, -1)))
-        if tss != sorted(tss):              # times out of order: min/max line by line
-            for ts, (pci, code), text in zip(tss, keys, texts):
-                self.add_fields(ts, pci, code, message(text))
-            return counts, first
-        last = dict(zip(keys, range(count)))
+    def add_run(self, tss: Sequence, raws: Sequence[Hashable], rests: Sequence, parse_key,
+                text) -> tuple[Counter, "_Firsts"]:
+        """add_fields(float(ts), *parse_key(raw), text(rest)) for each line of a run of Xid
+        lines, in order, with the same result, in bulk (a storm's 2,000,000 lines). `tss` are
+        the lines' times (numbers, or their texts as bytes: see in_order); `raws` their
+        keys as written (`PCI:0000:3b:00): 79`), parsed once per distinct one (`norm`, at most
+        MAX_RAW_KEYS); `rests` their raw messages. Counts and first/last times come from C-level
+        Counter and dict passes, then one step per distinct key of a kept group; a message is
+        read (`text`) only for the groups that still collect pids or whose code reads it
+        (NVLink5, 45), and for each group's last line only when groups() is asked.
+        Returns ({raw key: lines}, firsts) of the whole run: firsts() is {raw key: index of
+        its first line}, made when asked (a storm's steady blocks never need it)."""
+        self._text = text
+        count = len(raws)
+        cnt = Counter(raws)
+        firsts = _Firsts(raws)
+        norm, acc, live_raw = self.norm, self.acc, self._live
+        if not norm.keys() >= cnt.keys():   # new raw keys (a lookup each; no set is made)
+            missing = set(cnt).difference(norm)
+            if len(norm) + len(missing) > MAX_RAW_KEYS:
+                norm.clear()
+                self.raw79.clear()
+                live_raw.clear()
+                self._sorted = False
+                missing = set(cnt)
+            for raw in missing:
+                pci, code = parse_key(raw)
+                key = norm[raw] = (pci[:64], code)
+                if code == 79:
+                    self.raw79.add(raw)
+                if self._sorted and key in acc:
+                    live_raw[raw] = True
+        if not in_order(tss):               # times out of order: min/max line by line
+            for ts, raw, rest in zip(tss, raws, rests):
+                pci, code = norm[raw]
+                self.add_fields(float(ts), pci, code, text(rest))
+            return cnt, firsts
         self.events += count
-        acc, slow = self.acc, set()
-        new = counts.keys() - acc.keys()
-        if new:
-            if len(acc) >= self.max_groups:     # a storm's many pairs: only counted
-                self.dropped += sum(counts[k] for k in new)
-            else:
-                for key in sorted(new, key=first.__getitem__):   # first appearance first
-                    if len(acc) >= self.max_groups:
-                        self.dropped += counts[key]
-                        continue
-                    acc[key] = {"count": 0, "first_s": None, "last_s": None, "pids": [],
-                                "fatal": 0, "nonfatal": 0, "caused_by": None}
-        for key in counts.keys() & acc.keys():
+        if len(acc) < self.max_groups:      # new groups, in order of first appearance
+            new: dict = {}
+            first = firsts()
+            for raw, i in first.items():
+                key = norm[raw]
+                if key not in acc and i < new.get(key, count):
+                    new[key] = i
+            for key in sorted(new, key=new.__getitem__):
+                if len(acc) >= self.max_groups:
+                    break
+                acc[key] = {"count": 0, "first_s": None, "last_s": None, "pids": [],
+                            "fatal": 0, "nonfatal": 0, "caused_by": None}
+            live = [raw for raw in cnt if norm[raw] in acc]
+        else:       # full for good: the raw keys of kept groups, sorted out once, then as read
+            if not self._sorted:
+                live_raw.update(dict.fromkeys([raw for raw, key in norm.items() if key in acc],
+                                              True))
+                self._sorted = True
+            live = cnt.keys() & live_raw.keys()
+        # the last line of each raw key; its first only where it can be a group's first time
+        # (the run's times are sorted: none is before tss[0])
+        last = firsts.last()
+        t0 = float(tss[0]) if tss else None
+        raw_msg, slow, seen = self._raw_msg, [], {}
+        for raw in live:
+            key = norm[raw]
             d = acc[key]
-            d["count"] += counts[key]
-            lo, hi = tss[first[key]], tss[last[key]]
+            d["count"] += cnt[raw]
+            j = last[raw]
+            hi = float(tss[j])
             if d["last_s"] is None or hi > d["last_s"]:
                 d["last_s"] = hi
-            if d["first_s"] is None or lo < d["first_s"]:
-                d["first_s"] = lo
-            d["message"] = message(texts[last[key]])[:MAX_MESSAGE]
-            code = key[1]
-            if code in NVLINK5 or code == 45 or len(d["pids"]) < MAX_PIDS:
-                slow.add(key)
+            if d["first_s"] is None or t0 < d["first_s"]:
+                lo = float(tss[firsts()[raw]])
+                if d["first_s"] is None or lo < d["first_s"]:
+                    d["first_s"] = lo
+            if key not in seen or j > last[seen[key]]:     # 2+ raw keys of one group: the later
+                seen[key] = raw
+                raw_msg[key] = rests[j]
+            if len(d["pids"]) < MAX_PIDS or key[1] in NVLINK5 or key[1] == 45:
+                slow.append(raw)
+        self.dropped += count - sum(map(cnt.__getitem__, live))
         if slow:
-            # each distinct (group, message) once, in order of first appearance, with its lines
-            rows = [i for i, k in enumerate(keys) if k in slow]
-            pairs = Counter([(keys[i], texts[i]) for i in rows])
-            latest = {(keys[i], texts[i]): i for i in rows} \
-                if any(k[1] == 45 for k in slow) else {}
-            caused: dict = {}               # Xid 45 group -> (its last line naming a cause, N)
-            for (key, full), lines in pairs.items():
-                if key not in slow:
-                    continue
-                d, code, text = acc[key], key[1], message(full)[:MAX_MESSAGE]
-                if code in NVLINK5:
-                    fm = _FATALITY_RE.search(text)
-                    if fm:
-                        d["fatal" if fm.group(1) == "Fatal" else "nonfatal"] += lines
-                elif code == 45:
-                    cm = _CAUSED_BY_RE.search(text)
-                    if cm and latest[key, full] > caused.get(key, (-1, 0))[0]:
-                        caused[key] = (latest[key, full], int(cm.group(1)))
-                pids = d["pids"]
-                if len(pids) < MAX_PIDS:
-                    pm = PID_RE.search(text)
-                    if pm:
-                        entry = pm.group(1) + (f" ({pm.group(2)})" if pm.group(2) else "")
-                        if entry not in pids:
-                            pids.append(entry)
-            for key, (_line, cause) in caused.items():
-                acc[key]["caused_by"] = cause
-        return counts, first
+            self._read_messages(raws, rests, set(slow), text)
+        return cnt, firsts
+
+    def _read_messages(self, raws, rests, slow: set, text) -> None:
+        """The messages of the lines of `slow` raw keys: each distinct (group, message) once,
+        in order of first appearance, with its lines (pids, NVLink5 fatality, Xid 45's cause)."""
+        acc, norm = self.acc, self.norm
+        rows = list(compress(range(len(raws)), map(slow.__contains__, raws)))   # in C
+        pairs = Counter([(norm[raws[i]], rests[i]) for i in rows])
+        latest = {(norm[raws[i]], rests[i]): i for i in rows} \
+            if any(norm[raw][1] == 45 for raw in slow) else {}
+        caused: dict = {}                   # Xid 45 group -> (its last line naming a cause, N)
+        for (key, rest), lines in pairs.items():
+            d, code = acc[key], key[1]
+            if code not in NVLINK5 and code != 45 and len(d["pids"]) >= MAX_PIDS:
+                continue
+            msg = text(rest)[:MAX_MESSAGE]
+            if code in NVLINK5:
+                fm = _FATALITY_RE.search(msg)
+                if fm:
+                    d["fatal" if fm.group(1) == "Fatal" else "nonfatal"] += lines
+            elif code == 45:
+                cm = _CAUSED_BY_RE.search(msg)
+                if cm and latest[key, rest] > caused.get(key, (-1, 0))[0]:
+                    caused[key] = (latest[key, rest], int(cm.group(1)))
+            pids = d["pids"]
+            if len(pids) < MAX_PIDS:
+                pm = PID_RE.search(msg)
+                if pm:
+                    entry = pm.group(1) + (f" ({pm.group(2)})" if pm.group(2) else "")
+                    if entry not in pids:
+                        pids.append(entry)
+        for key, (_line, cause) in caused.items():
+            acc[key]["caused_by"] = cause
+
+    def message(self, key: tuple[str, int]) -> str:
+        """The last message of a group (a bulk run's is read only now)."""
+        rest = self._raw_msg.get(key)
+        if rest is not None:
+            return self._text(rest)[:MAX_MESSAGE]
+        return self.acc[key]["message"]
 
     def groups(self) -> list[XidGroup]:
-        return [XidGroup(pci, code, d["count"], d["first_s"], d["last_s"], d["message"],
-                         tuple(d["pids"]), recovery_154(d["message"]) if code == 154 else None,
-                         d["fatal"], d["nonfatal"], d["caused_by"])
-                for (pci, code), d in self.acc.items()]
+        out = []
+        for (pci, code), d in self.acc.items():
+            msg = self.message((pci, code))
+            out.append(XidGroup(pci, code, d["count"], d["first_s"], d["last_s"], msg,
+                                tuple(d["pids"]), recovery_154(msg) if code == 154 else None,
+                                d["fatal"], d["nonfatal"], d["caused_by"]))
+        return out
 
 
 # worst first: what a GPU's severity and headline follow when it has several codes
