@@ -21,6 +21,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from installed_env import installed_env  # bench/, beside this script
+
 REPO = Path(__file__).resolve().parent.parent
 WALL_BUDGET_S = 2.5
 ODD = [b"\x1b]52;c;ZWNobyBwd25lZA==\x07", b"\xff\xfe\xc3", b"\x00", b"\xc2\x9b2J", b"\x1b[2J"]
@@ -51,7 +53,7 @@ def run(args: list[str]) -> tuple[float, int, int, float, int, str]:
     cmd = [sys.executable, "-c", code, sys.executable, "-m", "node_probe", *args,
            "--only", "kmsg", "-o", "jsonl", "--trace-seconds", "0", "--timeout", "120"]
     out = subprocess.run(cmd, capture_output=True, text=True, cwd=REPO,
-                         env={**os.environ, "PYTHONPATH": str(REPO)}).stdout.split()
+                         env=installed_env(PYTHONPATH=str(REPO))).stdout.split()
     return (float(out[0]), int(out[1]), int(out[2]), float(out[3]), int(out[4]),
             out[5].replace("_", " "))
 
