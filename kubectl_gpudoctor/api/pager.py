@@ -12,8 +12,8 @@ whole page as one tree), in child processes when `nodes` gives a pageparse.Parse
 A list is bounded like every read: a `continue` token the server already gave is an error (a
 list that would go round forever), and so are more items than a cluster has (max_items_for:
 MAX_NODES nodes, 200,000 items of another list; a list folded as it is read -- `nodes`' pods,
-analysis/podfold.py -- PODS_PER_NODE a node seen, at most MAX_FOLDED_ITEMS) or MAX_LIST_BYTES
-of pages: a list that never ends.
+analysis/resources/podfold.py -- PODS_PER_NODE a node seen, at most MAX_FOLDED_ITEMS) or
+MAX_LIST_BYTES of pages: a list that never ends.
 And memory is bounded by bytes, not only by items (audit L-01: 199,990 fat pods took the CLI
 past 512 MiB under the item bound): after each page the CLI's resident memory must stay under
 its bound (Memory: MAX_RSS_BYTES, plus NODE_RSS_BYTES a node past BASE_NODES: what `nodes`
@@ -50,9 +50,9 @@ MAX_RSS_BYTES = 432 << 20
 # what one list keeps, as marshal measures it (~1/6 of a skeleton pod's size in memory, ~1/3
 # of a whole pod's): the bound where the resident size cannot be read (no /proc, no resource)
 MAX_KEPT_BYTES = 96 << 20
-# A fleet's pods are folded into per-node tallies as they are read (analysis/podfold.py), so
-# what `nodes` holds grows with the nodes, not the pods: past BASE_NODES the memory bound grows
-# by NODE_RSS_BYTES a node (bench/nodes_scale.py: what a node costs with its row, findings and
+# A fleet's pods are folded into per-node tallies as they are read
+# (analysis/resources/podfold.py), so what `nodes` holds grows with the nodes, not the pods:
+# past BASE_NODES the memory bound grows by NODE_RSS_BYTES a node (bench/nodes_scale.py: what a node costs with its row, findings and
 # tallies). A folded list bounds items and bytes only against a list that never ends.
 BASE_NODES = 5_000
 # measured (bench/nodes_scale.py): the CLI's peak grew by 14 KiB a node from 5,000 to 20,000

@@ -56,7 +56,8 @@ def _list(kube: Kube, path: str, what: str, query: list | None = None,
     their image lists), pods and events paged with limit/continue and reduced item by item
     (pager.py: node images dropped, steady pods to a shared skeleton) -- a list that fits in
     one page is still one call. The pods go `into` their nodes' tallies page by page (and
-    this returns []): memory grows with the nodes, not the pods (analysis/podfold.py)."""
+    this returns []): memory grows with the nodes, not the pods
+    (analysis/resources/podfold.py)."""
     try:
         if paged:
             each = slim.PodCompactor(container_ids) if path.endswith("/pods") else slim.slim
