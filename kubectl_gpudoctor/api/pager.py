@@ -53,7 +53,8 @@ MAX_KEPT_BYTES = 96 << 20
 # A fleet's pods are folded into per-node tallies as they are read
 # (analysis/resources/podfold.py), so what `nodes` holds grows with the nodes, not the pods:
 # past BASE_NODES the memory bound grows by NODE_RSS_BYTES a node (bench/nodes_scale.py: what
-# a node costs with its row, findings and tallies). A folded list bounds items and bytes only against a list that never ends.
+# a node costs with its row, findings and tallies). A folded list bounds items and bytes only
+# against a list that never ends.
 BASE_NODES = 5_000
 # measured (bench/nodes_scale.py): the CLI's peak grew by 14 KiB a node from 5,000 to 20,000
 # nodes -- a slimmed node ~4.9 KiB, its tallies ~1.6 KiB (podfold.NodeFold), its row and the
