@@ -154,13 +154,69 @@ def list_items(kube: Kube, path: str, query: Sequence[tuple[str, Any]] = (), *,
                 into.reset()
 
 
-def _kind(each: Callable[[dict], dict] | None) -> int | None:
-    """The child-side reduction equal to `each`, or None (then pages are parsed here)."""
+def reductions(path: str, each: Callable[[dict], dict] | None
+               ) -> tuple[Callable[[dict], Any] | None, int | None, Any]:
+    """(`each` checked against the path's schema; the page parsers' kind for it, None where
+    pages must be parsed here; the compactor typedpods decodes pods with, or None): what a
+    page of `path` is reduced with, here or in a child (watchlist.py's batches too)."""
+    sid = shape.schema_id(path)   # items checked (in the child, else here) before reduced
+    kind = None
     if each is slim:
-        return pageparse.KIND_SLIM
-    if type(each) is PodCompactor:
-        return pageparse.KIND_PODS_IDS if each.container_ids else pageparse.KIND_PODS
-    return None
+        kind = pageparse.KIND_SLIM
+    elif type(each) is PodCompactor:
+        kind = pageparse.KIND_PODS_IDS if each.container_ids else pageparse.KIND_PODS
+    # pages parsed here: typedpods decodes pod pages where it can (pageparse.parse_reduced)
+    compactor = each if kind is not None and shape.SCHEMA_IDS.get(sid) is shape.POD \
+        and type(each) is PodCompactor else None
+    if kind is not None:
+        kind |= sid << pageparse.KIND_BITS
+    return shape.checking(each, sid), kind, compactor
+
+
+class Collected:
+    """What a list has read so far -- its items, or the share the fold (`into`) kept -- and
+    its bounds, sized from the nodes seen: one accounting for the paged list and the
+    streaming one (watchlist.py)."""
+
+    def __init__(self, path: str, into: Any, mem: Memory) -> None:
+        self.path, self.into, self.mem = path, into, mem
+        self.items: list[dict] = []
+        self.count = 0   # items so far (handed to `into`, or in `items`)
+        self.kept = 0    # bytes of what the reduction kept (marshal's measure)
+        self.nodes_list = path.rstrip("/").endswith("/nodes")
+        self.most, self.most_bytes = self.bounds()
+
+    def bounds(self) -> tuple[int, int]:
+        """(most items, most bytes of pages): a folded list's grow with the nodes seen."""
+        if self.into is None:
+            return max_items_for(self.path), MAX_LIST_BYTES
+        n = min(MAX_FOLDED_ITEMS, max(MAX_ITEMS, PODS_PER_NODE * self.mem.nodes))
+        return n, max(MAX_LIST_BYTES, n * FOLDED_ITEM_BYTES)
+
+    def add(self, got: list, size: int | None, pages: int) -> None:
+        """One parsed page's items (`size`: their marshalled bytes, None: measured here), kept
+        or folded; errors.BadAnswer past a bound."""
+        objects_only(self.path, got)
+        self.count += len(got)
+        mem, into = self.mem, self.into
+        if into is not None:  # folded: only what it keeps counts (its share of the page)
+            n = into.page(got)
+            if n:
+                self.kept += (size if size is not None
+                              else len(marshal.dumps(got))) * n // len(got)
+            mem.saw(len(into.nodes))
+            self.most, self.most_bytes = self.bounds()
+        else:
+            self.kept += size if size is not None else len(marshal.dumps(got))
+            self.items.extend(got)
+            if self.nodes_list:
+                mem.saw(len(self.items))
+        if self.count > self.most:
+            raise _endless(self.path, pages, self.count)
+        rss = resident_bytes()
+        max_rss, max_kept = mem.bound(), mem.kept_bound()
+        if self.kept > max_kept or (rss is not None and rss > max_rss):
+            raise _too_big(self.path, pages, self.count, self.kept, rss, max_rss, max_kept)
 
 
 def _walk(kube: Kube, path: str, query: list, page_size: int, timeout: float | None,
@@ -174,33 +230,17 @@ def _walk(kube: Kube, path: str, query: list, page_size: int, timeout: float | N
         q = query + [("limit", str(page_size))] + ([("continue", token)] if token else [])
         return kube.request("GET", path, q, timeout=timeout)
 
-    kind = _kind(each)
-    sid = shape.schema_id(path)   # items checked (in the child, else here) before reduced
-    # pages parsed here: typedpods decodes pod pages where it can (pageparse.parse_reduced)
-    compactor = each if kind is not None and shape.SCHEMA_IDS.get(sid) is shape.POD \
-        and type(each) is PodCompactor else None
-    if kind is not None:
-        kind |= sid << pageparse.KIND_BITS
-    each = shape.checking(each, sid)
+    each, kind, compactor = reductions(path, each)
     if parsers is None or not parsers.workers or kind is None:
         parsers, ahead = None, 1
     else:
         # pages with the children, not yet merged: one each (the next page is being fetched
         # meanwhile); this bounds the raw pages the CLI holds while they wait for a child
         ahead = parsers.workers
-    items: list[dict] = []
+    got_so_far = Collected(path, into, mem)
     pages = 0
     seen: set[str] = set()  # continue tokens given so far
     fetched = 0             # bytes of pages so far
-    kept = 0                # bytes of what the reduction kept (marshal's measure)
-    count = 0               # items so far (handed to `into`, or in `items`)
-    def folded_bounds() -> tuple[int, int]:  # sized from the nodes seen so far
-        n = min(MAX_FOLDED_ITEMS, max(MAX_ITEMS, PODS_PER_NODE * mem.nodes))
-        return n, max(MAX_LIST_BYTES, n * FOLDED_ITEM_BYTES)
-
-    most, most_bytes = folded_bounds() if into is not None else (max_items_for(path),
-                                                                MAX_LIST_BYTES)
-    nodes_list = path.rstrip("/").endswith("/nodes")
     # (raw page, or None once a child has it; its parse in a child or None; the token that
     # fetched it; the token read from its head)
     inflight: collections.deque = collections.deque()
@@ -215,7 +255,8 @@ def _walk(kube: Kube, path: str, query: list, page_size: int, timeout: float | N
                     fetched += len(raw)
                     m = _CONTINUE.search(raw, 0, 4096)
                     token = m.group(1).decode() if m and m.group(1) else None
-                    _bounded(path, token, seen, pages, fetched, count, most, most_bytes)
+                    _bounded(path, token, seen, pages, fetched, got_so_far.count,
+                             got_so_far.most, got_so_far.most_bytes)
                     asked, nxt = token, pool.submit(fetch, token) if token else None
                     if pages == 1 and parsers is not None and not _worth_children(
                             raw, token, page_size):
@@ -242,37 +283,19 @@ def _walk(kube: Kube, path: str, query: list, page_size: int, timeout: float | N
                     if hasattr(kube, "pass_notes"):
                         kube.pass_notes(f"the API server's answer for {path}: ")
                 del raw, fut
-                objects_only(path, got)
-                count += len(got)
-                if into is not None:  # folded: only what it keeps counts (its share of the page)
-                    n = into.page(got)
-                    if n:
-                        kept += (size * n // len(got) if size is not None
-                                 else len(marshal.dumps(got)) * n // len(got))
-                    mem.saw(len(into.nodes))
-                    most, most_bytes = folded_bounds()
-                else:
-                    kept += size if size is not None else len(marshal.dumps(got))
-                    items.extend(got)
-                    if nodes_list:
-                        mem.saw(len(items))
+                got_so_far.add(got, size, pages)
                 del got
-                if count > most:
-                    raise _endless(path, pages, count)
-                rss = resident_bytes()
-                max_rss, max_kept = mem.bound(), mem.kept_bound()
-                if kept > max_kept or (rss is not None and rss > max_rss):
-                    raise _too_big(path, pages, count, kept, rss, max_rss, max_kept)
                 if real != token:  # the head scan disagreed with the parsed page: trust the
                     inflight.clear()  # page; what was fetched after it came from a wrong token
                     if nxt is not None:
                         nxt.cancel()
-                    _bounded(path, real, seen, pages, fetched, count, most, most_bytes)
+                    _bounded(path, real, seen, pages, fetched, got_so_far.count,
+                             got_so_far.most, got_so_far.most_bytes)
                     asked, nxt = real, pool.submit(fetch, real) if real else None
         finally:
             if nxt is not None:
                 nxt.cancel()
-    return items, pages
+    return got_so_far.items, pages
 
 
 def objects_only(path: str, got: list) -> None:

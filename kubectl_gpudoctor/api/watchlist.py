@@ -42,7 +42,6 @@ for a page: the paged list against the same server would not do better.
 from __future__ import annotations
 
 import collections
-import marshal
 import queue
 import signal
 import threading
@@ -52,7 +51,7 @@ from typing import Any, Callable, Sequence
 from .. import errors
 from . import deadline, pageparse, pager, shape, typedpods
 from .kube import OBJECT_MAX_BYTES, Kube, malformed
-from .slim import PodCompactor, slim
+from .slim import slim
 
 INITIAL_EVENTS_END = "k8s.io/initial-events-end"
 # one event is one object: the size one GET may answer (etcd stores at most 1.5 MiB)
@@ -108,23 +107,6 @@ def list_items(kube: Kube, path: str, query: Sequence[tuple[str, Any]] = (), *,
     return pager.list_items(kube, path, query, **kw)
 
 
-def _reductions(path: str, each: Callable[[dict], dict] | None
-                ) -> tuple[Callable[[dict], Any] | None, int | None, Any]:
-    """(`each` checked against the path's schema, the page parsers' kind for it or None, the
-    compactor typedpods decodes pods with or None): what pager._walk uses for a page."""
-    sid = shape.schema_id(path)
-    kind = None
-    if each is slim:
-        kind = pageparse.KIND_SLIM
-    elif type(each) is PodCompactor:
-        kind = pageparse.KIND_PODS_IDS if each.container_ids else pageparse.KIND_PODS
-    compactor = each if kind is not None and shape.SCHEMA_IDS.get(sid) is shape.POD \
-        and type(each) is PodCompactor else None
-    if kind is not None:
-        kind |= sid << pageparse.KIND_BITS
-    return shape.checking(each, sid), kind, compactor
-
-
 def _envelope() -> Any:
     """msgspec's decoder of watch events, one a line: (type, object as raw bytes)."""
     import msgspec
@@ -142,47 +124,16 @@ def _stream(kube: Kube, path: str, query: list, page_size: int, timeout: float |
     global _DECODER
     if _DECODER is None:
         _DECODER = _envelope()
-    each, kind, compactor = _reductions(path, each)
+    each, kind, compactor = pager.reductions(path, each)
     idle = float(timeout or getattr(kube, "timeout_s", 0) or 15.0)
-    folded = into is not None
-
-    def bounds() -> tuple[int, int]:   # as pager._walk: sized from the nodes seen so far
-        if not folded:
-            return pager.max_items_for(path), pager.MAX_LIST_BYTES
-        n = min(pager.MAX_FOLDED_ITEMS, max(pager.MAX_ITEMS, pager.PODS_PER_NODE * mem.nodes))
-        return n, max(pager.MAX_LIST_BYTES, n * pager.FOLDED_ITEM_BYTES)
-
-    most, most_bytes = bounds()
+    got_so_far = pager.Collected(path, into, mem)
     # the longest the stream may take in all: a request timeout per page of the most items
     # (the watchdog's deadline, moved as objects arrive, ends it long before)
     hard = idle * (2 + pager.MAX_FOLDED_ITEMS // page_size)
     q = query + list(QUERY)
-    items: list[dict] = []
-    count = kept = batches = 0
-    nodes_list = path.rstrip("/").endswith("/nodes")
+    batches = 0
     use_children = parsers is not None and bool(parsers.workers) and kind is not None
     inflight: collections.deque = collections.deque()  # (page, future) with a child
-
-    def fold(got: list, size: int | None) -> None:
-        nonlocal count, kept, most, most_bytes
-        count += len(got)
-        if into is not None:
-            n = into.page(got)
-            if n:
-                kept += (size if size is not None else len(marshal.dumps(got))) * n // len(got)
-            mem.saw(len(into.nodes))
-            most, most_bytes = bounds()
-        else:
-            kept += size if size is not None else len(marshal.dumps(got))
-            items.extend(got)
-            if nodes_list:
-                mem.saw(len(items))
-        if count > most:
-            raise pager._endless(path, batches, count)
-        rss = pager.resident_bytes()
-        max_rss, max_kept = mem.bound(), mem.kept_bound()
-        if kept > max_kept or (rss is not None and rss > max_rss):
-            raise pager._too_big(path, batches, count, kept, rss, max_rss, max_kept)
 
     def parsed(page: bytes, fut: Any) -> None:
         try:
@@ -199,8 +150,7 @@ def _stream(kube: Kube, path: str, query: list, page_size: int, timeout: float |
             if hasattr(kube, "pass_notes"):
                 kube.pass_notes(f"the API server's answer for {path}: ")
         if got:
-            pager.objects_only(path, got)
-            fold(got, size)
+            got_so_far.add(got, size, batches)
 
     def batch(raws: list, last: bool) -> None:
         """One batch of objects: a list page, parsed by a child (long lists) or here."""
@@ -218,7 +168,7 @@ def _stream(kube: Kube, path: str, query: list, page_size: int, timeout: float |
                 parsed(*inflight.popleft())
             parsed(page, None)
 
-    reader = _Reader(kube, path, q, idle, hard, page_size, most_bytes)
+    reader = _Reader(kube, path, q, idle, hard, page_size, got_so_far.most_bytes)
     reader.start()
     try:
         while True:
@@ -230,7 +180,7 @@ def _stream(kube: Kube, path: str, query: list, page_size: int, timeout: float |
                 raise got
             raws, last = got
             batch(raws, last)
-            reader.most_bytes, reader.folded = most_bytes, count
+            reader.most_bytes, reader.folded = got_so_far.most_bytes, got_so_far.count
             if last:
                 break
         while inflight:
@@ -239,7 +189,7 @@ def _stream(kube: Kube, path: str, query: list, page_size: int, timeout: float |
         reader.close()
         for _page, fut in inflight:
             fut.cancel()
-    return items, batches
+    return got_so_far.items, batches
 
 
 class _Reader(threading.Thread):
