@@ -157,6 +157,17 @@ class _Firsts:
         return self._last
 
 
+def _note_pid(pids: list, message: str) -> None:
+    """The process an Xid message names (PID_RE), added to a group's
+    `pids` once, while fewer than MAX_PIDS are kept (the line path and a bulk run's both)."""
+    if len(pids) < MAX_PIDS:
+        pm = PID_RE.search(message)
+        if pm:
+            entry = pm.group(1) + (f" ({pm.group(2)})" if pm.group(2) else "")
+            if entry not in pids:
+                pids.append(entry)
+
+
 class Grouper:
     """Fold Xid events one at a time into one group per (PCI bus id, code), in order of first
     appearance: memory bounded by `max_groups` and by MAX_MESSAGE bytes a group whatever the
@@ -215,13 +226,7 @@ class Grouper:
             cm = _CAUSED_BY_RE.search(message)
             if cm:
                 d["caused_by"] = int(cm.group(1))
-        pids = d["pids"]
-        if len(pids) < MAX_PIDS:
-            pm = PID_RE.search(message)
-            if pm:
-                entry = pm.group(1) + (f" ({pm.group(2)})" if pm.group(2) else "")
-                if entry not in pids:
-                    pids.append(entry)
+        _note_pid(d["pids"], message)
 
     def add_run(self, tss: Sequence, raws: Sequence[Hashable], rests: Sequence, parse_key,
                 text) -> tuple[Counter, "_Firsts"]:
@@ -329,13 +334,7 @@ class Grouper:
                 cm = _CAUSED_BY_RE.search(msg)
                 if cm and latest[key, rest] > caused.get(key, (-1, 0))[0]:
                     caused[key] = (latest[key, rest], int(cm.group(1)))
-            pids = d["pids"]
-            if len(pids) < MAX_PIDS:
-                pm = PID_RE.search(msg)
-                if pm:
-                    entry = pm.group(1) + (f" ({pm.group(2)})" if pm.group(2) else "")
-                    if entry not in pids:
-                        pids.append(entry)
+            _note_pid(d["pids"], msg)
         for key, (_line, cause) in caused.items():
             acc[key]["caused_by"] = cause
 
