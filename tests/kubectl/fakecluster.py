@@ -188,6 +188,8 @@ class FakeCluster:
         self.continue_expired = False  # answer every continue token with 410 Gone
         self.expire_tokens = 0         # answer the next N continue tokens with 410 Gone
         self.cut_page = 0              # the N-th page served (1-based) ends half way
+        self.cut_kind_page: tuple[str, int] | None = None  # (kind, N): see cut_next_page
+        self._kind_pages: dict[str, int] = {}  # pages served of each kind
         self.after_page: Any = None    # called with (kind, page number) as each page is made
         self.pages_served = 0
         self._sorted_memo: dict[tuple, tuple[list, list]] = {}  # only with cache_lists
@@ -510,6 +512,11 @@ class FakeCluster:
         return kmock.Response(status=200, payload=json.dumps(doc).encode(),
                               headers={"Content-Type": "application/json"})
 
+    def cut_next_page(self, kind: str, n: int) -> None:
+        """The n-th page of a `kind` list (e.g. "PodList") served from now on ends half way,
+        as a proxy that closed the stream early (other lists' pages are not counted)."""
+        self.cut_kind_page = (kind, self._kind_pages.get(kind, 0) + n)
+
     def _list(self, kind: str, items: Callable[[], list[dict]], q: dict) -> kmock.Response:
         """`items`: what the list holds, built only when the answer is not cached (the bench
         serves 200 pages of 200,000 pods: a copy of the whole list per page was most of the
@@ -589,12 +596,13 @@ class FakeCluster:
                 meta["remainingItemCount"] = len(items) - end
             items = items[start:end]
             self.pages_served += 1
+            self._kind_pages[kind] = nth = self._kind_pages.get(kind, 0) + 1
             body = json.dumps({"kind": kind, "apiVersion": "v1", "metadata": meta,
                                "items": items}).encode()
             if self.after_page is not None:  # the cluster changes while the list is read
                 self.after_page(kind, self.pages_served)
-            if self.pages_served == self.cut_page:  # a proxy that closed the stream early
-                body = body[:len(body) // 2]
+            if self.pages_served == self.cut_page or self.cut_kind_page == (kind, nth):
+                body = body[:len(body) // 2]  # a proxy that closed the stream early
             return kmock.Response(status=200, payload=body,
                                   headers={"Content-Type": "application/json"})
         return self._json({"kind": kind, "apiVersion": "v1", "metadata": meta,

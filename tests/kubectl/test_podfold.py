@@ -207,15 +207,8 @@ def test_a_page_cut_short_is_one_error_not_a_half_answer(fleet, tmp_path):
                          into=fold)
     assert "non-JSON" in str(e.value)
     # the CLI: one line in its words and a documented exit code, never a partial fleet
-    pod_pages = []
-
-    def cut_second_pod_page(kind, page):
-        if kind == "PodList":
-            pod_pages.append(page)
-            if len(pod_pages) == 2:
-                fc.cut_page = page
-
-    fc.cut_page, fc.after_page = 0, cut_second_pod_page
+    fc.cut_page = 0
+    fc.cut_next_page("PodList", 2)
     fc.watch_list = False  # the paged path: a server without streaming lists (api/watchlist.py)
     r = run_cli("nodes", "--kubeconfig", str(fc.kubeconfig(tmp_path / "kc2")), "-o", "json",
                 timeout=120)

@@ -174,15 +174,7 @@ def test_a_stream_that_ends_before_its_bookmark_is_listed_again_page_by_page(fle
 def test_both_failing_is_one_error_line_and_a_documented_exit_code(fleet, tmp_path):
     fc, _ = fleet
     fc.watch_cut_after = 10
-    pod_pages = []
-
-    def cut_second_pod_page(kind, page):
-        if kind == "PodList":
-            pod_pages.append(page)
-            if len(pod_pages) == 2:
-                fc.cut_page = page
-
-    fc.after_page = cut_second_pod_page
+    fc.cut_next_page("PodList", 2)
     r = _cli(fc, tmp_path, "1", "-o", "json")
     assert r.returncode == 3, r.stderr   # errors.ApiError: a cluster error (docs/cli.md)
     assert r.stdout == "" or "nodes" not in json.loads(r.stdout)
