@@ -17,6 +17,7 @@ import os
 import pty
 import re
 import shutil
+import stat
 import struct
 import subprocess
 import sys
@@ -269,13 +270,26 @@ def test_piped_output_takes_the_width_of_the_terminal_stderr_is_on(fleet):
 
 # -- N21: `local` without root -----------------------------------------------------------------
 
+def _closed_to_others(*paths: Path) -> Path | None:
+    """The first directory on the way to `paths` that another user cannot enter, or None."""
+    for path in paths:
+        for d in reversed([path, *path.parents]):
+            if not d.stat().st_mode & stat.S_IXOTH:
+                return d
+    return None
+
+
 @pytest.mark.skipif(os.geteuid() != 0 or not shutil.which("setpriv"),
                     reason="needs root to drop to another user (setpriv)")
 def test_local_without_root_says_to_run_it_with_sudo(tmp_path):
     """Audit N21: as nobody, `local` said "14 checks could not look" and nothing about root;
     the kernel log's "needs root or CAP_SYSLOG" was under --details only."""
-    if not all(os.access(p, os.R_OK | os.X_OK) for p in (REPO, Path(sys.executable).parent)):
-        pytest.skip("the checkout is not readable by another user")
+    # os.access answers for root, who passes every mode bit: look at the bits for others on
+    # each directory down to the checkout and the interpreter
+    closed = _closed_to_others(REPO, Path(sys.executable).parent)
+    if closed is not None:
+        pytest.skip(f"the checkout is not readable by another user: {closed} is mode "
+                    f"{closed.stat().st_mode & 0o777:04o} (`mktemp -d` makes 0700)")
     env = dict(_no_columns(), HOME=str(tmp_path), COLUMNS="200")
     os.chmod(tmp_path, 0o777)
     r = subprocess.run(["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups",
